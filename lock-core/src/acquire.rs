@@ -1,0 +1,406 @@
+//! [`Acquire`]: the configurable, awaitable acquisition of one lock.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{ConfigError, LockError};
+use crate::guard::LockGuard;
+use crate::held::{Held, LeaseMode};
+use crate::key::{self, RedisKeys};
+use crate::locker::{Locker, MAX_LEASE};
+use crate::reentrancy::Owner;
+use crate::release::ReleaseJob;
+use crate::scripts;
+use crate::waiters::Subscription;
+use crate::watchdog::lease_ms;
+
+/// An acquisition of one lock, configured with builder methods and started by `.await`.
+///
+/// Created by [`Locker::lock`]. Without [`lease`](Self::lease) the lock gets the locker's
+/// watchdog lease and is renewed while its guard lives.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+/// // Fail fast when someone else holds it:
+/// let guard = locker.lock("order:7").wait(Duration::ZERO).await?;
+/// // Wait up to 3 s, with a fixed 10 s lease and no watchdog:
+/// let other = locker.lock("order:8").wait(Duration::from_secs(3)).lease(Duration::from_secs(10)).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`LockError::Busy`] when the wait ran out, [`LockError::InvalidKey`],
+/// [`LockError::Config`] for a lease under 1 ms, [`LockError::WrongType`],
+/// [`LockError::Backend`] when Redis failed (the wait is not used up retrying a dead server
+/// beyond the deadline), and [`LockError::Lost`] for a reentrant acquire of a lock this task
+/// holds but has lost.
+///
+/// # Cancel safety
+///
+/// Dropping the future mid-wait leaves nothing behind: the local queue place and the release
+/// subscription are given up, and if an acquire command was in flight, a background
+/// compare-and-delete removes the lock it may still take on the server.
+#[derive(Debug)]
+#[must_use = "an acquire does nothing until it is `.await`ed"]
+pub struct Acquire {
+    locker: Locker,
+    key: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    max_hold: Option<Duration>,
+}
+
+impl Acquire {
+    pub(crate) fn new(locker: Locker, key: String) -> Self {
+        Self {
+            locker,
+            key,
+            wait: None,
+            lease: None,
+            max_hold: None,
+        }
+    }
+
+    /// The longest time to wait for the lock; `Duration::ZERO` tries exactly once.
+    /// Default: the locker's `default_wait`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease: the lock expires this long after acquisition unless released or
+    /// [extended](LockGuard::extend), and the watchdog never renews it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Stop watchdog renewal after the lock has been held this long (overrides the locker's
+    /// `max_hold`).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+}
+
+/// The future of an [`Acquire`].
+#[must_use = "futures do nothing unless polled"]
+pub struct AcquireFuture {
+    inner: Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>,
+}
+
+impl std::fmt::Debug for AcquireFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for AcquireFuture {
+    type Output = Result<LockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl IntoFuture for Acquire {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = AcquireFuture;
+
+    fn into_future(self) -> AcquireFuture {
+        let span = tracing::debug_span!("lock.acquire", key = %self.key);
+        AcquireFuture {
+            inner: Box::pin(self.run().instrument(span)),
+        }
+    }
+}
+
+/// The outcome of one acquire attempt in Redis.
+enum Attempt {
+    Acquired { fence: u64 },
+    Held { ttl: Option<Duration> },
+}
+
+impl Acquire {
+    async fn run(self) -> Result<LockGuard, LockError> {
+        let started = Instant::now();
+        key::validate(&self.key)?;
+        let inner = &self.locker.inner;
+        let settings = &inner.settings;
+        let mode = match self.lease {
+            Some(lease) if lease < Duration::from_millis(1) || lease > MAX_LEASE => {
+                return Err(ConfigError::Lease { lease }.into());
+            }
+            Some(_) => LeaseMode::Fixed,
+            None => LeaseMode::Watchdog {
+                lease: settings.watchdog_lease,
+            },
+        };
+        let lease = self.lease.unwrap_or(settings.watchdog_lease);
+        let wait = self.wait.unwrap_or(settings.default_wait);
+        let deadline = started.checked_add(wait.min(MAX_LEASE * 100));
+        // Captured at first poll, inside the task that awaits the acquire.
+        let owner = Owner::current();
+        let slot = inner.registry.slot(&self.key);
+
+        // Reentrant acquire: no Redis round trip.
+        if let Some(held) = slot.holder().as_ref() {
+            if held.owner == owner {
+                if held.is_lost() {
+                    return Err(LockError::Lost { key: self.key });
+                }
+                held.depth.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                tracing::trace!(depth = held.depth(), "reentrant acquire");
+                return Ok(LockGuard::new(self.locker.clone(), held.clone()));
+            }
+        }
+
+        // The local queue: one task per key per process contends in Redis, first come first served.
+        let permit = if wait.is_zero() {
+            slot.queue.clone().try_acquire_owned().ok()
+        } else {
+            let queued = slot.queue.clone().acquire_owned();
+            match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
+                None => Some(queued.await),
+            }
+            .and_then(Result::ok)
+        };
+        let Some(permit) = permit else {
+            let holder_ttl = slot
+                .holder()
+                .as_ref()
+                .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
+            return Err(self.busy(started, holder_ttl));
+        };
+
+        let keys = inner.keys(&self.key);
+        let token = new_token();
+        let (fence, sent_at) = self
+            .acquire_in_redis(&keys, &token, lease, wait.is_zero(), deadline, started)
+            .await?;
+        let held = Arc::new(Held::new(
+            inner.next_id(),
+            self.key.clone(),
+            keys,
+            token,
+            fence,
+            owner,
+            mode,
+            lease,
+            sent_at,
+            self.max_hold.or(settings.max_hold),
+            permit,
+            slot,
+        ));
+        *held.slot.holder() = Some(held.clone());
+        if let LeaseMode::Watchdog { .. } = mode {
+            inner.watchdog.insert(held.clone());
+        }
+        tracing::debug!(fence, waited = ?started.elapsed(), "lock acquired");
+        Ok(LockGuard::new(self.locker.clone(), held))
+    }
+
+    fn busy(&self, started: Instant, holder_ttl: Option<Duration>) -> LockError {
+        let waited = started.elapsed();
+        tracing::debug!(?waited, "lock busy");
+        LockError::Busy {
+            key: self.key.clone(),
+            waited,
+            holder_ttl,
+        }
+    }
+
+    /// Tries, and waits for release notifications or the holder's expiry between tries, until
+    /// the deadline. Returns the fencing token and when the winning command was sent.
+    async fn acquire_in_redis(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        lease: Duration,
+        try_once: bool,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<(u64, Instant), LockError> {
+        let inner = &self.locker.inner;
+        let mut ghost = GhostGuard {
+            locker: &self.locker,
+            keys,
+            token,
+            armed: false,
+        };
+        let mut subscription: Option<Subscription> = None;
+        loop {
+            let notify = subscription.as_ref().map(|s| s.notify.clone());
+            let mut notified = notify.as_deref().map(|n| Box::pin(n.notified()));
+            if let Some(n) = notified.as_mut() {
+                // Registered before the attempt, so a release between the attempt and the sleep
+                // still wakes us.
+                n.as_mut().enable();
+            }
+            let sent_at = Instant::now();
+            ghost.armed = true;
+            let attempt = self.attempt(keys, token, lease, deadline).await?;
+            ghost.armed = false;
+            let ttl = match attempt {
+                Attempt::Acquired { fence } => return Ok((fence, sent_at)),
+                Attempt::Held { ttl } => ttl,
+            };
+            let now = Instant::now();
+            let remaining = deadline.map(|d| d.saturating_duration_since(now));
+            if try_once || remaining.is_some_and(|r| r.is_zero()) {
+                return Err(self.busy(started, ttl));
+            }
+            if subscription.is_none() {
+                let limit = inner
+                    .settings
+                    .command_timeout
+                    .min(remaining.unwrap_or(Duration::MAX));
+                subscription = Some(inner.waiters.subscribe(&keys.channel, limit).await);
+                // Try again at once: the holder may have released before we subscribed.
+                continue;
+            }
+            let mut sleep = jitter(inner.settings.fallback_retry);
+            if let Some(ttl) = ttl {
+                sleep = sleep.min(ttl + Duration::from_millis(1));
+            }
+            if let Some(remaining) = remaining {
+                sleep = sleep.min(remaining);
+            }
+            tracing::trace!(?ttl, ?sleep, "waiting for release");
+            match notified {
+                Some(n) => {
+                    tokio::select! {
+                        _ = n => {}
+                        _ = tokio::time::sleep(sleep) => {}
+                    }
+                }
+                None => tokio::time::sleep(sleep).await,
+            }
+        }
+    }
+
+    /// One acquire call, retried with the same token (idempotent) on connection errors and
+    /// transient server states while the deadline allows.
+    async fn attempt(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt, LockError> {
+        let inner = &self.locker.inner;
+        let retention = inner.settings.fence_retention.max(lease * 2);
+        let mut backoff = Duration::from_millis(20);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let mut conn = inner.conn.clone();
+            let reply: redis::RedisResult<(i64, i64)> = scripts::ACQUIRE
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(lease_ms(lease))
+                .arg(lease_ms(retention))
+                .invoke_async(&mut conn)
+                .await;
+            match reply {
+                Ok((1, fence)) => {
+                    return Ok(Attempt::Acquired {
+                        fence: u64::try_from(fence).unwrap_or(0),
+                    })
+                }
+                Ok((_, pttl)) => {
+                    return Ok(Attempt::Held {
+                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                    })
+                }
+                Err(error) => {
+                    let retry_at = Instant::now() + backoff;
+                    let in_time = deadline.is_none_or(|d| retry_at < d);
+                    if is_transient(&error) && (tries < 2 || in_time) {
+                        tracing::debug!(%error, "acquire failed; retrying with the same token");
+                        tokio::time::sleep_until(retry_at).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(1));
+                        continue;
+                    }
+                    return Err(LockError::backend(&self.key, error));
+                }
+            }
+        }
+    }
+}
+
+/// Errors after which the same attempt may succeed: lost connections, timeouts, a server that
+/// is loading, busy with a script, or a cluster in transition.
+fn is_transient(error: &redis::RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_dropped()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || matches!(
+            error.code(),
+            Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+        )
+}
+
+/// Cleans up after an acquire command whose outcome is unknown (it failed or was cancelled
+/// while in flight): it may still run on the server and take the lock.
+struct GhostGuard<'a> {
+    locker: &'a Locker,
+    keys: &'a RedisKeys,
+    token: &'a str,
+    armed: bool,
+}
+
+impl Drop for GhostGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.locker.inner.releaser.send(ReleaseJob::Ghost {
+                keys: self.keys.clone(),
+                token: self.token.to_owned(),
+            });
+        }
+    }
+}
+
+/// 128 random bits from the thread-local CSPRNG, as 32 hex digits.
+pub(crate) fn new_token() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// `base` scaled by a random factor in [0.75, 1.25].
+fn jitter(base: Duration) -> Duration {
+    base.mul_f64(0.75 + rand::random::<f64>() * 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_and_unique() {
+        let tokens: std::collections::HashSet<String> = (0..100_000).map(|_| new_token()).collect();
+        assert_eq!(tokens.len(), 100_000);
+        assert!(tokens.iter().all(|t| t.len() == 32));
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..1000 {
+            let j = jitter(Duration::from_millis(1000));
+            assert!(j >= Duration::from_millis(750) && j <= Duration::from_millis(1250));
+        }
+    }
+}

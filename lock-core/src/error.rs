@@ -1,0 +1,164 @@
+//! The error type of every fallible operation of the kit.
+
+use std::time::Duration;
+
+/// Why a lock operation failed.
+///
+/// Contention ([`Busy`](Self::Busy)) and infrastructure failure ([`Backend`](Self::Backend)) are
+/// always distinct: a Redis error never turns into `Busy`, and a release of a lock that had
+/// expired reports [`Lost`](Self::Lost).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The lock was held by another owner for the whole `wait`.
+    #[error("lock `{key}` is busy (waited {waited:?})")]
+    Busy {
+        /// The user's key.
+        key: String,
+        /// How long the acquire waited before giving up.
+        waited: Duration,
+        /// The holder's remaining lease at the last attempt, when Redis reported one.
+        holder_ttl: Option<Duration>,
+    },
+    /// The lock is no longer ours: its lease ran out, or another owner took it over.
+    #[error("lock `{key}` was lost")]
+    Lost {
+        /// The user's key.
+        key: String,
+    },
+    /// The key is not a valid lock key.
+    #[error("invalid lock key {key:?}: {reason}")]
+    InvalidKey {
+        /// The rejected key, cut to its first 64 characters.
+        key: String,
+        /// What is wrong with it.
+        reason: InvalidKeyReason,
+    },
+    /// A setting or an argument is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The lock key exists in Redis with a type the kit never writes (a hash, a list, ...).
+    #[error(
+        "redis key of lock `{key}` holds a value of another type; the kit never overwrites it"
+    )]
+    WrongType {
+        /// The user's key.
+        key: String,
+    },
+    /// Redis was unreachable, timed out, or answered with an error.
+    #[error("redis error on lock `{key}`: {source}")]
+    Backend {
+        /// The user's key, or `""` for operations that concern no single key.
+        key: String,
+        /// The error of the Redis client.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// `#[distributed_lock]` named no locker and no global one was set with
+    /// [`Locker::set_global`](crate::Locker::set_global).
+    #[error("no locker configured: call Locker::set_global(..) at start-up or pass `locker = ..`")]
+    NotConfigured,
+}
+
+/// What is wrong with a lock key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidKeyReason {
+    /// The key is empty.
+    #[error("the key is empty")]
+    Empty,
+    /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
+    #[error("the key is longer than {} bytes", crate::MAX_KEY_LEN)]
+    TooLong,
+}
+
+/// A configuration value or call argument that the kit refuses before talking to Redis.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The Redis URL does not parse.
+    #[error("invalid redis url: {0}")]
+    Url(#[source] redis::RedisError),
+    /// No Redis URL was given to the builder.
+    #[error("no redis url: call .url(..) on the builder")]
+    MissingUrl,
+    /// The key prefix contains `{` or `}` (it would pick the cluster hash slot) or is too long.
+    #[error("invalid key prefix {prefix:?}: it must be at most 128 bytes without `{{` or `}}`")]
+    Prefix {
+        /// The rejected prefix.
+        prefix: String,
+    },
+    /// A lease below one millisecond, or above what Redis accepts.
+    #[error("invalid lease {lease:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
+    Lease {
+        /// The rejected lease.
+        lease: Duration,
+    },
+    /// A watchdog lease too short to be renewed in time (under 30 ms) or too long for Redis.
+    #[error("invalid watchdog lease {lease:?}: it must be between 30 ms and {max:?}", max = crate::MAX_LEASE)]
+    WatchdogLease {
+        /// The rejected lease.
+        lease: Duration,
+    },
+    /// An extension of a lease by zero or by more than Redis accepts.
+    #[error("invalid extension {by:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
+    Extend {
+        /// The rejected extension.
+        by: Duration,
+    },
+}
+
+impl LockError {
+    /// `true` when the lock was held by someone else for the whole wait.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy { .. })
+    }
+
+    /// `true` when the lock had been lost.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// `true` when Redis was unreachable or failed (not contention, not bad input).
+    pub fn is_backend(&self) -> bool {
+        matches!(self, Self::Backend { .. })
+    }
+
+    /// `true` when a Redis command or connection attempt timed out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Backend { source, .. } if source.is_timeout())
+    }
+
+    /// For [`Busy`](Self::Busy): how long the current holder's lease still runs, a sensible
+    /// hint for a `Retry-After` header.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Busy { holder_ttl, .. } => *holder_ttl,
+            _ => None,
+        }
+    }
+
+    /// The user's key this error concerns, if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::Busy { key, .. }
+            | Self::Lost { key }
+            | Self::InvalidKey { key, .. }
+            | Self::WrongType { key } => Some(key),
+            Self::Backend { key, .. } if !key.is_empty() => Some(key),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn backend(key: &str, source: redis::RedisError) -> Self {
+        if source.code() == Some("WRONGTYPE") {
+            return Self::WrongType {
+                key: key.to_owned(),
+            };
+        }
+        Self::Backend {
+            key: key.to_owned(),
+            source,
+        }
+    }
+}

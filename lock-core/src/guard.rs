@@ -1,0 +1,204 @@
+//! [`LockGuard`]: proof of holding a lock, and the way to give it back.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{ConfigError, LockError};
+use crate::held::{Held, LeaseMode};
+use crate::locker::{Locker, MAX_LEASE};
+use crate::release::{self, ReleaseJob};
+use crate::watchdog;
+
+/// A held lock. Release it with [`release`](Self::release); dropping it releases in the
+/// background.
+///
+/// A guard of a reentrant (nested) acquire shares the lock with the outer guard: releasing it
+/// only decrements the nesting depth, and the Redis key is released with the outermost guard.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+/// let guard = locker.lock("inventory:42").await?;
+/// let token = guard.fencing_token(); // pass it to the database with the write
+/// tokio::select! {
+///     _ = guard.lost() => { /* stop: someone else may hold it now */ }
+///     _ = async { /* the critical section */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    locker: Locker,
+    held: Arc<Held>,
+    released: bool,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.held.key)
+            .field("fencing_token", &self.held.fence)
+            .field("depth", &self.held.depth())
+            .field("held", &self.is_held())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What giving up one guard means for the lock.
+enum Unhold {
+    Nested,
+    Outermost,
+}
+
+impl LockGuard {
+    pub(crate) fn new(locker: Locker, held: Arc<Held>) -> Self {
+        Self {
+            locker,
+            held,
+            released: false,
+        }
+    }
+
+    /// The user's key.
+    pub fn key(&self) -> &str {
+        &self.held.key
+    }
+
+    /// The fencing token of this acquisition: strictly greater than every token issued before
+    /// for the same key (nested guards share their outer guard's token). Hand it to the
+    /// resource you protect and let it reject writes that carry a smaller token than one it has
+    /// already seen: that stops a holder that lost its lock without knowing it.
+    pub fn fencing_token(&self) -> u64 {
+        self.held.fence
+    }
+
+    /// Whether the lock is still ours as far as this process knows: not marked lost, and its
+    /// last confirmed lease has not run out. No Redis round trip.
+    pub fn is_held(&self) -> bool {
+        !self.held.is_lost()
+    }
+
+    /// How long the lock is certainly ours without a further renewal (local estimate, with a
+    /// safety margin for clock drift).
+    pub fn remaining(&self) -> Duration {
+        self.held
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Resolves when the lock is lost: a renewal found another owner or no key, renewals
+    /// failed until the lease ran out, a fixed lease expired, or `max_hold` passed. Use it in
+    /// `tokio::select!` to stop work that must not continue without the lock.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn lost(&self) {
+        self.held.lost().await;
+    }
+
+    /// Sets the lock's remaining lease to `by` from now, if it is still ours. For a watchdog
+    /// lock the watchdog takes over again at its next tick.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock is no longer ours, [`LockError::Config`] for a
+    /// duration under 1 ms, [`LockError::Backend`] when Redis fails.
+    pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
+        if by < Duration::from_millis(1) || by > MAX_LEASE {
+            return Err(ConfigError::Extend { by }.into());
+        }
+        if self.held.is_lost() {
+            return Err(self.lost_error());
+        }
+        let mut conn = self.locker.inner.conn.clone();
+        let sent_at = Instant::now();
+        let flags = watchdog::renew(&mut conn, std::slice::from_ref(&self.held), by)
+            .await
+            .map_err(|e| LockError::backend(&self.held.key, e))?;
+        if flags.first() == Some(&1) {
+            self.held.confirm_extension(sent_at, by);
+            Ok(())
+        } else {
+            self.held
+                .mark_lost("extension found another owner or no key");
+            Err(self.lost_error())
+        }
+    }
+
+    /// Releases the lock (or, for a nested guard, leaves it to the outer one).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock had been lost before the release (its key, if it
+    /// holds someone else's token, is left untouched); [`LockError::Backend`] when Redis
+    /// failed, in which case the key expires with its lease.
+    pub async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        if let Unhold::Nested = self.unhold() {
+            return Ok(());
+        }
+        let held = &self.held;
+        let was_lost = held.is_lost();
+        let mut conn = self.locker.inner.conn.clone();
+        let result = release::release_token(&mut conn, &held.keys, &held.token).await;
+        drop(held.take_permit());
+        match result {
+            Ok(true) if !was_lost => {
+                tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
+                Ok(())
+            }
+            Ok(_) => {
+                held.mark_lost("released after it had been lost");
+                Err(self.lost_error())
+            }
+            Err(error) => Err(LockError::backend(&held.key, error)),
+        }
+    }
+
+    fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            key: self.held.key.clone(),
+        }
+    }
+
+    /// Gives up this guard's share of the lock; on the outermost one the lock stops being
+    /// renewed and reentrant.
+    fn unhold(&self) -> Unhold {
+        let mut holder = self.held.slot.holder();
+        if self.held.depth.fetch_sub(1, Ordering::AcqRel) > 1 {
+            return Unhold::Nested;
+        }
+        if holder.as_ref().is_some_and(|h| Arc::ptr_eq(h, &self.held)) {
+            *holder = None;
+        }
+        drop(holder);
+        if let LeaseMode::Watchdog { .. } = self.held.mode {
+            self.locker.inner.watchdog.remove(self.held.id);
+        }
+        Unhold::Outermost
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        if let Unhold::Outermost = self.unhold() {
+            // Never blocks, never panics, with or without a runtime.
+            let _ = self
+                .locker
+                .inner
+                .releaser
+                .send(ReleaseJob::Held(self.held.clone()));
+        }
+    }
+}

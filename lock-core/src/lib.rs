@@ -1,0 +1,126 @@
+//! Distributed locks on Redis for tokio: reentrant per task, renewed by a watchdog,
+//! woken by pub/sub, with lost-lock detection and fencing tokens.
+//!
+//! Several instances of a service must not run the same read-modify-write at once (read stock
+//! = 1, decrement, sell): an in-process `Mutex` cannot stop the other instances, a lock in the
+//! shared Redis can.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::{LockError, Locker};
+//!
+//! # async fn demo() -> Result<(), LockError> {
+//! let locker = Locker::connect("redis://127.0.0.1:6379").await?;
+//! let guard = locker.lock("inventory:42").wait(Duration::from_secs(3)).await?;
+//! // Only one task in all instances runs here for "inventory:42".
+//! let fence = guard.fencing_token(); // give it to the database with the write
+//! guard.release().await?;
+//! # let _ = fence;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Behaviour
+//!
+//! - **Atomic acquire, owner-checked release.** Acquire is one Lua script (`SET NX PX` plus
+//!   the fencing token); every lock value is a fresh 128-bit random token, and release and
+//!   renewal act only when the key still holds that token.
+//! - **Reentrant per task.** A task holding a key that asks for it again gets a nested guard at
+//!   once, without a Redis round trip; the key is released with the outermost guard. The owner
+//!   is the tokio task (or, outside any task, the thread running `block_on`). Sharp edge:
+//!   futures joined inside one task (`join!`, `select!`) are one owner, so they do not exclude
+//!   each other; a task spawned by the holder is another owner and waits.
+//! - **Waiting without polling.** A waiter subscribes to the key's release channel (one pub/sub
+//!   connection per [`Locker`] for all keys) and sleeps until a release message, the holder's
+//!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
+//!   Local waiters of one key queue first come, first served, so only one task per process
+//!   contends in Redis.
+//! - **Watchdog.** A lock without an explicit lease gets the watchdog lease (30 s) and one
+//!   background task per locker renews all such locks every third of it, in one round trip.
+//! - **Loss detection.** A renewal that finds another owner, or renewals failing until the
+//!   last confirmed lease ends (monotonic clock, 1 % safety margin), marks the guard lost:
+//!   [`LockGuard::lost`] resolves and [`LockGuard::release`] returns [`LockError::Lost`].
+//! - **Fencing tokens.** See below.
+//!
+//! # Fencing tokens
+//!
+//! [`LockGuard::fencing_token`] is read atomically with the acquire: it is the Redis server's
+//! clock in microseconds, or the previous token of the key plus one when that is larger. The
+//! previous token is kept in a companion key that expires [`fence_retention`] (1 hour by
+//! default) after the key's last acquire, so idle keys leave nothing behind. Guarantee: on
+//! one Redis server, tokens of one key strictly increase across holders, as long as the
+//! server's clock does not step back by more than the retention while the counter is gone.
+//! What it cannot give: after a failover that lost the last writes, the new primary may issue
+//! a token equal to or lower than one issued just before the failover (if its clock lags);
+//! with reasonable clock sync the clock term keeps it increasing.
+//!
+//! [`fence_retention`]: LockerBuilder::fence_retention
+//!
+//! # Redis data model (for ACLs)
+//!
+//! For a user key `k`, with `h` the first 16 hex digits of SHA-1(`k`) and `p` the prefix
+//! (`lock:` by default): `p{h}:lock:k` (string, the holder's token), `p{h}:fence:k` (string,
+//! the last fencing token) and the channel `p{h}:released:k`. Commands: `EVALSHA`, `EVAL`,
+//! `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`; inside scripts `SET`, `GET`,
+//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`. A minimal ACL:
+//! `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists +subscribe
+//! +unsubscribe +ping +set +get +del +pexpire +pttl +time +type +publish`. Without channel
+//! rights locks still work; waiters then rely on TTLs and the fallback retry.
+//!
+//! # What a Redis lock does not protect against
+//!
+//! A primary that fails over before the lock key replicated can grant the lock twice; a
+//! process pause longer than the lease lets a second holder in before the first notices. Use
+//! the fencing token (or a conditional write) where a double holder would corrupt data, and
+//! keep database constraints (unique indexes, conditional updates) as the last line.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod acquire;
+mod error;
+mod guard;
+mod held;
+mod key;
+mod locker;
+mod reentrancy;
+mod release;
+mod scripts;
+mod waiters;
+mod watchdog;
+
+#[doc(hidden)]
+pub mod __private {
+    //! Support for generated code.
+    pub use crate::private::*;
+}
+mod private;
+
+pub use acquire::{Acquire, AcquireFuture};
+pub use error::{ConfigError, InvalidKeyReason, LockError};
+pub use guard::LockGuard;
+pub use key::MAX_KEY_LEN;
+pub use locker::{Locker, LockerBuilder, MAX_LEASE};
+
+/// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
+#[cfg(feature = "macros")]
+#[doc(inline)]
+pub use lock_macros::distributed_lock;
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+
+    fn is_send<T: Send>() {}
+    fn is_sync<T: Sync>() {}
+
+    #[test]
+    fn bounds() {
+        is_send::<Locker>();
+        is_sync::<Locker>();
+        is_send::<LockGuard>();
+        is_sync::<LockGuard>();
+        is_send::<AcquireFuture>();
+        is_send::<Acquire>();
+        is_send::<LockError>();
+        is_sync::<LockError>();
+    }
+}

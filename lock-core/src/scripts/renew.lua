@@ -1,0 +1,23 @@
+-- Renew a batch of locks, each only if it is still held by the given token.
+--
+-- KEYS[i]    the lock keys
+-- ARGV[1]    the new lease in milliseconds (>= 1; PEXPIRE with 0 or less would delete the key)
+-- ARGV[i+1]  the token expected in KEYS[i]
+--
+-- Returns an array with one entry per key: 1 renewed, 0 not held by that token (expired,
+-- deleted, taken over, or a key of another type).
+local lease = tonumber(ARGV[1])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lock lease must be at least 1 ms')
+end
+local result = {}
+for i, key in ipairs(KEYS) do
+  local ok, current = pcall(redis.call, 'GET', key)
+  if ok and current == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, lease)
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result

@@ -1,0 +1,242 @@
+//! Release notifications: one pub/sub connection per `Locker` serves every waiter of every key.
+//!
+//! A waiter subscribes to its key's release channel (reference-counted: the first waiter of a
+//! channel sends SUBSCRIBE, the last one to leave sends UNSUBSCRIBE), then sleeps on a
+//! [`Notify`] that the listener task wakes when a release message arrives. All SUBSCRIBE and
+//! UNSUBSCRIBE commands go through the listener's queue, in order, so an unsubscribe can never
+//! overtake a newer subscribe of the same channel. After a reconnect the listener subscribes
+//! every live channel again and wakes every waiter, since messages may have been missed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug)]
+struct Channel {
+    refs: usize,
+    notify: Arc<Notify>,
+    /// `true` once the listener has handled the first SUBSCRIBE (successfully or not).
+    settled: watch::Sender<bool>,
+}
+
+#[derive(Debug)]
+enum Command {
+    Subscribe(String),
+    Unsubscribe(String),
+}
+
+#[derive(Debug)]
+struct Shared {
+    channels: Mutex<HashMap<String, Channel>>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Shared {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The release-notification hub of one `Locker`.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiters {
+    shared: Arc<Shared>,
+}
+
+/// One waiter's interest in a release channel; unsubscribes with the last holder.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    pub(crate) notify: Arc<Notify>,
+}
+
+impl Waiters {
+    /// Starts the listener task; it stops when `shutdown` is cancelled.
+    pub(crate) fn start(
+        client: redis::Client,
+        timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            channels: Mutex::new(HashMap::new()),
+            commands: tx,
+        });
+        tokio::spawn(listen(client, timeout, shared.clone(), rx, shutdown));
+        Self { shared }
+    }
+
+    /// Subscribes to `channel` and waits (at most `limit`) until the subscription is in place, so
+    /// that a release after this returns is not missed.
+    pub(crate) async fn subscribe(&self, channel: &str, limit: Duration) -> Subscription {
+        let (notify, mut settled) = {
+            let mut channels = self.shared.channels();
+            let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
+                let _ = self
+                    .shared
+                    .commands
+                    .send(Command::Subscribe(channel.to_owned()));
+                Channel {
+                    refs: 0,
+                    notify: Arc::new(Notify::new()),
+                    settled: watch::Sender::new(false),
+                }
+            });
+            entry.refs += 1;
+            (entry.notify.clone(), entry.settled.subscribe())
+        };
+        let subscription = Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            notify,
+        };
+        let _ = tokio::time::timeout(limit, settled.wait_for(|s| *s)).await;
+        subscription
+    }
+
+    /// Number of channels this locker is subscribed to (for tests and metrics).
+    pub(crate) fn channel_count(&self) -> usize {
+        self.shared.channels().len()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.shared.channels();
+        if let Some(entry) = channels.get_mut(&self.channel) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                channels.remove(&self.channel);
+                let _ = self
+                    .shared
+                    .commands
+                    .send(Command::Unsubscribe(self.channel.clone()));
+            }
+        }
+    }
+}
+
+async fn listen(
+    client: redis::Client,
+    timeout: Duration,
+    shared: Arc<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
+        };
+        let (mut sink, mut stream) = match connected {
+            Ok(Ok(pubsub)) => pubsub.split(),
+            failed => {
+                let error = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "connect timed out".to_owned(),
+                };
+                tracing::debug!(%error, "pub/sub connection failed; waiters fall back to polling");
+                settle_all(&shared);
+                // Drain queued commands: there is no connection to send them on, and the
+                // resubscription after connecting covers every live channel.
+                while commands.try_recv().is_ok() {}
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(20);
+        while commands.try_recv().is_ok() {}
+        let live: Vec<String> = shared.channels().keys().cloned().collect();
+        if !live.is_empty() {
+            match tokio::time::timeout(timeout, sink.subscribe(&live)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "cannot subscribe to release channels"),
+                Err(_) => continue,
+            }
+        }
+        settle_all(&shared);
+        wake_all(&shared);
+
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                message = stream.next() => match message {
+                    Some(message) => {
+                        let channel = message.get_channel_name();
+                        if let Some(entry) = shared.channels().get(channel) {
+                            entry.notify.notify_waiters();
+                        }
+                    }
+                    None => break,
+                },
+                command = commands.recv() => {
+                    let Some(command) = command else { return };
+                    let ok = match command {
+                        Command::Subscribe(channel) => {
+                            let wanted = shared.channels().contains_key(&channel);
+                            let result = if wanted {
+                                tokio::time::timeout(timeout, sink.subscribe(&channel)).await
+                            } else {
+                                Ok(Ok(()))
+                            };
+                            if let Some(entry) = shared.channels().get(&channel) {
+                                entry.settled.send_replace(true);
+                            }
+                            report(result, "subscribe")
+                        }
+                        Command::Unsubscribe(channel) => {
+                            if shared.channels().contains_key(&channel) {
+                                true
+                            } else {
+                                report(
+                                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
+                                    "unsubscribe",
+                                )
+                            }
+                        }
+                    };
+                    if !ok {
+                        break;
+                    }
+                }
+            }
+        }
+        tracing::debug!("pub/sub connection lost; reconnecting");
+    }
+}
+
+/// Logs a failed (un)subscribe; `false` when the connection is unusable and must be replaced.
+fn report(result: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>, what: &str) -> bool {
+    match result {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => false,
+        Ok(Err(e)) => {
+            // NOPERM (ACL without channel rights) and the like: waiters poll instead.
+            tracing::warn!(error = %e, "{what} of a release channel failed");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn settle_all(shared: &Shared) {
+    for entry in shared.channels().values() {
+        entry.settled.send_replace(true);
+    }
+}
+
+fn wake_all(shared: &Shared) {
+    for entry in shared.channels().values() {
+        entry.notify.notify_waiters();
+    }
+}

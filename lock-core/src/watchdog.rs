@@ -1,0 +1,146 @@
+//! Lease renewal for every watchdog-managed lock of one `Locker`, by one background task.
+//!
+//! Every `lease / 3` the task renews all such locks at once: one `renew.lua` call per batch of
+//! up to [`BATCH`] keys, all batches sent together on the multiplexed connection, so a tick
+//! costs one round trip however many locks are held. A lock whose renewal reports another owner
+//! (or no key) is marked lost at once; when renewals fail (Redis unreachable), the lock turns
+//! lost by itself when its last confirmed lease runs out (see `Held::lost`). Locks past their
+//! `max_hold` are no longer renewed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::held::Held;
+use crate::scripts;
+
+/// Most keys renewed by one script call.
+pub(crate) const BATCH: usize = 500;
+
+/// The locks the watchdog keeps alive, and counters for tests and metrics.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    locks: Mutex<HashMap<u64, Arc<Held>>>,
+    /// Renewal script calls sent so far.
+    pub(crate) renew_calls: AtomicU64,
+    /// Ticks that renewed at least one lock.
+    pub(crate) busy_ticks: AtomicU64,
+}
+
+impl Watchdog {
+    fn locks(&self) -> MutexGuard<'_, HashMap<u64, Arc<Held>>> {
+        self.locks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn insert(&self, held: Arc<Held>) {
+        self.locks().insert(held.id, held);
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        self.locks().remove(&id);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.locks().len()
+    }
+
+    /// Starts the renewal task; it ends when `shutdown` is cancelled.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        conn: ConnectionManager,
+        lease: Duration,
+        shutdown: CancellationToken,
+    ) {
+        let watchdog = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(lease / 3);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = ticks.tick() => watchdog.tick(&conn).await,
+                }
+            }
+        });
+    }
+
+    async fn tick(&self, conn: &ConnectionManager) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.locks().retain(|_, held| {
+            if held.is_lost() {
+                held.mark_lost("lease ran out before it was renewed");
+                return false;
+            }
+            if let Some(lease) = held.wants_renewal(now) {
+                due.push((held.clone(), lease));
+            }
+            true
+        });
+        if due.is_empty() {
+            return;
+        }
+        self.busy_ticks.fetch_add(1, Ordering::Relaxed);
+        // All watchdog locks share the locker's lease; group by lease anyway to stay correct.
+        let mut by_lease: HashMap<Duration, Vec<Arc<Held>>> = HashMap::new();
+        for (held, lease) in due {
+            by_lease.entry(lease).or_default().push(held);
+        }
+        let batches = by_lease.into_iter().flat_map(|(lease, locks)| {
+            locks
+                .chunks(BATCH)
+                .map(|chunk| (lease, chunk.to_vec()))
+                .collect::<Vec<_>>()
+        });
+        let calls = batches.map(|(lease, chunk)| {
+            let mut conn = conn.clone();
+            self.renew_calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let sent_at = Instant::now();
+                let result = renew(&mut conn, &chunk, lease).await;
+                (chunk, lease, sent_at, result)
+            }
+        });
+        for (chunk, lease, sent_at, result) in futures_util::future::join_all(calls).await {
+            match result {
+                Ok(flags) => {
+                    for (held, renewed) in chunk.iter().zip(flags) {
+                        if renewed == 1 {
+                            held.confirm(sent_at, lease);
+                        } else {
+                            held.mark_lost("renewal found another owner or no key");
+                            self.remove(held.id);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
+                }
+            }
+        }
+    }
+}
+
+/// Renews `locks` with `lease`; one flag per lock, 1 = renewed.
+pub(crate) async fn renew(
+    conn: &mut ConnectionManager,
+    locks: &[Arc<Held>],
+    lease: Duration,
+) -> redis::RedisResult<Vec<i64>> {
+    let mut invocation = scripts::RENEW.prepare_invoke();
+    invocation.arg(lease_ms(lease));
+    for held in locks {
+        invocation.key(&held.keys.lock).arg(&held.token);
+    }
+    invocation.invoke_async(conn).await
+}
+
+/// A lease in whole milliseconds, never 0 (`PEXPIRE 0` would delete the key).
+pub(crate) fn lease_ms(lease: Duration) -> u64 {
+    u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
+}
