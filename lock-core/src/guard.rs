@@ -135,6 +135,11 @@ impl LockGuard {
 
     /// Releases the lock (or, for a nested guard, leaves it to the outer one).
     ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before Redis answered, the release is finished in the
+    /// background, as when the guard is dropped.
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock had been lost before the release (its key, if it
@@ -148,7 +153,13 @@ impl LockGuard {
         let held = &self.held;
         let was_lost = held.is_lost();
         let mut conn = self.locker.inner.conn.clone();
+        // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
+        let mut pending = PendingRelease {
+            locker: &self.locker,
+            held: Some(held.clone()),
+        };
         let result = release::release_token(&mut conn, &held.keys, &held.token).await;
+        pending.held = None;
         drop(held.take_permit());
         match result {
             Ok(true) if !was_lost => {
@@ -199,6 +210,20 @@ impl Drop for LockGuard {
                 .inner
                 .releaser
                 .send(ReleaseJob::Held(self.held.clone()));
+        }
+    }
+}
+
+/// Hands an interrupted release to the background releaser.
+struct PendingRelease<'a> {
+    locker: &'a Locker,
+    held: Option<Arc<Held>>,
+}
+
+impl Drop for PendingRelease<'_> {
+    fn drop(&mut self) {
+        if let Some(held) = self.held.take() {
+            let _ = self.locker.inner.releaser.send(ReleaseJob::Held(held));
         }
     }
 }

@@ -48,7 +48,17 @@ where
     E: From<LockError>,
 {
     let result = match on_lost {
-        OnLost::Continue => body.await,
+        OnLost::Continue => {
+            let mut body = std::pin::pin!(body);
+            tokio::select! {
+                biased;
+                result = body.as_mut() => result,
+                () = guard.lost() => {
+                    tracing::warn!(key = guard.key(), "lock lost while the locked fn runs; on_lost = \"continue\" lets it finish");
+                    body.await
+                }
+            }
+        }
         OnLost::Abort => {
             tokio::select! {
                 biased;

@@ -1,8 +1,201 @@
-//! placeholder until the macro lands
-use proc_macro::TokenStream;
+//! The `#[distributed_lock]` attribute of the Redis lock kit.
+//!
+//! Use it through `lock-core`, which re-exports it under its default `macros` feature (the way
+//! `tokio` re-exports `tokio::main`): `use lock_core::distributed_lock;`. All documentation is
+//! on [`distributed_lock`].
 
-/// Placeholder.
+mod attr;
+mod expand;
+mod key;
+
+/// Runs an async fn under a distributed lock on Redis.
+///
+/// The lock is acquired before the body runs and released after it on every path: `Ok`,
+/// `Err`, early `return`, `?`, a panic or a dropped future (the last two release in the
+/// background). A failure to lock (busy, Redis down, no locker) becomes the fn's error through
+/// `From<LockError>`, and the body does not run.
+///
+/// # Examples
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, LockError, Locker};
+///
+/// #[derive(Debug)]
+/// enum AppError {
+///     Lock(LockError),
+///     OutOfStock,
+/// }
+///
+/// impl From<LockError> for AppError {
+///     fn from(error: LockError) -> Self {
+///         Self::Lock(error)
+///     }
+/// }
+///
+/// struct Inventory {
+///     locker: Locker,
+///     // db: Pool, ...
+/// }
+///
+/// impl Inventory {
+///     /// Only one instance of the service runs this at a time for a given `sku_id`.
+///     #[distributed_lock(key = "inventory:<sku_id>", wait = "3s", locker = self.locker)]
+///     async fn reserve(&self, sku_id: u64, qty: u32) -> Result<u32, AppError> {
+///         let stock = 10; // read the stock
+///         if stock < qty {
+///             return Err(AppError::OutOfStock); // the lock is released here too
+///         }
+///         // write stock - qty
+///         Ok(stock - qty)
+///     }
+/// }
+///
+/// # async fn demo() -> Result<(), AppError> {
+/// let inventory = Inventory { locker: Locker::connect("redis://127.0.0.1:6379").await? };
+/// inventory.reserve(42, 1).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Options
+///
+/// | option | meaning | default |
+/// |---|---|---|
+/// | `key = "inventory:<sku_id>"` | the key template (below) | required |
+/// | `wait = "3s"` | how long to wait for the lock; `"0s"` tries once | the locker's `default_wait` (30 s) |
+/// | `lease = "10s"` | a fixed lease, at least `1ms`: the lock expires after it and is never renewed | watchdog lease, renewed while the body runs |
+/// | `locker = <expr>` | the `Locker` to use: any expression of type `Locker`, `&Locker` or `Arc<Locker>` (anything `AsRef<Locker>`), e.g. `self.locker` or `state.locker` | `Locker::global()` |
+/// | `on_lost = "abort"` or `"continue"` | what happens when the lock is lost while the body runs (below) | `"abort"` |
+/// | `crate = "path"` | the path of lock-core, when it is renamed in `Cargo.toml` | `::lock_core` |
+///
+/// Durations are [humantime](https://docs.rs/humantime) strings: `"250ms"`, `"3s"`, `"1m 30s"`.
+/// A malformed duration, a zero lease, an unknown or repeated option are compile errors.
+///
+/// # The key template
+///
+/// Literal text with placeholders: `<name>` is a parameter of the fn, `<name.field.sub>` a
+/// field of one (tuple fields too: `<pair.0>`), `<self.field>` a field of the receiver. Each
+/// placeholder is formatted with `Display`, so `key = "order:<order.id>"` for `order.id == 7`
+/// locks `"order:7"`. Write `<<` for a literal `<` (a `>` outside a placeholder is literal).
+/// A placeholder that names no parameter is a compile error that lists the parameters.
+///
+/// # When the lock is lost: `on_lost`
+///
+/// The kit can learn while the body runs that the lock is no longer ours: the watchdog's
+/// renewal found another owner or no key, or renewals failed until the lease ran out (Redis
+/// unreachable, a long pause). From that moment another process may hold the lock and be
+/// writing.
+///
+/// - `on_lost = "abort"` (the default) stops the body at its next `.await` (its future is
+///   dropped) and the fn returns `LockError::Lost` converted into its error type.
+/// - `on_lost = "continue"` lets the body finish; the release then fails and a `tracing`
+///   warning is logged, and the body's result is returned.
+///
+/// Abort is the default because the lock exists for correctness: once another holder may have
+/// come in, every further write of this body is a write without mutual exclusion, exactly the
+/// race the lock was taken to prevent. Stopping early turns a silent double write into an error
+/// the caller sees and can retry. Choose `"continue"` only for bodies that are safe to finish
+/// anyway (idempotent work, or writes guarded by a fencing token or a conditional update), or
+/// where a half-done body would be worse than a duplicate. Aborting drops the body's future at
+/// an `.await`, so a body whose partial effects matter should be written with that in mind (a
+/// transaction that is not committed rolls back). Neither mode can stop a write that is already
+/// in flight: for that, pass the guard's fencing token to the database (use `Locker::lock`
+/// directly to get the guard).
+///
+/// # Requirements on the fn
+///
+/// - It is `async` (or an `#[async_trait]` method: put `#[distributed_lock]` on the method
+///   inside the `#[async_trait] impl`).
+/// - It returns `Result<T, E>` (or an alias of it) where `E: From<LockError>`
+///   (`anyhow::Error` qualifies).
+///
+/// It works on free fns, `&self` / `&mut self` / `self` methods, trait impl methods, generic
+/// fns, fns with `impl Trait` arguments and lifetimes. Docs, attributes, visibility and `where`
+/// clauses are kept, and `#[tracing::instrument]` can stand above or below it. The returned
+/// future is `Send` when the body's is.
+///
+/// # Reentrancy
+///
+/// Locks are reentrant per tokio task: a locked fn that calls another locked fn with the same
+/// key (on the same locker) gets the lock at once without a Redis round trip, and the key is
+/// released when the outer fn returns. Futures joined inside one task (`join!`, `select!`) are
+/// one owner and do not exclude each other; spawn tasks to get separate owners.
+///
+/// # Equivalent code without the macro
+///
+/// The example above expands to about this (the real expansion uses hidden helpers in
+/// `lock_core::__private`, absolute paths, and a return-type anchor so that type errors in the
+/// body are reported on your code):
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use lock_core::{LockError, Locker};
+/// # #[derive(Debug)] enum AppError { Lock(LockError), OutOfStock }
+/// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { Self::Lock(e) } }
+/// # struct Inventory { locker: Locker }
+/// impl Inventory {
+///     async fn reserve(&self, sku_id: u64, qty: u32) -> Result<u32, AppError> {
+///         let locker: &Locker = &self.locker; // or Locker::global()?
+///         let guard = locker
+///             .lock(format!("inventory:{}", sku_id))
+///             .wait(Duration::from_secs(3))
+///             .await?;
+///         let body = async move {
+///             let stock = 10;
+///             if stock < qty {
+///                 return Err(AppError::OutOfStock);
+///             }
+///             Ok(stock - qty)
+///         };
+///         // on_lost = "abort": stop the body when the lock is lost.
+///         let result = tokio::select! {
+///             biased;
+///             result = body => result,
+///             () = guard.lost() => Err(AppError::from(LockError::Lost { key: guard.key().to_owned() })),
+///         };
+///         if let Err(error) = guard.release().await {
+///             tracing::warn!(%error, "lock release after the locked fn failed");
+///         }
+///         result
+///     }
+/// }
+/// ```
+///
+/// # Errors
+///
+/// Besides the body's own errors, the fn returns (converted with `From`):
+/// `LockError::Busy` when the lock stayed held by another owner for the whole `wait`,
+/// `LockError::Lost` when it was lost while the body ran (with `on_lost = "abort"`),
+/// `LockError::NotConfigured` when no `locker` is given and `Locker::set_global` was never
+/// called, `LockError::InvalidKey` for a formatted key that is empty or too long,
+/// `LockError::Backend` when Redis is unreachable or fails.
+///
+/// # Cancel safety
+///
+/// Dropping the fn's future while it waits for the lock gives up the wait and leaves nothing
+/// behind; dropping it while the body runs drops the body and releases the lock in the
+/// background.
+///
+/// # Panics
+///
+/// The generated code does not panic. A panic in the body unwinds through the guard, which
+/// releases the lock in the background.
+///
+/// # Compile errors
+///
+/// Each is reported on the offending token with what to write instead: a missing `key`; an
+/// unknown or repeated option; a value of the wrong kind (`wait = 5`); a malformed duration or
+/// a lease under 1 ms; an unclosed `<` or an empty `<>` in the template; a placeholder naming no
+/// parameter, or naming `self` in a fn without a receiver; a non-`async` fn; a fn without a
+/// return type. A body whose error type lacks `From<LockError>` is reported by rustc on the
+/// return type.
+///
+/// The doc examples are `no_run`: they need a Redis server. The crate's tests run the same
+/// shapes against a real `redis-server`.
 #[proc_macro_attribute]
-pub fn distributed_lock(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn distributed_lock(
+    attr: proc_macro::TokenStream,
+    item: proc_macro::TokenStream,
+) -> proc_macro::TokenStream {
+    expand::distributed_lock(attr.into(), item.into()).into()
 }

@@ -1,1 +1,139 @@
-//! placeholder
+//! A tower middleware that takes a distributed lock per request key: requests for the same
+//! key (the same SKU, account, order) run one at a time across every instance of a service
+//! that shares one Redis, requests for different keys run in parallel.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use axum::{extract::Path, routing::post, Router};
+//! use lock_core::Locker;
+//! use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom};
+//!
+//! async fn purchase(Path(sku): Path<String>, lock: HeldLock) -> String {
+//!     // Only one request for this SKU, in all instances, runs here at a time.
+//!     format!("bought {sku} (fencing token {})", lock.fencing_token())
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let locker = Locker::connect("redis://127.0.0.1:6379").await?;
+//! let app: Router = Router::new()
+//!     .route("/skus/{sku}/purchase", post(purchase))
+//!     .route_layer(
+//!         DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"))
+//!             .wait(Duration::ZERO), // fail fast with 409 (the default)
+//!     );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Behaviour
+//!
+//! - **Key.** A [`KeyExtractor`] names the lock of each request: any
+//!   `Fn(&Request<B>) -> Option<String>`, or a ready-made [`KeyFrom`] (axum path parameter,
+//!   header, query parameter, fixed key, each with an optional [`prefix`](KeyFrom::prefix)).
+//!   A request without a key passes unlocked, or is rejected with `400` under
+//!   [`MissingKey::Reject`]. An invalid key (empty, longer than [`lock_core::MAX_KEY_LEN`])
+//!   is rejected with `400`.
+//! - **Acquire.** The lock is taken in `call` (the key is only known with the request), with
+//!   the configured [`wait`](DistributedLockLayer::wait) (default zero: one attempt) and either
+//!   a fixed [`lease`](DistributedLockLayer::lease) or the locker's watchdog (default), which
+//!   renews the lock however long the handler runs. `poll_ready` is the inner service's.
+//! - **Rejections.** Every lock failure becomes a response, never an error, so the service
+//!   keeps the inner service's error type and works under axum's `Infallible` routers. By
+//!   default (see [`Rejection`]): contended, `409 Conflict` with `Retry-After` set to the
+//!   holder's remaining lease rounded up to whole seconds (at least 1; 1 when the lease is
+//!   unknown, e.g. another request of this process is still acquiring); Redis unavailable,
+//!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
+//!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or required-but-missing key,
+//!   `400 Bad Request`; any other lock error, `500`. Replace any of them with
+//!   [`reject_with`](DistributedLockLayer::reject_with).
+//! - **Holding.** The guard lives in the [`future::ResponseFuture`]: the lock is held until the
+//!   inner service's response future completes, i.e. until the axum handler has returned its
+//!   response. The body is then sent without the lock, which covers handlers that build their
+//!   whole body (`Json`, `String`, ...). For a body that streams work done under the lock,
+//!   [`HoldUntil::BodyEnd`] moves the guard into the [`LockedBody`], which holds it until the
+//!   body ends.
+//! - **Release.** At the end of the hold the layer releases the lock and waits for Redis to
+//!   confirm before it passes the response head (or the end of the body) on, so a client that
+//!   gets its response and at once sends the next request for the same key finds the key free.
+//!   That costs one Redis round trip per locked response; if Redis fails during the release,
+//!   the response still goes out (after the locker's `command_timeout` at worst) and the lock
+//!   expires with its lease. The release runs in a task of its own, so it completes even if
+//!   the response is dropped while waiting for it. A lock lost while the request held it is
+//!   logged as a warning.
+//!   When the response future or the body is dropped early (the client disconnected, an outer
+//!   timeout fired, the handler panicked), the guard is dropped with it and `lock_core`
+//!   releases it in the background at once. If the process dies, the lock expires after one
+//!   lease.
+//! - **In the handler.** A [`HeldLock`] (key and fencing token) is inserted into the request
+//!   extensions; with axum it is also an extractor (`HeldLock` or `Option<HeldLock>`).
+//! - **Tracing.** Each locked request runs in a `distributed_lock` debug span with the `key`,
+//!   the `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`, `invalid_key`, `failed`) and
+//!   the `fencing_token`; the inner service runs inside it.
+//!
+//! # Owners and reentrancy
+//!
+//! Locks of `lock_core` are reentrant per tokio task, and the acquire runs in the task that
+//! polls the response future. hyper (and so `axum::serve`) polls each request in its own
+//! task (an HTTP/1 connection serves one request at a time; each HTTP/2 stream gets a task),
+//! so requests exclude each other, and a handler that takes the same key again (a
+//! `#[distributed_lock]` function on the same key) nests inside the request's lock instead of
+//! deadlocking. Sharp edge: response futures driven together inside one task (`join!`,
+//! `FuturesUnordered`, two `oneshot` calls joined in one test) share the owner and do not
+//! exclude each other: spawn each request.
+//!
+//! # Response body type
+//!
+//! The service answers `Response<LockedBody<B>>` for an inner `Response<B>`: [`LockedBody`]
+//! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard; axum routers accept it like
+//! any body. Rejection responses are built as `Response<B>` by the [`Reject`]:
+//! [`DefaultReject`] needs `B: From<&'static str>` (true of `axum::body::Body`, `String`,
+//! `Full<Bytes>`) to write a short text body; for other bodies pass a [`Reject`] of your own.
+//!
+//! # Feature flags
+//!
+//! - `axum` (default): [`KeyFrom::path_param`], the [`HeldLock`] extractor and
+//!   `IntoResponse for Rejection`. Without it the crate does not depend on axum and works with
+//!   any tower stack over `http` types.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod body;
+mod extension;
+pub mod future;
+mod key;
+mod layer;
+mod reject;
+mod service;
+
+pub use body::LockedBody;
+pub use extension::HeldLock;
+#[cfg(feature = "axum")]
+pub use extension::MissingHeldLock;
+pub use key::{KeyExtractor, KeyFrom};
+pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
+pub use reject::{DefaultReject, Reject, Rejection};
+pub use service::DistributedLockService;
+
+#[cfg(all(test, feature = "axum"))]
+mod bounds {
+    use super::*;
+
+    fn is_send<T: Send>() {}
+    fn is_sync<T: Sync>() {}
+
+    #[test]
+    fn bounds() {
+        type Route = axum::routing::Route;
+        type Svc = DistributedLockService<Route, KeyFrom>;
+        is_send::<Svc>();
+        is_sync::<Svc>();
+        is_send::<future::ResponseFuture<Route, axum::body::Body, DefaultReject>>();
+        is_send::<LockedBody<axum::body::Body>>();
+        is_send::<DistributedLockLayer<KeyFrom>>();
+        is_sync::<DistributedLockLayer<KeyFrom>>();
+        is_send::<HeldLock>();
+        is_sync::<HeldLock>();
+    }
+}

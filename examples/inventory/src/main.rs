@@ -1,1 +1,3 @@
+//! The inventory example (work in progress).
+
 fn main() {}

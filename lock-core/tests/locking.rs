@@ -1,0 +1,617 @@
+//! Single-instance locking against a real redis-server: exclusion, ownership, reentrancy,
+//! waiting, and recovery from server trouble.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, keys, lock_key, locker, server};
+use lock_core::{InvalidKeyReason, LockError, Locker, MAX_KEY_LEN};
+use redis::AsyncCommands;
+
+/// Read-modify-write increments of a Redis counter by `tasks` tasks, with a yield between the
+/// read and the write so that unprotected updates interleave. Returns the final counter.
+async fn increments(
+    locker: &Locker,
+    url: &str,
+    tasks: usize,
+    per_task: usize,
+    locked: bool,
+) -> i64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let locker = locker.clone();
+        let client = client.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..per_task {
+                let guard = if locked {
+                    Some(
+                        locker
+                            .lock("counter")
+                            .wait(Duration::from_secs(30))
+                            .await
+                            .unwrap(),
+                    )
+                } else {
+                    None
+                };
+                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
+                tokio::task::yield_now().await;
+                let _: () = conn.set("counter-value", value + 1).await.unwrap();
+                if let Some(guard) = guard {
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    conn.get("counter-value").await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn thirty_two_tasks_never_lose_an_update() {
+    let server = server();
+    let locker = locker(&server).await;
+    let total = increments(&locker, &server.url(), 32, 25, true).await;
+    assert_eq!(total, 32 * 25);
+    assert!(
+        keys(&server, "lock:").iter().all(|k| !k.contains(":lock:")),
+        "no lock key left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_without_the_lock_loses_updates() {
+    // Proves the checker above can fail: the same workload without the lock loses updates.
+    let server = server();
+    let locker = locker(&server).await;
+    let total = increments(&locker, &server.url(), 32, 25, false).await;
+    assert!(
+        total < 32 * 25,
+        "unlocked run should lose updates, got {total}"
+    );
+}
+
+#[tokio::test]
+async fn a_second_owner_cannot_acquire_until_release() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let guard = a.lock("k").await.unwrap();
+    let err = b.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_busy(), "{err}");
+    assert!(
+        err.retry_after().unwrap() > Duration::from_secs(25),
+        "holder TTL reported: {err:?}"
+    );
+    assert!(a.is_locked("k").await.unwrap());
+    guard.release().await.unwrap();
+    assert!(!a.is_locked("k").await.unwrap());
+    b.lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn another_task_of_the_same_process_is_another_owner() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let other = locker.clone();
+    let busy = tokio::spawn(async move { other.lock("k").wait(Duration::from_millis(100)).await })
+        .await
+        .unwrap();
+    assert!(busy.unwrap_err().is_busy());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_non_owner_cannot_release_or_renew() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker
+        .lock("k")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let name = lock_key(&server, "k");
+    let token: String = server.cmd(&["GET", &name]);
+    // Another client's token takes over the key behind the holder's back.
+    let _: () = server.cmd(&["SET", &name, "someone-else", "PX", "60000"]);
+    assert!(guard
+        .extend(Duration::from_secs(10))
+        .await
+        .unwrap_err()
+        .is_lost());
+    let err = guard.release().await.unwrap_err();
+    assert!(err.is_lost(), "{err}");
+    let value: String = server.cmd(&["GET", &name]);
+    assert_eq!(value, "someone-else", "foreign lock untouched");
+    assert_ne!(token, value);
+    let ttl: i64 = server.cmd(&["PTTL", &name]);
+    assert!(ttl > 50_000, "foreign lock not renewed or shortened: {ttl}");
+}
+
+#[tokio::test]
+async fn reentrant_acquire_costs_no_redis_command() {
+    let server = server();
+    let locker = locker(&server).await;
+    let outer = locker.lock("k").await.unwrap();
+    server.reset_stats();
+    let before = server.total_calls();
+    let inner = locker.lock("k").wait(Duration::ZERO).await.unwrap();
+    let inner2 = locker.lock("k").await.unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    inner2.release().await.unwrap();
+    inner.release().await.unwrap();
+    // CONFIG RESETSTAT and the INFO calls of total_calls are not lock traffic.
+    let after = server.total_calls();
+    assert_eq!(
+        after - before,
+        0,
+        "nested acquire/release sent Redis commands"
+    );
+    assert!(
+        locker.is_locked("k").await.unwrap(),
+        "outer guard still holds the key"
+    );
+    // Another task still waits while the outer guard lives.
+    let other = locker.clone();
+    let busy = tokio::spawn(async move { other.lock("k").wait(Duration::ZERO).await })
+        .await
+        .unwrap();
+    assert!(busy.unwrap_err().is_busy());
+    outer.release().await.unwrap();
+    assert!(!locker.is_locked("k").await.unwrap());
+}
+
+#[tokio::test]
+async fn wait_timeout_returns_busy_after_about_the_wait() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let guard = a.lock("k").await.unwrap();
+    let started = Instant::now();
+    let err = b
+        .lock("k")
+        .wait(Duration::from_millis(400))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    match err {
+        LockError::Busy {
+            ref key, waited, ..
+        } => {
+            assert_eq!(key, "k");
+            assert!(waited >= Duration::from_millis(400), "{waited:?}");
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+    // The waiter's subscription is gone.
+    assert!(eventually(Duration::from_secs(2), || b.subscriptions() == 0).await);
+    let numsub: Vec<redis::Value> = server.cmd(&["PUBSUB", "NUMSUB", "x"]);
+    assert_eq!(numsub.len(), 2);
+    let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS"]);
+    assert!(
+        eventually(Duration::from_secs(2), || server
+            .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+            .is_empty())
+        .await,
+        "channels left: {channels:?}"
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_is_woken_by_release_not_by_the_ttl() {
+    let server = server();
+    let a = locker(&server).await;
+    // The fallback retry is long, so only the release message can explain a fast wake-up.
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(20))
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock("k").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = b.lock("k").wait(Duration::from_secs(20)).await.unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let acquired = waiter.await.unwrap();
+    let gap = acquired - released;
+    assert!(
+        gap < Duration::from_millis(500),
+        "woken after {gap:?}; lease was 30 s"
+    );
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_in_the_background() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    drop(guard);
+    assert!(
+        eventually(Duration::from_secs(2), || keys(&server, "lock:")
+            .iter()
+            .all(|k| !k.contains(":lock:")))
+        .await
+    );
+    assert!(eventually(Duration::from_secs(1), || locker.local_keys() == 0).await);
+    assert_eq!(locker.watchdog_locks(), 0);
+}
+
+#[test]
+fn dropping_a_guard_after_the_runtime_is_gone_does_not_panic() {
+    let server = server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let guard = rt.block_on(async {
+        let locker = locker(&server).await;
+        locker
+            .lock("k")
+            .lease(Duration::from_millis(500))
+            .await
+            .unwrap()
+    });
+    drop(rt);
+    drop(guard);
+}
+
+#[tokio::test]
+async fn a_cancelled_acquire_leaves_nothing_behind() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let guard = a.lock("k").await.unwrap();
+    // Many acquires abandoned mid-wait, on several keys.
+    let mut handles = Vec::new();
+    for i in 0..200 {
+        let b = b.clone();
+        handles.push(tokio::spawn(async move {
+            let key = if i % 2 == 0 {
+                "k".to_owned()
+            } else {
+                format!("k{}", i % 10)
+            };
+            let _ = tokio::time::timeout(
+                Duration::from_millis(1 + i % 20),
+                b.lock(key).wait(Duration::from_secs(10)),
+            )
+            .await;
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    guard.release().await.unwrap();
+    // Guards from the acquires that did succeed were dropped at once and released in the
+    // background; abandoned attempts are cleaned up by token.
+    assert!(
+        eventually(Duration::from_secs(3), || keys(&server, "lock:")
+            .iter()
+            .all(|k| !k.contains(":lock:")))
+        .await,
+        "left: {:?}",
+        keys(&server, "lock:")
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || b.subscriptions() == 0
+            && b.local_keys() == 0)
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(2), || server
+            .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+            .is_empty())
+        .await
+    );
+    assert_eq!(b.watchdog_locks(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_waiters_on_a_thousand_keys_use_one_subscriber_connection() {
+    let server = server();
+    let holder = locker(&server).await;
+    let waiter = locker(&server).await;
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(
+            holder
+                .lock(format!("key-{i}"))
+                .lease(Duration::from_secs(60))
+                .await
+                .unwrap(),
+        );
+    }
+    let finished = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::new();
+    for i in 0..10_000 {
+        let waiter = waiter.clone();
+        let finished = finished.clone();
+        handles.push(tokio::spawn(async move {
+            let guard = waiter
+                .lock(format!("key-{}", i % 1000))
+                .wait(Duration::from_secs(60))
+                .await
+                .unwrap();
+            guard.release().await.unwrap();
+            finished.fetch_add(1, Ordering::Relaxed);
+        }));
+    }
+    // Wait until the head waiter of every key has subscribed.
+    assert!(
+        eventually(Duration::from_secs(20), || waiter.subscriptions() == 1000).await,
+        "{}",
+        waiter.subscriptions()
+    );
+    let clients: String = server.cmd(&["CLIENT", "LIST"]);
+    // Two lockers: each one command connection and one pub/sub connection; plus our probe.
+    let count = clients.lines().count();
+    assert!(count <= 5, "{count} connections:\n{clients}");
+    assert!(
+        eventually(Duration::from_secs(20), || server
+            .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+            .len()
+            == 1000)
+        .await,
+        "server-side subscriptions"
+    );
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(finished.load(Ordering::Relaxed), 10_000);
+    assert!(
+        eventually(Duration::from_secs(5), || server
+            .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+            .is_empty())
+        .await
+    );
+}
+
+#[tokio::test]
+async fn invalid_keys_are_rejected_before_redis() {
+    let server = server();
+    let locker = locker(&server).await;
+    server.reset_stats();
+    let before = server.total_calls();
+    match locker.lock("").await.unwrap_err() {
+        LockError::InvalidKey { reason, .. } => assert_eq!(reason, InvalidKeyReason::Empty),
+        other => panic!("{other:?}"),
+    }
+    let long = "k".repeat(MAX_KEY_LEN + 1);
+    match locker.lock(long).await.unwrap_err() {
+        LockError::InvalidKey { reason, key } => {
+            assert_eq!(reason, InvalidKeyReason::TooLong);
+            assert_eq!(key.len(), 64);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        locker.is_locked("").await,
+        Err(LockError::InvalidKey { .. })
+    ));
+    let err = locker
+        .lock("k")
+        .lease(Duration::from_micros(500))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config(_)), "{err}");
+    assert_eq!(server.total_calls() - before, 0);
+}
+
+#[tokio::test]
+async fn braces_and_binary_in_keys_stay_under_the_prefix_in_one_slot() {
+    let server = server();
+    let locker = locker(&server).await;
+    let key = "a}x{b\r\n\0é";
+    let guard = locker.lock(key).await.unwrap();
+    let names = keys(&server, "lock:");
+    assert_eq!(names.len(), 2, "{names:?}"); // lock + fence
+    for name in &names {
+        assert!(name.starts_with("lock:{"), "{name}");
+    }
+    // The slots as Redis Cluster computes them (KEYSLOT needs a cluster-enabled node).
+    let cluster_node =
+        lock_testkit::RedisServer::start_with(&["--cluster-enabled", "yes"]).unwrap();
+    let slot = |name: &str| cluster_node.cmd::<i64>(&["CLUSTER", "KEYSLOT", name]);
+    let channel = names[0]
+        .replace(":lock:", ":released:")
+        .replace(":fence:", ":released:");
+    assert_eq!(slot(&names[0]), slot(&names[1]));
+    assert_eq!(slot(&names[0]), slot(&channel));
+    // The user's braces do not pick the slot: a key that is its own hash tag lands elsewhere.
+    let other = locker.lock("{b}").await.unwrap();
+    let other_names: Vec<String> = keys(&server, "lock:")
+        .into_iter()
+        .filter(|n| n.ends_with(":{b}"))
+        .collect();
+    assert_eq!(other_names.len(), 2);
+    assert_ne!(
+        slot(&other_names[0]),
+        slot("{b}"),
+        "user hash tag must not choose the slot"
+    );
+    other.release().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let name = lock_key(&server, "k");
+    guard.release().await.unwrap();
+    let _: () = server.cmd(&["HSET", &name, "field", "1"]);
+    let started = Instant::now();
+    let err = locker
+        .lock("k")
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::WrongType { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "did not wait for the deadline"
+    );
+    assert!(err.to_string().contains("another type"), "{err}");
+    let kind: String = server.cmd(&["TYPE", &name]);
+    assert_eq!(kind, "hash");
+    assert!(matches!(
+        locker.force_unlock("k").await,
+        Err(LockError::WrongType { .. })
+    ));
+}
+
+#[tokio::test]
+async fn script_flush_is_transparent() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    guard.release().await.unwrap();
+    assert!(!locker.is_locked("k").await.unwrap());
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    let guard = locker.lock("k").await.unwrap();
+    assert!(locker.is_locked("k").await.unwrap());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_restarted_server_is_used_without_a_new_locker() {
+    let mut server = server();
+    let locker = locker(&server).await;
+    locker.lock("k").await.unwrap().release().await.unwrap();
+    server.restart().unwrap();
+    let guard = locker.lock("k").wait(Duration::from_secs(5)).await.unwrap();
+    assert!(locker.is_locked("k").await.unwrap());
+    guard.release().await.unwrap();
+    // Waiting still works after the restart: the pub/sub connection came back too.
+    let holder = locker.lock("k").await.unwrap();
+    let other = locker.clone();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("k")
+            .wait(Duration::from_secs(5))
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    holder.release().await.unwrap();
+    waiter.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn redis_down_is_a_backend_error_not_busy() {
+    let mut server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    server.kill9();
+    let started = Instant::now();
+    let err = locker
+        .lock("k")
+        .wait(Duration::from_millis(800))
+        .await
+        .unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    assert!(!err.is_busy());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = Locker::connect(&server.url()).await.unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_rejected() {
+    assert!(matches!(
+        Locker::connect("not a url").await,
+        Err(LockError::Config(_))
+    ));
+    assert!(matches!(
+        Locker::builder().build().await,
+        Err(LockError::Config(_))
+    ));
+    let server = server();
+    let err = Locker::builder()
+        .url(server.url())
+        .prefix("a{b}")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("prefix"), "{err}");
+    let err = Locker::builder()
+        .url(server.url())
+        .watchdog_lease(Duration::from_millis(5))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config(_)), "{err}");
+}
+
+#[tokio::test]
+async fn force_unlock_frees_the_key_and_the_holder_learns_it() {
+    let server = server();
+    let holder = common::locker_with_lease(&server, Duration::from_millis(300)).await;
+    let admin = locker(&server).await;
+    let guard = holder.lock("k").await.unwrap();
+    assert!(admin.force_unlock("k").await.unwrap());
+    assert!(!admin.force_unlock("k").await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("holder notices");
+    assert!(guard.release().await.unwrap_err().is_lost());
+}
+
+#[tokio::test]
+async fn a_release_interrupted_mid_call_still_releases() {
+    let server = server();
+    let locker = locker(&server).await;
+    for _ in 0..20 {
+        let guard = locker
+            .lock("k")
+            .lease(Duration::from_secs(30))
+            .await
+            .unwrap();
+        // Dropped after its first poll, with the release command in flight.
+        let _ = tokio::time::timeout(Duration::from_micros(1), guard.release()).await;
+        assert!(
+            eventually(Duration::from_secs(2), || keys(&server, "lock:")
+                .iter()
+                .all(|k| !k.contains(":lock:")))
+            .await,
+            "key left locked after an interrupted release"
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! Several OS processes contending for one lock: the test binary re-executes itself as the
+//! workers (`child_worker`, selected by environment variables), so kills hit real processes.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{locker, server};
+use lock_core::Locker;
+use redis::AsyncCommands;
+
+const MODE: &str = "LOCK_CHILD_MODE";
+const URL: &str = "LOCK_CHILD_URL";
+
+fn spawn_child(mode: &str, url: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_worker",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MODE, mode)
+        .env(URL, url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Blocks until the child prints `line` on stdout.
+fn wait_for_line(child: &mut Child, line: &str) {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        assert!(
+            reader.read_line(&mut buf).unwrap() > 0,
+            "child exited before printing {line}"
+        );
+        if buf.trim_end().ends_with(line) {
+            return;
+        }
+    }
+}
+
+/// The worker side. Does nothing unless started by a test of this file.
+#[test]
+#[ignore = "run as a child process by the tests of this file"]
+fn child_worker() {
+    let (Ok(mode), Ok(url)) = (std::env::var(MODE), std::env::var(URL)) else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        match mode.as_str() {
+            "increment-locked" | "increment-unlocked" => {
+                let locker = Locker::connect(&url).await.unwrap();
+                increment(&locker, &url, 4, 40, mode == "increment-locked").await;
+            }
+            "hold-fixed" => {
+                let locker = Locker::connect(&url).await.unwrap();
+                let _guard = locker
+                    .lock("held")
+                    .lease(Duration::from_secs(1))
+                    .await
+                    .unwrap();
+                println!("HELD");
+                std::future::pending::<()>().await;
+            }
+            "hold-watchdog" => {
+                let locker = Locker::builder()
+                    .url(url)
+                    .watchdog_lease(Duration::from_secs(1))
+                    .build()
+                    .await
+                    .unwrap();
+                let _guard = locker.lock("held").await.unwrap();
+                println!("HELD");
+                std::future::pending::<()>().await;
+            }
+            other => panic!("unknown mode {other}"),
+        }
+    });
+}
+
+async fn increment(locker: &Locker, url: &str, tasks: usize, per_task: usize, locked: bool) {
+    let client = redis::Client::open(url).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let locker = locker.clone();
+        let client = client.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..per_task {
+                let guard = if locked {
+                    Some(
+                        locker
+                            .lock("counter")
+                            .wait(Duration::from_secs(60))
+                            .await
+                            .unwrap(),
+                    )
+                } else {
+                    None
+                };
+                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                let _: () = conn.set("counter-value", value + 1).await.unwrap();
+                if let Some(guard) = guard {
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+}
+
+fn run_increments(mode: &str) -> i64 {
+    let server = server();
+    let children: Vec<Child> = (0..3).map(|_| spawn_child(mode, &server.url())).collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    server.cmd(&["GET", "counter-value"])
+}
+
+#[test]
+fn three_processes_never_lose_an_update() {
+    assert_eq!(run_increments("increment-locked"), 3 * 4 * 40);
+}
+
+#[test]
+fn control_three_processes_without_the_lock_lose_updates() {
+    let total = run_increments("increment-unlocked");
+    assert!(
+        total < 3 * 4 * 40,
+        "the checker must see lost updates without the lock, got {total}"
+    );
+}
+
+async fn killed_holder_frees_within_lease(mode: &str, hold_before_kill: Duration) -> Duration {
+    let server = server();
+    let mut child = spawn_child(mode, &server.url());
+    wait_for_line(&mut child, "HELD");
+    let locker = locker(&server).await;
+    tokio::time::sleep(hold_before_kill).await;
+    assert!(
+        locker.is_locked("held").await.unwrap(),
+        "still held after {hold_before_kill:?}"
+    );
+    let busy = locker.lock("held").wait(Duration::ZERO).await.unwrap_err();
+    assert!(busy.is_busy());
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let guard = locker
+        .lock("held")
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let took = killed.elapsed();
+    guard.release().await.unwrap();
+    took
+}
+
+#[tokio::test]
+async fn a_sigkilled_fixed_lease_holder_frees_the_key_within_the_lease() {
+    let took = killed_holder_frees_within_lease("hold-fixed", Duration::from_millis(100)).await;
+    assert!(
+        took <= Duration::from_millis(1100),
+        "freed after {took:?}, lease 1 s"
+    );
+}
+
+#[tokio::test]
+async fn a_sigkilled_watchdog_holder_frees_the_key_within_one_lease() {
+    // Held for 2.5 leases first: only the child's watchdog can have kept it alive.
+    let took = killed_holder_frees_within_lease("hold-watchdog", Duration::from_millis(2500)).await;
+    assert!(
+        took <= Duration::from_millis(1100),
+        "freed after {took:?}, lease 1 s"
+    );
+}

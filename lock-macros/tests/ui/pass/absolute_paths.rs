@@ -1,0 +1,41 @@
+//! The generated code uses absolute paths only: shadowing `lock_core`, `core`, prelude types and
+//! variants, and `format!` at the call site changes nothing.
+#![deny(warnings)]
+#![allow(dead_code, non_camel_case_types, unused_imports, unused_macros)]
+
+mod shadowed {
+    use std as lock_core;
+
+    mod core {}
+    mod __private {}
+    struct Result;
+    struct Option;
+    struct Some;
+    struct None;
+    struct Ok;
+    struct Err;
+    struct String;
+    struct Duration;
+    struct Locker;
+    trait From {}
+    macro_rules! format {
+        () => {};
+    }
+
+    #[::lock_core::distributed_lock(key = "shadowed:<id>", wait = "1s", lease = "2s")]
+    pub(crate) async fn locked(id: u32) -> ::core::result::Result<u32, ::lock_core::LockError> {
+        ::core::result::Result::Ok(id)
+    }
+
+    #[::lock_core::distributed_lock(key = "fixed")]
+    pub(crate) async fn fixed() -> ::core::result::Result<(), ::lock_core::LockError> {
+        ::core::result::Result::Ok(())
+    }
+}
+
+fn assert_send<T: Send>(_: T) {}
+
+fn main() {
+    assert_send(shadowed::locked(1));
+    assert_send(shadowed::fixed());
+}

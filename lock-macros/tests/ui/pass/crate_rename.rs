@@ -1,0 +1,28 @@
+//! `crate = ".."` for a renamed dependency, while `lock_core` names something else.
+#![deny(warnings)]
+
+extern crate lock_core as renamed;
+
+#[allow(unused_imports)]
+use std as lock_core;
+
+#[renamed::distributed_lock(key = "renamed:<id>", crate = "renamed")]
+pub async fn renamed_path(id: u32) -> Result<u32, renamed::LockError> {
+    Ok(id)
+}
+
+mod nested {
+    pub(crate) use ::renamed as locks;
+}
+
+#[renamed::distributed_lock(key = "nested:<id>", crate = "crate::nested::locks")]
+pub async fn nested_path(id: u32) -> Result<u32, renamed::LockError> {
+    Ok(id)
+}
+
+fn assert_send<T: Send>(_: T) {}
+
+fn main() {
+    assert_send(renamed_path(1));
+    assert_send(nested_path(1));
+}

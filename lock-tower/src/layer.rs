@@ -1,0 +1,189 @@
+//! [`DistributedLockLayer`]: the configuration of the middleware.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::Locker;
+use tower_layer::Layer;
+
+use crate::reject::DefaultReject;
+use crate::service::DistributedLockService;
+
+/// What to do with a request whose key extractor returns `None`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Pass it to the inner service without a lock (the default).
+    #[default]
+    Pass,
+    /// Reject it with [`Rejection::MissingKey`](crate::Rejection::MissingKey)
+    /// (`400 Bad Request` by default).
+    Reject,
+}
+
+/// How long the lock of a request is held.
+///
+/// At the end of the hold, the release is confirmed by Redis before the response head (or
+/// the end of the body) is passed on. In both cases the lock is released at once, in the
+/// background (by dropping the [`LockGuard`](lock_core::LockGuard)), when the response future
+/// or the body is dropped early: client disconnect, timeout, or a panic in the handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HoldUntil {
+    /// Until the inner service's response future completes (for axum: the handler has
+    /// returned its response). The default. The response body is sent without the lock,
+    /// which is what you want when the handler builds the whole body (`Json`, `String`, ...)
+    /// and a slow client must not hold a hot key.
+    #[default]
+    Response,
+    /// Until the response body has been sent to its end, errored, or was dropped. Use it
+    /// when the body streams work done under the lock. The lock then also lasts as long as
+    /// the client takes to read the body.
+    BodyEnd,
+}
+
+/// Settings shared by the layer, the service and each response future.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub(crate) wait: Duration,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) max_hold: Option<Duration>,
+    pub(crate) missing_key: MissingKey,
+    pub(crate) fail_open: bool,
+    pub(crate) hold_until: HoldUntil,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::ZERO,
+            lease: None,
+            max_hold: None,
+            missing_key: MissingKey::Pass,
+            fail_open: false,
+            hold_until: HoldUntil::Response,
+        }
+    }
+}
+
+/// A [`Layer`] that takes a distributed lock per request key before calling the inner
+/// service, and holds it until the response is done.
+///
+/// `K` is the [`KeyExtractor`](crate::KeyExtractor), `R` the [`Reject`](crate::Reject) that
+/// builds the responses of rejected requests. See the [crate docs](crate) for the behaviour.
+///
+/// | setting | default |
+/// |---|---|
+/// | [`wait`](Self::wait) | zero: try once and answer `409` when busy |
+/// | [`lease`](Self::lease) | none: the locker's watchdog lease, renewed while held |
+/// | [`max_hold`](Self::max_hold) | the locker's |
+/// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Pass`] |
+/// | [`fail_open`](Self::fail_open) | off: `503` when Redis is unavailable |
+/// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
+/// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
+pub struct DistributedLockLayer<K, R = DefaultReject> {
+    pub(crate) locker: Locker,
+    pub(crate) key: Arc<K>,
+    pub(crate) reject: Arc<R>,
+    pub(crate) settings: Settings,
+}
+
+impl<K> DistributedLockLayer<K> {
+    /// Locks, on `locker`, the key that `key` extracts from each request, with the defaults
+    /// above.
+    pub fn new(locker: Locker, key: K) -> Self {
+        Self {
+            locker,
+            key: Arc::new(key),
+            reject: Arc::new(DefaultReject),
+            settings: Settings::default(),
+        }
+    }
+}
+
+impl<K, R> DistributedLockLayer<K, R> {
+    /// The longest time a request waits for its lock before it is rejected as
+    /// [busy](crate::Rejection::Busy). Default `Duration::ZERO`: fail fast.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.settings.wait = wait;
+        self
+    }
+
+    /// A fixed lease instead of the watchdog: the lock expires `lease` after it was taken even
+    /// if the request is still running. Without it (the default), the locker's watchdog
+    /// renews the lock for as long as the request holds it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.settings.lease = Some(lease);
+        self
+    }
+
+    /// Stops the watchdog renewal after the lock has been held this long, so a stuck handler
+    /// cannot hold a key forever (see `lock_core::Acquire::max_hold`).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.settings.max_hold = Some(max);
+        self
+    }
+
+    /// What to do with a request that has no key. Default [`MissingKey::Pass`].
+    pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
+        self.settings.missing_key = missing;
+        self
+    }
+
+    /// When Redis is unreachable or fails, pass the request to the inner service without a
+    /// lock (with a `tracing` warning) instead of rejecting it with
+    /// [`Rejection::Unavailable`](crate::Rejection::Unavailable) (`503`, the default: fail
+    /// closed). Only for work where availability matters more than exclusion.
+    pub fn fail_open(mut self) -> Self {
+        self.settings.fail_open = true;
+        self
+    }
+
+    /// How long the lock is held. Default [`HoldUntil::Response`].
+    pub fn hold_until(mut self, hold: HoldUntil) -> Self {
+        self.settings.hold_until = hold;
+        self
+    }
+
+    /// Builds the responses of rejected requests with `reject`: a
+    /// [`Reject`](crate::Reject), e.g. a closure `Fn(Rejection) -> Response<B>`.
+    pub fn reject_with<R2>(self, reject: R2) -> DistributedLockLayer<K, R2> {
+        DistributedLockLayer {
+            locker: self.locker,
+            key: self.key,
+            reject: Arc::new(reject),
+            settings: self.settings,
+        }
+    }
+}
+
+impl<S, K, R> Layer<S> for DistributedLockLayer<K, R> {
+    type Service = DistributedLockService<S, K, R>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        DistributedLockService::from_layer(inner, self)
+    }
+}
+
+impl<K, R> Clone for DistributedLockLayer<K, R> {
+    fn clone(&self) -> Self {
+        Self {
+            locker: self.locker.clone(),
+            key: self.key.clone(),
+            reject: self.reject.clone(),
+            settings: self.settings,
+        }
+    }
+}
+
+impl<K, R> fmt::Debug for DistributedLockLayer<K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedLockLayer")
+            .field("locker", &self.locker)
+            .field("key", &std::any::type_name::<K>())
+            .field("reject", &std::any::type_name::<R>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}

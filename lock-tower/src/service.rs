@@ -1,0 +1,153 @@
+//! [`DistributedLockService`]: the middleware's [`Service`] implementation.
+
+use std::fmt;
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use lock_core::Locker;
+use tower_service::Service;
+
+use crate::body::LockedBody;
+use crate::future::ResponseFuture;
+use crate::key::KeyExtractor;
+use crate::layer::{DistributedLockLayer, MissingKey, Settings};
+use crate::reject::{DefaultReject, Reject, Rejection};
+
+/// Takes a distributed lock per request key, then calls the inner service; built by
+/// [`DistributedLockLayer`].
+///
+/// The key is extracted and the acquire started in [`call`](Service::call), not in
+/// `poll_ready` (the key is only known with the request). `poll_ready` is the inner
+/// service's: readiness and back-pressure are passed through unchanged. `call` moves the
+/// inner service that was driven to readiness into the response future (it is called once the
+/// lock is held) and keeps a fresh clone for the next request, so the inner service must be
+/// `Clone` (axum's routes and `tower::util::BoxCloneService` are).
+pub struct DistributedLockService<S, K, R = DefaultReject> {
+    inner: S,
+    locker: Locker,
+    key: Arc<K>,
+    reject: Arc<R>,
+    settings: Settings,
+}
+
+impl<S, K> DistributedLockService<S, K> {
+    /// Wraps `inner` with the default settings of [`DistributedLockLayer`].
+    pub fn new(inner: S, locker: Locker, key: K) -> Self {
+        Self::from_layer(inner, &DistributedLockLayer::new(locker, key))
+    }
+
+    /// A [`DistributedLockLayer`], the configurable way to build this service.
+    pub fn layer(locker: Locker, key: K) -> DistributedLockLayer<K> {
+        DistributedLockLayer::new(locker, key)
+    }
+}
+
+impl<S, K, R> DistributedLockService<S, K, R> {
+    pub(crate) fn from_layer(inner: S, layer: &DistributedLockLayer<K, R>) -> Self {
+        Self {
+            inner,
+            locker: layer.locker.clone(),
+            key: layer.key.clone(),
+            reject: layer.reject.clone(),
+            settings: layer.settings,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLockService<S, K, R>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: http_body::Body,
+    K: KeyExtractor<ReqBody>,
+    R: Reject<ResBody>,
+{
+    type Response = Response<LockedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqBody, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let Some(key) = self.key.extract_key(&request) else {
+            return match self.settings.missing_key {
+                MissingKey::Pass => {
+                    tracing::trace!("request has no lock key: passing it through unlocked");
+                    ResponseFuture::unlocked(self.inner.call(request), self.settings)
+                }
+                MissingKey::Reject => {
+                    tracing::debug!("request has no lock key: rejected");
+                    ResponseFuture::rejected(self.reject.reject(Rejection::MissingKey))
+                }
+            };
+        };
+        let span = tracing::debug_span!(
+            "distributed_lock",
+            key = %key,
+            outcome = tracing::field::Empty,
+            fencing_token = tracing::field::Empty,
+        );
+        let mut acquire = self.locker.lock(key).wait(self.settings.wait);
+        if let Some(lease) = self.settings.lease {
+            acquire = acquire.lease(lease);
+        }
+        if let Some(max) = self.settings.max_hold {
+            acquire = acquire.max_hold(max);
+        }
+        let acquire = span.in_scope(|| acquire.into_future());
+        // The service that was driven to readiness serves this request once the lock is held;
+        // the clone left behind must be driven to readiness again before the next call.
+        let clone = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, clone);
+        ResponseFuture::acquiring(
+            acquire,
+            ready,
+            request,
+            self.reject.clone(),
+            self.settings,
+            span,
+        )
+    }
+}
+
+impl<S: Clone, K, R> Clone for DistributedLockService<S, K, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            locker: self.locker.clone(),
+            key: self.key.clone(),
+            reject: self.reject.clone(),
+            settings: self.settings,
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, R> fmt::Debug for DistributedLockService<S, K, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DistributedLockService")
+            .field("inner", &self.inner)
+            .field("locker", &self.locker)
+            .field("key", &std::any::type_name::<K>())
+            .field("reject", &std::any::type_name::<R>())
+            .field("settings", &self.settings)
+            .finish()
+    }
+}

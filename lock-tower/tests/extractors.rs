@@ -1,0 +1,322 @@
+//! Key extraction in an axum app, requests without a key or with an invalid one, custom
+//! rejections, and the `HeldLock` the handler sees.
+
+mod common;
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Router};
+use common::{locker, server};
+use http_body_util::BodyExt;
+use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom, MissingKey, Rejection};
+use tower::ServiceExt;
+
+/// Reports the lock the request holds, if any.
+async fn whoami(lock: Option<HeldLock>) -> String {
+    match lock {
+        Some(lock) => format!("locked {} {}", lock.key(), lock.fencing_token()),
+        None => "unlocked".to_owned(),
+    }
+}
+
+/// Sends `request` from its own task and reads the response.
+async fn call(app: &Router, request: http::Request<Body>) -> (StatusCode, String) {
+    let app = app.clone();
+    tokio::spawn(async move {
+        let response = app.oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    })
+    .await
+    .unwrap()
+}
+
+fn req(method: &str, uri: &str) -> http::request::Builder {
+    http::Request::builder().method(method).uri(uri)
+}
+
+#[tokio::test]
+async fn path_param_under_route_layer_and_router_layer() {
+    let server = server();
+    let locker = locker(&server).await;
+    let key = KeyFrom::path_param("sku").prefix("inventory:");
+    let with_route_layer = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .route_layer(DistributedLockLayer::new(locker.clone(), key.clone()));
+    // `Router::layer` wraps each route too, after routing: the parameters are there.
+    let with_layer = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .layer(DistributedLockLayer::new(locker.clone(), key.clone()));
+    // Nested routers see the parameters of the nested route, percent-decoded.
+    let nested = Router::new().nest(
+        "/shop/{shop}",
+        Router::new()
+            .route("/skus/{sku}/purchase", post(whoami))
+            .route_layer(DistributedLockLayer::new(locker.clone(), key)),
+    );
+    for app in [&with_route_layer, &with_layer] {
+        let (status, body) = call(
+            app,
+            req("POST", "/skus/42/purchase")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.starts_with("locked inventory:42 "), "{body}");
+    }
+    let (status, body) = call(
+        &nested,
+        req("POST", "/shop/s1/skus/a%20b/purchase")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("locked inventory:a b "), "{body}");
+}
+
+#[tokio::test]
+async fn missing_key_passes_unlocked_by_default_or_is_rejected_with_400() {
+    let server = server();
+    let locker = locker(&server).await;
+    // The route has no `{nope}` parameter.
+    let pass = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("nope"),
+        ));
+    let reject = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .route_layer(
+            DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("nope"))
+                .on_missing_key(MissingKey::Reject),
+        );
+    let request = || {
+        req("POST", "/skus/42/purchase")
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        call(&pass, request()).await,
+        (StatusCode::OK, "unlocked".to_owned())
+    );
+    let (status, body) = call(&reject, request()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body, "the request does not name a lock key\n");
+}
+
+#[tokio::test]
+async fn header_keys_missing_and_invalid() {
+    let server = server();
+    let locker = locker(&server).await;
+    let app = |missing| {
+        Router::new().route("/pay", post(whoami)).route_layer(
+            DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::header("x-account").prefix("account:"),
+            )
+            .on_missing_key(missing),
+        )
+    };
+    let (pass, reject) = (app(MissingKey::Pass), app(MissingKey::Reject));
+    let with = |value: &str| {
+        req("POST", "/pay")
+            .header("x-account", value)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let without = || req("POST", "/pay").body(Body::empty()).unwrap();
+
+    let (status, body) = call(&pass, with("7")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("locked account:7 "), "{body}");
+    assert_eq!(
+        call(&pass, without()).await,
+        (StatusCode::OK, "unlocked".to_owned())
+    );
+    assert_eq!(call(&reject, without()).await.0, StatusCode::BAD_REQUEST);
+    // An empty value is an invalid key (the prefix does not make it valid): 400 either way.
+    for app in [&pass, &reject] {
+        let (status, body) = call(app, with("")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(body, "the request does not name a valid lock key\n");
+    }
+    // Too long for a lock key.
+    let long = "x".repeat(lock_core::MAX_KEY_LEN + 1);
+    assert_eq!(call(&pass, with(&long)).await.0, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn query_fixed_and_closure_keys() {
+    let server = server();
+    let locker = locker(&server).await;
+    let query = Router::new()
+        .route("/pay", post(whoami))
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::query_param("order").prefix("order:"),
+        ));
+    let fixed =
+        Router::new()
+            .route("/nightly", post(whoami))
+            .route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::fixed("job:nightly"),
+            ));
+    let closure =
+        Router::new()
+            .route("/{*path}", post(whoami))
+            .route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                |req: &Request| Some(req.uri().path().trim_start_matches('/').to_owned()),
+            ));
+
+    let (status, body) = call(
+        &query,
+        req("POST", "/pay?x=1&order=A%2F7")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("locked order:A/7 "), "{body}");
+    let (_, body) = call(&fixed, req("POST", "/nightly").body(Body::empty()).unwrap()).await;
+    assert!(body.starts_with("locked job:nightly "), "{body}");
+    let (_, body) = call(
+        &closure,
+        req("POST", "/files/a.txt").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert!(body.starts_with("locked files/a.txt "), "{body}");
+}
+
+#[tokio::test]
+async fn the_handler_sees_key_and_increasing_fencing_tokens() {
+    let server = server();
+    let locker = locker(&server).await;
+    let app = Router::new()
+        .route(
+            "/skus/{sku}/purchase",
+            post(
+                |lock: HeldLock, Extension(same): Extension<HeldLock>| async move {
+                    assert_eq!(lock, same);
+                    format!("{} {}", lock.key(), lock.fencing_token())
+                },
+            ),
+        )
+        .route(
+            "/unlocked",
+            get(|lock: HeldLock| async move { lock.key().to_owned() }),
+        )
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("sku").prefix("inventory:"),
+        ));
+    let mut last = 0;
+    for _ in 0..3 {
+        let (status, body) = call(
+            &app,
+            req("POST", "/skus/42/purchase")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let (key, token) = body.split_once(' ').unwrap();
+        assert_eq!(key, "inventory:42");
+        let token: u64 = token.parse().unwrap();
+        assert!(token > last, "fencing tokens increase across holders");
+        last = token;
+    }
+    // No key there, so no lock: the `HeldLock` extractor says so with a 500.
+    let (status, _) = call(&app, req("GET", "/unlocked").body(Body::empty()).unwrap()).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test]
+async fn custom_rejections() {
+    let server = server();
+    let locker = locker(&server).await;
+    let held = locker
+        .lock("inventory:1")
+        .lease(Duration::from_secs(10))
+        .await
+        .unwrap();
+    let reject = |rejection: Rejection| -> Response {
+        match rejection {
+            Rejection::Busy(error) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("busy: {}", error.key().unwrap_or_default()),
+            )
+                .into_response(),
+            other => other.into_response(),
+        }
+    };
+    let app = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .route_layer(
+            DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::path_param("sku").prefix("inventory:"),
+            )
+            .on_missing_key(MissingKey::Reject)
+            .reject_with(reject),
+        );
+    let (status, body) = call(
+        &app,
+        req("POST", "/skus/1/purchase").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::TOO_MANY_REQUESTS, "busy: inventory:1")
+    );
+    held.release().await.unwrap();
+    assert_eq!(
+        call(
+            &app,
+            req("POST", "/skus/1/purchase").body(Body::empty()).unwrap()
+        )
+        .await
+        .0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn the_handler_can_take_the_requests_key_again() {
+    let server = server();
+    let locker = locker(&server).await;
+    let app = Router::new()
+        .route(
+            "/skus/{sku}/purchase",
+            post({
+                let locker = locker.clone();
+                move |lock: HeldLock| async move {
+                    // Same task as the request's acquire: a nested guard, no deadlock.
+                    let nested = locker.lock(lock.key()).wait(Duration::ZERO).await.unwrap();
+                    assert_eq!(nested.fencing_token(), lock.fencing_token());
+                    nested.release().await.unwrap();
+                    "nested"
+                }
+            }),
+        )
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("sku").prefix("inventory:"),
+        ));
+    let request = req("POST", "/skus/3/purchase").body(Body::empty()).unwrap();
+    assert_eq!(
+        call(&app, request).await,
+        (StatusCode::OK, "nested".to_owned())
+    );
+    assert!(!locker.is_locked("inventory:3").await.unwrap());
+}

@@ -1,0 +1,82 @@
+//! Redis unavailable: fail closed with 503 by default, pass through unlocked with `fail_open`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::Router;
+use common::{client, post as post_to, serve, server};
+use http::StatusCode;
+use lock_core::Locker;
+use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom};
+
+fn app(layer: DistributedLockLayer<KeyFrom>) -> Router {
+    Router::new()
+        .route(
+            "/skus/{sku}/purchase",
+            post(|lock: Option<HeldLock>| async move {
+                match lock {
+                    Some(lock) => format!("locked {}", lock.key()),
+                    None => "unlocked".to_owned(),
+                }
+            }),
+        )
+        .route_layer(layer)
+}
+
+/// A locker on a server that is then killed; short timeouts so it fails fast.
+async fn dead_locker() -> (lock_testkit::RedisServer, Locker) {
+    let mut server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    server.kill9();
+    (server, locker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_closed_with_503_by_default() {
+    let (_server, locker) = dead_locker().await;
+    let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"));
+    let addr = serve(app(layer)).await;
+
+    let started = Instant::now();
+    let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(reply.body.contains("unavailable"), "{}", reply.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_open_passes_the_request_through_unlocked() {
+    let (_server, locker) = dead_locker().await;
+    let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"))
+        .fail_open();
+    let addr = serve(app(layer)).await;
+
+    let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    assert_eq!(reply.body, "unlocked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_server_locks_as_usual() {
+    let server = server();
+    let locker = common::locker(&server).await;
+    let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"))
+        .fail_open();
+    let addr = serve(app(layer)).await;
+
+    let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, "locked inventory:42");
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace: unit, integration (against real redis-server processes
+# the tests start on free loopback ports), trybuild UI tests and doctests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/ensure-rust.sh
+scripts/ensure-redis.sh
+cargo test --workspace --locked "$@"
