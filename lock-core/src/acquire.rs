@@ -16,9 +16,8 @@ use crate::key::{self, RedisKeys};
 use crate::locker::{Locker, MAX_LEASE};
 use crate::reentrancy::Owner;
 use crate::release::ReleaseJob;
-use crate::scripts;
+use crate::store::Outcome;
 use crate::waiters::Subscription;
-use crate::watchdog::lease_ms;
 
 /// An acquisition of one lock, configured with builder methods and started by `.await`.
 ///
@@ -306,24 +305,15 @@ impl Acquire {
         let mut tries = 0;
         loop {
             tries += 1;
-            let mut conn = inner.conn.clone();
-            let reply: redis::RedisResult<(i64, i64)> = scripts::ACQUIRE
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .arg(token)
-                .arg(lease_ms(lease))
-                .arg(lease_ms(retention))
-                .invoke_async(&mut conn)
-                .await;
+            let reply = inner.store.acquire(keys, token, lease, retention).await;
             match reply {
-                Ok((1, fence)) => {
-                    return Ok(Attempt::Acquired {
-                        fence: u64::try_from(fence).unwrap_or(0),
-                    })
-                }
-                Ok((_, pttl)) => {
-                    return Ok(Attempt::Held {
-                        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                Ok(Outcome::Acquired { fence }) => return Ok(Attempt::Acquired { fence }),
+                Ok(Outcome::Held { ttl }) => return Ok(Attempt::Held { ttl }),
+                Ok(Outcome::NotReplicated { acked }) => {
+                    return Err(LockError::NotReplicated {
+                        key: self.key.clone(),
+                        acked,
+                        wanted: inner.store.min_replicas().unwrap_or(0),
                     })
                 }
                 Err(error) => {

@@ -54,6 +54,17 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
+    /// The lock was acquired but fewer replicas than `min_replicas` acknowledged it within the
+    /// timeout, so it was released again (fail closed).
+    #[error("lock `{key}` reached {acked} of {wanted} required replicas; released it again")]
+    NotReplicated {
+        /// The user's key.
+        key: String,
+        /// Replicas that acknowledged.
+        acked: u64,
+        /// Replicas required.
+        wanted: u64,
+    },
     /// `#[distributed_lock]` named no locker and no global one was set with
     /// [`Locker::set_global`](crate::Locker::set_global).
     #[error("no locker configured: call Locker::set_global(..) at start-up or pass `locker = ..`")]
@@ -100,6 +111,15 @@ pub enum ConfigError {
         /// The rejected lease.
         lease: Duration,
     },
+    /// RedLock needs at least 3 independent nodes.
+    #[error("redlock needs at least 3 nodes, got {count}")]
+    RedLockNodes {
+        /// Nodes given.
+        count: usize,
+    },
+    /// `min_replicas` applies to primary-replica topologies, not to RedLock.
+    #[error("min_replicas does not apply to redlock (its nodes are independent primaries)")]
+    MinReplicasWithRedLock,
     /// An extension of a lease by zero or by more than Redis accepts.
     #[error("invalid extension {by:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
     Extend {
@@ -144,7 +164,8 @@ impl LockError {
             Self::Busy { key, .. }
             | Self::Lost { key }
             | Self::InvalidKey { key, .. }
-            | Self::WrongType { key } => Some(key),
+            | Self::WrongType { key }
+            | Self::NotReplicated { key, .. } => Some(key),
             Self::Backend { key, .. } if !key.is_empty() => Some(key),
             _ => None,
         }

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use crate::error::{ConfigError, LockError};
 use crate::held::{Held, LeaseMode};
 use crate::locker::{Locker, MAX_LEASE};
-use crate::release::{self, ReleaseJob};
-use crate::watchdog;
+use crate::release::ReleaseJob;
+use crate::store::Renewal;
 
 /// A held lock. Release it with [`release`](Self::release); dropping it releases in the
 /// background.
@@ -118,18 +118,24 @@ impl LockGuard {
         if self.held.is_lost() {
             return Err(self.lost_error());
         }
-        let mut conn = self.locker.inner.conn.clone();
         let sent_at = Instant::now();
-        let flags = watchdog::renew(&mut conn, std::slice::from_ref(&self.held), by)
-            .await
-            .map_err(|e| LockError::backend(&self.held.key, e))?;
-        if flags.first() == Some(&1) {
-            self.held.confirm_extension(sent_at, by);
-            Ok(())
-        } else {
-            self.held
-                .mark_lost("extension found another owner or no key");
-            Err(self.lost_error())
+        let pair = [(self.held.keys.lock.as_str(), self.held.token.as_str())];
+        match self.locker.inner.store.renew(&pair, by).await.first() {
+            Some(Renewal::Renewed) => {
+                self.held.confirm_extension(sent_at, by);
+                Ok(())
+            }
+            Some(Renewal::NotOurs) => {
+                self.held
+                    .mark_lost("extension found another owner or no key");
+                Err(self.lost_error())
+            }
+            _ => Err(LockError::Backend {
+                key: self.held.key.clone(),
+                source: redis::RedisError::from(std::io::Error::other(
+                    "the extension got no decisive answer from redis",
+                )),
+            }),
         }
     }
 
@@ -152,13 +158,17 @@ impl LockGuard {
         }
         let held = &self.held;
         let was_lost = held.is_lost();
-        let mut conn = self.locker.inner.conn.clone();
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
         let mut pending = PendingRelease {
             locker: &self.locker,
             held: Some(held.clone()),
         };
-        let result = release::release_token(&mut conn, &held.keys, &held.token).await;
+        let result = self
+            .locker
+            .inner
+            .store
+            .release(&held.keys, &held.token)
+            .await;
         pending.held = None;
         drop(held.take_permit());
         match result {

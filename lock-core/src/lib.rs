@@ -76,6 +76,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod connection;
 mod error;
 mod guard;
 mod held;
@@ -84,6 +85,7 @@ mod locker;
 mod reentrancy;
 mod release;
 mod scripts;
+mod store;
 mod waiters;
 mod watchdog;
 

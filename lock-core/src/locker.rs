@@ -4,17 +4,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::acquire::Acquire;
+use crate::connection::{Connection, Timeouts};
 use crate::error::{ConfigError, LockError};
 use crate::key::{self, RedisKeys};
 use crate::reentrancy::Registry;
 use crate::release::{self, ReleaseJob};
-use crate::scripts;
-use crate::waiters::Waiters;
+use crate::store::{MinReplicas, Store};
+use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
 
 /// The longest lease accepted (Redis takes millisecond TTLs up to `i64::MAX`; this keeps every
@@ -73,7 +73,7 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Inner {
-    pub(crate) conn: ConnectionManager,
+    pub(crate) store: Arc<Store>,
     pub(crate) settings: Settings,
     pub(crate) registry: Registry,
     pub(crate) waiters: Waiters,
@@ -124,13 +124,11 @@ impl Locker {
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         key::validate(key)?;
         let keys = self.inner.keys(key);
-        let mut conn = self.inner.conn.clone();
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&keys.lock)
-            .query_async(&mut conn)
+        self.inner
+            .store
+            .exists(&keys.lock)
             .await
-            .map_err(|e| LockError::backend(key, e))?;
-        Ok(exists)
+            .map_err(|e| LockError::backend(key, e))
     }
 
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for
@@ -144,15 +142,14 @@ impl Locker {
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         key::validate(key)?;
         let keys = self.inner.keys(key);
-        let mut conn = self.inner.conn.clone();
-        let deleted: i64 = scripts::FORCE_UNLOCK
-            .key(&keys.lock)
-            .arg(&keys.channel)
-            .invoke_async(&mut conn)
+        let deleted = self
+            .inner
+            .store
+            .force_unlock(&keys)
             .await
             .map_err(|e| LockError::backend(key, e))?;
-        tracing::info!(%key, deleted = deleted == 1, "force unlock");
-        Ok(deleted == 1)
+        tracing::info!(%key, deleted, "force unlock");
+        Ok(deleted)
     }
 
     /// Makes `locker` the process-wide default, used by `#[distributed_lock]` when it names no
@@ -234,15 +231,29 @@ impl AsRef<Self> for Locker {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `.build().await`"]
 pub struct LockerBuilder {
-    url: Option<String>,
+    topology: Option<Topology>,
     settings: Settings,
     connect_timeout: Duration,
+    min_replicas: Option<MinReplicas>,
+}
+
+/// Where the locks live.
+#[derive(Debug, Clone)]
+enum Topology {
+    Single(String),
+    Cluster(Vec<String>),
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
+    RedLock(Vec<String>),
 }
 
 impl Default for LockerBuilder {
     fn default() -> Self {
         Self {
-            url: None,
+            topology: None,
+            min_replicas: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
@@ -258,9 +269,68 @@ impl Default for LockerBuilder {
 }
 
 impl LockerBuilder {
-    /// The Redis URL, e.g. `redis://127.0.0.1:6379` or `redis://user:pass@host:6379/0`.
+    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
+        self.topology = Some(Topology::Single(url.into()));
+        self
+    }
+
+    /// A Redis Cluster, reached through any of these seed nodes. Every lock's keys and release
+    /// channel share one slot (the kit's own hash tag); MOVED/ASK redirections and slot
+    /// migrations are followed by the client; the watchdog sends its renewals to every node
+    /// at once. Release messages are published cluster-wide, so the one subscriber connection
+    /// may sit on any node.
+    pub fn cluster<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// A primary monitored by Sentinel: the locker asks the sentinels (`redis://host:26379`)
+    /// for the primary named `master` and asks again after connection errors or `READONLY`,
+    /// so it follows failovers.
+    pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Sentinel {
+            master: master.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
+    /// RedLock over independent primaries (at least 3; 5 is the usual choice): a lock is held
+    /// when a majority granted it within its validity (lease minus elapsed time minus a drift
+    /// allowance of 1 % plus 2 ms). Failed or partial acquires are undone on every node; renewal
+    /// and release need a majority too. Fencing tokens stay strictly increasing: the largest
+    /// token of the granting majority is written back to all of its nodes before the lock is
+    /// handed out, and any later majority shares a node with it.
+    pub fn redlock<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::RedLock(
+            nodes.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// After each acquire, `WAIT replicas timeout`: if fewer replicas acknowledged the lock key,
+    /// release it again and fail with [`LockError::NotReplicated`]. This narrows the window in
+    /// which a failover to a replica that never saw the key grants the lock twice. For single,
+    /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
+    /// connection: while a replica lags, other commands of this locker queue behind it for up
+    /// to `timeout`.
+    pub fn min_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
+        self.min_replicas = Some(MinReplicas { replicas, timeout });
         self
     }
 
@@ -326,11 +396,12 @@ impl LockerBuilder {
     /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout.
     pub async fn build(self) -> Result<Locker, LockError> {
         let Self {
-            url,
+            topology,
             settings,
             connect_timeout,
+            min_replicas,
         } = self;
-        let url = url.ok_or(ConfigError::MissingUrl)?;
+        let topology = topology.ok_or(ConfigError::MissingUrl)?;
         if !key::valid_prefix(&settings.prefix) {
             return Err(ConfigError::Prefix {
                 prefix: settings.prefix,
@@ -341,25 +412,21 @@ impl LockerBuilder {
         if lease < Duration::from_millis(30) || lease > MAX_LEASE {
             return Err(ConfigError::WatchdogLease { lease }.into());
         }
-        let client = redis::Client::open(url.as_str()).map_err(ConfigError::Url)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(settings.command_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client.clone(), config)
-            .await
-            .map_err(|e| LockError::backend("", e))?;
-
+        let timeouts = Timeouts {
+            connect: connect_timeout,
+            command: settings.command_timeout,
+        };
+        let (store, pubsub) = connect(topology, timeouts, min_replicas).await?;
+        let store = Arc::new(store);
         let shutdown = CancellationToken::new();
-        let waiters = Waiters::start(client, connect_timeout, shutdown.clone());
+        let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());
         let watchdog = Arc::new(Watchdog::default());
-        watchdog.start(conn.clone(), lease, shutdown.clone());
-        let releaser = release::start(conn.clone());
+        watchdog.start(store.clone(), lease, shutdown.clone());
+        let releaser = release::start(store.clone());
         tracing::debug!(prefix = %settings.prefix, ?lease, "locker connected");
         Ok(Locker {
             inner: Arc::new(Inner {
-                conn,
+                store,
                 settings,
                 registry: Registry::default(),
                 waiters,
@@ -370,4 +437,88 @@ impl LockerBuilder {
             }),
         })
     }
+}
+
+fn clients(urls: &[String]) -> Result<Vec<redis::Client>, LockError> {
+    urls.iter()
+        .map(|u| redis::Client::open(u.as_str()).map_err(|e| ConfigError::Url(e).into()))
+        .collect()
+}
+
+/// Connects the command side and describes where release notifications come from.
+async fn connect(
+    topology: Topology,
+    timeouts: Timeouts,
+    min_replicas: Option<MinReplicas>,
+) -> Result<(Store, PubSubSource), LockError> {
+    let backend = |e| LockError::backend("", e);
+    Ok(match topology {
+        Topology::Single(url) => {
+            let client = redis::Client::open(url.as_str()).map_err(ConfigError::Url)?;
+            let conn = Connection::single(client.clone(), timeouts)
+                .await
+                .map_err(backend)?;
+            (
+                Store::One { conn, min_replicas },
+                PubSubSource::Nodes(vec![client]),
+            )
+        }
+        Topology::Cluster(seeds) => {
+            if seeds.is_empty() {
+                return Err(ConfigError::MissingUrl.into());
+            }
+            let pubsub = PubSubSource::Nodes(clients(&seeds)?);
+            let conn = Connection::cluster(&seeds, timeouts)
+                .await
+                .map_err(backend)?;
+            (Store::One { conn, min_replicas }, pubsub)
+        }
+        Topology::Sentinel { master, sentinels } => {
+            if sentinels.is_empty() {
+                return Err(ConfigError::MissingUrl.into());
+            }
+            clients(&sentinels)?;
+            let conn = Connection::sentinel(&master, &sentinels, timeouts)
+                .await
+                .map_err(backend)?;
+            let Connection::Sentinel(primary) = &conn else {
+                unreachable!("Connection::sentinel returns a Sentinel connection")
+            };
+            let pubsub = PubSubSource::Sentinel(primary.clone());
+            (Store::One { conn, min_replicas }, pubsub)
+        }
+        Topology::RedLock(urls) => {
+            if urls.len() < 3 {
+                return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
+            }
+            if min_replicas.is_some() {
+                return Err(ConfigError::MinReplicasWithRedLock.into());
+            }
+            let clients = clients(&urls)?;
+            // Nodes that are down at start-up are connected lazily: RedLock must start with a
+            // majority up, not all of them.
+            let mut nodes = Vec::new();
+            let mut up = 0;
+            for client in &clients {
+                let conn = match Connection::single(client.clone(), timeouts).await {
+                    Ok(conn) => {
+                        up += 1;
+                        conn
+                    }
+                    Err(_) => Connection::lazy(client.clone(), timeouts).map_err(backend)?,
+                };
+                nodes.push(conn);
+            }
+            if up < urls.len() / 2 + 1 {
+                return Err(LockError::backend(
+                    "",
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        "fewer than a majority of RedLock nodes are reachable",
+                    )),
+                ));
+            }
+            (Store::Quorum { nodes }, PubSubSource::Nodes(clients))
+        }
+    })
 }

@@ -8,12 +8,11 @@
 
 use std::sync::Arc;
 
-use redis::aio::ConnectionManager;
 use tokio::sync::mpsc;
 
 use crate::held::Held;
 use crate::key::RedisKeys;
-use crate::scripts;
+use crate::store::Store;
 
 /// Work for the background releaser.
 #[derive(Debug)]
@@ -25,32 +24,17 @@ pub(crate) enum ReleaseJob {
     Ghost { keys: RedisKeys, token: String },
 }
 
-/// Runs `release.lua` for a token; `true` when the key was ours and is now deleted.
-pub(crate) async fn release_token(
-    conn: &mut ConnectionManager,
-    keys: &RedisKeys,
-    token: &str,
-) -> redis::RedisResult<bool> {
-    let released: i64 = scripts::RELEASE
-        .key(&keys.lock)
-        .arg(token)
-        .arg(&keys.channel)
-        .invoke_async(conn)
-        .await?;
-    Ok(released == 1)
-}
-
 /// Starts the releaser task; it ends when every sender is gone (the locker was dropped).
-pub(crate) fn start(conn: ConnectionManager) -> mpsc::UnboundedSender<ReleaseJob> {
+pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
     let (tx, mut rx) = mpsc::unbounded_channel::<ReleaseJob>();
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {
-            let mut conn = conn.clone();
+            let store = store.clone();
             // Each release runs on its own so one slow call does not delay the others.
             tokio::spawn(async move {
                 match job {
                     ReleaseJob::Held(held) => {
-                        match release_token(&mut conn, &held.keys, &held.token).await {
+                        match store.release(&held.keys, &held.token).await {
                             Ok(true) => {
                                 tracing::debug!(key = %held.key, "lock released (dropped guard)")
                             }
@@ -62,8 +46,17 @@ pub(crate) fn start(conn: ConnectionManager) -> mpsc::UnboundedSender<ReleaseJob
                         drop(held.take_permit());
                     }
                     ReleaseJob::Ghost { keys, token } => {
-                        if let Ok(true) = release_token(&mut conn, &keys, &token).await {
-                            tracing::debug!(lock = %keys.lock, "removed a lock taken by an abandoned acquire");
+                        // The attempt's command may still be on its way: try a few times.
+                        for delay in [0, 100, 500, 2000] {
+                            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                            match store.release(&keys, &token).await {
+                                Ok(true) => {
+                                    tracing::debug!(lock = %keys.lock, "removed a lock taken by an abandoned acquire");
+                                    break;
+                                }
+                                Ok(false) if delay >= 500 => break,
+                                _ => {}
+                            }
                         }
                     }
                 }

@@ -21,3 +21,7 @@ pub(crate) static RENEW: LazyLock<Script> =
 /// `scripts/force_unlock.lua`: delete whoever holds the lock, publish.
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
+
+/// `scripts/raise_fence.lua`: raise a fence counter to a token (RedLock write-back).
+pub(crate) static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));

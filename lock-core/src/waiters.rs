@@ -15,6 +15,28 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::connection::{SentinelPrimary, Timeouts};
+
+/// Where the subscriber connection goes.
+#[derive(Debug)]
+pub(crate) enum PubSubSource {
+    /// Any of these nodes (tried in turn after failures): a single server, cluster nodes
+    /// (PUBLISH reaches every node of a cluster), or RedLock nodes (a release publishes on
+    /// every node).
+    Nodes(Vec<redis::Client>),
+    /// The current primary named by Sentinel.
+    Sentinel(Arc<SentinelPrimary>),
+}
+
+impl PubSubSource {
+    async fn client(&self, attempt: usize) -> redis::RedisResult<redis::Client> {
+        match self {
+            Self::Nodes(clients) => Ok(clients[attempt % clients.len()].clone()),
+            Self::Sentinel(primary) => primary.client().await,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Channel {
     refs: usize,
@@ -58,8 +80,8 @@ pub(crate) struct Subscription {
 impl Waiters {
     /// Starts the listener task; it stops when `shutdown` is cancelled.
     pub(crate) fn start(
-        client: redis::Client,
-        timeout: Duration,
+        source: PubSubSource,
+        timeouts: Timeouts,
         shutdown: CancellationToken,
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -67,7 +89,7 @@ impl Waiters {
             channels: Mutex::new(HashMap::new()),
             commands: tx,
         });
-        tokio::spawn(listen(client, timeout, shared.clone(), rx, shutdown));
+        tokio::spawn(listen(source, timeouts, shared.clone(), rx, shutdown));
         Self { shared }
     }
 
@@ -122,18 +144,25 @@ impl Drop for Subscription {
 }
 
 async fn listen(
-    client: redis::Client,
-    timeout: Duration,
+    source: PubSubSource,
+    timeouts: Timeouts,
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     shutdown: CancellationToken,
 ) {
+    let timeout = timeouts.command;
     let mut backoff = Duration::from_millis(20);
+    let mut attempt = 0;
     loop {
+        let connect = async {
+            let client = source.client(attempt).await?;
+            client.get_async_pubsub().await
+        };
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
-            c = tokio::time::timeout(timeout, client.get_async_pubsub()) => c,
+            c = tokio::time::timeout(timeouts.connect, connect) => c,
         };
+        attempt += 1;
         let (mut sink, mut stream) = match connected {
             Ok(Ok(pubsub)) => pubsub.split(),
             failed => {

@@ -12,15 +12,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::held::Held;
-use crate::scripts;
-
-/// Most keys renewed by one script call.
-pub(crate) const BATCH: usize = 500;
+use crate::store::{Renewal, Store, BATCH};
 
 /// The locks the watchdog keeps alive, and counters for tests and metrics.
 #[derive(Debug, Default)]
@@ -52,7 +48,7 @@ impl Watchdog {
     /// Starts the renewal task; it ends when `shutdown` is cancelled.
     pub(crate) fn start(
         self: &Arc<Self>,
-        conn: ConnectionManager,
+        store: Arc<Store>,
         lease: Duration,
         shutdown: CancellationToken,
     ) {
@@ -63,22 +59,22 @@ impl Watchdog {
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = ticks.tick() => watchdog.tick(&conn).await,
+                    _ = ticks.tick() => watchdog.tick(&store).await,
                 }
             }
         });
     }
 
-    async fn tick(&self, conn: &ConnectionManager) {
+    async fn tick(&self, store: &Store) {
         let now = Instant::now();
-        let mut due = Vec::new();
+        let mut due: HashMap<Duration, Vec<Arc<Held>>> = HashMap::new();
         self.locks().retain(|_, held| {
             if held.is_lost() {
                 held.mark_lost("lease ran out before it was renewed");
                 return false;
             }
             if let Some(lease) = held.wants_renewal(now) {
-                due.push((held.clone(), lease));
+                due.entry(lease).or_default().push(held.clone());
             }
             true
         });
@@ -86,58 +82,32 @@ impl Watchdog {
             return;
         }
         self.busy_ticks.fetch_add(1, Ordering::Relaxed);
-        // All watchdog locks share the locker's lease; group by lease anyway to stay correct.
-        let mut by_lease: HashMap<Duration, Vec<Arc<Held>>> = HashMap::new();
-        for (held, lease) in due {
-            by_lease.entry(lease).or_default().push(held);
-        }
-        let batches = by_lease.into_iter().flat_map(|(lease, locks)| {
-            locks
-                .chunks(BATCH)
-                .map(|chunk| (lease, chunk.to_vec()))
-                .collect::<Vec<_>>()
-        });
-        let calls = batches.map(|(lease, chunk)| {
-            let mut conn = conn.clone();
-            self.renew_calls.fetch_add(1, Ordering::Relaxed);
+        // All watchdog locks share the locker's lease; grouping by lease keeps this correct
+        // anyway. Every group is renewed at once.
+        let calls = due.into_iter().map(|(lease, locks)| {
+            self.renew_calls
+                .fetch_add(locks.len().div_ceil(BATCH) as u64, Ordering::Relaxed);
             async move {
                 let sent_at = Instant::now();
-                let result = renew(&mut conn, &chunk, lease).await;
-                (chunk, lease, sent_at, result)
-            }
-        });
-        for (chunk, lease, sent_at, result) in futures_util::future::join_all(calls).await {
-            match result {
-                Ok(flags) => {
-                    for (held, renewed) in chunk.iter().zip(flags) {
-                        if renewed == 1 {
-                            held.confirm(sent_at, lease);
-                        } else {
+                let pairs: Vec<(&str, &str)> = locks
+                    .iter()
+                    .map(|h| (h.keys.lock.as_str(), h.token.as_str()))
+                    .collect();
+                let answers = store.renew(&pairs, lease).await;
+                for (held, answer) in locks.iter().zip(answers) {
+                    match answer {
+                        Renewal::Renewed => held.confirm(sent_at, lease),
+                        Renewal::NotOurs => {
                             held.mark_lost("renewal found another owner or no key");
                             self.remove(held.id);
                         }
+                        Renewal::Unknown => {}
                     }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
-                }
             }
-        }
+        });
+        futures_util::future::join_all(calls).await;
     }
-}
-
-/// Renews `locks` with `lease`; one flag per lock, 1 = renewed.
-pub(crate) async fn renew(
-    conn: &mut ConnectionManager,
-    locks: &[Arc<Held>],
-    lease: Duration,
-) -> redis::RedisResult<Vec<i64>> {
-    let mut invocation = scripts::RENEW.prepare_invoke();
-    invocation.arg(lease_ms(lease));
-    for held in locks {
-        invocation.key(&held.keys.lock).arg(&held.token);
-    }
-    invocation.invoke_async(conn).await
 }
 
 /// A lease in whole milliseconds, never 0 (`PEXPIRE 0` would delete the key).

@@ -1,0 +1,229 @@
+//! Connections to one logical Redis deployment (a single server, a cluster, or the primary
+//! that Sentinel names), behind one [`ConnectionLike`] so every script call is written once.
+
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// Timeouts shared by every connection of a locker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) connect: Duration,
+    pub(crate) command: Duration,
+}
+
+impl Timeouts {
+    pub(crate) fn manager_config(self) -> ConnectionManagerConfig {
+        ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect))
+            .set_response_timeout(Some(self.command))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1))
+    }
+}
+
+/// A multiplexed command connection that reconnects by itself.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// One server (or a fixed primary).
+    Single(ConnectionManager),
+    /// A Redis Cluster: commands are routed by their first key; MOVED/ASK are followed.
+    Cluster(ClusterConnection),
+    /// The primary that Sentinel names, re-resolved after connection errors and `READONLY`.
+    Sentinel(Arc<SentinelPrimary>),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "Connection::Single",
+            Self::Cluster(_) => "Connection::Cluster",
+            Self::Sentinel(_) => "Connection::Sentinel",
+        })
+    }
+}
+
+impl Connection {
+    pub(crate) async fn single(client: redis::Client, timeouts: Timeouts) -> RedisResult<Self> {
+        let manager = ConnectionManager::new_with_config(client, timeouts.manager_config()).await?;
+        Ok(Self::Single(manager))
+    }
+
+    /// A connection that is established on first use (a RedLock node down at start-up).
+    pub(crate) fn lazy(client: redis::Client, timeouts: Timeouts) -> RedisResult<Self> {
+        ConnectionManager::new_lazy_with_config(client, timeouts.manager_config()).map(Self::Single)
+    }
+
+    pub(crate) async fn cluster(urls: &[String], timeouts: Timeouts) -> RedisResult<Self> {
+        let client = redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
+            .connection_timeout(timeouts.connect)
+            .response_timeout(timeouts.command)
+            .retries(3)
+            .build()?;
+        let connection = tokio::time::timeout(timeouts.connect, client.get_async_connection())
+            .await
+            .map_err(|_| timed_out("connecting to the cluster"))??;
+        Ok(Self::Cluster(connection))
+    }
+
+    pub(crate) async fn sentinel(
+        master: &str,
+        sentinels: &[String],
+        timeouts: Timeouts,
+    ) -> RedisResult<Self> {
+        let client = SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            master.to_owned(),
+            None,
+            SentinelServerType::Master,
+        )?;
+        let primary = SentinelPrimary::connect(client, timeouts).await?;
+        Ok(Self::Sentinel(Arc::new(primary)))
+    }
+
+    /// Whether multi-key scripts must stay within one hash slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::Sentinel(p) => {
+                let primary = p.clone();
+                Box::pin(async move {
+                    let mut current = primary.current();
+                    let result = current.req_packed_command(cmd).await;
+                    primary.check(&result).await;
+                    result
+                })
+            }
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Sentinel(p) => {
+                let primary = p.clone();
+                Box::pin(async move {
+                    let mut current = primary.current();
+                    let result = current.req_packed_commands(pipeline, offset, count).await;
+                    primary.check(&result).await;
+                    result
+                })
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            Self::Cluster(c) => c.get_db(),
+            Self::Sentinel(p) => p.current().get_db(),
+        }
+    }
+}
+
+/// The current primary of a Sentinel-monitored deployment.
+pub(crate) struct SentinelPrimary {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    current: RwLock<(ConnectionManager, u64)>,
+    timeouts: Timeouts,
+}
+
+impl SentinelPrimary {
+    async fn connect(mut sentinel: SentinelClient, timeouts: Timeouts) -> RedisResult<Self> {
+        let client = tokio::time::timeout(timeouts.connect, sentinel.async_get_client())
+            .await
+            .map_err(|_| timed_out("asking Sentinel for the primary"))??;
+        let manager = ConnectionManager::new_with_config(client, timeouts.manager_config()).await?;
+        Ok(Self {
+            sentinel: tokio::sync::Mutex::new(sentinel),
+            current: RwLock::new((manager, 0)),
+            timeouts,
+        })
+    }
+
+    fn current(&self) -> ConnectionManager {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
+            .clone()
+    }
+
+    fn generation(&self) -> u64 {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+    }
+
+    /// After an error that suggests a failover, asks Sentinel for the primary again.
+    async fn check<T>(&self, result: &RedisResult<T>) {
+        let Err(error) = result else { return };
+        let failover_sign = error.is_io_error()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+            || error.is_timeout()
+            || matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+        if failover_sign {
+            self.refresh().await;
+        }
+    }
+
+    /// A client for the current primary (for the pub/sub connection).
+    pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
+        let mut sentinel = self.sentinel.lock().await;
+        tokio::time::timeout(self.timeouts.connect, sentinel.async_get_client())
+            .await
+            .map_err(|_| timed_out("asking Sentinel for the primary"))?
+    }
+
+    async fn refresh(&self) {
+        let seen = self.generation();
+        let mut sentinel = self.sentinel.lock().await;
+        if self.generation() != seen {
+            return; // another caller already switched
+        }
+        let client =
+            match tokio::time::timeout(self.timeouts.connect, sentinel.async_get_client()).await {
+                Ok(Ok(client)) => client,
+                _ => return,
+            };
+        match ConnectionManager::new_with_config(client, self.timeouts.manager_config()).await {
+            Ok(manager) => {
+                let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
+                *current = (manager, seen + 1);
+                tracing::info!("following the primary named by Sentinel");
+            }
+            Err(error) => tracing::debug!(%error, "primary named by Sentinel is not reachable yet"),
+        }
+    }
+}
+
+fn timed_out(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
+}
+
+impl std::fmt::Debug for SentinelPrimary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelPrimary")
+            .field("generation", &self.generation())
+            .finish_non_exhaustive()
+    }
+}

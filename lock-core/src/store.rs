@@ -1,0 +1,350 @@
+//! The lock operations on a topology: one logical Redis (a server, a cluster, a Sentinel
+//! primary) or a RedLock quorum of independent primaries.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::RedisResult;
+use tokio::time::Instant;
+
+use crate::connection::Connection;
+use crate::key::RedisKeys;
+use crate::scripts;
+use crate::watchdog::lease_ms;
+
+/// The answer to one acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The lock is ours, with this fencing token.
+    Acquired { fence: u64 },
+    /// Someone else holds it; their remaining lease if known.
+    Held { ttl: Option<Duration> },
+    /// Acquired, but fewer than the required replicas acknowledged; the lock was released again.
+    NotReplicated { acked: u64 },
+}
+
+/// What one renewal learned about one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The lease was extended.
+    Renewed,
+    /// The key is gone or holds another token: the lock is lost.
+    NotOurs,
+    /// No answer that decides it (Redis unreachable, no quorum either way).
+    Unknown,
+}
+
+/// `WAIT` for replicas after acquiring (primary-replica topologies).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MinReplicas {
+    pub(crate) replicas: u64,
+    pub(crate) timeout: Duration,
+}
+
+/// Where locks live.
+#[derive(Debug)]
+pub(crate) enum Store {
+    /// One logical Redis.
+    One {
+        conn: Connection,
+        min_replicas: Option<MinReplicas>,
+    },
+    /// RedLock over independent primaries: a lock is held when a majority holds it.
+    Quorum { nodes: Vec<Connection> },
+}
+
+/// Most keys renewed by one script call.
+pub(crate) const BATCH: usize = 500;
+
+impl Store {
+    /// The `min_replicas` requirement, if any.
+    pub(crate) fn min_replicas(&self) -> Option<u64> {
+        match self {
+            Self::One { min_replicas, .. } => min_replicas.map(|m| m.replicas),
+            Self::Quorum { .. } => None,
+        }
+    }
+
+    fn quorum(nodes: &[Connection]) -> usize {
+        nodes.len() / 2 + 1
+    }
+
+    /// Tries once to take the lock.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        lease: Duration,
+        retention: Duration,
+    ) -> RedisResult<Outcome> {
+        match self {
+            Self::One { conn, min_replicas } => {
+                let mut conn = conn.clone();
+                let outcome = acquire_on(&mut conn, keys, token, lease, retention).await?;
+                match (outcome, min_replicas) {
+                    (Outcome::Acquired { .. }, Some(min)) => {
+                        let acked = wait_for_replicas(&mut conn, &keys.lock, *min).await?;
+                        if acked >= min.replicas {
+                            Ok(outcome)
+                        } else {
+                            release_on(&mut conn, keys, token).await?;
+                            Ok(Outcome::NotReplicated { acked })
+                        }
+                    }
+                    _ => Ok(outcome),
+                }
+            }
+            Self::Quorum { nodes } => {
+                let started = Instant::now();
+                let replies = join_all(nodes.iter().map(|node| {
+                    let mut conn = node.clone();
+                    async move { acquire_on(&mut conn, keys, token, lease, retention).await }
+                }))
+                .await;
+                let quorum = Self::quorum(nodes);
+                let mut won = Vec::new();
+                let mut ttl: Option<Duration> = None;
+                let mut held = false;
+                let mut first_error = None;
+                for (node, reply) in nodes.iter().zip(replies) {
+                    match reply {
+                        Ok(Outcome::Acquired { fence }) => won.push((node, fence)),
+                        Ok(Outcome::Held { ttl: t }) => {
+                            held = true;
+                            ttl = ttl.max(t);
+                        }
+                        Ok(Outcome::NotReplicated { .. }) => {}
+                        Err(e) => {
+                            first_error.get_or_insert(e);
+                        }
+                    }
+                }
+                // Validity: what is left of the lease after the round trip and a drift allowance.
+                let drift = lease / 100 + Duration::from_millis(2);
+                let valid = started.elapsed() + drift < lease;
+                if won.len() >= quorum && valid {
+                    let fence = won.iter().map(|(_, f)| *f).max().unwrap_or(0);
+                    let raised = join_all(won.iter().map(|(node, _)| {
+                        let mut conn = (*node).clone();
+                        async move {
+                            let ok: RedisResult<i64> = scripts::RAISE_FENCE
+                                .key(&keys.fence)
+                                .arg(fence)
+                                .arg(lease_ms(retention))
+                                .invoke_async(&mut conn)
+                                .await;
+                            ok.is_ok()
+                        }
+                    }))
+                    .await;
+                    if raised.iter().filter(|ok| **ok).count() >= quorum
+                        && started.elapsed() + drift < lease
+                    {
+                        return Ok(Outcome::Acquired { fence });
+                    }
+                }
+                // No quorum in time: undo everywhere (also where the reply was lost).
+                self.release(keys, token).await.ok();
+                match first_error {
+                    Some(error) if !held => Err(error),
+                    _ => Ok(Outcome::Held { ttl }),
+                }
+            }
+        }
+    }
+
+    /// Releases the lock if it holds `token`; `true` when it was ours (on a quorum, for RedLock).
+    pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> RedisResult<bool> {
+        match self {
+            Self::One { conn, .. } => release_on(&mut conn.clone(), keys, token).await,
+            Self::Quorum { nodes } => {
+                let replies = join_all(nodes.iter().map(|node| {
+                    let mut conn = node.clone();
+                    async move { release_on(&mut conn, keys, token).await }
+                }))
+                .await;
+                let released = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+                if released >= Self::quorum(nodes) {
+                    return Ok(true);
+                }
+                let unknown = replies.iter().filter(|r| r.is_err()).count();
+                if released + unknown >= Self::quorum(nodes) {
+                    if let Some(Err(error)) = replies.into_iter().find(Result::is_err) {
+                        return Err(error);
+                    }
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    /// Renews `locks` (lock key, token) with `lease`; one answer per lock, in order.
+    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+        match self {
+            Self::One { conn, .. } => renew_on(conn, locks, lease)
+                .await
+                .into_iter()
+                .map(|r| match r {
+                    Some(true) => Renewal::Renewed,
+                    Some(false) => Renewal::NotOurs,
+                    None => Renewal::Unknown,
+                })
+                .collect(),
+            Self::Quorum { nodes } => {
+                let per_node =
+                    join_all(nodes.iter().map(|node| renew_on(node, locks, lease))).await;
+                let quorum = Self::quorum(nodes);
+                (0..locks.len())
+                    .map(|i| {
+                        let yes = per_node.iter().filter(|n| n[i] == Some(true)).count();
+                        let no = per_node.iter().filter(|n| n[i] == Some(false)).count();
+                        if yes >= quorum {
+                            Renewal::Renewed
+                        } else if no > nodes.len() - quorum {
+                            Renewal::NotOurs
+                        } else {
+                            Renewal::Unknown
+                        }
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Whether the lock key exists (on a quorum, for RedLock).
+    pub(crate) async fn exists(&self, lock_key: &str) -> RedisResult<bool> {
+        let exists = |conn: &Connection| {
+            let mut conn = conn.clone();
+            let lock_key = lock_key.to_owned();
+            async move {
+                redis::cmd("EXISTS")
+                    .arg(lock_key)
+                    .query_async::<bool>(&mut conn)
+                    .await
+            }
+        };
+        match self {
+            Self::One { conn, .. } => exists(conn).await,
+            Self::Quorum { nodes } => {
+                let replies = join_all(nodes.iter().map(exists)).await;
+                let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+                let answered = replies.iter().filter(|r| r.is_ok()).count();
+                if answered < Self::quorum(nodes) {
+                    if let Some(Err(e)) = replies.into_iter().find(Result::is_err) {
+                        return Err(e);
+                    }
+                }
+                Ok(yes >= Self::quorum(nodes))
+            }
+        }
+    }
+
+    /// Deletes the lock whoever holds it; `true` if any node had it.
+    pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> RedisResult<bool> {
+        let unlock = |conn: &Connection| {
+            let mut conn = conn.clone();
+            async move {
+                let deleted: i64 = scripts::FORCE_UNLOCK
+                    .key(&keys.lock)
+                    .arg(&keys.channel)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok::<bool, redis::RedisError>(deleted == 1)
+            }
+        };
+        match self {
+            Self::One { conn, .. } => unlock(conn).await,
+            Self::Quorum { nodes } => {
+                let replies = join_all(nodes.iter().map(unlock)).await;
+                let any = replies.iter().any(|r| matches!(r, Ok(true)));
+                match replies.into_iter().find(Result::is_err) {
+                    Some(Err(e)) if !any => Err(e),
+                    _ => Ok(any),
+                }
+            }
+        }
+    }
+}
+
+async fn acquire_on(
+    conn: &mut Connection,
+    keys: &RedisKeys,
+    token: &str,
+    lease: Duration,
+    retention: Duration,
+) -> RedisResult<Outcome> {
+    let (won, value): (i64, i64) = scripts::ACQUIRE
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .arg(token)
+        .arg(lease_ms(lease))
+        .arg(lease_ms(retention))
+        .invoke_async(conn)
+        .await?;
+    Ok(if won == 1 {
+        Outcome::Acquired {
+            fence: u64::try_from(value).unwrap_or(0),
+        }
+    } else {
+        Outcome::Held {
+            ttl: u64::try_from(value).ok().map(Duration::from_millis),
+        }
+    })
+}
+
+async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<bool> {
+    let released: i64 = scripts::RELEASE
+        .key(&keys.lock)
+        .arg(token)
+        .arg(&keys.channel)
+        .invoke_async(conn)
+        .await?;
+    Ok(released == 1)
+}
+
+/// `WAIT replicas timeout` on the node that holds `lock_key`, on the connection that wrote it.
+async fn wait_for_replicas(
+    conn: &mut Connection,
+    lock_key: &str,
+    min: MinReplicas,
+) -> RedisResult<u64> {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(min.replicas).arg(lease_ms(min.timeout));
+    match conn {
+        Connection::Cluster(cluster) => {
+            let route = Route::with_key(lock_key, SlotAddr::Master);
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+            let value = cluster.route_command(wait, routing).await?;
+            redis::from_redis_value(value).map_err(Into::into)
+        }
+        _ => wait.query_async(conn).await,
+    }
+}
+
+/// Renews on one logical Redis; `None` where the call failed.
+async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) -> Vec<Option<bool>> {
+    // In a cluster a script's keys must share a slot: every lock is its own call there (all
+    // sent at once, so each node still gets them in one pipelined write).
+    let size = if conn.is_cluster() { 1 } else { BATCH };
+    let calls = locks.chunks(size).map(|chunk| {
+        let mut conn = conn.clone();
+        async move {
+            let mut invocation = scripts::RENEW.prepare_invoke();
+            invocation.arg(lease_ms(lease));
+            for (key, token) in chunk {
+                invocation.key(*key).arg(*token);
+            }
+            let flags: RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+            match flags {
+                Ok(flags) if flags.len() == chunk.len() => flags.into_iter().map(|f| Some(f == 1)).collect(),
+                Ok(_) => vec![None; chunk.len()],
+                Err(error) => {
+                    tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
+                    vec![None; chunk.len()]
+                }
+            }
+        }
+    });
+    join_all(calls).await.into_iter().flatten().collect()
+}
