@@ -185,9 +185,8 @@ impl Acquire {
         };
 
         let keys = inner.keys(&self.key);
-        let token = new_token();
-        let (fence, sent_at) = self
-            .acquire_in_redis(&keys, &token, lease, wait.is_zero(), deadline, started)
+        let (token, fence, sent_at) = self
+            .acquire_in_redis(&keys, lease, wait.is_zero(), deadline, started)
             .await?;
         let held = Arc::new(Held::new(
             inner.next_id(),
@@ -222,21 +221,21 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline. Returns the fencing token and when the winning command was sent.
+    /// the deadline. Returns the winning token, the fencing token and when the winning command
+    /// was sent.
     async fn acquire_in_redis(
         &self,
         keys: &RedisKeys,
-        token: &str,
         lease: Duration,
         try_once: bool,
         deadline: Option<Instant>,
         started: Instant,
-    ) -> Result<(u64, Instant), LockError> {
+    ) -> Result<(String, u64, Instant), LockError> {
         let inner = &self.locker.inner;
         let mut ghost = GhostGuard {
             locker: &self.locker,
             keys,
-            token,
+            token: new_token(),
             armed: false,
         };
         let mut subscription: Option<Subscription> = None;
@@ -250,16 +249,24 @@ impl Acquire {
             }
             let sent_at = Instant::now();
             ghost.armed = true;
-            let attempt = self.attempt(keys, token, lease, deadline).await?;
+            let attempt = self
+                .attempt(keys, &mut ghost.token, lease, deadline)
+                .await?;
             ghost.armed = false;
             let ttl = match attempt {
-                Attempt::Acquired { fence } => return Ok((fence, sent_at)),
+                Attempt::Acquired { fence } => {
+                    return Ok((std::mem::take(&mut ghost.token), fence, sent_at))
+                }
                 Attempt::Held { ttl } => ttl,
             };
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if try_once || remaining.is_some_and(|r| r.is_zero()) {
                 return Err(self.busy(started, ttl));
+            }
+            if inner.store.is_quorum() {
+                // A failed quorum try is undone in the background under its token.
+                ghost.token = new_token();
             }
             if subscription.is_none() {
                 let limit = inner
@@ -290,12 +297,14 @@ impl Acquire {
         }
     }
 
-    /// One acquire call, retried with the same token (idempotent) on connection errors and
-    /// transient server states while the deadline allows.
+    /// One acquire call, retried on connection errors and transient server states while the
+    /// deadline allows: with the same token (the acquire script is idempotent per token) on one
+    /// Redis; with a fresh token on a RedLock quorum, whose undo of a failed try runs in the
+    /// background and must not hit the next try.
     async fn attempt(
         &self,
         keys: &RedisKeys,
-        token: &str,
+        token: &mut String,
         lease: Duration,
         deadline: Option<Instant>,
     ) -> Result<Attempt, LockError> {
@@ -305,6 +314,9 @@ impl Acquire {
         let mut tries = 0;
         loop {
             tries += 1;
+            if tries > 1 && inner.store.is_quorum() {
+                *token = new_token();
+            }
             let reply = inner.store.acquire(keys, token, lease, retention).await;
             match reply {
                 Ok(Outcome::Acquired { fence }) => return Ok(Attempt::Acquired { fence }),
@@ -320,7 +332,7 @@ impl Acquire {
                     let retry_at = Instant::now() + backoff;
                     let in_time = deadline.is_none_or(|d| retry_at < d);
                     if is_transient(&error) && (tries < 2 || in_time) {
-                        tracing::debug!(%error, "acquire failed; retrying with the same token");
+                        tracing::debug!(%error, "acquire failed; retrying");
                         tokio::time::sleep_until(retry_at).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));
                         continue;
@@ -350,7 +362,7 @@ fn is_transient(error: &redis::RedisError) -> bool {
 struct GhostGuard<'a> {
     locker: &'a Locker,
     keys: &'a RedisKeys,
-    token: &'a str,
+    token: String,
     armed: bool,
 }
 
@@ -359,7 +371,7 @@ impl Drop for GhostGuard<'_> {
         if self.armed {
             let _ = self.locker.inner.releaser.send(ReleaseJob::Ghost {
                 keys: self.keys.clone(),
-                token: self.token.to_owned(),
+                token: std::mem::take(&mut self.token),
             });
         }
     }

@@ -228,7 +228,7 @@ impl AsRef<Self> for Locker {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `.build().await`"]
 pub struct LockerBuilder {
     topology: Option<Topology>,
@@ -237,8 +237,46 @@ pub struct LockerBuilder {
     min_replicas: Option<MinReplicas>,
 }
 
+impl std::fmt::Debug for LockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // URLs may carry passwords: only their redacted form is ever printed.
+        let urls: Vec<String> = match &self.topology {
+            None => Vec::new(),
+            Some(Topology::Single(url)) => vec![redact(url)],
+            Some(Topology::Cluster(urls) | Topology::RedLock(urls)) => {
+                urls.iter().map(|u| redact(u)).collect()
+            }
+            Some(Topology::Sentinel { sentinels, .. }) => {
+                sentinels.iter().map(|u| redact(u)).collect()
+            }
+        };
+        f.debug_struct("LockerBuilder")
+            .field("urls", &urls)
+            .field("settings", &self.settings)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("min_replicas", &self.min_replicas)
+            .finish()
+    }
+}
+
+/// `redis://user:secret@host/` becomes `redis://user:***@host/`.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let host_start = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_start].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// Where the locks live.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 enum Topology {
     Single(String),
     Cluster(Vec<String>),
@@ -418,6 +456,7 @@ impl LockerBuilder {
         };
         let (store, pubsub) = connect(topology, timeouts, min_replicas).await?;
         let store = Arc::new(store);
+        store.warn_on_eviction_policy().await;
         let shutdown = CancellationToken::new();
         let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());
         let watchdog = Arc::new(Watchdog::default());
@@ -518,7 +557,30 @@ async fn connect(
                     )),
                 ));
             }
-            (Store::Quorum { nodes }, PubSubSource::Nodes(clients))
+            let store = Store::Quorum {
+                nodes,
+                timeout: timeouts.command,
+            };
+            (store, PubSubSource::Nodes(clients))
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_debug_output() {
+        assert_eq!(
+            redact("redis://app:hunter2@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(redact("redis://:hunter2@db"), "redis://:***@db");
+        assert_eq!(redact("redis://db:6379"), "redis://db:6379");
+        let builder = Locker::builder().url("redis://app:hunter2@db:6379/0");
+        assert!(!format!("{builder:?}").contains("hunter2"));
+        let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);
+        assert!(!format!("{builder:?}").contains("s3cret"));
+    }
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::RedisResult;
 use tokio::time::Instant;
@@ -51,7 +52,11 @@ pub(crate) enum Store {
         min_replicas: Option<MinReplicas>,
     },
     /// RedLock over independent primaries: a lock is held when a majority holds it.
-    Quorum { nodes: Vec<Connection> },
+    Quorum {
+        nodes: Vec<Connection>,
+        /// Per-node limit of one call.
+        timeout: Duration,
+    },
 }
 
 /// Most keys renewed by one script call.
@@ -64,6 +69,37 @@ impl Store {
             Self::One { min_replicas, .. } => min_replicas.map(|m| m.replicas),
             Self::Quorum { .. } => None,
         }
+    }
+
+    /// Warns when the server may evict lock keys (`maxmemory-policy` other than `noeviction`):
+    /// an evicted lock is a silent loss, noticed only at the next renewal. Servers that refuse
+    /// `CONFIG GET` (ACL) are not checked.
+    pub(crate) async fn warn_on_eviction_policy(&self) {
+        let nodes = match self {
+            Self::One { conn, .. } => std::slice::from_ref(conn),
+            Self::Quorum { nodes, .. } => nodes.as_slice(),
+        };
+        for node in nodes {
+            let mut conn = node.clone();
+            let reply: RedisResult<Vec<String>> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("maxmemory-policy")
+                .query_async(&mut conn)
+                .await;
+            if let Ok(pair) = reply {
+                if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
+                    tracing::warn!(
+                        %policy,
+                        "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Whether this is a RedLock quorum.
+    pub(crate) fn is_quorum(&self) -> bool {
+        matches!(self, Self::Quorum { .. })
     }
 
     fn quorum(nodes: &[Connection]) -> usize {
@@ -95,61 +131,10 @@ impl Store {
                     _ => Ok(outcome),
                 }
             }
-            Self::Quorum { nodes } => {
-                let started = Instant::now();
-                let replies = join_all(nodes.iter().map(|node| {
-                    let mut conn = node.clone();
-                    async move { acquire_on(&mut conn, keys, token, lease, retention).await }
-                }))
-                .await;
-                let quorum = Self::quorum(nodes);
-                let mut won = Vec::new();
-                let mut ttl: Option<Duration> = None;
-                let mut held = false;
-                let mut first_error = None;
-                for (node, reply) in nodes.iter().zip(replies) {
-                    match reply {
-                        Ok(Outcome::Acquired { fence }) => won.push((node, fence)),
-                        Ok(Outcome::Held { ttl: t }) => {
-                            held = true;
-                            ttl = ttl.max(t);
-                        }
-                        Ok(Outcome::NotReplicated { .. }) => {}
-                        Err(e) => {
-                            first_error.get_or_insert(e);
-                        }
-                    }
-                }
-                // Validity: what is left of the lease after the round trip and a drift allowance.
-                let drift = lease / 100 + Duration::from_millis(2);
-                let valid = started.elapsed() + drift < lease;
-                if won.len() >= quorum && valid {
-                    let fence = won.iter().map(|(_, f)| *f).max().unwrap_or(0);
-                    let raised = join_all(won.iter().map(|(node, _)| {
-                        let mut conn = (*node).clone();
-                        async move {
-                            let ok: RedisResult<i64> = scripts::RAISE_FENCE
-                                .key(&keys.fence)
-                                .arg(fence)
-                                .arg(lease_ms(retention))
-                                .invoke_async(&mut conn)
-                                .await;
-                            ok.is_ok()
-                        }
-                    }))
-                    .await;
-                    if raised.iter().filter(|ok| **ok).count() >= quorum
-                        && started.elapsed() + drift < lease
-                    {
-                        return Ok(Outcome::Acquired { fence });
-                    }
-                }
-                // No quorum in time: undo everywhere (also where the reply was lost).
-                self.release(keys, token).await.ok();
-                match first_error {
-                    Some(error) if !held => Err(error),
-                    _ => Ok(Outcome::Held { ttl }),
-                }
+            Self::Quorum { nodes, timeout } => {
+                // RedLock: a node's answer is only worth waiting for a small part of the lease.
+                let per_node = (lease / 50).clamp(Duration::from_millis(10), *timeout);
+                quorum_acquire(nodes, keys, token, lease, retention, per_node).await
             }
         }
     }
@@ -158,18 +143,30 @@ impl Store {
     pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> RedisResult<bool> {
         match self {
             Self::One { conn, .. } => release_on(&mut conn.clone(), keys, token).await,
-            Self::Quorum { nodes } => {
-                let replies = join_all(nodes.iter().map(|node| {
-                    let mut conn = node.clone();
-                    async move { release_on(&mut conn, keys, token).await }
-                }))
+            Self::Quorum { nodes, .. } => {
+                // Every node gets the release (in its own task, so a dead node cannot hold up
+                // the answer); the answer is decided by the first majority.
+                let quorum = Self::quorum(nodes);
+                let total = nodes.len();
+                let replies = gather(
+                    nodes.iter().map(|node| {
+                        let mut conn = node.clone();
+                        let (keys, token) = (keys.clone(), token.to_owned());
+                        tokio::spawn(async move { release_on(&mut conn, &keys, &token).await })
+                    }),
+                    |done: &[RedisResult<bool>]| {
+                        let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
+                        let no = done.iter().filter(|r| matches!(r, Ok(false))).count();
+                        yes >= quorum || no > total - quorum || done.len() == total
+                    },
+                )
                 .await;
                 let released = replies.iter().filter(|r| matches!(r, Ok(true))).count();
-                if released >= Self::quorum(nodes) {
+                if released >= quorum {
                     return Ok(true);
                 }
-                let unknown = replies.iter().filter(|r| r.is_err()).count();
-                if released + unknown >= Self::quorum(nodes) {
+                let no = replies.iter().filter(|r| matches!(r, Ok(false))).count();
+                if no <= total - quorum {
                     if let Some(Err(error)) = replies.into_iter().find(Result::is_err) {
                         return Err(error);
                     }
@@ -191,9 +188,14 @@ impl Store {
                     None => Renewal::Unknown,
                 })
                 .collect(),
-            Self::Quorum { nodes } => {
-                let per_node =
-                    join_all(nodes.iter().map(|node| renew_on(node, locks, lease))).await;
+            Self::Quorum { nodes, timeout } => {
+                // A dead node must not hold up the tick: its answers count as unknown.
+                let per_node = join_all(nodes.iter().map(|node| async move {
+                    tokio::time::timeout(*timeout, renew_on(node, locks, lease))
+                        .await
+                        .unwrap_or_else(|_| vec![None; locks.len()])
+                }))
+                .await;
                 let quorum = Self::quorum(nodes);
                 (0..locks.len())
                     .map(|i| {
@@ -226,7 +228,7 @@ impl Store {
         };
         match self {
             Self::One { conn, .. } => exists(conn).await,
-            Self::Quorum { nodes } => {
+            Self::Quorum { nodes, .. } => {
                 let replies = join_all(nodes.iter().map(exists)).await;
                 let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
                 let answered = replies.iter().filter(|r| r.is_ok()).count();
@@ -255,7 +257,7 @@ impl Store {
         };
         match self {
             Self::One { conn, .. } => unlock(conn).await,
-            Self::Quorum { nodes } => {
+            Self::Quorum { nodes, .. } => {
                 let replies = join_all(nodes.iter().map(unlock)).await;
                 let any = replies.iter().any(|r| matches!(r, Ok(true)));
                 match replies.into_iter().find(Result::is_err) {
@@ -264,6 +266,139 @@ impl Store {
                 }
             }
         }
+    }
+}
+
+/// Collects the results of spawned per-node calls until `decided` says the outcome is known;
+/// calls still running go on in the background.
+async fn gather<T: Send + 'static>(
+    calls: impl IntoIterator<Item = tokio::task::JoinHandle<T>>,
+    mut decided: impl FnMut(&[T]) -> bool,
+) -> Vec<T> {
+    let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
+    let mut done = Vec::new();
+    while let Some(result) = pending.next().await {
+        if let Ok(value) = result {
+            done.push(value);
+        }
+        if decided(&done) {
+            break;
+        }
+    }
+    done
+}
+
+/// What the acquiring caller decided, for the per-node tasks of a RedLock acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pending,
+    Keep,
+    Undo,
+}
+
+/// RedLock acquire: every node tries at once, each in its own task; the caller decides as soon
+/// as a majority granted (or can no longer grant) the lock. Each node's task then undoes its
+/// own grant if the verdict is "undo" (or the caller went away), after its acquire finished,
+/// so a late grant is never left behind.
+async fn quorum_acquire(
+    nodes: &[Connection],
+    keys: &RedisKeys,
+    token: &str,
+    lease: Duration,
+    retention: Duration,
+    per_node: Duration,
+) -> RedisResult<Outcome> {
+    let started = Instant::now();
+    let quorum = nodes.len() / 2 + 1;
+    let total = nodes.len();
+    let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
+    let tasks = nodes.iter().map(|node| {
+        let mut conn = node.clone();
+        let (keys, token) = (keys.clone(), token.to_owned());
+        let mut verdict = verdict_rx.clone();
+        tokio::spawn(async move {
+            let reply = tokio::time::timeout(
+                per_node,
+                acquire_on(&mut conn, &keys, &token, lease, retention),
+            )
+            .await
+            .unwrap_or_else(|_| Err(timed_out()));
+            let granted_or_unknown = !matches!(reply, Ok(Outcome::Held { .. }));
+            let answer = (conn.clone(), reply);
+            if granted_or_unknown {
+                let keep_conn = conn;
+                tokio::spawn(async move {
+                    let mut conn = keep_conn;
+                    let decided = verdict
+                        .wait_for(|v| *v != Verdict::Pending)
+                        .await
+                        .map(|v| *v);
+                    if !matches!(decided, Ok(Verdict::Keep)) {
+                        let _ = release_on(&mut conn, &keys, &token).await;
+                    }
+                });
+            }
+            answer
+        })
+    });
+    let replies = gather(tasks, |done: &[(Connection, RedisResult<Outcome>)]| {
+        let won = done
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(Outcome::Acquired { .. })))
+            .count();
+        won >= quorum || won + (total - done.len()) < quorum
+    })
+    .await;
+    let mut won = Vec::new();
+    let mut ttl: Option<Duration> = None;
+    let mut held = false;
+    let mut first_error = None;
+    for (conn, reply) in replies {
+        match reply {
+            Ok(Outcome::Acquired { fence }) => won.push((conn, fence)),
+            Ok(Outcome::Held { ttl: t }) => {
+                held = true;
+                ttl = ttl.max(t);
+            }
+            Ok(Outcome::NotReplicated { .. }) => {}
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    // Validity: what is left of the lease after the round trips and a drift allowance.
+    let drift = lease / 100 + Duration::from_millis(2);
+    if won.len() >= quorum && started.elapsed() + drift < lease {
+        let fence = won.iter().map(|(_, f)| *f).max().unwrap_or(0);
+        let raised = join_all(won.iter().map(|(conn, _)| {
+            let mut conn = conn.clone();
+            async move {
+                let ok: RedisResult<i64> = scripts::RAISE_FENCE
+                    .key(&keys.fence)
+                    .arg(fence)
+                    .arg(lease_ms(retention))
+                    .invoke_async(&mut conn)
+                    .await;
+                ok.is_ok()
+            }
+        }))
+        .await;
+        if raised.iter().filter(|ok| **ok).count() >= quorum && started.elapsed() + drift < lease {
+            let _ = verdict_tx.send(Verdict::Keep);
+            return Ok(Outcome::Acquired { fence });
+        }
+    }
+    let _ = verdict_tx.send(Verdict::Undo);
+    // The nodes that granted are undone before answering (their tasks do it again, harmlessly),
+    // so a failed acquire returns with no grant of ours left on any node that answered.
+    join_all(won.iter().map(|(conn, _)| {
+        let mut conn = conn.clone();
+        async move { release_on(&mut conn, keys, token).await }
+    }))
+    .await;
+    match first_error {
+        Some(error) if !held => Err(error),
+        _ => Ok(Outcome::Held { ttl }),
     }
 }
 
@@ -347,4 +482,11 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
         }
     });
     join_all(calls).await.into_iter().flatten().collect()
+}
+
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "redlock node did not answer in time",
+    ))
 }

@@ -1,0 +1,275 @@
+//! RedLock over five independent redis-server processes.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lock_core::{LockError, Locker};
+use lock_testkit::RedisServer;
+
+fn five() -> Vec<RedisServer> {
+    (0..5).map(|_| RedisServer::start().unwrap()).collect()
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+async fn redlock(servers: &[RedisServer], lease: Duration) -> Locker {
+    Locker::builder()
+        .redlock(urls(servers))
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
+fn lock_keys(server: &RedisServer) -> Vec<String> {
+    server.cmd(&["KEYS", "lock:*:lock:*"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_with_two_of_five_nodes_down() {
+    let mut servers = five();
+    let a = redlock(&servers, Duration::from_secs(5)).await;
+    let b = redlock(&servers, Duration::from_secs(5)).await;
+    servers[0].kill9();
+    servers[3].kill9();
+    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let locker = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let (inside, max) = (inside.clone(), max.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let guard = locker
+                    .lock("k")
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .unwrap();
+                let now = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                max.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(max.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn no_acquire_with_three_of_five_nodes_down() {
+    let mut servers = five();
+    let locker = redlock(&servers, Duration::from_secs(5)).await;
+    for i in [1, 2, 4] {
+        servers[i].kill9();
+    }
+    let err = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    for i in [0, 3] {
+        assert!(
+            lock_keys(&servers[i]).is_empty(),
+            "partial acquire undone on node {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn success_if_and_only_if_a_majority_is_free() {
+    let servers = five();
+    let locker = redlock(&servers, Duration::from_secs(5)).await;
+    // Learn the Redis name of the lock once.
+    let guard = locker.lock("k").await.unwrap();
+    let name = lock_keys(&servers[0]).pop().unwrap();
+    guard.release().await.unwrap();
+    for mask in 0u32..32 {
+        for (i, s) in servers.iter().enumerate() {
+            if mask & (1 << i) != 0 {
+                let _: () = s.cmd(&["SET", &name, "someone-else", "PX", "60000"]);
+            }
+        }
+        let free = 5 - mask.count_ones();
+        let result = locker.lock("k").wait(Duration::ZERO).await;
+        match result {
+            Ok(guard) => {
+                assert!(
+                    free >= 3,
+                    "acquired with only {free} free nodes (mask {mask:05b})"
+                );
+                guard.release().await.unwrap();
+            }
+            Err(e) => {
+                assert!(
+                    free < 3,
+                    "refused with {free} free nodes (mask {mask:05b}): {e}"
+                );
+                assert!(e.is_busy(), "{e:?}");
+            }
+        }
+        // Nothing of ours is left anywhere (nodes that answered after the outcome was decided
+        // are undone in the background); the foreign locks are untouched.
+        let ours_gone = common::eventually(Duration::from_secs(2), || {
+            servers.iter().enumerate().all(|(i, s)| {
+                mask & (1 << i) != 0 || s.cmd::<Option<String>>(&["GET", &name]).is_none()
+            })
+        })
+        .await;
+        assert!(ours_gone, "stray keys (mask {mask:05b})");
+        for (i, s) in servers.iter().enumerate() {
+            let value: Option<String> = s.cmd(&["GET", &name]);
+            if mask & (1 << i) != 0 {
+                assert_eq!(value.as_deref(), Some("someone-else"));
+            } else {
+                assert_eq!(value, None, "stray key on node {i} (mask {mask:05b})");
+            }
+            let _: () = s.cmd(&["DEL", &name]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_changing_majorities() {
+    let mut servers = five();
+    let locker = redlock(&servers, Duration::from_secs(5)).await;
+    let mut last = 0;
+    for round in 0..3 {
+        // A different node is down in every round, so the granting majority changes.
+        if round > 0 {
+            servers[round].kill9();
+            servers[round - 1].restart().unwrap();
+        }
+        for _ in 0..20 {
+            let guard = locker.lock("k").wait(Duration::from_secs(5)).await.unwrap();
+            assert!(guard.fencing_token() > last, "round {round}");
+            last = guard.fencing_token();
+            guard.release().await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn watchdog_keeps_a_redlock_alive_and_release_clears_every_node() {
+    let servers = five();
+    let locker = redlock(&servers, Duration::from_millis(300)).await;
+    let guard = locker.lock("k").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(guard.is_held());
+    assert!(locker.is_locked("k").await.unwrap());
+    guard.release().await.unwrap();
+    for s in &servers {
+        assert!(lock_keys(s).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn bad_redlock_configuration() {
+    let servers = five();
+    let err = Locker::builder()
+        .redlock(urls(&servers[..2]))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config(_)), "{err}");
+    let err = Locker::builder()
+        .redlock(urls(&servers))
+        .min_replicas(1, Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config(_)), "{err}");
+}
+
+/// The child side of the pause test: holds a RedLock lock and reports when it learns it lost it.
+#[test]
+#[ignore = "run as a child process by paused_holder_learns_it_lost_the_lock"]
+fn redlock_child() {
+    let Ok(urls) = std::env::var("REDLOCK_CHILD_URLS") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let locker = Locker::builder()
+            .redlock(urls.split(',').map(str::to_owned))
+            .watchdog_lease(Duration::from_millis(600))
+            .build()
+            .await
+            .unwrap();
+        let guard = locker.lock("k").await.unwrap();
+        println!("HELD {}", guard.fencing_token());
+        guard.lost().await;
+        println!("LOST");
+        let released = guard.release().await;
+        println!(
+            "RELEASE {}",
+            if released.is_err_and(|e| e.is_lost()) {
+                "lost"
+            } else {
+                "ok"
+            }
+        );
+    });
+}
+
+#[tokio::test]
+async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
+    let servers = five();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "redlock_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REDLOCK_CHILD_URLS", urls(&servers).join(","))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let held = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|l| l.contains("HELD"))
+        .unwrap();
+    let child_fence: u64 = held.rsplit(' ').next().unwrap().parse().unwrap();
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-STOP", &pid]).status().unwrap();
+    // Past the child's validity: the key expires everywhere and another client takes over.
+    let locker = redlock(&servers, Duration::from_secs(5)).await;
+    let started = Instant::now();
+    let guard = locker.lock("k").wait(Duration::from_secs(3)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    assert!(guard.fencing_token() > child_fence);
+    Command::new("kill").args(["-CONT", &pid]).status().unwrap();
+    let resumed = Instant::now();
+    let lost = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for line in lines.map_while(Result::ok) {
+            out.push(line);
+        }
+        out
+    });
+    let out = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.iter().any(|l| l.ends_with("LOST")), "{out:?}");
+    assert!(out.iter().any(|l| l.ends_with("RELEASE lost")), "{out:?}");
+    assert!(resumed.elapsed() < Duration::from_secs(2));
+    assert!(
+        guard.is_held(),
+        "the new holder's lock was not touched by the stale one"
+    );
+    guard.release().await.unwrap();
+    child.wait().unwrap();
+}
