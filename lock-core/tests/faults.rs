@@ -1,0 +1,358 @@
+//! Server-side faults and hostile conditions against a real redis-server (RELIABILITY.md rows
+//! noted per test).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, keys, lock_key, locker, locker_with_lease, server};
+use lock_core::{LockError, Locker};
+use lock_testkit::{Persistence, RedisServer};
+
+fn lock_keys(server: &RedisServer) -> Vec<String> {
+    keys(server, "lock:")
+        .into_iter()
+        .filter(|k| k.contains(":lock:"))
+        .collect()
+}
+
+/// F5: an acquire whose reply times out may still run on the server later; the kit removes
+/// that ghost lock by its token instead of leaving it for the whole lease.
+#[tokio::test]
+async fn a_timed_out_acquire_leaves_no_ghost_lock() {
+    let server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    // Warm up the script cache so the stalled command is the acquire itself.
+    locker.lock("k").await.unwrap().release().await.unwrap();
+    let sleeper = server.url();
+    let stall = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(sleeper)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1")
+            .query(&mut conn)
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let err = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_backend() && err.is_timeout(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_millis(900));
+    stall.await.unwrap();
+    // The stalled SET ran after the server woke up; the background cleanup removes it.
+    assert!(
+        eventually(Duration::from_secs(4), || lock_keys(&server).is_empty()).await,
+        "ghost lock left: {:?}",
+        lock_keys(&server)
+    );
+    locker
+        .lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// F6: a restart without persistence loses the key; the holder learns it within a renewal
+/// interval, and a new acquire works.
+#[tokio::test]
+async fn a_restart_without_persistence_is_detected_as_loss() {
+    let mut server = server();
+    let lease = Duration::from_millis(600);
+    let holder = locker_with_lease(&server, lease).await;
+    let guard = holder.lock("k").await.unwrap();
+    server.restart().unwrap();
+    let restarted = Instant::now();
+    tokio::time::timeout(lease * 2, guard.lost())
+        .await
+        .expect("loss detected");
+    let took = restarted.elapsed();
+    assert!(
+        took <= lease / 3 + Duration::from_millis(300),
+        "detected after {took:?}"
+    );
+    // While the lost guard lives, this task's reentrant acquire reports the loss; after it is
+    // dropped a fresh acquire works.
+    assert!(holder.lock("k").await.unwrap_err().is_lost());
+    drop(guard);
+    holder
+        .lock("k")
+        .wait(Duration::from_secs(3))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// F7: with AOF `always`, a quick restart keeps the lock and raises no false loss.
+#[tokio::test]
+async fn a_restart_with_aof_keeps_the_lock() {
+    let mut server = RedisServer::start_persistent(Persistence::AofAlways).unwrap();
+    let lease = Duration::from_secs(3);
+    let holder = locker_with_lease(&server, lease).await;
+    let guard = holder.lock("k").await.unwrap();
+    server.restart().unwrap();
+    tokio::time::sleep(lease).await;
+    assert!(guard.is_held(), "no false loss");
+    assert!(holder.is_locked("k").await.unwrap());
+    guard.release().await.unwrap();
+}
+
+/// F8: killing the holder's command connection does not lose the lock; renewals go on.
+#[tokio::test]
+async fn a_killed_command_connection_reconnects_and_keeps_renewing() {
+    let server = server();
+    let lease = Duration::from_millis(450);
+    let holder = locker_with_lease(&server, lease).await;
+    let guard = holder.lock("k").await.unwrap();
+    let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    tokio::time::sleep(lease * 3).await;
+    assert!(guard.is_held());
+    let pttl: i64 = server.cmd(&["PTTL", &lock_key(&server, "k")]);
+    assert!(pttl > 0);
+    guard.release().await.unwrap();
+}
+
+/// F9: the subscriber connection is killed while waiters wait; they resubscribe, retry, and
+/// are all served promptly after the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_subscriber_connection_loses_no_wake_up() {
+    let server = server();
+    let holder = locker(&server).await;
+    let waiter = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("k").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let waiter = waiter.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = waiter
+                .lock("k")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            g.release().await.unwrap();
+            Instant::now()
+        }));
+    }
+    assert!(eventually(Duration::from_secs(2), || waiter.subscriptions() == 1).await);
+    let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    // Wait until the subscription is back on the server.
+    assert!(
+        eventually(Duration::from_secs(3), || server
+            .cmd::<Vec<String>>(&["PUBSUB", "CHANNELS"])
+            .len()
+            == 1)
+        .await
+    );
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    for t in tasks {
+        let at = t.await.unwrap();
+        assert!(
+            at - released < Duration::from_secs(3),
+            "woken late: {:?}",
+            at - released
+        );
+    }
+}
+
+/// F11: a server busy with a long script answers BUSY; the acquire retries until its deadline
+/// and then succeeds or reports a backend error, never Busy-by-contention or a panic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_server_is_retried_within_the_deadline() {
+    let server = RedisServer::start_with(&["--busy-reply-threshold", "100"]).unwrap();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    let url = server.url();
+    let busy = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: redis::RedisResult<()> = redis::cmd("EVAL")
+            .arg("local t = redis.call('TIME') local s = tonumber(t[1]) while tonumber(redis.call('TIME')[1]) < s + 1 do end")
+            .arg(0)
+            .query(&mut conn);
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let guard = locker.lock("k").wait(Duration::from_secs(5)).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3));
+    guard.release().await.unwrap();
+    busy.await.unwrap();
+}
+
+/// F21: an evicted lock key is a loss the holder learns at the next renewal.
+#[tokio::test]
+async fn an_evicted_lock_is_reported_lost() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-ttl"]).unwrap();
+    let lease = Duration::from_millis(450);
+    let holder = locker_with_lease(&server, lease).await;
+    let guard = holder.lock("k").await.unwrap();
+    // Evict: shrink memory below use, then write; volatile-ttl evicts keys with a TTL.
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let _: redis::RedisResult<()> = redis::cmd("SET")
+        .arg("filler")
+        .arg("x")
+        .arg("PX")
+        .arg(1)
+        .query(&mut server.client());
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("eviction noticed");
+    assert!(guard.release().await.unwrap_err().is_lost());
+}
+
+/// B21: a server out of memory refuses the acquire with a backend error, not "busy".
+#[tokio::test]
+async fn out_of_memory_is_a_backend_error() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]).unwrap();
+    let locker = locker(&server).await;
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    let _: () = server.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let err = locker
+        .lock("k")
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    assert!(err.to_string().contains("OOM"), "{err}");
+}
+
+/// B18: an ACL user without pub/sub rights can still lock and release; the release script's
+/// PUBLISH failure does not turn a completed release into an error, and waiters fall back to
+/// TTLs and the safety-net retry.
+#[tokio::test]
+async fn least_privilege_acl_user_without_channels() {
+    let server = server();
+    let _: () = server.cmd(&[
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">pw",
+        "resetchannels",
+        "~lock:*",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+exists",
+        "+ping",
+        "+set",
+        "+get",
+        "+del",
+        "+pexpire",
+        "+pttl",
+        "+time",
+        "+type",
+        "+publish",
+        "+subscribe",
+        "+unsubscribe",
+        "+config|get",
+    ]);
+    let url = format!("redis://app:pw@127.0.0.1:{}/", server.port());
+    let a = Locker::builder()
+        .url(url.clone())
+        .fallback_retry(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let b = Locker::builder()
+        .url(url)
+        .fallback_retry(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock("k").await.unwrap();
+    let waiter = tokio::spawn(async move {
+        b.lock("k")
+            .wait(Duration::from_secs(5))
+            .await
+            .map(|g| g.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    assert!(waiter.await.unwrap().is_ok());
+    assert!(lock_keys(&server).is_empty());
+}
+
+/// B23: a hostile server answering with the wrong shapes gives typed errors, never a panic.
+#[tokio::test]
+async fn hostile_replies_are_typed_errors() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for reply in [
+        &b"+OK\r\n"[..],
+        b"*2\r\n:1\r\n$3\r\nabc\r\n",
+        b"*1\r\n:1\r\n",
+        b"$-1\r\n",
+        b":7\r\n",
+        b"-ERR nope\r\n",
+    ] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let reply = reply.to_vec();
+        let fake = tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let reply = reply.clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        // One reply per command in the chunk (each command starts with '*').
+                        let commands = buf[..n].iter().filter(|b| **b == b'*').count().max(1);
+                        for _ in 0..commands {
+                            if socket.write_all(&reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let built = Locker::builder()
+            .url(format!("redis://127.0.0.1:{port}/"))
+            .command_timeout(Duration::from_millis(300))
+            .connect_timeout(Duration::from_millis(300))
+            .build()
+            .await;
+        if let Ok(locker) = built {
+            let result = locker.lock("k").wait(Duration::from_millis(200)).await;
+            match result {
+                Err(LockError::Backend { .. } | LockError::Busy { .. }) => {}
+                other => panic!(
+                    "reply {:?}: {other:?}",
+                    String::from_utf8_lossy(&reply_text(&other))
+                ),
+            }
+        }
+        fake.abort();
+    }
+}
+
+fn reply_text<T: std::fmt::Debug>(v: &T) -> Vec<u8> {
+    format!("{v:?}").into_bytes()
+}
