@@ -1,0 +1,559 @@
+//! [`RedisCluster`]: a Redis Cluster of real processes, and the key-to-slot function.
+
+use std::io;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::server::{free_cluster_port, Kind, Persistence, RedisServer};
+use crate::util::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
+
+/// Number of hash slots in a Redis Cluster.
+pub const CLUSTER_SLOTS: u16 = 16384;
+
+/// How long [`RedisCluster::start`] waits for the cluster to be fully up.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The hash slot of `key`, as `CLUSTER KEYSLOT` computes it: CRC16 (XMODEM) of the key, or of
+/// the non-empty part between the first `{` and the next `}` (a hash tag), modulo 16384.
+///
+/// # Examples
+///
+/// ```
+/// use lock_testkit::key_slot;
+/// assert_eq!(key_slot(b"foo"), 12182);
+/// assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+/// ```
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&len| len > 0)
+                .map(|len| &rest[..len])
+        })
+        .unwrap_or(key);
+    crc16(hashed) % CLUSTER_SLOTS
+}
+
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc = 0u16;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// One node as described by a line of `CLUSTER NODES`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterNodeInfo {
+    /// The node id (40 hex characters).
+    pub id: String,
+    /// The node's client port.
+    pub port: u16,
+    /// Whether the node is a primary (`master` flag).
+    pub primary: bool,
+    /// For a replica, the id of its primary.
+    pub primary_id: Option<String>,
+    /// Whether the node is flagged `fail` (failure agreed by the majority; `fail?` is not enough).
+    pub failed: bool,
+    /// Whether the asking node's cluster-bus link to this node is `connected`.
+    pub connected: bool,
+    /// Slot ranges served by this node, inclusive (`(0, 5460)`, ...). Empty for replicas.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl ClusterNodeInfo {
+    /// Whether this node serves `slot`.
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(lo, hi)| lo <= slot && slot <= hi)
+    }
+}
+
+/// Parses the text of `CLUSTER NODES`.
+fn parse_cluster_nodes(text: &str) -> Vec<ClusterNodeInfo> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 {
+                return None;
+            }
+            // `127.0.0.1:30001@40001` or `127.0.0.1:30001@40001,hostname`
+            let addr = fields[1].split(['@', ',']).next()?;
+            let port = addr.rsplit(':').next()?.parse().ok()?;
+            let flags: Vec<&str> = fields[2].split(',').collect();
+            let slots = fields[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((lo, hi)) => Some((lo.parse().ok()?, hi.parse().ok()?)),
+                    None => {
+                        let slot = s.parse().ok()?;
+                        Some((slot, slot))
+                    }
+                })
+                .collect();
+            Some(ClusterNodeInfo {
+                id: fields[0].to_string(),
+                port,
+                primary: flags.contains(&"master"),
+                primary_id: (fields[3] != "-").then(|| fields[3].to_string()),
+                failed: flags.contains(&"fail"),
+                connected: fields[7] == "connected",
+                slots,
+            })
+        })
+        .collect()
+}
+
+/// A Redis Cluster of `primaries × (1 + replicas_per_primary)` real `redis-server` processes on
+/// loopback, all killed (and their directories removed) on drop.
+///
+/// Nodes run with `--cluster-enabled yes --cluster-node-timeout 1000`, so a killed primary is
+/// replaced by its replica in about 2.6 s (see RELIABILITY.md). Their ports are below 55535 and
+/// their bus ports (`port + 10000`) were free when the cluster was started.
+///
+/// # Examples
+///
+/// ```no_run
+/// let mut cluster = lock_testkit::RedisCluster::start(3, 1).expect("redis-server on PATH");
+/// let seeds = cluster.urls();
+/// let owner = cluster.primary_for_key("lock:{order-1}").unwrap().port();
+/// let index = cluster.index_of_port(owner).unwrap();
+/// cluster.node_mut(index).kill9(); // its replica takes over after about 2.6 s
+/// # drop(seeds);
+/// ```
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    primaries: Vec<u16>,
+    replicas_per_primary: usize,
+}
+
+impl RedisCluster {
+    /// Starts `primaries` primaries with `replicas_per_primary` replicas each, creates the
+    /// cluster and waits (at most 20 s) until every node reports `cluster_state:ok`, knows all
+    /// the others, and every replica's link to its primary is up.
+    ///
+    /// With three or more primaries the cluster is created by `redis-cli --cluster create
+    /// ... --cluster-replicas R --cluster-yes`; with one or two (which `redis-cli` refuses) the
+    /// same layout is made by hand with `CLUSTER ADDSLOTSRANGE`, `MEET` and `REPLICATE`.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for zero primaries; otherwise when a process cannot be started, the
+    /// creation fails, or the cluster is not up in time. Nodes already started are killed.
+    pub fn start(primaries: usize, replicas_per_primary: usize) -> io::Result<Self> {
+        if primaries == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a cluster needs at least one primary",
+            ));
+        }
+        let total = primaries * (1 + replicas_per_primary);
+        let mut nodes = Vec::with_capacity(total);
+        for _ in 0..total {
+            let port = free_cluster_port();
+            let conf = format!("nodes-{port}.conf");
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-node-timeout",
+                "1000",
+                "--cluster-config-file",
+                conf.as_str(),
+            ];
+            nodes.push(RedisServer::launch(port, &args, Persistence::None, |_| {
+                Ok(Kind::Server)
+            })?);
+        }
+        for node in &mut nodes {
+            node.wait_ready(util::READY_TIMEOUT)?;
+        }
+        let mut cluster = Self {
+            nodes,
+            primaries: Vec::new(),
+            replicas_per_primary,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        if primaries >= 3 {
+            cluster.create_with_redis_cli(replicas_per_primary, deadline)?;
+        } else {
+            cluster.create_by_hand(primaries, replicas_per_primary, deadline)?;
+        }
+        cluster.wait_fully_up(primaries, deadline)?;
+        Ok(cluster)
+    }
+
+    fn create_with_redis_cli(&self, replicas: usize, deadline: Instant) -> io::Result<()> {
+        let log_path = self.nodes[0].dir().join("cluster-create.log");
+        let log = std::fs::File::create(&log_path)?;
+        let mut cmd = Command::new("redis-cli");
+        cmd.arg("--cluster").arg("create");
+        for node in &self.nodes {
+            cmd.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        cmd.args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        let mut child = cmd.spawn().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run redis-cli --cluster create: {e}"),
+            )
+        })?;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "redis-cli --cluster create did not finish in time:\n{}",
+                        std::fs::read_to_string(&log_path).unwrap_or_default()
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if !status.success() {
+            return Err(io::Error::other(format!(
+                "redis-cli --cluster create failed ({status}):\n{}",
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            )));
+        }
+        Ok(())
+    }
+
+    fn create_by_hand(
+        &self,
+        primaries: usize,
+        replicas: usize,
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let total = self.nodes.len();
+        let per = usize::from(CLUSTER_SLOTS) / primaries;
+        for (i, node) in self.nodes[..primaries].iter().enumerate() {
+            let lo = i * per;
+            let hi = if i + 1 == primaries {
+                usize::from(CLUSTER_SLOTS) - 1
+            } else {
+                lo + per - 1
+            };
+            let (lo, hi) = (lo.to_string(), hi.to_string());
+            let _: () = query(
+                node.port(),
+                &["CLUSTER", "ADDSLOTSRANGE", &lo, &hi],
+                QUERY_TIMEOUT,
+            )
+            .map_err(|e| util::io_err("CLUSTER ADDSLOTSRANGE", e))?;
+        }
+        let first = self.nodes[0].port().to_string();
+        for node in &self.nodes[1..] {
+            let _: () = query(
+                node.port(),
+                &["CLUSTER", "MEET", "127.0.0.1", &first],
+                QUERY_TIMEOUT,
+            )
+            .map_err(|e| util::io_err("CLUSTER MEET", e))?;
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        util::wait_until(remaining, "every node to know every other node", || {
+            for node in &self.nodes {
+                let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", node.port()))?;
+                let known = info_field(&info, "cluster_known_nodes").unwrap_or("?");
+                if known != total.to_string() {
+                    return Err(format!(
+                        "port {} knows {known} of {total} nodes",
+                        node.port()
+                    ));
+                }
+            }
+            Ok(())
+        })?;
+        for (j, replica) in self.nodes[primaries..].iter().enumerate() {
+            let primary = &self.nodes[j / replicas];
+            let id: String = query(primary.port(), &["CLUSTER", "MYID"], QUERY_TIMEOUT)
+                .map_err(|e| util::io_err("CLUSTER MYID", e))?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            util::wait_until(remaining, "CLUSTER REPLICATE to be accepted", || {
+                query::<()>(replica.port(), &["CLUSTER", "REPLICATE", &id], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", replica.port()))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn wait_fully_up(&mut self, primaries: usize, deadline: Instant) -> io::Result<()> {
+        let total = self.nodes.len();
+        let replicas = self.replicas_per_primary;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let mut primary_ports = Vec::new();
+        util::wait_until(remaining, "the cluster to be up", || {
+            for node in &self.nodes {
+                let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", node.port()))?;
+                let state = info_field(&info, "cluster_state").unwrap_or("?");
+                let known = info_field(&info, "cluster_known_nodes").unwrap_or("?");
+                if state != "ok" || known != total.to_string() {
+                    return Err(format!(
+                        "port {}: cluster_state:{state}, cluster_known_nodes:{known}",
+                        node.port()
+                    ));
+                }
+            }
+            let topology = self.topology().map_err(|e| e.to_string())?;
+            let mut masters: Vec<&ClusterNodeInfo> = topology
+                .iter()
+                .filter(|n| n.primary && !n.slots.is_empty())
+                .collect();
+            if masters.len() != primaries {
+                return Err(format!("{} primaries serve slots", masters.len()));
+            }
+            masters.sort_by_key(|n| n.slots[0].0);
+            for master in &masters {
+                let count = topology
+                    .iter()
+                    .filter(|n| n.primary_id.as_deref() == Some(master.id.as_str()))
+                    .count();
+                if count != replicas {
+                    return Err(format!("primary {} has {count} replicas", master.port));
+                }
+            }
+            for node in topology.iter().filter(|n| !n.primary) {
+                let info: String = query(node.port, &["INFO", "replication"], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", node.port))?;
+                let link = info_field(&info, "master_link_status").unwrap_or("?");
+                if link != "up" {
+                    return Err(format!("replica {}: master_link_status:{link}", node.port));
+                }
+            }
+            primary_ports = masters.iter().map(|n| n.port).collect();
+            Ok(())
+        })?;
+        self.primaries = primary_ports;
+        Ok(())
+    }
+
+    /// Waits until every running, unpaused node reports `cluster_state:ok` (e.g. after a
+    /// failover). Killed, stopped and paused nodes are not asked.
+    ///
+    /// # Errors
+    ///
+    /// `TimedOut` when some node still reports another state after `timeout`.
+    pub fn wait_until_ok(&self, timeout: Duration) -> io::Result<()> {
+        util::wait_until(timeout, "cluster_state:ok on every live node", || {
+            for node in self.live_nodes() {
+                let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", node.port()))?;
+                let state = info_field(&info, "cluster_state").unwrap_or("?");
+                if state != "ok" {
+                    return Err(format!("port {}: cluster_state:{state}", node.port()));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn live_nodes(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && !n.is_paused())
+    }
+
+    /// `redis://127.0.0.1:<port>/` of the primaries as created (ordered by their first slot):
+    /// seed URLs for a cluster client. They do not follow later failovers.
+    pub fn urls(&self) -> Vec<String> {
+        self.primaries.iter().map(|&p| util::url(p)).collect()
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node, primaries and replicas, in start order.
+    pub fn all_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Every node (primaries and replicas), in start order.
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Every node, mutably (to `kill9`, `stop` or `restart` one).
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
+    /// The node at `index` (start order).
+    ///
+    /// # Panics
+    ///
+    /// If `index` is out of range.
+    pub fn node(&self, index: usize) -> &RedisServer {
+        &self.nodes[index]
+    }
+
+    /// The node at `index`, mutably.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is out of range.
+    pub fn node_mut(&mut self, index: usize) -> &mut RedisServer {
+        &mut self.nodes[index]
+    }
+
+    /// The index (for [`node_mut`](Self::node_mut)) of the node listening on `port`.
+    pub fn index_of_port(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| n.port() == port)
+    }
+
+    /// The current topology, from `CLUSTER NODES` of the first running, unpaused node that
+    /// answers within 500 ms. Right after a failover, nodes may briefly disagree.
+    ///
+    /// # Errors
+    ///
+    /// When no node answers.
+    pub fn topology(&self) -> io::Result<Vec<ClusterNodeInfo>> {
+        let mut last = None;
+        for node in self.live_nodes() {
+            match query::<String>(node.port(), &["CLUSTER", "NODES"], POLL_TIMEOUT) {
+                Ok(text) => return Ok(parse_cluster_nodes(&text)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(io::Error::other(match last {
+            Some(e) => format!("no cluster node answered CLUSTER NODES: {e}"),
+            None => "no cluster node is running".to_string(),
+        }))
+    }
+
+    /// The primaries currently serving slots (per [`topology`](Self::topology)), ordered by
+    /// their first slot.
+    ///
+    /// # Errors
+    ///
+    /// When no node answers.
+    pub fn current_primaries(&self) -> io::Result<Vec<&RedisServer>> {
+        let mut masters: Vec<ClusterNodeInfo> = self
+            .topology()?
+            .into_iter()
+            .filter(|n| n.primary && !n.slots.is_empty())
+            .collect();
+        masters.sort_by_key(|n| n.slots[0].0);
+        Ok(masters
+            .iter()
+            .filter_map(|m| self.nodes.iter().find(|n| n.port() == m.port))
+            .collect())
+    }
+
+    /// The node that currently serves `slot` as primary (per [`topology`](Self::topology)).
+    ///
+    /// # Errors
+    ///
+    /// When no node answers, or no primary serves the slot.
+    pub fn primary_for_slot(&self, slot: u16) -> io::Result<&RedisServer> {
+        let topology = self.topology()?;
+        let owner = topology
+            .iter()
+            .filter(|n| n.primary && n.serves(slot))
+            .min_by_key(|n| n.failed)
+            .ok_or_else(|| io::Error::other(format!("no primary serves slot {slot}")))?;
+        self.nodes
+            .iter()
+            .find(|n| n.port() == owner.port)
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "slot {slot} is served by unknown port {}",
+                    owner.port
+                ))
+            })
+    }
+
+    /// The node that currently serves `key`'s slot as primary.
+    ///
+    /// # Errors
+    ///
+    /// As for [`primary_for_slot`](Self::primary_for_slot).
+    pub fn primary_for_key(&self, key: &str) -> io::Result<&RedisServer> {
+        self.primary_for_slot(self.keyslot(key))
+    }
+
+    /// The hash slot of `key` (see [`key_slot`]); equal to `CLUSTER KEYSLOT key`.
+    pub fn keyslot(&self, key: &str) -> u16 {
+        key_slot(key.as_bytes())
+    }
+
+    /// All keys matching `pattern` on the current primaries (a leak check), sorted. Primaries
+    /// that are killed or paused are skipped.
+    ///
+    /// # Errors
+    ///
+    /// When the topology cannot be read or a live primary does not answer `SCAN`.
+    pub fn keys(&self, pattern: &str) -> io::Result<Vec<String>> {
+        let mut keys = Vec::new();
+        for primary in self.current_primaries()? {
+            if primary.is_running() && !primary.is_paused() {
+                keys.extend(
+                    util::scan_keys(primary.port(), pattern)
+                        .map_err(|e| util::io_err(format!("SCAN on {}", primary.port()), e))?,
+                );
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_the_reference_values() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(
+            key_slot(b"foo{}{bar}"),
+            crc16(b"foo{}{bar}") % CLUSTER_SLOTS
+        );
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+    }
+
+    #[test]
+    fn parses_cluster_nodes() {
+        let text = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004,host replica e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002 master - 0 1426238316232 2 connected 5461-10922
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0-5460 [5461->-67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1]
+6ec23923021cf3ffec47632106199cb7f496ce01 127.0.0.1:30005@31005 master,fail - 1426238316232 0 5 disconnected 10923 10924-16383
+";
+        let nodes = parse_cluster_nodes(text);
+        assert_eq!(nodes.len(), 4);
+        assert!(!nodes[0].primary);
+        assert_eq!(nodes[0].port, 30004);
+        assert_eq!(nodes[0].primary_id.as_deref(), Some(nodes[2].id.as_str()));
+        assert_eq!(nodes[1].slots, vec![(5461, 10922)]);
+        assert_eq!(nodes[2].slots, vec![(0, 5460)]);
+        assert!(nodes[3].failed && !nodes[3].connected);
+        assert_eq!(nodes[3].slots, vec![(10923, 10923), (10924, 16383)]);
+        assert!(nodes[3].serves(16383) && !nodes[3].serves(0));
+    }
+}

@@ -1,0 +1,502 @@
+//! One `redis-server` child process: [`RedisServer`], port allocation and availability checks.
+
+use std::collections::BTreeSet;
+use std::fs::OpenOptions;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::util;
+
+/// Whether a restarted server keeps its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// No RDB, no AOF: a restart starts empty.
+    None,
+    /// `appendonly yes` with `appendfsync always`: a restart keeps every acknowledged write.
+    AofAlways,
+}
+
+/// What the child process is.
+#[derive(Debug)]
+pub(crate) enum Kind {
+    /// A data server configured by command-line arguments.
+    Server,
+    /// `redis-server <conf> --sentinel`; the (rewritable) config file lives in the server's dir.
+    Sentinel {
+        /// Path of the sentinel's config file.
+        conf: PathBuf,
+    },
+}
+
+/// A `redis-server` child process on a free loopback port, killed on drop.
+///
+/// The server runs with `--daemonize no` (so it is owned by PID), `--save ''`,
+/// `--repl-diskless-sync-delay 0` and `--enable-debug-command local`, in its own temporary
+/// directory (removed on drop). Its log goes to `redis.log` in that directory; when the
+/// process exits during start-up the error quotes the last lines of that log.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    persistence: Persistence,
+    kind: Kind,
+    child: Option<Child>,
+    paused: AtomicBool,
+}
+
+/// Number of `redis-server` processes started by this crate that are still running.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// Ports (and cluster bus ports) already handed out by this process, so that two fixtures
+/// started in parallel threads never receive the same port.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// The highest port handed out: a cluster node's bus port (`port + 10000`) must stay valid.
+const MAX_PORT: u16 = 55535;
+
+/// Offset of the cluster bus port.
+pub(crate) const BUS_OFFSET: u16 = 10000;
+
+/// Finds a free loopback TCP port below 55535.
+///
+/// Ports are taken from the kernel (bind to port 0) and remembered, so this process never
+/// hands out the same port twice (nor a port reserved as some cluster node's bus port).
+pub fn free_port() -> u16 {
+    pick_port(false)
+}
+
+/// Finds a free loopback TCP port below 55535 whose cluster bus port (`port + 10000`) is free
+/// as well, for `--cluster-enabled yes` servers.
+pub fn free_cluster_port() -> u16 {
+    pick_port(true)
+}
+
+fn bind_loopback(port: u16) -> io::Result<TcpListener> {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))
+}
+
+fn pick_port(with_bus: bool) -> u16 {
+    loop {
+        let listener = bind_loopback(0).expect("bind an ephemeral loopback port");
+        let port = listener.local_addr().expect("local addr").port();
+        if port >= MAX_PORT {
+            continue;
+        }
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+        if handed_out.len() > 16_384 {
+            handed_out.clear();
+        }
+        if handed_out.contains(&port) {
+            continue;
+        }
+        let bus = port + BUS_OFFSET;
+        if with_bus && (handed_out.contains(&bus) || bind_loopback(bus).is_err()) {
+            continue;
+        }
+        handed_out.insert(port);
+        if with_bus {
+            handed_out.insert(bus);
+        }
+        return port;
+    }
+}
+
+/// Marks `port` as handed out (e.g. a port some fixture bound itself), so that
+/// [`free_port`] never returns it while it is temporarily unbound.
+pub(crate) fn reserve_port(port: u16) {
+    HANDED_OUT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(port);
+}
+
+/// Number of `redis-server` processes started through this crate (plain servers, cluster
+/// nodes, replicas and sentinels) that are still running in this process.
+///
+/// Every fixture kills its processes on drop, so after all fixtures are dropped this is `0`.
+pub fn running_servers() -> usize {
+    RUNNING.load(Ordering::SeqCst)
+}
+
+/// Whether `redis-server` can be started on this machine.
+pub fn redis_available() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+impl RedisServer {
+    /// Starts a plain server (no persistence) and waits until it accepts connections.
+    pub fn start() -> io::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `--name value` arguments, e.g. `["--maxmemory", "1mb"]`.
+    pub fn start_with(extra: &[&str]) -> io::Result<Self> {
+        Self::start_inner(extra, Persistence::None)
+    }
+
+    /// Starts a server with the given persistence.
+    pub fn start_persistent(persistence: Persistence) -> io::Result<Self> {
+        Self::start_inner(&[], persistence)
+    }
+
+    fn start_inner(extra: &[&str], persistence: Persistence) -> io::Result<Self> {
+        let mut server = Self::launch(free_port(), extra, persistence, |_| Ok(Kind::Server))?;
+        server.wait_ready(util::READY_TIMEOUT)?;
+        Ok(server)
+    }
+
+    /// Creates the server's directory and spawns the process without waiting for it to accept
+    /// connections (fixtures spawn all their processes first, then wait for all of them).
+    ///
+    /// `kind` receives the server's directory (e.g. to write a sentinel config file there).
+    pub(crate) fn launch(
+        port: u16,
+        extra: &[&str],
+        persistence: Persistence,
+        kind: impl FnOnce(&Path) -> io::Result<Kind>,
+    ) -> io::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("lock-testkit-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let kind = match kind(&dir) {
+            Ok(kind) => kind,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let mut server = Self {
+            port,
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            persistence,
+            kind,
+            child: None,
+            paused: AtomicBool::new(false),
+        };
+        // On error `server` is dropped here, which removes the directory.
+        server.spawn_process()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        self.spawn_process()?;
+        self.wait_ready(util::READY_TIMEOUT)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("redis.log")
+    }
+
+    fn spawn_process(&mut self) -> io::Result<()> {
+        let mut cmd = Command::new("redis-server");
+        match &self.kind {
+            Kind::Sentinel { conf } => {
+                cmd.arg(conf).arg("--sentinel");
+            }
+            Kind::Server => {
+                cmd.args(["--port", &self.port.to_string()])
+                    .args(["--bind", "127.0.0.1"])
+                    .args(["--daemonize", "no"])
+                    .args(["--save", ""])
+                    .args(["--repl-diskless-sync-delay", "0"])
+                    .args(["--enable-debug-command", "local"])
+                    .arg("--dir")
+                    .arg(&self.dir);
+                match self.persistence {
+                    Persistence::None => {
+                        cmd.args(["--appendonly", "no"]);
+                    }
+                    Persistence::AofAlways => {
+                        cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+                    }
+                }
+            }
+        }
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        cmd.args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
+        let child = cmd.spawn().map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot start redis-server ({e}); install it with `apt-get install redis-server`"),
+            )
+        })?;
+        RUNNING.fetch_add(1, Ordering::SeqCst);
+        self.child = Some(child);
+        self.paused.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Waits until the process answers `PING` (or fails if it exits first).
+    pub(crate) fn wait_ready(&mut self, limit: Duration) -> io::Result<()> {
+        let start = Instant::now();
+        let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port);
+        while start.elapsed() < limit {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    RUNNING.fetch_sub(1, Ordering::SeqCst);
+                    return Err(io::Error::other(format!(
+                        "redis-server on port {} exited early: {status}; log tail:\n{}",
+                        self.port,
+                        self.log_tail(20)
+                    )));
+                }
+            }
+            if let Ok(stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(100))
+            {
+                if ping(stream).is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("redis-server on port {} did not become ready", self.port),
+        ))
+    }
+
+    /// The last `lines` lines of the server's log (empty if there is none).
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The TCP port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        util::url(self.port)
+    }
+
+    /// The server's PID, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's temporary directory (removed on drop).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the process is running (started and not stopped or killed; it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Whether the process is frozen by [`pause`](Self::pause).
+    pub fn is_paused(&self) -> bool {
+        self.child.is_some() && self.paused.load(Ordering::SeqCst)
+    }
+
+    /// A synchronous client for assertions and set-up.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .expect("valid url")
+            .get_connection()
+            .expect("connect to test redis-server")
+    }
+
+    /// Runs one command and returns its reply; panics on error (tests only).
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached or the command fails.
+    pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut self.client()).expect("test command")
+    }
+
+    /// Runs one command on a fresh connection with a 1 s connect and 2 s reply timeout, so it
+    /// returns an error (instead of hanging) when the server is killed or paused.
+    pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
+        util::query(self.port, args, util::QUERY_TIMEOUT)
+    }
+
+    /// Total calls of a command according to `INFO commandstats` (e.g. `"evalsha"`, `"set"`).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        let needle = format!("cmdstat_{}:calls=", command.to_ascii_lowercase());
+        info.lines()
+            .find_map(|line| line.strip_prefix(&needle))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Sum of all command calls in `INFO commandstats`, minus the `INFO` calls themselves.
+    pub fn total_calls(&self) -> u64 {
+        let info: String = self.cmd(&["INFO", "commandstats"]);
+        info.lines()
+            .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+            .filter_map(|l| l.split("calls=").nth(1))
+            .filter_map(|rest| rest.split(',').next())
+            .filter_map(|n| n.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// Resets `INFO commandstats`.
+    pub fn reset_stats(&self) {
+        let _: () = self.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+
+    /// All keys of database 0 matching a glob `pattern` (via `SCAN ... MATCH`), sorted.
+    ///
+    /// Meant for leak checks at the end of a test, e.g. `assert!(server.keys("lock:*").is_empty())`.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        util::scan_keys(self.port, pattern).expect("SCAN on test redis-server")
+    }
+
+    /// The pub/sub channels that currently have at least one subscriber (`PUBSUB CHANNELS`),
+    /// sorted. Pattern subscriptions are not included.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn pubsub_channels(&self) -> Vec<String> {
+        let mut channels: Vec<String> = self.cmd(&["PUBSUB", "CHANNELS"]);
+        channels.sort();
+        channels
+    }
+
+    /// Number of client connections to this server other than the one asking (normal and
+    /// pub/sub clients; replication links are not counted). A connection closed an instant
+    /// ago may still be counted until the server has processed the close: poll when
+    /// asserting on it.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn client_count(&self) -> usize {
+        let list: String = self.cmd(&["CLIENT", "LIST"]);
+        list.lines()
+            .filter(|l| !l.contains(" flags=S ") && !l.contains(" flags=M "))
+            .count()
+            .saturating_sub(1)
+    }
+
+    /// Stops the server with SIGKILL and reaps it (no shutdown save).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            RUNNING.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Stops the server gracefully (SIGTERM) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if self.paused.load(Ordering::SeqCst) {
+                signal(&child, "CONT");
+            }
+            signal(&child, "TERM");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut exited = false;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    exited = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if !exited {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            RUNNING.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing is answered.
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            signal(child, "STOP");
+            self.paused.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Resumes a paused server with SIGCONT.
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            signal(child, "CONT");
+            self.paused.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Starts the server again on the same port (after [`stop`](Self::stop) or
+    /// [`kill9`](Self::kill9)); with AOF persistence it reloads its data.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.stop();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if self.is_paused() {
+            if let Some(child) = &self.child {
+                signal(child, "CONT");
+            }
+        }
+        self.kill9();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    // The `kill` utility keeps this crate free of `unsafe`; the pid is our own live child.
+    let _ = Command::new("kill")
+        .args(["-s", sig, &child.id().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn ping(mut stream: TcpStream) -> io::Result<()> {
+    use std::io::{Read, Write};
+    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
+    stream.write_all(b"PING\r\n")?;
+    let mut buf = [0u8; 7];
+    stream.read_exact(&mut buf)?;
+    if &buf == b"+PONG\r\n" {
+        Ok(())
+    } else {
+        Err(io::Error::other("not ready"))
+    }
+}

@@ -1,0 +1,476 @@
+//! The fixtures work: cluster, sentinel, independent servers and the fault proxy, and every
+//! process and directory is gone after drop.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lock_testkit::{
+    key_slot, FaultProxy, ProxyMode, RedisCluster, RedisSentinel, RedisServer, RedisServers,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The processes and directories a fixture owns, to check they are gone after drop.
+struct Owned {
+    pids: Vec<u32>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Owned {
+    fn of<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) -> Self {
+        let mut owned = Self {
+            pids: Vec::new(),
+            dirs: Vec::new(),
+        };
+        for server in servers {
+            owned.pids.extend(server.pid());
+            owned.dirs.push(server.dir().to_path_buf());
+        }
+        owned
+    }
+
+    fn assert_gone(&self) {
+        for pid in &self.pids {
+            let alive = Command::new("kill")
+                .args(["-0", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            assert!(!alive, "process {pid} survived the fixture's drop");
+        }
+        for dir in &self.dirs {
+            assert!(
+                !dir.exists(),
+                "{} survived the fixture's drop",
+                dir.display()
+            );
+        }
+    }
+}
+
+fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
+}
+
+#[test]
+fn cluster_routes_keys_and_fails_over() {
+    let started = Instant::now();
+    let mut cluster = RedisCluster::start(3, 1).expect("start a 3+3 cluster");
+    eprintln!("cluster 3x1 up in {:?}", started.elapsed());
+    assert_eq!(cluster.nodes().len(), 6);
+    assert_eq!(cluster.urls().len(), 3);
+    assert_eq!(cluster.all_urls().len(), 6);
+    for node in cluster.nodes() {
+        assert!(node.port() < 55535);
+        let info: String = node.cmd(&["CLUSTER", "INFO"]);
+        assert_eq!(info_field(&info, "cluster_state").as_deref(), Some("ok"));
+        assert_eq!(
+            info_field(&info, "cluster_known_nodes").as_deref(),
+            Some("6")
+        );
+    }
+
+    // The local slot function agrees with the server.
+    let probe = cluster.node(0);
+    for key in [
+        "foo",
+        "lock:{order-42}",
+        "{user1000}.following",
+        "a{}b",
+        "",
+        "ключ",
+    ] {
+        let server_slot: u16 = probe.cmd(&["CLUSTER", "KEYSLOT", key]);
+        assert_eq!(cluster.keyslot(key), server_slot, "slot of {key:?}");
+        assert_eq!(key_slot(key.as_bytes()), server_slot);
+    }
+
+    // SET/GET on the primary that owns the key; another primary redirects.
+    let key = "lock:{order-42}";
+    let owner = cluster.primary_for_key(key).expect("owner").port();
+    let primary = &cluster.nodes()[cluster.index_of_port(owner).unwrap()];
+    let mut con = primary.client();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg("token-1")
+        .query(&mut con)
+        .unwrap();
+    let got: String = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+    assert_eq!(got, "token-1");
+    let other = cluster
+        .current_primaries()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.port() != owner)
+        .expect("another primary");
+    let moved = other.try_cmd::<Option<String>>(&["GET", key]).unwrap_err();
+    assert_eq!(moved.code(), Some("MOVED"), "{moved}");
+    assert_eq!(cluster.keys("lock:*").unwrap(), vec![key.to_string()]);
+
+    // Make sure the replica has the key, then kill the owner: its replica takes over.
+    let acked: i64 = primary.cmd(&["WAIT", "1", "2000"]);
+    assert_eq!(acked, 1);
+    let index = cluster.index_of_port(owner).unwrap();
+    let killed = Instant::now();
+    cluster.node_mut(index).kill9();
+    let new_owner = loop {
+        let candidate = cluster.primary_for_key(key).map(|p| p.port());
+        if let Ok(port) = candidate {
+            if port != owner {
+                break port;
+            }
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "no cluster failover in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    cluster.wait_until_ok(Duration::from_secs(10)).unwrap();
+    eprintln!(
+        "cluster failover: new owner {new_owner} after {:?}",
+        killed.elapsed()
+    );
+    let new_primary = &cluster.nodes()[cluster.index_of_port(new_owner).unwrap()];
+    let got: String = new_primary.cmd(&["GET", key]);
+    assert_eq!(got, "token-1");
+
+    let owned = Owned::of(cluster.nodes());
+    drop(cluster);
+    owned.assert_gone();
+}
+
+#[test]
+fn small_clusters_are_created_by_hand() {
+    let started = Instant::now();
+    let cluster = RedisCluster::start(2, 1).expect("start a 2+2 cluster");
+    eprintln!("cluster 2x1 up in {:?}", started.elapsed());
+    let primaries = cluster.current_primaries().unwrap();
+    assert_eq!(primaries.len(), 2);
+    let low = cluster.primary_for_slot(0).unwrap().port();
+    let high = cluster.primary_for_slot(16383).unwrap().port();
+    assert_ne!(low, high);
+    let topology = cluster.topology().unwrap();
+    assert_eq!(topology.iter().filter(|n| !n.primary).count(), 2);
+    for node in cluster.nodes() {
+        let info: String = node.cmd(&["CLUSTER", "INFO"]);
+        assert_eq!(info_field(&info, "cluster_state").as_deref(), Some("ok"));
+    }
+    let owned = Owned::of(cluster.nodes());
+    drop(cluster);
+    owned.assert_gone();
+}
+
+#[test]
+fn sentinel_loses_an_unreplicated_write_on_failover() {
+    let started = Instant::now();
+    let mut sentinel = RedisSentinel::start("mymaster").expect("start sentinel fixture");
+    eprintln!("sentinel 1+1+3 up in {:?}", started.elapsed());
+    assert_eq!(sentinel.master_name(), "mymaster");
+    assert_eq!(sentinel.sentinel_urls().len(), 3);
+    let primary_port = sentinel.primary().port();
+    assert_eq!(sentinel.current_master_port().unwrap(), primary_port);
+    let info: String = sentinel.replica().cmd(&["INFO", "replication"]);
+    assert_eq!(
+        info_field(&info, "master_link_status").as_deref(),
+        Some("up")
+    );
+
+    // Replicated write: WAIT sees the replica.
+    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    assert_eq!(acked, 1);
+
+    // Broken replication can be restored.
+    sentinel.break_replication().unwrap();
+    let _: () = sentinel.primary().cmd(&["SET", "during", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "200"]);
+    assert_eq!(acked, 0);
+    sentinel.restore_replication().unwrap();
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    assert_eq!(acked, 1);
+    let during: Option<String> = sentinel.replica().cmd(&["GET", "during"]);
+    assert_eq!(during.as_deref(), Some("1"));
+
+    // Broken replication: the write is acknowledged by nobody.
+    let broke = Instant::now();
+    sentinel.break_replication().unwrap();
+    eprintln!("break_replication took {:?}", broke.elapsed());
+    let set: Option<String> = sentinel
+        .primary()
+        .cmd(&["SET", "lock", "holder-1", "NX", "PX", "30000"]);
+    assert_eq!(set.as_deref(), Some("OK"));
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "200"]);
+    assert_eq!(acked, 0);
+
+    // Failover: the replica is promoted without the lock.
+    let killed = Instant::now();
+    assert_eq!(sentinel.kill_primary(), primary_port);
+    let new_master = sentinel.wait_for_failover(Duration::from_secs(10)).unwrap();
+    eprintln!(
+        "sentinel failover to {new_master} after {:?}",
+        killed.elapsed()
+    );
+    assert_eq!(new_master, sentinel.replica().port());
+    assert_eq!(sentinel.current_master_port().unwrap(), new_master);
+    assert_eq!(sentinel.known_master_port(), new_master);
+    let master = sentinel.master();
+    let lock: Option<String> = master.cmd(&["GET", "lock"]);
+    assert_eq!(lock, None, "the unreplicated lock must be gone");
+    let before: Option<String> = master.cmd(&["GET", "before"]);
+    assert_eq!(before.as_deref(), Some("1"));
+    let second: Option<String> = master.cmd(&["SET", "lock", "holder-2", "NX", "PX", "30000"]);
+    assert_eq!(
+        second.as_deref(),
+        Some("OK"),
+        "a second holder gets the lock"
+    );
+
+    let owned = Owned::of(
+        [sentinel.primary(), sentinel.replica()]
+            .into_iter()
+            .chain(sentinel.sentinels()),
+    );
+    drop(sentinel);
+    owned.assert_gone();
+}
+
+#[test]
+fn invalid_fixture_arguments_are_rejected() {
+    let err = RedisCluster::start(0, 1).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let err = RedisSentinel::start("my master").unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let err = RedisServer::start_with(&["--no-such-directive", "1"]).unwrap_err();
+    assert!(err.to_string().contains("exited early"), "{err}");
+    assert!(err.to_string().contains("no-such-directive"), "{err}");
+    let empty = RedisServers::start(0).unwrap();
+    assert!(empty.is_empty() && empty.urls().is_empty());
+}
+
+#[test]
+fn independent_servers_and_leak_checks() {
+    let started = Instant::now();
+    let mut servers = RedisServers::start(5).expect("start 5 servers");
+    eprintln!("5 independent servers up in {:?}", started.elapsed());
+    assert_eq!(servers.len(), 5);
+    let mut ports = servers.ports();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 5, "distinct ports");
+    assert_eq!(servers.urls()[3], servers[3].url());
+    for server in &servers {
+        let pong: String = server.cmd(&["PING"]);
+        assert_eq!(pong, "PONG");
+        let role: Vec<redis::Value> = server.cmd(&["ROLE"]);
+        assert_eq!(
+            redis::from_redis_value::<String>(role[0].clone()).unwrap(),
+            "master"
+        );
+    }
+
+    // Leak-check helpers.
+    let _: () = servers[0].cmd(&["SET", "lock:a", "1"]);
+    let _: () = servers[0].cmd(&["SET", "other", "1"]);
+    let _: () = servers[4].cmd(&["SET", "lock:b", "1"]);
+    assert_eq!(servers[0].keys("lock:*"), vec!["lock:a".to_string()]);
+    assert_eq!(
+        servers.keys("lock:*"),
+        vec![(0, "lock:a".to_string()), (4, "lock:b".to_string())]
+    );
+    assert!(servers[1].pubsub_channels().is_empty());
+    wait_client_count(&servers[1], 0);
+    let mut subscriber = servers[1].client();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe("lock:released:a").unwrap();
+    assert_eq!(
+        servers[1].pubsub_channels(),
+        vec!["lock:released:a".to_string()]
+    );
+    wait_client_count(&servers[1], 1);
+    drop(pubsub);
+    drop(subscriber);
+
+    // One server down, the others still answer; a paused one is skipped by `keys`.
+    servers[2].kill9();
+    assert!(servers[2].try_cmd::<String>(&["PING"]).is_err());
+    servers[4].pause();
+    assert!(servers[4].is_paused());
+    let paused = Instant::now();
+    assert!(servers[4].try_cmd::<String>(&["PING"]).is_err());
+    assert!(paused.elapsed() < Duration::from_secs(5));
+    assert_eq!(servers.keys("lock:*"), vec![(0, "lock:a".to_string())]);
+    servers[4].resume();
+    let pong: String = servers[4].cmd(&["PING"]);
+    assert_eq!(pong, "PONG");
+
+    assert!(lock_testkit::running_servers() >= 4);
+    let owned = Owned::of(&servers);
+    drop(servers);
+    owned.assert_gone();
+}
+
+/// Waits until `server` has `want` clients besides the asking one (a connection closed just
+/// before may still be listed for a moment).
+fn wait_client_count(server: &RedisServer, want: usize) {
+    let start = Instant::now();
+    loop {
+        let count = server.client_count();
+        if count == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{count} clients, want {want}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends `PING` and waits for `+PONG` at most `wait`; returns the round-trip time.
+async fn ping(stream: &mut TcpStream, wait: Duration) -> io::Result<Duration> {
+    let start = Instant::now();
+    stream.write_all(b"PING\r\n").await?;
+    read_pong(stream, wait).await?;
+    Ok(start.elapsed())
+}
+
+async fn read_pong(stream: &mut TcpStream, wait: Duration) -> io::Result<()> {
+    let mut buf = [0u8; 7];
+    match tokio::time::timeout(wait, stream.read_exact(&mut buf)).await {
+        Err(_) => Err(io::ErrorKind::TimedOut.into()),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(_)) => {
+            assert_eq!(&buf, b"+PONG\r\n");
+            Ok(())
+        }
+    }
+}
+
+/// Reads once (without sending): `Ok(0)` is end-of-stream.
+async fn read_once(stream: &mut TcpStream) -> io::Result<usize> {
+    let mut buf = [0u8; 64];
+    tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf))
+        .await
+        .expect("the proxy must close or reset, not hang")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_proxy_modes() {
+    let server = RedisServer::start().unwrap();
+    let started = Instant::now();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    eprintln!("fault proxy up in {:?}", started.elapsed());
+    assert_eq!(proxy.upstream_port(), server.port());
+    assert_eq!(proxy.url(), format!("redis://127.0.0.1:{}/", proxy.port()));
+    let addr = ("127.0.0.1", proxy.port());
+    let short = Duration::from_millis(300);
+
+    // Pass: a real client works through the proxy.
+    let client = redis::Client::open(proxy.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let pong: String = redis::cmd("PING").query_async(&mut con).await.unwrap();
+    assert_eq!(pong, "PONG");
+    let mut a = TcpStream::connect(addr).await.unwrap();
+    let base = ping(&mut a, short).await.unwrap();
+
+    // Delay: every chunk waits 100 ms in each direction.
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(100)))
+        .await;
+    let delayed = ping(&mut a, Duration::from_secs(2)).await.unwrap();
+    eprintln!("PING round trip: {base:?} passing, {delayed:?} with Delay(100ms)");
+    assert!(delayed >= Duration::from_millis(200), "{delayed:?}");
+    assert!(delayed < Duration::from_millis(1000), "{delayed:?}");
+
+    // Hole: nothing comes back, on old and new connections; the requests are held.
+    proxy.set_mode(ProxyMode::Hole).await;
+    let err = ping(&mut a, short).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    let mut b = TcpStream::connect(addr).await.unwrap();
+    let err = ping(&mut b, short).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    // A client that gives up and closes: its SET still runs once the hole heals (ghost).
+    let mut ghost = TcpStream::connect(addr).await.unwrap();
+    ghost
+        .write_all(b"SET ghost holder NX PX 10000\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(ghost);
+    assert!(server.keys("ghost").is_empty());
+    proxy.set_mode(ProxyMode::Pass).await;
+    read_pong(&mut a, Duration::from_secs(2)).await.unwrap();
+    read_pong(&mut b, Duration::from_secs(2)).await.unwrap();
+    let healed = Instant::now();
+    while server.keys("ghost").is_empty() {
+        assert!(
+            healed.elapsed() < Duration::from_secs(2),
+            "held SET was not delivered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ttl: i64 = server.cmd(&["PTTL", "ghost"]);
+    assert!(ttl > 9000, "the ghost lock has a fresh TTL: {ttl}");
+
+    // Reset: existing connections get an RST; new ones pass.
+    assert!(proxy.open_connections() >= 2);
+    proxy.set_mode(ProxyMode::Reset).await;
+    assert_eq!(proxy.open_connections(), 0);
+    let err = read_once(&mut a).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    ping(&mut c, short).await.unwrap();
+
+    // Drop: existing connections are closed, new ones are closed on accept.
+    proxy.set_mode(ProxyMode::Drop).await;
+    assert_eq!(read_once(&mut c).await.unwrap(), 0);
+    let mut d = TcpStream::connect(addr).await.unwrap();
+    assert_eq!(read_once(&mut d).await.unwrap(), 0);
+
+    // Refuse: nobody listens.
+    proxy.set_mode(ProxyMode::Pass).await;
+    let mut e = TcpStream::connect(addr).await.unwrap();
+    ping(&mut e, short).await.unwrap();
+    proxy.set_mode(ProxyMode::Refuse).await;
+    assert_eq!(read_once(&mut e).await.unwrap(), 0);
+    let err = TcpStream::connect(addr).await.unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+    let failed: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut con).await;
+    assert!(failed.is_err());
+
+    // Back to Pass: the same port listens again.
+    proxy.set_mode(ProxyMode::Pass).await;
+    let mut f = TcpStream::connect(addr).await.unwrap();
+    ping(&mut f, short).await.unwrap();
+    assert_eq!(proxy.mode(), ProxyMode::Pass);
+    assert!(proxy.connections() >= 7, "{}", proxy.connections());
+
+    // Dropping the proxy closes its connections and its port.
+    drop(proxy);
+    assert_eq!(read_once(&mut f).await.unwrap(), 0);
+    let dropped = Instant::now();
+    loop {
+        match TcpStream::connect(addr).await {
+            Err(err) if err.kind() == io::ErrorKind::ConnectionRefused => break,
+            other => assert!(dropped.elapsed() < Duration::from_secs(2), "{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn fixtures_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<RedisServer>();
+    assert_send_sync::<RedisServers>();
+    assert_send_sync::<RedisCluster>();
+    assert_send_sync::<RedisSentinel>();
+    assert_send_sync::<FaultProxy>();
+}
