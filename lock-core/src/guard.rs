@@ -176,6 +176,8 @@ impl LockGuard {
                 tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
                 Ok(())
             }
+            // Already lost before the release: that is the answer, whatever the clean-up met.
+            Ok(_) | Err(_) if was_lost => Err(self.lost_error()),
             Ok(_) => {
                 held.mark_lost("released after it had been lost");
                 Err(self.lost_error())

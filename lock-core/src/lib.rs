@@ -67,6 +67,24 @@
 //! +unsubscribe +ping +set +get +del +pexpire +pttl +time +type +publish`. Without channel
 //! rights locks still work; waiters then rely on TTLs and the fallback retry.
 //!
+//! # Topologies and what each guarantees
+//!
+//! [`LockerBuilder::url`], [`cluster`](LockerBuilder::cluster),
+//! [`sentinel`](LockerBuilder::sentinel) and [`redlock`](LockerBuilder::redlock) choose where
+//! locks live; reentrancy, waiting, the watchdog, the lost signal, the macro and the tower
+//! layer work the same on all of them. [`min_replicas`](LockerBuilder::min_replicas) adds a
+//! `WAIT` after each acquire on the primary-replica topologies.
+//!
+//! | topology | primary fails | network partition | process pause past the lease | clock jump |
+//! |---|---|---|---|---|
+//! | single server | locks unavailable until it is back; without AOF every lock is gone and holders learn it at the next renewal | the cut-off holder reports lost when its confirmed lease runs out (monotonic clock); others acquire after the TTL | another holder may enter; the paused one learns it at its next renewal; fencing tokens reject its writes | client: none (monotonic clock); server: TTLs follow the server's clock, a jump forward expires locks early |
+//! | Sentinel | failover in about 2 s; a lock not yet replicated is lost and can be granted twice (holders learn it at the next renewal); `min_replicas(1, ..)` refuses unreplicated acquires and narrows, not closes, the window (`WAIT` is best effort) | as single; a partitioned old primary may keep accepting writes for seconds after a failover | as single | as single |
+//! | Cluster | per-shard failover in 2–3 s (other shards answer `CLUSTERDOWN` for about 1 s); the same replication window as Sentinel, per shard; `min_replicas` applies per shard | as Sentinel, per shard | as single | as single |
+//! | RedLock (N independent primaries) | survives the loss of a minority of nodes; a node restarted without persistence may vote again for a lock it forgot (run nodes with AOF or delay restarts by one lease) | a client needs a majority; a minority side cannot acquire | another holder may enter after the validity; fencing tokens still increase (write-back to the majority) | a server clock jump forward on a majority of nodes can expire a lock early; RedLock assumes bounded drift |
+//!
+//! None of them makes a Redis lock a substitute for a fencing token or a database constraint
+//! where a double holder would corrupt data.
+//!
 //! # What a Redis lock does not protect against
 //!
 //! A primary that fails over before the lock key replicated can grant the lock twice; a

@@ -1,0 +1,235 @@
+//! Redis Cluster and Sentinel: one test binary, each test with its own deployment of real
+//! redis-server processes.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::eventually;
+use lock_core::{LockError, Locker};
+use lock_testkit::{RedisCluster, RedisSentinel};
+
+async fn cluster_locker(cluster: &RedisCluster, lease: Duration) -> Locker {
+    Locker::builder()
+        .cluster(cluster.urls())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let a = cluster_locker(&cluster, Duration::from_millis(600)).await;
+    let b = Locker::builder()
+        .cluster(cluster.urls())
+        .watchdog_lease(Duration::from_millis(600))
+        .fallback_retry(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+
+    // Exclusion on 24 keys spread over the slots, 16 tasks in two lockers.
+    let keys: Vec<String> = (0..24).map(|i| format!("sku:{i}")).collect();
+    let occupancy: Arc<HashMap<String, AtomicUsize>> = Arc::new(
+        keys.iter()
+            .map(|k| (k.clone(), AtomicUsize::new(0)))
+            .collect(),
+    );
+    let violations = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let locker = if t % 2 == 0 { a.clone() } else { b.clone() };
+        let (keys, occupancy, violations) = (keys.clone(), occupancy.clone(), violations.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..30 {
+                let key = &keys[(t * 7 + i) % keys.len()];
+                let guard = locker
+                    .lock(key.as_str())
+                    .wait(Duration::from_secs(20))
+                    .await
+                    .unwrap();
+                if occupancy[key].fetch_add(1, Ordering::SeqCst) != 0 {
+                    violations.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_micros(300)).await;
+                occupancy[key].fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+
+    // The locks really were spread over every primary.
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(a.lock(key.as_str()).await.unwrap());
+    }
+    let mut nodes = HashSet::new();
+    for name in cluster.keys("lock:*:lock:*").unwrap() {
+        nodes.insert(cluster.primary_for_key(&name).unwrap().port());
+    }
+    assert_eq!(nodes.len(), 3, "locks on every primary");
+
+    // Watchdog: three leases later every lock is still held and the keys still exist.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(guards.iter().all(|g| g.is_held()));
+    assert_eq!(cluster.keys("lock:*:lock:*").unwrap().len(), keys.len());
+
+    // Waking: b waits on a key a holds; the release message reaches it through the cluster.
+    let held = guards.pop().unwrap();
+    let key = held.key().to_owned();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let g = b.lock(key).wait(Duration::from_secs(20)).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let woken = waiter.await.unwrap() - released;
+    assert!(
+        woken < Duration::from_secs(2),
+        "woken after {woken:?} (fallback is 30 s)"
+    );
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    assert!(
+        eventually(Duration::from_secs(2), || cluster
+            .keys("lock:*:lock:*")
+            .unwrap()
+            .is_empty())
+        .await
+    );
+}
+
+#[tokio::test]
+async fn cluster_min_replicas_acknowledged_and_refused() {
+    let cluster = RedisCluster::start(3, 1).unwrap();
+    let locker = Locker::builder()
+        .cluster(cluster.urls())
+        .min_replicas(1, Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let guard = locker.lock("order:1").await.unwrap();
+    guard.release().await.unwrap();
+    let two = Locker::builder()
+        .cluster(cluster.urls())
+        .min_replicas(2, Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    match two.lock("order:1").wait(Duration::ZERO).await {
+        Err(LockError::NotReplicated { acked, wanted, .. }) => {
+            assert_eq!((acked, wanted), (1, 2));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(
+        cluster.keys("lock:*:lock:*").unwrap().is_empty(),
+        "refused lock released again"
+    );
+}
+
+async fn sentinel_locker(sentinel: &RedisSentinel, min_replicas: bool) -> Locker {
+    let mut builder = Locker::builder()
+        .sentinel(sentinel.master_name(), sentinel.sentinel_urls())
+        .watchdog_lease(Duration::from_millis(900))
+        .command_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500));
+    if min_replicas {
+        builder = builder.min_replicas(1, Duration::from_millis(300));
+    }
+    builder.build().await.unwrap()
+}
+
+#[tokio::test]
+async fn sentinel_replicated_lock_survives_a_failover() {
+    let mut sentinel = RedisSentinel::start("locks").unwrap();
+    let holder = sentinel_locker(&sentinel, true).await;
+    let guard = holder
+        .lock("k")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let old = sentinel.kill_primary();
+    let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_ne!(old, new);
+    // The replicated key is on the new primary: nobody else gets the lock.
+    let other = sentinel_locker(&sentinel, false).await;
+    let err = other.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    // The holder follows the failover: its release reaches the new primary.
+    let started = Instant::now();
+    loop {
+        match holder.is_locked("k").await {
+            Ok(true) => break,
+            _ if started.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            other => panic!("holder did not follow the failover: {other:?}"),
+        }
+    }
+    guard.release().await.unwrap();
+    assert!(!other.is_locked("k").await.unwrap());
+}
+
+#[tokio::test]
+async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
+    let mut sentinel = RedisSentinel::start("locks").unwrap();
+    let careful = sentinel_locker(&sentinel, true).await;
+    let plain = sentinel_locker(&sentinel, false).await;
+    sentinel.break_replication().unwrap();
+
+    // With min_replicas the unreplicated acquire is refused and undone.
+    match careful.lock("k").wait(Duration::ZERO).await {
+        Err(LockError::NotReplicated {
+            acked: 0,
+            wanted: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(!plain.is_locked("k").await.unwrap());
+
+    // A plain acquire succeeds but never reaches the replica ...
+    let first = plain.lock("k").await.unwrap();
+    sentinel.kill_primary();
+    sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    // ... so after the failover a second client gets the same lock: two holders. This is the
+    // documented window; the fencing token tells them apart, and the first holder's watchdog
+    // learns the loss.
+    let second = sentinel_locker(&sentinel, false).await;
+    let started = Instant::now();
+    let taken = loop {
+        match second.lock("k").wait(Duration::from_secs(1)).await {
+            Ok(g) => break g,
+            Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                assert!(!e.is_busy(), "the new primary never saw the lock: {e}");
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        taken.fencing_token() > first.fencing_token(),
+        "fencing tokens still increase"
+    );
+    tokio::time::timeout(Duration::from_secs(5), first.lost())
+        .await
+        .expect("the first holder learns it lost the lock");
+    assert!(first.release().await.unwrap_err().is_lost());
+    taken.release().await.unwrap();
+}
