@@ -356,3 +356,100 @@ async fn hostile_replies_are_typed_errors() {
 fn reply_text<T: std::fmt::Debug>(v: &T) -> Vec<u8> {
     format!("{v:?}").into_bytes()
 }
+
+/// B6/B7: leases Redis cannot take are refused before anything is sent.
+#[tokio::test]
+async fn impossible_leases_are_refused_before_sending() {
+    let server = server();
+    let locker = locker(&server).await;
+    server.reset_stats();
+    let before = server.total_calls();
+    for lease in [
+        Duration::ZERO,
+        Duration::from_micros(999),
+        Duration::MAX,
+        lock_core::MAX_LEASE * 2,
+    ] {
+        let err = locker.lock("k").lease(lease).await.unwrap_err();
+        assert!(matches!(err, LockError::Config(_)), "{lease:?}: {err:?}");
+    }
+    assert_eq!(server.total_calls() - before, 0);
+    // A huge wait is fine: it is only a deadline.
+    locker
+        .lock("k")
+        .wait(Duration::MAX)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// B17: a wrong password is a prompt, typed error that does not echo the password.
+#[tokio::test]
+async fn a_wrong_password_is_a_clear_error_without_the_secret() {
+    let server = RedisServer::start().unwrap();
+    let _: () = server.cmd(&["CONFIG", "SET", "requirepass", "right-one"]);
+    let started = Instant::now();
+    let err = Locker::builder()
+        .url(format!(
+            "redis://:hunter2-secret@127.0.0.1:{}/",
+            server.port()
+        ))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(!format!("{err} {err:?}").contains("hunter2-secret"));
+    let ok = Locker::builder()
+        .url(format!("redis://:right-one@127.0.0.1:{}/", server.port()))
+        .build()
+        .await
+        .unwrap();
+    ok.lock("k").await.unwrap().release().await.unwrap();
+}
+
+/// F13: RedLock nodes too slow for the lease: no acquire, and nothing left behind.
+#[tokio::test]
+async fn redlock_with_slow_nodes_does_not_acquire_and_rolls_back() {
+    use lock_testkit::{FaultProxy, ProxyMode};
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start().unwrap()).collect();
+    let mut proxies = Vec::new();
+    for s in &servers[..3] {
+        proxies.push(FaultProxy::start(s.port()).await.unwrap());
+    }
+    let mut urls: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    urls.extend(servers[3..].iter().map(RedisServer::url));
+    let locker = Locker::builder().redlock(urls).build().await.unwrap();
+    locker
+        .lock("warm")
+        .lease(Duration::from_secs(1))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for p in &proxies {
+        p.set_mode(ProxyMode::Delay(Duration::from_millis(80)))
+            .await;
+    }
+    let err = locker
+        .lock("k")
+        .lease(Duration::from_millis(150))
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(err.is_backend() || err.is_busy(), "{err:?}");
+    for p in &proxies {
+        p.set_mode(ProxyMode::Pass).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || servers
+            .iter()
+            .all(|s| lock_keys(s).is_empty()))
+        .await,
+        "partial grants rolled back"
+    );
+}
