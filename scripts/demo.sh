@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs the main job: the oversell demo. Starts its own redis-server unless REDIS_URL is set.
+# Runs the main job: the oversell demo (examples/inventory). Starts its own redis-server unless
+# REDIS_URL is set; arguments go to the demo (try --help, --chaos).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/ensure-rust.sh
 if [ -z "${REDIS_URL:-}" ]; then
   scripts/ensure-redis.sh
 fi
-cargo run --locked --release -q -p lock-core --example quickstart -- "$@"
+cargo run --locked --release -q -p inventory -- "$@"

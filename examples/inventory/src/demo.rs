@@ -1,0 +1,784 @@
+//! The oversell demo: N instances, one SQLite file, one Redis, M concurrent purchases of one
+//! SKU per variant, and a table of what each variant sold.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use indicatif::{ProgressBar, ProgressStyle};
+use lock_core::{LockError, Locker};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::db::{Db, DbError, DEMO_SKU};
+use crate::instances::Instances;
+use crate::server::ServeArgs;
+use crate::service::{ChaosPlan, ErrorBody, ErrorCode};
+use crate::Variant;
+
+/// What the demo does.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// The `inventory` executable, started once per instance with `serve`.
+    pub exe: PathBuf,
+    /// Number of service instances.
+    pub instances: usize,
+    /// The stock each round starts with.
+    pub stock: i64,
+    /// Purchases per round.
+    pub purchases: usize,
+    /// Purchases in flight at once (spread over the instances).
+    pub concurrency: usize,
+    /// The variants to run, one round each.
+    pub variants: Vec<Variant>,
+    /// Add the two chaos rounds: `locked-no-fence` and `fenced` with stalled lock holders.
+    pub chaos: bool,
+    /// A Redis to use instead of starting a `redis-server`.
+    pub redis_url: Option<String>,
+    /// The await between reading and writing the stock in every handler.
+    pub think: Duration,
+    /// The fixed lease of the `fenced` and `locked-no-fence` variants.
+    pub lease: Duration,
+    /// The stalls of the chaos rounds.
+    pub chaos_plan: ChaosPlan,
+    /// Show a progress bar per round (on standard error, when it is a terminal).
+    pub progress: bool,
+}
+
+impl DemoConfig {
+    /// The defaults: 3 instances, stock 100, 1,000 purchases, 64 in flight, the default
+    /// variants, a 5 ms await, a 200 ms lease, and chaos stalls of 400 ms.
+    pub fn new(exe: impl Into<PathBuf>) -> Self {
+        Self {
+            exe: exe.into(),
+            instances: 3,
+            stock: 100,
+            purchases: 1000,
+            concurrency: 64,
+            variants: Variant::DEFAULT.to_vec(),
+            chaos: false,
+            redis_url: None,
+            think: Duration::from_millis(5),
+            lease: Duration::from_millis(200),
+            chaos_plan: ChaosPlan {
+                pause_ms: 400,
+                every: 10,
+                max: 3,
+            },
+            progress: true,
+        }
+    }
+
+    /// The rounds: each variant, then the chaos rounds.
+    fn rounds(&self) -> Vec<(Variant, bool)> {
+        let mut rounds: Vec<_> = self.variants.iter().map(|&v| (v, false)).collect();
+        if self.chaos {
+            rounds.push((Variant::LockedNoFence, true));
+            rounds.push((Variant::Fenced, true));
+        }
+        rounds
+    }
+}
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// No `redis-server` on `PATH` and no `REDIS_URL`.
+    #[error(
+        "redis-server is not installed and REDIS_URL is not set.\n\
+         Install it with `sudo apt-get install redis-server` (scripts/demo.sh does that for you),\n\
+         or point the demo at a running Redis: REDIS_URL=redis://host:6379/ scripts/demo.sh"
+    )]
+    NoRedis,
+    /// `redis-server` did not start.
+    #[error("cannot start redis-server: {0}")]
+    RedisStart(std::io::Error),
+    /// The Redis at the URL does not answer.
+    #[error("cannot reach Redis at {url}: {reason}")]
+    RedisUnreachable {
+        /// The URL.
+        url: String,
+        /// What the Redis client reported.
+        reason: String,
+    },
+    /// The temporary directory could not be created.
+    #[error("cannot create a temporary directory: {0}")]
+    TempDir(std::io::Error),
+    /// The database failed.
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+    /// An instance did not start.
+    #[error("instance {name}: {message}")]
+    Instance {
+        /// The instance's name.
+        name: String,
+        /// What happened.
+        message: String,
+    },
+    /// An instance answered a set-up request wrongly.
+    #[error("instance at {addr}: {message}")]
+    Http {
+        /// The instance.
+        addr: SocketAddr,
+        /// What happened.
+        message: String,
+    },
+    /// Bad settings.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The result of one round.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The variant.
+    pub variant: Variant,
+    /// Whether lock holders were stalled (chaos).
+    pub chaos: bool,
+    /// The stock at the start.
+    pub stock_start: i64,
+    /// The stock at the end, as stored.
+    pub stock_left: i64,
+    /// Orders in the database.
+    pub sold: i64,
+    /// Purchases answered `sold_out`.
+    pub sold_out: u64,
+    /// Purchases answered `busy` (the lock stayed taken for the whole wait).
+    pub busy: u64,
+    /// Purchases whose write the fencing token rejected.
+    pub stale: u64,
+    /// Purchases that failed otherwise (lock lost, Redis, database, HTTP).
+    pub errors: u64,
+    /// The first such failure.
+    pub first_error: Option<String>,
+    /// Median latency of a purchase, seen by the client.
+    pub p50: Duration,
+    /// 99th percentile latency.
+    pub p99: Duration,
+    /// Wall time of the round.
+    pub elapsed: Duration,
+    /// Purchases in the round.
+    pub purchases: usize,
+}
+
+impl Row {
+    /// The row's label: the variant, with `+chaos` for chaos rounds.
+    pub fn label(&self) -> String {
+        if self.chaos {
+            format!("{}+chaos", self.variant)
+        } else {
+            self.variant.to_string()
+        }
+    }
+
+    /// Orders beyond the starting stock.
+    pub fn oversold(&self) -> i64 {
+        (self.sold - self.stock_start).max(0)
+    }
+
+    /// Whether this round must not oversell: every locked variant, except the lock without a
+    /// fencing token under chaos, which is there to show that it does.
+    pub fn must_be_exact(&self) -> bool {
+        self.variant.is_locked() && !(self.chaos && self.variant == Variant::LockedNoFence)
+    }
+
+    /// Purchases per second.
+    pub fn throughput(&self) -> f64 {
+        self.purchases as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The results of a demo run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// One row per round.
+    pub rows: Vec<Row>,
+    /// The instances' addresses.
+    pub instances: Vec<SocketAddr>,
+    /// The Redis used (`started` or the given URL).
+    pub redis: String,
+    /// The settings.
+    pub config: DemoConfig,
+}
+
+impl Report {
+    /// Rounds that must not oversell but did.
+    pub fn failures(&self) -> Vec<&Row> {
+        self.rows
+            .iter()
+            .filter(|r| r.must_be_exact() && r.oversold() > 0)
+            .collect()
+    }
+
+    /// The row of a round, if it ran.
+    pub fn row(&self, variant: Variant, chaos: bool) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.variant == variant && r.chaos == chaos)
+    }
+
+    /// The table and a verdict, as printed by the demo.
+    pub fn render(&self) -> String {
+        use std::fmt::Write;
+        let c = &self.config;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} instances ({}), one SQLite file (WAL), {}.",
+            self.instances.len(),
+            self.instances
+                .iter()
+                .map(|a| format!(":{}", a.port()))
+                .collect::<Vec<_>>()
+                .join(" "),
+            self.redis,
+        );
+        let _ = writeln!(
+            out,
+            "Each round: stock {} of SKU {DEMO_SKU}, {} purchases, {} in flight, {} ms between read and write.\n",
+            c.stock,
+            c.purchases,
+            c.concurrency,
+            c.think.as_millis(),
+        );
+        let _ = writeln!(
+            out,
+            "{:<22} {:>6} {:>5} {:>8} {:>8} {:>5} {:>5} {:>8} {:>8} {:>7}",
+            "variant",
+            "stock",
+            "sold",
+            "oversold",
+            "sold out",
+            "busy",
+            "stale",
+            "p50",
+            "p99",
+            "req/s"
+        );
+        let _ = writeln!(
+            out,
+            "{}",
+            "-".repeat(22 + 6 + 5 + 8 + 8 + 5 + 5 + 8 + 8 + 7 + 9)
+        );
+        for r in &self.rows {
+            let _ = writeln!(
+                out,
+                "{:<22} {:>6} {:>5} {:>8} {:>8} {:>5} {:>5} {:>8} {:>8} {:>7.0}",
+                r.label(),
+                r.stock_left,
+                r.sold,
+                r.oversold(),
+                r.sold_out,
+                r.busy,
+                r.stale,
+                fmt_ms(r.p50),
+                fmt_ms(r.p99),
+                r.throughput(),
+            );
+        }
+        out.push('\n');
+        for r in &self.rows {
+            let _ = writeln!(out, "{}", self.verdict(r));
+            if r.errors > 0 {
+                let _ = writeln!(
+                    out,
+                    "  {} purchases failed otherwise; the first: {}",
+                    r.errors,
+                    r.first_error.as_deref().unwrap_or("?")
+                );
+            }
+        }
+        out
+    }
+
+    fn verdict(&self, r: &Row) -> String {
+        let label = r.label();
+        let think = self.config.think.as_millis();
+        let plan = self.config.chaos_plan;
+        let lease = self.config.lease.as_millis();
+        match (r.variant, r.chaos, r.oversold()) {
+            (Variant::Unlocked, _, 0) => format!(
+                "{label}: the race did not show this time (sold {} of {}); try more --purchases",
+                r.sold, r.stock_start
+            ),
+            (Variant::Unlocked, _, over) => format!(
+                "{label}: OVERSOLD by {over}. Purchases on all instances read the same stock, \
+                 waited {think} ms, and each wrote its own `stock - 1` and an order."
+            ),
+            (Variant::LockedNoFence, true, 0) => format!(
+                "{label}: no oversell this time; the stalls did not overlap a sale"
+            ),
+            (Variant::LockedNoFence, true, over) => format!(
+                "{label}: OVERSOLD by {over}. A holder stalled {} ms after checking its lock, \
+                 past its {lease} ms lease; the next holders sold, then it wrote its stale stock over theirs.",
+                plan.pause_ms
+            ),
+            (_, _, 0) if r.sold == r.stock_start => format!(
+                "{label}: sold exactly {}{}",
+                r.stock_start,
+                if r.stale > 0 {
+                    format!(
+                        "; {} stale writes of stalled holders rejected by the fencing token",
+                        r.stale
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+            (_, _, 0) => format!(
+                "{label}: sold {} of {}, never more",
+                r.sold, r.stock_start
+            ),
+            (_, _, over) => format!("{label}: FAILED: oversold by {over} under a lock"),
+        }
+    }
+}
+
+fn fmt_ms(d: Duration) -> String {
+    let ms = d.as_secs_f64() * 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.1}ms")
+    } else {
+        format!("{ms:.0}ms")
+    }
+}
+
+/// Removes a directory on drop.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> std::io::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("inventory-demo-{}-{nanos:08x}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the demo: starts (or connects to) Redis, creates a temporary database, starts the
+/// instances, runs every round and stops everything again.
+///
+/// Everything it starts is owned by the returned future: dropping it (Ctrl-C) kills the
+/// instances and the `redis-server` and removes the temporary directory.
+///
+/// # Errors
+///
+/// [`DemoError`] when a part cannot be set up. Overselling is not an error: it is in the
+/// [`Report`].
+pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
+    if config.instances == 0 || config.concurrency == 0 || config.purchases == 0 {
+        return Err(DemoError::Config(
+            "--instances, --concurrency and --purchases must be at least 1".to_owned(),
+        ));
+    }
+    if config.stock < 0 {
+        return Err(DemoError::Config("--stock must not be negative".to_owned()));
+    }
+    let (redis_url, redis_label, _redis_server) = match &config.redis_url {
+        Some(url) => (url.clone(), format!("Redis at {url}"), None),
+        None => {
+            let server = start_redis().await?;
+            let url = server.url();
+            let label = format!("redis-server on :{}", server.port());
+            (url, label, Some(server))
+        }
+    };
+    // Fail early, with the URL, when Redis does not answer.
+    Locker::builder()
+        .url(redis_url.as_str())
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .map_err(|error| DemoError::RedisUnreachable {
+            url: redis_url.clone(),
+            reason: redis_reason(&error),
+        })?;
+
+    let dir = TempDir::new().map_err(DemoError::TempDir)?;
+    let db_path = dir.0.join("inventory.db");
+    let db = Db::open(&db_path)?;
+
+    let serve = ServeArgs {
+        db: db_path,
+        redis_url,
+        // Our own keys, so a shared Redis (REDIS_URL) is not disturbed.
+        lock_prefix: format!("inventory-demo-{}:", std::process::id()),
+        think_ms: u64::try_from(config.think.as_millis()).unwrap_or(u64::MAX),
+        lease_ms: u64::try_from(config.lease.as_millis()).unwrap_or(u64::MAX),
+        ..ServeArgs::default()
+    };
+    let instances = Instances::start(&config.exe, config.instances, &serve).await?;
+    let addrs = instances.addrs();
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+
+    let mut rows = Vec::new();
+    for (variant, chaos) in config.rounds() {
+        let result = round(config, &db, &client, &addrs, variant, chaos).await;
+        match result {
+            Ok(row) => rows.push(row),
+            Err(error) => {
+                instances.stop().await;
+                return Err(error);
+            }
+        }
+    }
+    instances.stop().await;
+    drop(dir);
+    Ok(Report {
+        rows,
+        instances: addrs,
+        redis: redis_label,
+        config: config.clone(),
+    })
+}
+
+/// What went wrong connecting a locker, without the lock-key wording of [`LockError`].
+pub(crate) fn redis_reason(error: &LockError) -> String {
+    match error {
+        LockError::Backend { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError> {
+    if !lock_testkit::redis_available() {
+        return Err(DemoError::NoRedis);
+    }
+    tokio::task::spawn_blocking(|| {
+        // A free port can be taken between choosing and binding it: try another one.
+        let mut last = None;
+        for _ in 0..3 {
+            match lock_testkit::RedisServer::start() {
+                Ok(server) => return Ok(server),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(DemoError::RedisStart(last.expect("three attempts")))
+    })
+    .await
+    .map_err(|e| DemoError::RedisStart(std::io::Error::other(e)))?
+}
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// How one purchase ended.
+#[derive(Debug)]
+enum Outcome {
+    Sold,
+    SoldOut,
+    Busy,
+    Stale,
+    Failed(String),
+}
+
+async fn round(
+    config: &DemoConfig,
+    db: &Db,
+    client: &HttpClient,
+    addrs: &[SocketAddr],
+    variant: Variant,
+    chaos: bool,
+) -> Result<Row, DemoError> {
+    let reset_db = db.clone();
+    let stock = config.stock;
+    tokio::task::spawn_blocking(move || reset_db.reset_blocking(DEMO_SKU, "demo widget", stock))
+        .await
+        .map_err(DbError::from)??;
+    for &addr in addrs {
+        let body = if chaos {
+            serde_json::to_vec(&config.chaos_plan).expect("serializable")
+        } else {
+            Vec::new()
+        };
+        let method = if chaos { Method::PUT } else { Method::DELETE };
+        let (status, text) = send(client, method, addr, "/debug/chaos", body).await;
+        if status != Some(StatusCode::NO_CONTENT) {
+            return Err(DemoError::Http {
+                addr,
+                message: format!("setting up chaos: {status:?} {text}"),
+            });
+        }
+    }
+
+    let label = if chaos {
+        format!("{variant}+chaos")
+    } else {
+        variant.to_string()
+    };
+    let bar = if config.progress {
+        ProgressBar::new(config.purchases as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:<22} [{bar:32.cyan/blue}] {pos:>5}/{len} {elapsed:>3}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(label);
+
+    let path = variant.path(DEMO_SKU);
+    let limit = Arc::new(Semaphore::new(config.concurrency));
+    let mut tasks = JoinSet::new();
+    let started = Instant::now();
+    for i in 0..config.purchases {
+        let permit = limit.clone().acquire_owned().await.expect("open semaphore");
+        let (client, bar, path) = (client.clone(), bar.clone(), path.clone());
+        let addr = addrs[i % addrs.len()];
+        tasks.spawn(async move {
+            let sent = Instant::now();
+            let outcome = purchase(&client, addr, &path).await;
+            let latency = sent.elapsed();
+            bar.inc(1);
+            drop(permit);
+            (outcome, latency)
+        });
+    }
+    let mut latencies = Vec::with_capacity(config.purchases);
+    let (mut sold_out, mut busy, mut stale, mut errors, mut sold_ok) = (0, 0, 0, 0, 0u64);
+    let mut first_error = None;
+    while let Some(joined) = tasks.join_next().await {
+        let (outcome, latency) =
+            joined.unwrap_or_else(|e| (Outcome::Failed(e.to_string()), Duration::ZERO));
+        latencies.push(latency);
+        match outcome {
+            Outcome::Sold => sold_ok += 1,
+            Outcome::SoldOut => sold_out += 1,
+            Outcome::Busy => busy += 1,
+            Outcome::Stale => stale += 1,
+            Outcome::Failed(message) => {
+                errors += 1;
+                first_error.get_or_insert(message);
+            }
+        }
+    }
+    let elapsed = started.elapsed();
+    bar.finish();
+    if !bar.is_hidden() {
+        // indicatif leaves the cursor at the end of a finished bar.
+        eprintln!();
+    }
+
+    let status_db = db.clone();
+    let status = tokio::task::spawn_blocking(move || status_db.status_blocking(DEMO_SKU))
+        .await
+        .map_err(DbError::from)??
+        .expect("the demo SKU exists");
+    if i64::try_from(sold_ok).ok() != Some(status.sold) {
+        tracing::warn!(
+            answered = sold_ok,
+            orders = status.sold,
+            "the number of sales answered differs from the orders stored"
+        );
+    }
+    latencies.sort_unstable();
+    Ok(Row {
+        variant,
+        chaos,
+        stock_start: config.stock,
+        stock_left: status.stock,
+        sold: status.sold,
+        sold_out,
+        busy,
+        stale,
+        errors,
+        first_error,
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        elapsed,
+        purchases: config.purchases,
+    })
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+async fn purchase(client: &HttpClient, addr: SocketAddr, path: &str) -> Outcome {
+    let (status, body) = send(client, Method::POST, addr, path, Vec::new()).await;
+    let Some(status) = status else {
+        return Outcome::Failed(body);
+    };
+    if status == StatusCode::OK {
+        return Outcome::Sold;
+    }
+    match serde_json::from_str::<ErrorBody>(&body) {
+        Ok(ErrorBody {
+            error: ErrorCode::SoldOut,
+            ..
+        }) => Outcome::SoldOut,
+        Ok(ErrorBody {
+            error: ErrorCode::Busy,
+            ..
+        }) => Outcome::Busy,
+        Ok(ErrorBody {
+            error: ErrorCode::StaleFence,
+            ..
+        }) => Outcome::Stale,
+        Ok(ErrorBody { message, .. }) => Outcome::Failed(format!("{status}: {message}")),
+        Err(_) => Outcome::Failed(format!("{status}: {}", body.trim())),
+    }
+}
+
+/// Sends one request and reads the whole answer: `(None, error)` when there was none.
+async fn send(
+    client: &HttpClient,
+    method: Method,
+    addr: SocketAddr,
+    path: &str,
+    body: Vec<u8>,
+) -> (Option<StatusCode>, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("valid request");
+    let exchange = async {
+        let response = client.request(request).await.map_err(|e| e.to_string())?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok::<_, String>((status, String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    match tokio::time::timeout(Duration::from_secs(60), exchange).await {
+        Ok(Ok((status, body))) => (Some(status), body),
+        Ok(Err(error)) => (None, format!("{addr}: {error}")),
+        Err(_) => (None, format!("{addr}: no answer within 60 s")),
+    }
+}
+
+/// The demo's command-line options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Service instances to start (separate processes).
+    #[arg(long, default_value_t = 3)]
+    pub instances: usize,
+    /// Stock of the SKU at the start of each round.
+    #[arg(long, default_value_t = 100)]
+    pub stock: i64,
+    /// Purchases per round.
+    #[arg(long, default_value_t = 1000)]
+    pub purchases: usize,
+    /// Purchases in flight at once, spread over the instances.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// Variants to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = Variant::DEFAULT)]
+    pub variants: Vec<Variant>,
+    /// Also stall lock holders past their lease: runs `locked-no-fence` and `fenced` again
+    /// with every 10th write of each instance (at most 3) paused for 400 ms, past the 200 ms
+    /// lease, right after it checked that it still holds the lock.
+    #[arg(long)]
+    pub chaos: bool,
+    /// Milliseconds between reading and writing the stock in every handler.
+    #[arg(long, default_value_t = 5)]
+    pub think_ms: u64,
+    /// Use this Redis instead of starting a redis-server on a free port.
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl DemoArgs {
+    /// The configuration, with `exe` started as the instances.
+    pub fn into_config(self, exe: impl AsRef<Path>) -> DemoConfig {
+        DemoConfig {
+            instances: self.instances,
+            stock: self.stock,
+            purchases: self.purchases,
+            concurrency: self.concurrency,
+            variants: self.variants,
+            chaos: self.chaos,
+            redis_url: self.redis_url,
+            think: Duration::from_millis(self.think_ms),
+            progress: !self.quiet,
+            ..DemoConfig::new(exe.as_ref())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let ms = |n| Duration::from_millis(n);
+        let sorted: Vec<_> = (1..=100).map(ms).collect();
+        assert_eq!(percentile(&sorted, 0.50), ms(50));
+        assert_eq!(percentile(&sorted, 0.99), ms(99));
+        assert_eq!(percentile(&[ms(7)], 0.99), ms(7));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn chaos_adds_the_two_stalled_rounds() {
+        let mut config = DemoConfig::new("inventory");
+        assert_eq!(config.rounds().len(), 4);
+        config.chaos = true;
+        let rounds = config.rounds();
+        assert_eq!(
+            &rounds[4..],
+            [(Variant::LockedNoFence, true), (Variant::Fenced, true)]
+        );
+    }
+
+    #[test]
+    fn only_the_unfenced_chaos_round_may_oversell_under_a_lock() {
+        let row = |variant, chaos| Row {
+            variant,
+            chaos,
+            stock_start: 10,
+            stock_left: 0,
+            sold: 12,
+            sold_out: 0,
+            busy: 0,
+            stale: 0,
+            errors: 0,
+            first_error: None,
+            p50: Duration::ZERO,
+            p99: Duration::ZERO,
+            elapsed: Duration::from_secs(1),
+            purchases: 20,
+        };
+        assert!(!row(Variant::Unlocked, false).must_be_exact());
+        assert!(!row(Variant::LockedNoFence, true).must_be_exact());
+        assert!(row(Variant::LockedNoFence, false).must_be_exact());
+        assert!(row(Variant::Fenced, true).must_be_exact());
+        assert!(row(Variant::Macro, false).must_be_exact());
+        assert_eq!(row(Variant::Macro, false).oversold(), 2);
+        assert_eq!(row(Variant::Fenced, true).label(), "fenced+chaos");
+    }
+}

@@ -1,0 +1,200 @@
+//! Running one instance of the service: `inventory serve`.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use lock_core::Locker;
+
+use crate::db::{Db, DbError};
+use crate::service::{app, Inventory, ServiceConfig};
+
+/// The options of `inventory serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub host: IpAddr,
+    /// Port to listen on; 0 lets the system pick a free one.
+    #[arg(long, default_value_t = 3000)]
+    pub port: u16,
+    /// The SQLite database file, shared by all instances (created and seeded if missing).
+    #[arg(long, default_value = "inventory.db")]
+    pub db: PathBuf,
+    /// The Redis server, shared by all instances.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    pub redis_url: String,
+    /// Prefix of the lock keys in Redis (the same for all instances).
+    #[arg(long, default_value = "lock:")]
+    pub lock_prefix: String,
+    /// Name stored with the orders this instance takes [default: the listening address].
+    #[arg(long)]
+    pub instance: Option<String>,
+    /// Milliseconds between reading the stock and writing it back.
+    #[arg(long, default_value_t = 5)]
+    pub think_ms: u64,
+    /// Fixed lease, in milliseconds, of the `fenced` and `locked-no-fence` variants.
+    #[arg(long, default_value_t = 200)]
+    pub lease_ms: u64,
+    /// Milliseconds the `layer`, `fenced` and `locked-no-fence` variants wait for the lock.
+    #[arg(long, default_value_t = 10_000)]
+    pub wait_ms: u64,
+    /// Exit when standard input closes (the demo uses it, so instances die with it).
+    #[arg(long, hide = true)]
+    pub watch_stdin: bool,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        let config = ServiceConfig::default();
+        Self {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 3000,
+            db: "inventory.db".into(),
+            redis_url: "redis://127.0.0.1:6379/".to_owned(),
+            lock_prefix: "lock:".to_owned(),
+            instance: None,
+            think_ms: millis(config.think),
+            lease_ms: millis(config.lease),
+            wait_ms: millis(config.wait),
+            watch_stdin: false,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ServeArgs {
+    /// The command-line arguments after `serve` that reproduce these options.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--host".to_owned(),
+            self.host.to_string(),
+            "--port".to_owned(),
+            self.port.to_string(),
+            "--db".to_owned(),
+            self.db.display().to_string(),
+            "--redis-url".to_owned(),
+            self.redis_url.clone(),
+            "--lock-prefix".to_owned(),
+            self.lock_prefix.clone(),
+            "--think-ms".to_owned(),
+            self.think_ms.to_string(),
+            "--lease-ms".to_owned(),
+            self.lease_ms.to_string(),
+            "--wait-ms".to_owned(),
+            self.wait_ms.to_string(),
+        ];
+        if let Some(instance) = &self.instance {
+            args.extend(["--instance".to_owned(), instance.clone()]);
+        }
+        if self.watch_stdin {
+            args.push("--watch-stdin".to_owned());
+        }
+        args
+    }
+}
+
+/// Why an instance could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The port is taken.
+    #[error(
+        "{addr} is in use: pass another --port, or --port 0 to let the system pick a free one"
+    )]
+    PortInUse {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// Binding or serving failed otherwise.
+    #[error("cannot serve on {addr}: {source}")]
+    Io {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database could not be opened.
+    #[error("cannot open the database {path}: {source}")]
+    Db {
+        /// The database file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: DbError,
+    },
+    /// Redis could not be reached.
+    #[error("cannot reach Redis at {url}: {reason}")]
+    Redis {
+        /// The URL.
+        url: String,
+        /// What the Redis client reported.
+        reason: String,
+    },
+}
+
+/// Runs one instance until Ctrl-C (or, with `--watch-stdin`, until standard input closes).
+/// Prints `listening on http://<addr>` on standard output once it accepts connections.
+///
+/// # Errors
+///
+/// [`ServeError`] when the database, Redis or the port is not usable.
+pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
+    // The port first: it is the likeliest to be taken, and the cheapest to check.
+    let addr = SocketAddr::new(args.host, args.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| match source.kind() {
+            std::io::ErrorKind::AddrInUse => ServeError::PortInUse { addr },
+            _ => ServeError::Io { addr, source },
+        })?;
+    let db = Db::open(&args.db).map_err(|source| ServeError::Db {
+        path: args.db.clone(),
+        source,
+    })?;
+    let locker = Locker::builder()
+        .url(args.redis_url.as_str())
+        .prefix(args.lock_prefix.as_str())
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .map_err(|error| ServeError::Redis {
+            url: args.redis_url.clone(),
+            reason: crate::demo::redis_reason(&error),
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| ServeError::Io { addr, source })?;
+    let config = ServiceConfig {
+        instance: args.instance.clone().unwrap_or_else(|| local.to_string()),
+        think: Duration::from_millis(args.think_ms),
+        wait: Duration::from_millis(args.wait_ms),
+        lease: Duration::from_millis(args.lease_ms),
+    };
+    let state = Inventory::new(locker, db, config);
+    println!("listening on http://{local}");
+    tracing::info!(%local, db = %args.db.display(), "serving");
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown(args.watch_stdin))
+        .await
+        .map_err(|source| ServeError::Io { addr, source })
+}
+
+/// Resolves on Ctrl-C, or when standard input reaches its end if `watch_stdin`.
+async fn shutdown(watch_stdin: bool) {
+    let stdin_closed = async {
+        if watch_stdin {
+            let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut tokio::io::sink()).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = stdin_closed => {}
+    }
+}

@@ -1,0 +1,593 @@
+//! The HTTP service: purchase endpoints in [`Variant`]s, built by [`app`].
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `GET /health` | `ok` |
+//! | `GET /skus/{sku}` | `{"id", "stock", "sold"}` |
+//! | `PUT /skus/{sku}` | `{"name", "stock"}`: sets the stock (creates the SKU) |
+//! | `POST /skus/{sku}/purchase/{variant}` | buys one: `200` with the order, or `409`/`404`/`503` with `{"error", "message"}` |
+//! | `PUT /debug/chaos` | `{"pause_ms", "every", "max"}`: stalls every `every`-th write of this instance (at most `max` times) for `pause_ms`, right before it writes |
+//! | `DELETE /debug/chaos` | stops stalling |
+//!
+//! Every purchase variant does the same read-check-write: read the stock, answer `409
+//! sold_out` when it is 0, wait [`ServiceConfig::think`] (a pricing or payment call in a real
+//! service), then write `stock - 1` and insert the order. The variants differ only in what
+//! protects that sequence.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use lock_core::{distributed_lock, LockError, LockGuard, Locker};
+use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom, Rejection};
+use serde::{Deserialize, Serialize};
+
+use crate::db::{ClaimOutcome, Db, DbError, NewOrder, SkuStatus, WriteOutcome};
+use crate::Variant;
+
+/// Settings of one service instance.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// The instance's name, stored with each order it takes.
+    pub instance: String,
+    /// The await between reading the stock and writing it back.
+    pub think: Duration,
+    /// How long `layer`, `fenced` and `locked-no-fence` purchases wait for the lock (the macro
+    /// variant has its `wait = "10s"` in the attribute).
+    pub wait: Duration,
+    /// The fixed lease (no watchdog) of the `fenced` and `locked-no-fence` variants.
+    pub lease: Duration,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        Self {
+            instance: "inventory".to_owned(),
+            think: Duration::from_millis(5),
+            wait: Duration::from_secs(10),
+            lease: Duration::from_millis(200),
+        }
+    }
+}
+
+/// The state shared by the handlers of one instance.
+#[derive(Debug)]
+pub struct Inventory {
+    /// This instance's locker (one per process).
+    pub locker: Locker,
+    /// The shared database.
+    pub db: Db,
+    /// The instance's settings.
+    pub config: ServiceConfig,
+    chaos: Chaos,
+}
+
+/// What the router holds.
+pub type AppState = Arc<Inventory>;
+
+impl Inventory {
+    /// A new instance state.
+    pub fn new(locker: Locker, db: Db, config: ServiceConfig) -> AppState {
+        Arc::new(Self {
+            locker,
+            db,
+            config,
+            chaos: Chaos::default(),
+        })
+    }
+
+    /// The `unlocked` variant: the bug. Two requests that read the same stock both sell.
+    pub async fn purchase_unlocked(&self, sku: i64) -> Result<Sale, AppError> {
+        self.read_check_write(sku, Variant::Unlocked, None).await
+    }
+
+    /// The `macro` variant: the same body under `#[distributed_lock]`, one holder of
+    /// `inventory:<sku>` at a time across all instances (watchdog lease).
+    #[distributed_lock(key = "inventory:<sku>", wait = "10s", locker = self.locker)]
+    pub async fn purchase_with_macro(&self, sku: i64) -> Result<Sale, AppError> {
+        self.read_check_write(sku, Variant::Macro, None).await
+    }
+
+    /// The `locked-no-fence` variant: `Locker::lock` with a fixed lease and a check that the
+    /// lock is still held before writing, but no fencing token. Safe until a holder stalls
+    /// past its lease after that check (see `--chaos`).
+    pub async fn purchase_locked_no_fence(&self, sku: i64) -> Result<Sale, AppError> {
+        let guard = self.lock_with_lease(sku).await?;
+        let result = self
+            .read_check_write(sku, Variant::LockedNoFence, Some(&guard))
+            .await;
+        release(guard).await;
+        result
+    }
+
+    /// The `fenced` variant: the lock of `locked-no-fence` plus the fencing token. The row
+    /// remembers the largest token that touched it; the read claims the row with ours and the
+    /// write succeeds only while our claim is the latest, so a holder that stalled past its
+    /// lease cannot write over a later holder's sale.
+    pub async fn purchase_fenced(&self, sku: i64) -> Result<Sale, AppError> {
+        let guard = self.lock_with_lease(sku).await?;
+        let result = self.fenced_read_check_write(sku, &guard).await;
+        release(guard).await;
+        result
+    }
+
+    async fn lock_with_lease(&self, sku: i64) -> Result<LockGuard, LockError> {
+        self.locker
+            .lock(lock_key(sku))
+            .wait(self.config.wait)
+            .lease(self.config.lease)
+            .await
+    }
+
+    /// Read, check, await, write: separate statements, as the race needs.
+    async fn read_check_write(
+        &self,
+        sku: i64,
+        variant: Variant,
+        guard: Option<&LockGuard>,
+    ) -> Result<Sale, AppError> {
+        let stock = self
+            .db
+            .read_stock(sku)
+            .await?
+            .ok_or(AppError::NotFound(sku))?;
+        if stock <= 0 {
+            return Err(AppError::SoldOut(sku));
+        }
+        tokio::time::sleep(self.config.think).await;
+        self.before_write(guard).await?;
+        let order_id = self
+            .db
+            .write_sale(sku, stock - 1, self.order(variant))
+            .await?;
+        Ok(self.sale(order_id, sku, stock - 1, variant, None))
+    }
+
+    async fn fenced_read_check_write(&self, sku: i64, guard: &LockGuard) -> Result<Sale, AppError> {
+        let fence = guard.fencing_token();
+        let stale = || AppError::StaleFence { sku, fence };
+        // Claim the row with our token as we read it: a holder that stalled between its read
+        // and its write would otherwise still write after we read, and we would sell from a
+        // stale stock ourselves.
+        let stock = match self
+            .db
+            .claim_and_read(sku, fence)
+            .await?
+            .ok_or(AppError::NotFound(sku))?
+        {
+            ClaimOutcome::Claimed { stock } => stock,
+            ClaimOutcome::Stale => return Err(stale()),
+        };
+        if stock <= 0 {
+            return Err(AppError::SoldOut(sku));
+        }
+        tokio::time::sleep(self.config.think).await;
+        self.before_write(Some(guard)).await?;
+        match self
+            .db
+            .write_sale_fenced(sku, stock - 1, fence, self.order(Variant::Fenced))
+            .await?
+        {
+            WriteOutcome::Written { order_id } => {
+                Ok(self.sale(order_id, sku, stock - 1, Variant::Fenced, Some(fence)))
+            }
+            WriteOutcome::Stale => {
+                tracing::info!(sku, fence, "stale write rejected by the fencing token");
+                Err(stale())
+            }
+        }
+    }
+
+    /// The last moment before the write: a careful holder checks its lock is still held, and
+    /// the chaos plan may stall it right after that check, where no check can help.
+    async fn before_write(&self, guard: Option<&LockGuard>) -> Result<(), AppError> {
+        if let Some(guard) = guard {
+            if !guard.is_held() {
+                return Err(AppError::LockLost(guard.key().to_owned()));
+            }
+        }
+        if let Some(pause) = self.chaos.next_pause() {
+            tracing::info!(?pause, "chaos: stalling before the write");
+            tokio::time::sleep(pause).await;
+        }
+        Ok(())
+    }
+
+    fn order(&self, variant: Variant) -> NewOrder {
+        NewOrder {
+            variant: variant.name(),
+            instance: self.config.instance.clone(),
+        }
+    }
+
+    fn sale(
+        &self,
+        order_id: i64,
+        sku: i64,
+        stock_left: i64,
+        variant: Variant,
+        fencing_token: Option<u64>,
+    ) -> Sale {
+        Sale {
+            order_id,
+            sku,
+            stock_left,
+            variant: variant.name().to_owned(),
+            instance: self.config.instance.clone(),
+            fencing_token,
+        }
+    }
+}
+
+/// The lock key of a SKU, the same for every variant: `inventory:<sku>`.
+pub fn lock_key(sku: i64) -> String {
+    format!("inventory:{sku}")
+}
+
+/// Releases a guard after the purchase. A fixed lease that ran out first is expected under
+/// chaos; the purchase's result stands either way (the key expires with its lease).
+async fn release(guard: LockGuard) {
+    match guard.release().await {
+        Ok(()) => {}
+        Err(error) if error.is_lost() => {
+            tracing::info!(%error, "the lease ran out before the release")
+        }
+        Err(error) => tracing::warn!(%error, "lock release failed"),
+    }
+}
+
+/// A successful purchase.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sale {
+    /// The new order's id.
+    pub order_id: i64,
+    /// The SKU sold.
+    pub sku: i64,
+    /// The stock this purchase wrote.
+    pub stock_left: i64,
+    /// The purchase variant.
+    pub variant: String,
+    /// The instance that served it.
+    pub instance: String,
+    /// The fencing token the write carried (the `fenced` and `layer` variants).
+    pub fencing_token: Option<u64>,
+}
+
+/// Why a purchase failed, as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// No such SKU (`404`).
+    NotFound,
+    /// The stock is 0 (`409`).
+    SoldOut,
+    /// The lock stayed held by others for the whole wait (`409`, with `Retry-After`).
+    Busy,
+    /// The fenced write was refused: a later lock holder touched the row (`409`).
+    StaleFence,
+    /// The lock was lost before the write (`503`).
+    LockLost,
+    /// Redis was unavailable (`503`).
+    LockUnavailable,
+    /// Anything else (`500`).
+    Internal,
+}
+
+/// The JSON body of every error response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong, for programs.
+    pub error: ErrorCode,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+/// The error of a purchase handler.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    /// No such SKU.
+    #[error("sku {0} does not exist")]
+    NotFound(i64),
+    /// The stock is 0.
+    #[error("sku {0} is sold out")]
+    SoldOut(i64),
+    /// The fenced write was refused.
+    #[error("stale fencing token {fence} for sku {sku}: a later lock holder has written")]
+    StaleFence {
+        /// The SKU.
+        sku: i64,
+        /// Our (stale) token.
+        fence: u64,
+    },
+    /// The lock was found lost before the write.
+    #[error("lock `{0}` was lost before the write")]
+    LockLost(String),
+    /// Taking the lock failed (busy, Redis down, ...).
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+impl AppError {
+    /// The status and code of the response.
+    pub fn code(&self) -> (StatusCode, ErrorCode) {
+        match self {
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            Self::SoldOut(_) => (StatusCode::CONFLICT, ErrorCode::SoldOut),
+            Self::StaleFence { .. } => (StatusCode::CONFLICT, ErrorCode::StaleFence),
+            Self::LockLost(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockLost),
+            Self::Lock(e) if e.is_busy() => (StatusCode::CONFLICT, ErrorCode::Busy),
+            Self::Lock(e) if e.is_lost() => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockLost),
+            Self::Lock(e) if e.is_backend() => {
+                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockUnavailable)
+            }
+            Self::Lock(_) | Self::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, error) = self.code();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "purchase failed");
+        }
+        let retry_after = match &self {
+            Self::Lock(e) => e.retry_after(),
+            _ => None,
+        };
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                error,
+                message: self.to_string(),
+            }),
+        )
+            .into_response();
+        if let Some(after) = retry_after {
+            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        response
+    }
+}
+
+/// The layer's rejections in the same JSON shape as the handlers' errors.
+fn reject_lock(rejection: Rejection) -> Response {
+    let status = rejection.status();
+    let retry_after = rejection.retry_after_secs();
+    let error = match &rejection {
+        Rejection::Busy(_) => ErrorCode::Busy,
+        Rejection::Unavailable(_) => ErrorCode::LockUnavailable,
+        _ => ErrorCode::Internal,
+    };
+    let message = match rejection.error() {
+        Some(e) => e.to_string(),
+        None => "the request names no lock key".to_owned(),
+    };
+    let mut response = (status, Json(ErrorBody { error, message })).into_response();
+    if let Some(secs) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// The router of one instance. Split out of `serve` so tests can call it with
+/// `tower::ServiceExt::oneshot`.
+pub fn app(state: AppState) -> Router {
+    // Only the `layer` route is behind the layer (`route_layer` wraps the routes added before
+    // it). The layer waits for the lock like the other variants, so requests for one SKU are
+    // served in turn: with `.wait(Duration::ZERO)` (its default) a request that finds the SKU
+    // locked gets `409 busy` at once and the client retries later.
+    let lock = DistributedLockLayer::new(
+        state.locker.clone(),
+        KeyFrom::path_param("sku").prefix("inventory:"),
+    )
+    .wait(state.config.wait)
+    .reject_with(reject_lock as fn(Rejection) -> Response);
+    let layered = Router::new()
+        .route(Variant::Layer.route(), post(purchase_layer))
+        .route_layer(lock);
+
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/skus/{sku}", get(sku_status).put(restock))
+        .route(Variant::Unlocked.route(), post(purchase_unlocked))
+        .route(Variant::Macro.route(), post(purchase_macro))
+        .route(Variant::Fenced.route(), post(purchase_fenced))
+        .route(
+            Variant::LockedNoFence.route(),
+            post(purchase_locked_no_fence),
+        )
+        .route("/debug/chaos", put(arm_chaos).delete(disarm_chaos))
+        .merge(layered)
+        .with_state(state)
+}
+
+async fn purchase_unlocked(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+) -> Result<Json<Sale>, AppError> {
+    inventory.purchase_unlocked(sku).await.map(Json)
+}
+
+async fn purchase_macro(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+) -> Result<Json<Sale>, AppError> {
+    inventory.purchase_with_macro(sku).await.map(Json)
+}
+
+/// Runs under the layer's lock: the body is the unlocked one.
+async fn purchase_layer(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+    lock: HeldLock,
+) -> Result<Json<Sale>, AppError> {
+    let mut sale = inventory
+        .read_check_write(sku, Variant::Layer, None)
+        .await?;
+    sale.fencing_token = Some(lock.fencing_token());
+    Ok(Json(sale))
+}
+
+async fn purchase_fenced(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+) -> Result<Json<Sale>, AppError> {
+    inventory.purchase_fenced(sku).await.map(Json)
+}
+
+async fn purchase_locked_no_fence(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+) -> Result<Json<Sale>, AppError> {
+    inventory.purchase_locked_no_fence(sku).await.map(Json)
+}
+
+async fn sku_status(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+) -> Result<Json<SkuStatus>, AppError> {
+    inventory
+        .db
+        .status(sku)
+        .await?
+        .map(Json)
+        .ok_or(AppError::NotFound(sku))
+}
+
+/// The body of `PUT /skus/{sku}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Restock {
+    /// The SKU's name.
+    pub name: String,
+    /// The new stock.
+    pub stock: i64,
+}
+
+async fn restock(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+    Json(body): Json<Restock>,
+) -> Result<StatusCode, AppError> {
+    inventory.db.restock(sku, body.name, body.stock).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Fault injection: which writes of an instance stall, and for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChaosPlan {
+    /// How long a stalled write waits (a GC pause, a VM migration, a swapped-out process).
+    pub pause_ms: u64,
+    /// Stall the 1st, `every + 1`-th, `2 * every + 1`-th, ... write of this instance.
+    pub every: u64,
+    /// Stall at most this many writes.
+    pub max: u64,
+}
+
+#[derive(Debug, Default)]
+struct Chaos {
+    state: Mutex<ChaosState>,
+}
+
+#[derive(Debug, Default)]
+struct ChaosState {
+    plan: Option<ChaosPlan>,
+    writes: u64,
+    pauses: u64,
+}
+
+impl Chaos {
+    fn arm(&self, plan: Option<ChaosPlan>) {
+        *self.state.lock().expect("chaos mutex") = ChaosState {
+            plan,
+            writes: 0,
+            pauses: 0,
+        };
+    }
+
+    /// Counts one write and says whether it stalls.
+    fn next_pause(&self) -> Option<Duration> {
+        let mut state = self.state.lock().expect("chaos mutex");
+        let plan = state.plan?;
+        let n = state.writes;
+        state.writes += 1;
+        if n % plan.every.max(1) == 0 && state.pauses < plan.max {
+            state.pauses += 1;
+            return Some(Duration::from_millis(plan.pause_ms));
+        }
+        None
+    }
+}
+
+async fn arm_chaos(State(inventory): State<AppState>, Json(plan): Json<ChaosPlan>) -> StatusCode {
+    tracing::info!(?plan, "chaos armed");
+    inventory.chaos.arm(Some(plan));
+    StatusCode::NO_CONTENT
+}
+
+async fn disarm_chaos(State(inventory): State<AppState>) -> StatusCode {
+    inventory.chaos.arm(None);
+    StatusCode::NO_CONTENT
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chaos_stalls_every_nth_write_up_to_max() {
+        let chaos = Chaos::default();
+        assert_eq!(chaos.next_pause(), None, "disarmed");
+        chaos.arm(Some(ChaosPlan {
+            pause_ms: 400,
+            every: 3,
+            max: 2,
+        }));
+        let stalled: Vec<bool> = (0..10).map(|_| chaos.next_pause().is_some()).collect();
+        assert_eq!(
+            stalled,
+            [true, false, false, true, false, false, false, false, false, false]
+        );
+        // Arming again starts over.
+        chaos.arm(Some(ChaosPlan {
+            pause_ms: 5,
+            every: 1,
+            max: 1,
+        }));
+        assert_eq!(chaos.next_pause(), Some(Duration::from_millis(5)));
+        assert_eq!(chaos.next_pause(), None);
+    }
+
+    #[test]
+    fn lock_errors_map_to_statuses() {
+        let busy = AppError::Lock(LockError::Busy {
+            key: "inventory:1".into(),
+            waited: Duration::from_secs(10),
+            holder_ttl: Some(Duration::from_millis(1500)),
+        });
+        assert_eq!(busy.code(), (StatusCode::CONFLICT, ErrorCode::Busy));
+        let response = busy.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            AppError::SoldOut(1).code(),
+            (StatusCode::CONFLICT, ErrorCode::SoldOut)
+        );
+        assert_eq!(
+            AppError::StaleFence { sku: 1, fence: 7 }.code(),
+            (StatusCode::CONFLICT, ErrorCode::StaleFence)
+        );
+    }
+}
