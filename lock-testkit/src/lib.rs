@@ -28,6 +28,7 @@
 //! ```
 
 mod cluster;
+pub mod oracle;
 mod proxy;
 mod sentinel;
 mod server;

@@ -1,0 +1,465 @@
+//! W3: one hot key. Tasks loop acquire (waiting up to 10 s), hold 1 ms, release, for a fixed
+//! time; in one process (16 tasks) and across processes (4 processes x 4 tasks, the benchmark
+//! re-executing itself as `hot-key-worker`).
+//!
+//! Every acquisition is recorded with `CLOCK_MONOTONIC` timestamps (comparable across
+//! processes): when the acquire returned, when release was called, when it returned. Sorted by
+//! acquisition time they give the handoff gap (acquired N+1 minus release called N), who got
+//! the lock next, and a mutual-exclusion check (acquired N+1 before release called N).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::time::Instant;
+
+use crate::lock::{BoxError, Lock};
+use crate::redis_stats::CommandStats;
+use crate::report::{Check, Row};
+use crate::stats::percentile;
+use crate::sys::mono_ns;
+use crate::{Ctx, Side};
+
+/// One acquisition, in `CLOCK_MONOTONIC` nanoseconds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub(crate) struct Event {
+    task: u32,
+    acquired: u64,
+    release_called: u64,
+    released: u64,
+}
+
+/// What a group of tasks did.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Outcome {
+    events: Vec<Event>,
+    timeouts: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Outcome {
+    fn merge(&mut self, other: Self) {
+        self.events.extend(other.events);
+        self.timeouts += other.timeouts;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
+/// One contention run: `tasks` tasks numbered from `first_task`, on one key.
+#[derive(Debug, Clone)]
+struct Spec {
+    key: String,
+    first_task: u32,
+    tasks: usize,
+    secs: f64,
+    hold: Duration,
+    wait: Duration,
+}
+
+/// Holds the lock for `d` like a critical section whose I/O completes after `d`: a blocking-pool
+/// thread sleeps (`nanosleep`, precise to tens of µs) and wakes the task. `tokio::time::sleep`
+/// is not used because its 1 ms timer wheel turns a 1 ms sleep into 1-2 ms depending on how
+/// busy the runtime is, which would give the busy floor shorter holds than the idle kit.
+async fn hold(d: Duration) {
+    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
+}
+
+async fn contend(lock: &Lock, spec: &Spec) -> Result<Outcome, BoxError> {
+    let end = Instant::now() + Duration::from_secs_f64(spec.secs);
+    let tasks: Vec<_> = (0..spec.tasks)
+        .map(|t| {
+            let lock = lock.clone();
+            let spec = spec.clone();
+            tokio::spawn(async move {
+                let task = spec.first_task + t as u32;
+                let mut out = Outcome::default();
+                while Instant::now() < end {
+                    match lock.acquire(&spec.key, spec.wait).await {
+                        Ok(Some(held)) => {
+                            let acquired = mono_ns();
+                            hold(spec.hold).await;
+                            let release_called = mono_ns();
+                            let result = lock.release(held).await;
+                            let released = mono_ns();
+                            if let Err(e) = result {
+                                out.errors += 1;
+                                out.first_error.get_or_insert_with(|| e.to_string());
+                            }
+                            out.events.push(Event {
+                                task,
+                                acquired,
+                                release_called,
+                                released,
+                            });
+                        }
+                        Ok(None) => out.timeouts += 1,
+                        Err(e) => {
+                            out.errors += 1;
+                            out.first_error.get_or_insert_with(|| e.to_string());
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut outcome = Outcome::default();
+    for task in tasks {
+        outcome.merge(task.await?);
+    }
+    Ok(outcome)
+}
+
+/// The metrics of one run.
+#[derive(Debug, Clone)]
+struct Metrics {
+    per_task: Vec<u64>,
+    hold_mean_us: f64,
+    gap_mean_us: f64,
+    redis_cpu_pct: f64,
+    per_sec: f64,
+    gap_p50_us: f64,
+    gap_p99_us: f64,
+    other_task_pct: f64,
+    min_max: f64,
+    cmds_all: f64,
+    cmds_client: f64,
+    failures: f64,
+}
+
+fn analyze(
+    mut outcome: Outcome,
+    tasks: usize,
+    go_ns: u64,
+    stats: &CommandStats,
+    redis_cpu_secs: f64,
+    side: Side,
+) -> Metrics {
+    let events = &mut outcome.events;
+    events.sort_by_key(|e| e.acquired);
+    let n = events.len();
+    let end = events.iter().map(|e| e.released).max().unwrap_or(go_ns);
+    let per_sec = n as f64 / ((end.saturating_sub(go_ns)) as f64 / 1e9).max(1e-9);
+    let mut gaps = Vec::with_capacity(n);
+    let (mut other, mut overlaps) = (0u64, 0u64);
+    for pair in events.windows(2) {
+        let (prev, next) = (pair[0], pair[1]);
+        match next.acquired.checked_sub(prev.release_called) {
+            Some(gap) => gaps.push(gap),
+            None => overlaps += 1,
+        }
+        if next.task != prev.task {
+            other += 1;
+        }
+    }
+    let mut counts = vec![0u64; tasks];
+    for e in events.iter() {
+        if let Some(c) = counts.get_mut(e.task as usize) {
+            *c += 1;
+        }
+    }
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    let handoffs = n.saturating_sub(1).max(1) as f64;
+    let acquisitions = n.max(1) as f64;
+    if overlaps > 0 {
+        eprintln!(
+            "[W3] {}: {overlaps} acquisitions before the previous release (exclusion violated)",
+            side.name()
+        );
+    }
+    if let Some(e) = &outcome.first_error {
+        eprintln!("[W3] {} error: {e}", side.name());
+    }
+    let secs = (end.saturating_sub(go_ns) as f64 / 1e9).max(1e-9);
+    let mean = |v: &mut dyn Iterator<Item = u64>| {
+        let (sum, count) = v.fold((0u64, 0u64), |(s, c), x| (s + x, c + 1));
+        sum as f64 / count.max(1) as f64 / 1e3
+    };
+    Metrics {
+        hold_mean_us: mean(&mut events.iter().map(|e| e.release_called - e.acquired)),
+        gap_mean_us: mean(&mut gaps.iter().copied()),
+        redis_cpu_pct: redis_cpu_secs / secs * 100.0,
+        per_sec,
+        gap_p50_us: percentile(&mut gaps, 50.0) / 1e3,
+        gap_p99_us: percentile(&mut gaps, 99.0) / 1e3,
+        other_task_pct: other as f64 / handoffs * 100.0,
+        min_max: if max == 0 {
+            0.0
+        } else {
+            min as f64 / max as f64
+        },
+        cmds_all: stats.all() as f64 / acquisitions,
+        cmds_client: stats.client_sent(side) as f64 / acquisitions,
+        failures: (outcome.timeouts + outcome.errors + overlaps) as f64,
+        per_task: counts,
+    }
+}
+
+fn progress(ctx: &Ctx, w: &str, rep: usize, side: Side, m: &Metrics, stats: &CommandStats) {
+    ctx.progress(
+        w,
+        rep,
+        side,
+        &format!(
+            "{:.0} acq/s, hold {:.0} µs, gap mean {:.0} p50 {:.0} µs p99 {:.0} µs, {:.1}% to another task, min/max {:.2}, {:.1} cmds/acq ({:.1} client-sent), Redis CPU {:.0}%, {} failures; per task {:?}; {}",
+            m.per_sec, m.hold_mean_us, m.gap_mean_us, m.gap_p50_us, m.gap_p99_us, m.other_task_pct, m.min_max, m.cmds_all, m.cmds_client, m.redis_cpu_pct, m.failures, m.per_task, stats.to_json()
+        ),
+    );
+}
+
+fn rows(workload: &str, gap_target_us: f64, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
+    let pick = |f: fn(&Metrics) -> f64| -> (Vec<f64>, Vec<f64>) {
+        (
+            runs[0].iter().map(f).collect(),
+            runs[1].iter().map(f).collect(),
+        )
+    };
+    let row = |metric: &str, unit: &'static str, f: fn(&Metrics) -> f64, check: Check| {
+        let (k, fl) = pick(f);
+        Row::new(workload, metric, unit, k, fl, check)
+    };
+    vec![
+        row(
+            "acquisitions/s",
+            "",
+            |m| m.per_sec,
+            Check::RatioAtLeast(0.95),
+        ),
+        row(
+            "handoff gap p50",
+            "µs",
+            |m| m.gap_p50_us,
+            Check::KitAtMost(gap_target_us),
+        ),
+        row("handoff gap p99", "µs", |m| m.gap_p99_us, Check::Info),
+        row("handoff gap mean", "µs", |m| m.gap_mean_us, Check::Info),
+        row(
+            "hold as measured (mean)",
+            "µs",
+            |m| m.hold_mean_us,
+            Check::Info,
+        ),
+        row(
+            "handoffs to another task",
+            "%",
+            |m| m.other_task_pct,
+            Check::KitAbove(90.0),
+        ),
+        row(
+            "per-task acquisitions min/max",
+            "",
+            |m| m.min_max,
+            Check::KitAtLeast(0.5),
+        ),
+        row(
+            "Redis commands/acquisition (commandstats, incl. inside scripts)",
+            "",
+            |m| m.cmds_all,
+            Check::KitAtMost(6.0),
+        ),
+        row(
+            "client-sent commands/acquisition",
+            "",
+            |m| m.cmds_client,
+            Check::KitAtMost(6.0),
+        ),
+        row(
+            "timeouts + errors + exclusion violations",
+            "",
+            |m| m.failures,
+            Check::KitAllEqual(0.0),
+        ),
+    ]
+}
+
+impl Ctx {
+    fn hot_key_spec(&self, key: String, first_task: u32, tasks: usize) -> Spec {
+        Spec {
+            key,
+            first_task,
+            tasks,
+            secs: self.params.w3_secs,
+            hold: Duration::from_micros(self.params.w3_hold_us),
+            wait: self.wait(),
+        }
+    }
+}
+
+/// W3 in one process.
+pub(crate) async fn in_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let mut runs = [vec![], vec![]];
+    for rep in 0..p.reps {
+        for (s, side) in Side::BOTH.into_iter().enumerate() {
+            let lock = ctx.open(side, &ctx.prefix("w3", rep, side)).await?;
+            let spec = ctx.hot_key_spec("hot".to_owned(), 0, p.w3_tasks);
+            let before = ctx.stats().await?;
+            let cpu0 = ctx.cpu().await?;
+            let go = mono_ns();
+            let outcome = contend(&lock, &spec).await?;
+            let cpu = ctx.cpu().await?.server - cpu0.server;
+            let stats = ctx.stats().await?.since(&before);
+            let m = analyze(outcome, p.w3_tasks, go, &stats, cpu, side);
+            progress(ctx, "W3", rep, side, &m, &stats);
+            runs[s].push(m);
+        }
+    }
+    Ok(rows(
+        &format!("W3 hot key, 1 process x {} tasks", p.w3_tasks),
+        150.0,
+        runs,
+    ))
+}
+
+/// Arguments of one `hot-key-worker` process.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct WorkerArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long, value_enum)]
+    side: Side,
+    #[arg(long)]
+    prefix: String,
+    #[arg(long)]
+    key: String,
+    #[arg(long)]
+    first_task: u32,
+    #[arg(long)]
+    tasks: usize,
+    #[arg(long)]
+    secs: f64,
+    #[arg(long)]
+    hold_us: u64,
+    #[arg(long)]
+    wait_secs: f64,
+    #[arg(long)]
+    floor_lease_ms: u64,
+    #[arg(long)]
+    floor_retry_us: u64,
+}
+
+/// The worker process: connect, warm up, print `ready`, wait for `go` on stdin, contend, print
+/// the [`Outcome`] as one JSON line.
+pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
+    let lock = Lock::open(
+        args.side,
+        &args.url,
+        &args.prefix,
+        args.floor_lease_ms,
+        Duration::from_micros(args.floor_retry_us),
+    )
+    .await?;
+    lock.warm_up(&format!("warm-up:{}", args.first_task))
+        .await?;
+    let spec = Spec {
+        key: args.key,
+        first_task: args.first_task,
+        tasks: args.tasks,
+        secs: args.secs,
+        hold: Duration::from_micros(args.hold_us),
+        wait: Duration::from_secs_f64(args.wait_secs),
+    };
+    println!("ready");
+    let mut line = String::new();
+    BufReader::new(tokio::io::stdin())
+        .read_line(&mut line)
+        .await?;
+    if line.trim() != "go" {
+        return Err(format!("expected `go`, got {line:?}").into());
+    }
+    let outcome = contend(&lock, &spec).await?;
+    println!("{}", serde_json::to_string(&outcome)?);
+    Ok(())
+}
+
+/// W3 across processes.
+pub(crate) async fn cross_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let exe = std::env::current_exe()?;
+    let total = p.w3_procs * p.w3_tasks_per_proc;
+    let mut runs = [vec![], vec![]];
+    for rep in 0..p.reps {
+        for (s, side) in Side::BOTH.into_iter().enumerate() {
+            let prefix = ctx.prefix("w3x", rep, side);
+            let mut workers = Vec::new();
+            for proc in 0..p.w3_procs {
+                let mut child = tokio::process::Command::new(&exe)
+                    .arg("hot-key-worker")
+                    .args([
+                        "--url",
+                        &ctx.url,
+                        "--side",
+                        side.name(),
+                        "--prefix",
+                        &prefix,
+                    ])
+                    .args(["--key", "hot"])
+                    .args(["--first-task", &(proc * p.w3_tasks_per_proc).to_string()])
+                    .args(["--tasks", &p.w3_tasks_per_proc.to_string()])
+                    .args(["--secs", &p.w3_secs.to_string()])
+                    .args(["--hold-us", &p.w3_hold_us.to_string()])
+                    .args(["--wait-secs", &p.w3_wait_secs.to_string()])
+                    .args(["--floor-lease-ms", &p.floor_lease_ms.to_string()])
+                    .args(["--floor-retry-us", &p.floor_retry_us.to_string()])
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .kill_on_drop(true)
+                    .spawn()?;
+                let stdin = child.stdin.take().ok_or("worker stdin")?;
+                let stdout = BufReader::new(child.stdout.take().ok_or("worker stdout")?).lines();
+                workers.push((child, stdin, stdout));
+            }
+            for (_, _, stdout) in &mut workers {
+                let line = tokio::time::timeout(Duration::from_secs(30), stdout.next_line())
+                    .await
+                    .map_err(|_| "worker did not get ready in 30 s")??;
+                if line.as_deref() != Some("ready") {
+                    return Err(format!("worker said {line:?} instead of ready").into());
+                }
+            }
+            let before = ctx.stats().await?;
+            let cpu0 = ctx.cpu().await?;
+            let go = mono_ns();
+            for (_, stdin, _) in &mut workers {
+                stdin.write_all(b"go\n").await?;
+                stdin.flush().await?;
+            }
+            let mut outcome = Outcome::default();
+            for (mut child, _, mut stdout) in workers {
+                let line = stdout
+                    .next_line()
+                    .await?
+                    .ok_or("worker exited without a result")?;
+                outcome.merge(serde_json::from_str(&line)?);
+                let status = child.wait().await?;
+                if !status.success() {
+                    return Err(format!("worker failed: {status}").into());
+                }
+            }
+            let cpu = ctx.cpu().await?.server - cpu0.server;
+            let stats = ctx.stats().await?.since(&before);
+            let m = analyze(outcome, total, go, &stats, cpu, side);
+            progress(ctx, "W3x", rep, side, &m, &stats);
+            runs[s].push(m);
+        }
+    }
+    Ok(rows(
+        &format!(
+            "W3 hot key, {} processes x {} tasks",
+            p.w3_procs, p.w3_tasks_per_proc
+        ),
+        300.0,
+        runs,
+    ))
+}

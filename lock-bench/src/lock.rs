@@ -1,0 +1,102 @@
+//! One interface over the two sides of every comparison: the kit (`lock_core::Locker`) and the
+//! floor ([`Floor`]).
+
+use std::time::Duration;
+
+use lock_core::{LockError, LockGuard, Locker};
+
+use crate::floor::{Floor, FloorGuard};
+use crate::Side;
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A lock client of either side.
+#[derive(Clone)]
+pub(crate) enum Lock {
+    Kit(Locker),
+    Floor(Floor),
+}
+
+/// A held lock of either side.
+pub(crate) enum Held {
+    Kit(LockGuard),
+    Floor(FloorGuard),
+}
+
+/// Builds a kit locker with the benchmark's settings: its own key prefix, a short fence
+/// retention (fence keys of the many fresh keys expire soon after the run), defaults otherwise.
+pub(crate) async fn kit_locker(
+    url: &str,
+    prefix: &str,
+    watchdog_lease: Option<Duration>,
+) -> Result<Locker, LockError> {
+    let mut builder = Locker::builder()
+        .url(url)
+        .prefix(prefix)
+        .fence_retention(Duration::from_secs(120));
+    if let Some(lease) = watchdog_lease {
+        builder = builder.watchdog_lease(lease);
+    }
+    builder.build().await
+}
+
+impl Lock {
+    /// Connects one client of `side`; keys live under `prefix`.
+    pub(crate) async fn open(
+        side: Side,
+        url: &str,
+        prefix: &str,
+        floor_lease_ms: u64,
+        floor_retry: Duration,
+    ) -> Result<Self, BoxError> {
+        Ok(match side {
+            Side::Kit => Self::Kit(kit_locker(url, prefix, None).await?),
+            Side::Floor => Self::Floor(
+                Floor::connect(url, prefix.to_owned(), floor_lease_ms, floor_retry).await?,
+            ),
+        })
+    }
+
+    /// Acquires `key`, waiting up to `wait`; `Ok(None)` when the wait ran out.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        wait: Duration,
+    ) -> Result<Option<Held>, BoxError> {
+        match self {
+            Self::Kit(locker) => match locker.lock(key).wait(wait).await {
+                Ok(guard) => Ok(Some(Held::Kit(guard))),
+                Err(LockError::Busy { .. }) => Ok(None),
+                Err(e) => Err(e.into()),
+            },
+            Self::Floor(floor) => Ok(floor.lock(key, wait).await?.map(Held::Floor)),
+        }
+    }
+
+    /// Releases a lock; an error if it was no longer ours.
+    pub(crate) async fn release(&self, held: Held) -> Result<(), BoxError> {
+        match (self, held) {
+            (_, Held::Kit(guard)) => Ok(guard.release().await?),
+            (Self::Floor(floor), Held::Floor(guard)) => {
+                if floor.unlock(&guard).await? {
+                    Ok(())
+                } else {
+                    Err(format!("floor lock {} was lost before release", guard.key).into())
+                }
+            }
+            (Self::Kit(_), Held::Floor(_)) => Err("a floor guard released on the kit".into()),
+        }
+    }
+
+    /// Gives background work (the kit's pub/sub listener connecting) a moment, and loads the
+    /// scripts with one acquire+release, so that measurements start warm.
+    pub(crate) async fn warm_up(&self, scratch_key: &str) -> Result<(), BoxError> {
+        for _ in 0..3 {
+            if let Some(held) = self.acquire(scratch_key, Duration::from_secs(5)).await? {
+                self.release(held).await?;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! W1 (uncontended latency, one task) and W2 (throughput, many tasks on distinct keys).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lock::{BoxError, Lock};
+use crate::report::{Check, Row};
+use crate::stats::percentile;
+use crate::{Ctx, Side};
+
+async fn cycle(lock: &Lock, key: &str, wait: Duration) -> Result<(), BoxError> {
+    let held = lock
+        .acquire(key, wait)
+        .await?
+        .ok_or_else(|| format!("fresh key {key} was busy"))?;
+    lock.release(held).await
+}
+
+/// W1: one task, acquire+release cycles on fresh keys.
+pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let wait = ctx.wait();
+    // [side] -> per-run values
+    let (mut p50, mut p99, mut rate) = ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]]);
+    let (mut client, mut server) = ([vec![], vec![]], [vec![], vec![]]);
+    let (mut acq50, mut rel50) = ([vec![], vec![]], [vec![], vec![]]);
+    for rep in 0..p.reps {
+        for (s, side) in Side::BOTH.into_iter().enumerate() {
+            let lock = ctx.open(side, &ctx.prefix("w1", rep, side)).await?;
+            for i in 0..p.w1_warmup {
+                cycle(&lock, &format!("warm:{i}"), wait).await?;
+            }
+            // Keys are made before the clock starts: both sides get the same strings.
+            let keys: Vec<String> = (0..p.w1_cycles).map(|i| format!("key:{i}")).collect();
+            let mut latencies = Vec::with_capacity(keys.len());
+            let (mut acquires, mut releases) = (Vec::new(), Vec::new());
+            let cpu0 = ctx.cpu().await?;
+            let started = Instant::now();
+            for key in &keys {
+                let t = Instant::now();
+                let held = lock
+                    .acquire(key, wait)
+                    .await?
+                    .ok_or_else(|| format!("fresh key {key} was busy"))?;
+                let t1 = Instant::now();
+                lock.release(held).await?;
+                let t2 = Instant::now();
+                latencies.push((t2 - t).as_nanos() as u64);
+                acquires.push((t1 - t).as_nanos() as u64);
+                releases.push((t2 - t1).as_nanos() as u64);
+            }
+            let secs = started.elapsed().as_secs_f64();
+            let (c, sv) = ctx.cpu().await?.per_op_us(&cpu0, keys.len() as u64);
+            let (a, b) = (
+                percentile(&mut latencies, 50.0) / 1e3,
+                percentile(&mut latencies, 99.0) / 1e3,
+            );
+            let r = keys.len() as f64 / secs;
+            ctx.progress(
+                "W1",
+                rep,
+                side,
+                &format!("p50 {a:.1} µs, p99 {b:.1} µs, {r:.0} cycles/s, CPU per cycle: client {c:.1} µs, Redis {sv:.1} µs"),
+            );
+            client[s].push(c);
+            server[s].push(sv);
+            acq50[s].push(percentile(&mut acquires, 50.0) / 1e3);
+            rel50[s].push(percentile(&mut releases, 50.0) / 1e3);
+            p50[s].push(a);
+            p99[s].push(b);
+            rate[s].push(r);
+        }
+    }
+    let w = "W1 uncontended, 1 task";
+    let [k50, f50] = p50;
+    let [k99, f99] = p99;
+    let [kr, fr] = rate;
+    let [kc, fc] = client;
+    let [ks, fs] = server;
+    let [ka, fa] = acq50;
+    let [kl, fl] = rel50;
+    Ok(vec![
+        Row::new(
+            w,
+            "acquire+release p50",
+            "µs",
+            k50,
+            f50,
+            Check::RatioAtMost(1.15),
+        ),
+        Row::new(w, "acquire+release p99", "µs", k99, f99, Check::Info),
+        Row::new(w, "acquire alone p50", "µs", ka, fa, Check::Info),
+        Row::new(w, "release alone p50", "µs", kl, fl, Check::Info),
+        Row::new(w, "cycles/s", "", kr, fr, Check::Info),
+        Row::new(w, "client CPU per cycle", "µs", kc, fc, Check::Info),
+        Row::new(w, "Redis CPU per cycle", "µs", ks, fs, Check::Info),
+    ])
+}
+
+/// W2: many tasks, each cycling on its own fresh keys, for a fixed time.
+pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let wait = ctx.wait();
+    let (mut rate, mut failures) = ([vec![], vec![]], [vec![], vec![]]);
+    let (mut client, mut server) = ([vec![], vec![]], [vec![], vec![]]);
+    for rep in 0..p.reps {
+        for (s, side) in Side::BOTH.into_iter().enumerate() {
+            let lock = ctx.open(side, &ctx.prefix("w2", rep, side)).await?;
+            let cpu0 = ctx.cpu().await?;
+            let started = Instant::now();
+            let end = started + Duration::from_secs_f64(p.w2_secs);
+            let tasks: Vec<_> = (0..p.w2_tasks)
+                .map(|t| {
+                    let lock = lock.clone();
+                    tokio::spawn(async move {
+                        let (mut done, mut failed) = (0u64, 0u64);
+                        let mut first_error = None;
+                        while Instant::now() < end {
+                            match cycle(&lock, &format!("t{t}:{done}:{failed}"), wait).await {
+                                Ok(()) => done += 1,
+                                Err(e) => {
+                                    failed += 1;
+                                    first_error.get_or_insert_with(|| e.to_string());
+                                    tokio::time::sleep(Duration::from_millis(10)).await;
+                                }
+                            }
+                        }
+                        (done, failed, first_error)
+                    })
+                })
+                .collect();
+            let (mut done, mut failed) = (0, 0);
+            for task in tasks {
+                let (d, f, e) = task.await?;
+                done += d;
+                failed += f;
+                if let Some(e) = e {
+                    eprintln!("[W2] {} error: {e}", side.name());
+                }
+            }
+            let r = done as f64 / started.elapsed().as_secs_f64();
+            let (c, sv) = ctx.cpu().await?.per_op_us(&cpu0, done);
+            ctx.progress(
+                "W2",
+                rep,
+                side,
+                &format!("{r:.0} cycles/s, {failed} failed, CPU per cycle: client {c:.1} µs, Redis {sv:.1} µs"),
+            );
+            client[s].push(c);
+            server[s].push(sv);
+            rate[s].push(r);
+            failures[s].push(failed as f64);
+        }
+    }
+    let w = format!("W2 parallel, {} tasks", p.w2_tasks);
+    let [kr, fr] = rate;
+    let [kf, ff] = failures;
+    let [kc, fc] = client;
+    let [ks, fs] = server;
+    Ok(vec![
+        Row::new(&w, "cycles/s", "", kr, fr, Check::RatioAtLeast(0.85)),
+        Row::new(&w, "client CPU per cycle", "µs", kc, fc, Check::Info),
+        Row::new(&w, "Redis CPU per cycle", "µs", ks, fs, Check::Info),
+        Row::new(&w, "failed cycles", "", kf, ff, Check::KitAllEqual(0.0)),
+    ])
+}
