@@ -18,15 +18,17 @@ if not lease or lease < 1 then
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
   -- Fencing token: the server's clock in microseconds, or last + 1 when that is not larger, so
-  -- tokens strictly increase while the fence key lives and stay increasing after it expired as
-  -- long as the server clock did not step back by more than the retention.
+  -- tokens strictly increase while the fence key lives, stay increasing after it expired as
+  -- long as the server clock did not step back by more than the retention, and keep growing
+  -- with the clock after a failover that lost the last counter writes. SET .. GET writes the
+  -- common case and reads the previous token in one command.
   local now = redis.call('TIME')
   local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3], 'GET') or '0') or 0
   if fence <= last then
     fence = last + 1
+    redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
   end
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
   return {1, fence}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
