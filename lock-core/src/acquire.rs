@@ -184,6 +184,11 @@ impl Acquire {
             return Err(self.busy(started, holder_ttl));
         };
 
+        if let Some(until) = slot.yield_until() {
+            // Our own release just told waiters elsewhere: let them have their turn first.
+            let until = deadline.map_or(until, |d| d.min(until));
+            tokio::time::sleep_until(until).await;
+        }
         let keys = inner.keys(&self.key);
         let (token, fence, sent_at) = self
             .acquire_in_redis(&keys, lease, wait.is_zero(), deadline, started)

@@ -170,8 +170,11 @@ impl LockGuard {
             .release(&held.keys, &held.token)
             .await;
         pending.held = None;
+        if let Ok(released) = &result {
+            held.slot.released(released.others_waiting);
+        }
         drop(held.take_permit());
-        match result {
+        match result.map(|r| r.ours) {
             Ok(true) if !was_lost => {
                 tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
                 Ok(())

@@ -40,9 +40,33 @@ pub(crate) struct Slot {
     pub(crate) queue: Arc<Semaphore>,
     /// The current local holder, for reentrancy.
     pub(crate) holder: Mutex<Option<Arc<Held>>>,
+    /// After a release that told waiters of other lockers, the next local acquirer holds back
+    /// until then, so those waiters get a fair chance instead of losing every race to a task
+    /// that was woken without a network hop.
+    pub(crate) yield_until: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl Slot {
+    /// How long after a release with remote waiters local acquirers hold back.
+    pub(crate) const YIELD: std::time::Duration = std::time::Duration::from_millis(1);
+
+    /// Records whether the last release told waiters of other lockers.
+    pub(crate) fn released(&self, others_waiting: bool) {
+        *self
+            .yield_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) =
+            others_waiting.then(|| tokio::time::Instant::now() + Self::YIELD);
+    }
+
+    /// Until when a local acquirer should hold back, if at all.
+    pub(crate) fn yield_until(&self) -> Option<tokio::time::Instant> {
+        *self
+            .yield_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(crate) fn holder(&self) -> MutexGuard<'_, Option<Arc<Held>>> {
         self.holder.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -64,6 +88,7 @@ impl Registry {
                 Arc::new(Slot {
                     queue: Arc::new(Semaphore::new(1)),
                     holder: Mutex::new(None),
+                    yield_until: Mutex::new(None),
                 })
             })
             .clone();

@@ -35,10 +35,11 @@ pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
                 match job {
                     ReleaseJob::Held(held) => {
                         match store.release(&held.keys, &held.token).await {
-                            Ok(true) => {
+                            Ok(r) if r.ours => {
+                                held.slot.released(r.others_waiting);
                                 tracing::debug!(key = %held.key, "lock released (dropped guard)")
                             }
-                            Ok(false) => held.mark_lost("released after it had expired"),
+                            Ok(_) => held.mark_lost("released after it had expired"),
                             Err(error) => {
                                 tracing::warn!(key = %held.key, %error, "background release failed; the lock expires with its lease")
                             }
@@ -50,11 +51,11 @@ pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
                         for delay in [0, 100, 500, 2000] {
                             tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
                             match store.release(&keys, &token).await {
-                                Ok(true) => {
+                                Ok(r) if r.ours => {
                                     tracing::debug!(lock = %keys.lock, "removed a lock taken by an abandoned acquire");
                                     break;
                                 }
-                                Ok(false) if delay >= 500 => break,
+                                Ok(_) if delay >= 500 => break,
                                 _ => {}
                             }
                         }

@@ -25,6 +25,16 @@ pub(crate) enum Outcome {
     NotReplicated { acked: u64 },
 }
 
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Released {
+    /// The lock held our token and is now deleted (on a majority, for RedLock).
+    pub(crate) ours: bool,
+    /// Waiters listened on the release channel (they are in other lockers: this locker's own
+    /// waiters queue locally and do not subscribe while the key is held here).
+    pub(crate) others_waiting: bool,
+}
+
 /// What one renewal learned about one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
@@ -140,7 +150,7 @@ impl Store {
     }
 
     /// Releases the lock if it holds `token`; `true` when it was ours (on a quorum, for RedLock).
-    pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> RedisResult<bool> {
+    pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
         match self {
             Self::One { conn, .. } => release_on(&mut conn.clone(), keys, token).await,
             Self::Quorum { nodes, .. } => {
@@ -154,24 +164,42 @@ impl Store {
                         let (keys, token) = (keys.clone(), token.to_owned());
                         tokio::spawn(async move { release_on(&mut conn, &keys, &token).await })
                     }),
-                    |done: &[RedisResult<bool>]| {
-                        let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
-                        let no = done.iter().filter(|r| matches!(r, Ok(false))).count();
+                    |done: &[RedisResult<Released>]| {
+                        let yes = done.iter().filter(|r| matches!(r, Ok(r) if r.ours)).count();
+                        let no = done
+                            .iter()
+                            .filter(|r| matches!(r, Ok(r) if !r.ours))
+                            .count();
                         yes >= quorum || no > total - quorum || done.len() == total
                     },
                 )
                 .await;
-                let released = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+                let released = replies
+                    .iter()
+                    .filter(|r| matches!(r, Ok(r) if r.ours))
+                    .count();
+                let others_waiting = replies
+                    .iter()
+                    .any(|r| matches!(r, Ok(r) if r.others_waiting));
                 if released >= quorum {
-                    return Ok(true);
+                    return Ok(Released {
+                        ours: true,
+                        others_waiting,
+                    });
                 }
-                let no = replies.iter().filter(|r| matches!(r, Ok(false))).count();
+                let no = replies
+                    .iter()
+                    .filter(|r| matches!(r, Ok(r) if !r.ours))
+                    .count();
                 if no <= total - quorum {
                     if let Some(Err(error)) = replies.into_iter().find(Result::is_err) {
                         return Err(error);
                     }
                 }
-                Ok(false)
+                Ok(Released {
+                    ours: false,
+                    others_waiting,
+                })
             }
         }
     }
@@ -428,14 +456,45 @@ async fn acquire_on(
     })
 }
 
-async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<bool> {
-    let released: i64 = scripts::RELEASE
-        .key(&keys.lock)
-        .arg(token)
-        .arg(&keys.channel)
-        .invoke_async(conn)
-        .await?;
-    Ok(released == 1)
+async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
+    // Compare-and-delete is idempotent, so a call that met a dropped connection is sent again
+    // (the connection manager reconnects meanwhile) instead of leaving the key for its lease.
+    let released: i64 = retry_dropped(|| {
+        let mut conn = conn.clone();
+        async move {
+            scripts::RELEASE
+                .key(&keys.lock)
+                .arg(token)
+                .arg(&keys.channel)
+                .invoke_async(&mut conn)
+                .await
+        }
+    })
+    .await?;
+    Ok(Released {
+        ours: released >= 1,
+        others_waiting: released == 2,
+    })
+}
+
+/// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
+/// connection; for idempotent calls only.
+async fn retry_dropped<T, F, Fut>(mut call: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = RedisResult<T>>,
+{
+    let mut result = call().await;
+    for delay in [5, 50] {
+        match &result {
+            Err(e) if e.is_connection_dropped() || e.is_io_error() && !e.is_timeout() => {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                result = call().await;
+            }
+            _ => break,
+        }
+    }
+    result
 }
 
 /// `WAIT replicas timeout` on the node that holds `lock_key`, on the connection that wrote it.
@@ -463,14 +522,22 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
     // sent at once, so each node still gets them in one pipelined write).
     let size = if conn.is_cluster() { 1 } else { BATCH };
     let calls = locks.chunks(size).map(|chunk| {
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         async move {
             let mut invocation = scripts::RENEW.prepare_invoke();
             invocation.arg(lease_ms(lease));
             for (key, token) in chunk {
                 invocation.key(*key).arg(*token);
             }
-            let flags: RedisResult<Vec<i64>> = invocation.invoke_async(&mut conn).await;
+            // Renewal is idempotent: retried at once after a dropped connection rather than at
+            // the next tick, so connection resets do not eat into the lease.
+            let flags: RedisResult<Vec<i64>> =
+                retry_dropped(|| {
+                    let mut conn = conn.clone();
+                    let invocation = &invocation;
+                    async move { invocation.invoke_async(&mut conn).await }
+                })
+                .await;
             match flags {
                 Ok(flags) if flags.len() == chunk.len() => flags.into_iter().map(|f| Some(f == 1)).collect(),
                 Ok(_) => vec![None; chunk.len()],

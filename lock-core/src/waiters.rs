@@ -1,7 +1,8 @@
 //! Release notifications: one pub/sub connection per `Locker` serves every waiter of every key.
 //!
 //! A waiter subscribes to its key's release channel (reference-counted: the first waiter of a
-//! channel sends SUBSCRIBE, the last one to leave sends UNSUBSCRIBE), then sleeps on a
+//! channel sends SUBSCRIBE; the subscription lingers for [`LINGER`] after the last waiter left,
+//! so a hot key does not pay SUBSCRIBE and UNSUBSCRIBE on every wait), then sleeps on a
 //! [`Notify`] that the listener task wakes when a release message arrives. All SUBSCRIBE and
 //! UNSUBSCRIBE commands go through the listener's queue, in order, so an unsubscribe can never
 //! overtake a newer subscribe of the same channel. After a reconnect the listener subscribes
@@ -37,9 +38,14 @@ impl PubSubSource {
     }
 }
 
+/// How long an unused subscription is kept before UNSUBSCRIBE.
+pub(crate) const LINGER: Duration = Duration::from_millis(500);
+
 #[derive(Debug)]
 struct Channel {
     refs: usize,
+    /// When the last waiter left, for a channel nobody waits on.
+    idle_since: Option<tokio::time::Instant>,
     notify: Arc<Notify>,
     /// `true` once the listener has handled the first SUBSCRIBE (successfully or not).
     settled: watch::Sender<bool>,
@@ -48,7 +54,6 @@ struct Channel {
 #[derive(Debug)]
 enum Command {
     Subscribe(String),
-    Unsubscribe(String),
 }
 
 #[derive(Debug)]
@@ -105,11 +110,13 @@ impl Waiters {
                     .send(Command::Subscribe(channel.to_owned()));
                 Channel {
                     refs: 0,
+                    idle_since: None,
                     notify: Arc::new(Notify::new()),
                     settled: watch::Sender::new(false),
                 }
             });
             entry.refs += 1;
+            entry.idle_since = None;
             (entry.notify.clone(), entry.settled.subscribe())
         };
         let subscription = Subscription {
@@ -121,7 +128,7 @@ impl Waiters {
         subscription
     }
 
-    /// Number of channels this locker is subscribed to (for tests and metrics).
+    /// Number of channels this locker is subscribed to, lingering ones included.
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.channels().len()
     }
@@ -133,11 +140,7 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.refs -= 1;
             if entry.refs == 0 {
-                channels.remove(&self.channel);
-                let _ = self
-                    .shared
-                    .commands
-                    .send(Command::Unsubscribe(self.channel.clone()));
+                entry.idle_since = Some(tokio::time::Instant::now());
             }
         }
     }
@@ -172,6 +175,7 @@ async fn listen(
                 };
                 tracing::debug!(%error, "pub/sub connection failed; waiters fall back to polling");
                 settle_all(&shared);
+                expire_idle(&shared);
                 // Drain queued commands: there is no connection to send them on, and the
                 // resubscription after connecting covers every live channel.
                 while commands.try_recv().is_ok() {}
@@ -196,9 +200,18 @@ async fn listen(
         settle_all(&shared);
         wake_all(&shared);
 
+        let mut sweep = tokio::time::interval(LINGER / 2);
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = sweep.tick() => {
+                    let idle = expire_idle(&shared);
+                    if !idle.is_empty()
+                        && !report(tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await, "unsubscribe")
+                    {
+                        break;
+                    }
+                }
                 message = stream.next() => match message {
                     Some(message) => {
                         let channel = message.get_channel_name();
@@ -223,16 +236,6 @@ async fn listen(
                             }
                             report(result, "subscribe")
                         }
-                        Command::Unsubscribe(channel) => {
-                            if shared.channels().contains_key(&channel) {
-                                true
-                            } else {
-                                report(
-                                    tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await,
-                                    "unsubscribe",
-                                )
-                            }
-                        }
                     };
                     if !ok {
                         break;
@@ -256,6 +259,20 @@ fn report(result: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>, w
         }
         Err(_) => false,
     }
+}
+
+/// Drops the channels nobody waited on for [`LINGER`]; returns their names.
+fn expire_idle(shared: &Shared) -> Vec<String> {
+    let now = tokio::time::Instant::now();
+    let mut expired = Vec::new();
+    shared.channels().retain(|name, entry| {
+        let idle = entry.refs == 0 && entry.idle_since.is_some_and(|t| now >= t + LINGER);
+        if idle {
+            expired.push(name.clone());
+        }
+        !idle
+    });
+    expired
 }
 
 fn settle_all(shared: &Shared) {

@@ -4,8 +4,9 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of this lock key
 --
--- Returns 1 when the key was deleted, 0 when it is absent or holds another token (the caller had
--- lost the lock). A key of another type is never ours: 0, and the key is left alone.
+-- Returns 0 when the key is absent or holds another token (the caller had lost the lock; a key
+-- of another type is never ours and is left alone), 1 when the key was deleted and nobody
+-- listened on the channel, 2 when it was deleted and waiters (in other processes) were told.
 --
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
@@ -13,7 +14,10 @@
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.pcall('PUBLISH', ARGV[2], '1')
+  local told = redis.pcall('PUBLISH', ARGV[2], '1')
+  if type(told) == 'number' and told > 0 then
+    return 2
+  end
   return 1
 end
 return 0
