@@ -459,7 +459,10 @@ async fn acquire_on(
 async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
     // Compare-and-delete is idempotent, so a call that met a dropped connection is sent again
     // (the connection manager reconnects meanwhile) instead of leaving the key for its lease.
+    // If the first call did run, the retry finds the key absent: that is our own delete.
+    let mut tries = 0;
     let released: i64 = retry_dropped(|| {
+        tries += 1;
         let mut conn = conn.clone();
         async move {
             scripts::RELEASE
@@ -472,7 +475,7 @@ async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> Red
     })
     .await?;
     Ok(Released {
-        ours: released >= 1,
+        ours: released >= 1 || (released == -1 && tries > 1),
         others_waiting: released == 2,
     })
 }

@@ -32,12 +32,16 @@
 //!   holding the lock (`is_held()` true) at or after the younger one entered: it was not
 //!   running in between (SIGSTOP, a long scheduling stall) - the window that only fencing
 //!   tokens close (Kleppmann), so it is reported but not a violation;
+//! - **killed** when the older holder was SIGKILLed before it could learn anything and had
+//!   not confirmed holding the lock at or after the younger one entered (its last check is
+//!   recorded on the referee on enter and on leave): a dead process is never signalled, and
+//!   one that was stalled when its lease ran out and then killed did nothing meanwhile;
 //! - **unsignalled** otherwise: the older holder never learned it lost the lock, or believed
 //!   it still held it after the younger one had entered. That is a violation.
 //!
 //! An occupancy collision is a violation under the same idea: unless the older of the two
-//! holders was marked lost (or had been SIGKILLed before the younger entered and only its
-//! clean-up was late).
+//! holders was marked lost, or was SIGKILLed without a confirmation after the younger one
+//! entered (or before the younger one entered, and only its clean-up was late).
 //!
 //! # Across processes
 //!
@@ -52,7 +56,9 @@
 //! `t_exit` before the release is sent, `last_held` *before* a positive `is_held()`, `lost_at`
 //! *after* the loss was observed. Pauses between a stamp and the action it describes can only
 //! shrink an interval or delay a loss, so they never make a correct lock look wrong; they can
-//! hide a violation in a window of a few instructions.
+//! hide a violation in a window of a few instructions. A holder paused after stamping its
+//! enter but before the enter reached the referee overlaps without an occupancy collision.
+//! What a SIGKILLed holder checked is known only as of its enter or its leave.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -342,7 +348,8 @@ const GT: &str = "local function gt(a, b)
 end
 ";
 
-/// KEYS: occ, occupants, fence, open, seq, stats. ARGV: id, fence, t_enter, key.
+/// KEYS: occ, occupants, fence, open, seq, stats. ARGV: id, fence, t_enter, key, last_held,
+/// lost_at. The open record: key, fence, t_enter, seq, occupancy, others, last_held, lost_at.
 static ENTER: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{GT}
@@ -360,20 +367,23 @@ else
   regression = 1
   redis.call('HINCRBY', KEYS[6], 'claims_below_high_water', 1)
 end
-redis.call('HSET', KEYS[4], ARGV[1],
-  table.concat({{ARGV[4], ARGV[2], ARGV[3], tostring(seq), tostring(occ), others}}, '\\t'))
+redis.call('HSET', KEYS[4], ARGV[1], table.concat(
+  {{ARGV[4], ARGV[2], ARGV[3], tostring(seq), tostring(occ), others, ARGV[5], ARGV[6]}}, '\\t'))
 return {{occ, seq, regression, others}}"
     ))
 });
 
-/// KEYS: occ, occupants, open. ARGV: id, t_exit. Idempotent.
+/// KEYS: occ, occupants, open. ARGV: id, t_exit, last_held, lost_at; appended to the open
+/// record once. Idempotent.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('DECR', KEYS[1]) end
 local v = redis.call('HGET', KEYS[3], ARGV[1])
 if v then
   local _, tabs = string.gsub(v, '\\t', '')
-  if tabs == 5 then redis.call('HSET', KEYS[3], ARGV[1], v .. '\\t' .. ARGV[2]) end
+  if tabs == 7 then
+    redis.call('HSET', KEYS[3], ARGV[1], table.concat({v, ARGV[2], ARGV[3], ARGV[4]}, '\\t'))
+  end
 end
 return 1",
     )
@@ -423,7 +433,7 @@ return ok"
 /// let referee = RedisServer::start().expect("redis-server");
 /// let oracle = Oracle::connect(&referee.url(), "run1", "worker-a").await?;
 /// // ... after the acquire returned:
-/// let mut entry = oracle.enter("inventory:42", fence).await?;
+/// let mut entry = oracle.enter("inventory:42", fence, &held).await?;
 /// assert_eq!(entry.occupancy(), 1, "someone else is inside");
 /// let accepted = oracle.write(&entry).await?; // through the fence
 /// entry.observe(&held); // confirms (or records the loss) just before leaving
@@ -502,8 +512,9 @@ impl Oracle {
     }
 
     /// Enters the critical section of `key` with the acquisition's fencing token: stamps the
-    /// enter time, increments the occupancy counter, registers the token with the fenced
-    /// resource and leaves an open record (closed by [`finish`](Self::finish), or by
+    /// enter time, checks the lock once (`held`, e.g. `|| guard.is_held()`, recorded as by
+    /// [`Entry::observe`]), increments the occupancy counter, registers the token with the
+    /// fenced resource and leaves an open record (closed by [`finish`](Self::finish), or by
     /// [`close_worker`](Self::close_worker) if this process dies).
     ///
     /// # Errors
@@ -513,12 +524,22 @@ impl Oracle {
     /// # Panics
     ///
     /// When `key` contains a tab or a newline.
-    pub async fn enter(&self, key: &str, fence: u64) -> RedisResult<Entry> {
+    pub async fn enter(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
         assert!(
             !key.is_empty() && !key.contains(['\t', '\n']),
             "oracle keys must be non-empty without tabs or newlines: {key:?}"
         );
         let t_enter = monotonic_ns();
+        let (last_held, lost_at) = if held() {
+            (Some(t_enter), None)
+        } else {
+            (None, Some(monotonic_ns()))
+        };
         let id = format!(
             "{}#{}",
             self.worker,
@@ -536,6 +557,8 @@ impl Oracle {
             .arg(fence)
             .arg(t_enter)
             .arg(key)
+            .arg(opt(last_held))
+            .arg(opt(lost_at))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(Entry {
@@ -546,8 +569,8 @@ impl Oracle {
                 enter_seq,
                 t_enter,
                 t_exit: t_enter,
-                last_held: None,
-                lost_at: None,
+                last_held,
+                lost_at,
                 occupancy,
                 collided_with: parse_list(&others),
                 outcome: Outcome::Completed,
@@ -589,31 +612,23 @@ impl Oracle {
             return Ok(());
         }
         entry.interval.t_exit = monotonic_ns();
-        self.leave_on_referee(
-            &self.worker,
-            &entry.interval.key,
-            &entry.interval.id,
-            entry.interval.t_exit,
-        )
-        .await?;
+        self.leave_on_referee(&self.worker, &entry.interval).await?;
         entry.left = true;
         Ok(())
     }
 
-    async fn leave_on_referee(
-        &self,
-        worker: &str,
-        key: &str,
-        id: &str,
-        t_exit: u64,
-    ) -> RedisResult<()> {
+    /// Decrements the occupancy and records the exit time and the last observations in the
+    /// open record (for [`close_worker`](Self::close_worker), should the process die now).
+    async fn leave_on_referee(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
         let n = &self.names;
         let _: i64 = LEAVE
-            .key(n.occ(key))
-            .key(n.occupants(key))
+            .key(n.occ(&interval.key))
+            .key(n.occupants(&interval.key))
             .key(n.open(worker))
-            .arg(id)
-            .arg(t_exit)
+            .arg(&interval.id)
+            .arg(interval.t_exit)
+            .arg(opt(interval.last_held))
+            .arg(opt(interval.lost_at))
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -652,7 +667,8 @@ impl Oracle {
     /// Closes every section that `worker` (a SIGKILLed process) left open: occupancy is
     /// decremented if it had not left yet, and the interval is logged as [`Outcome::Killed`]
     /// ending at `dead_at` (`CLOCK_MONOTONIC` ns, taken after the process was reaped) or at
-    /// its own exit stamp. Returns how many were closed.
+    /// its own exit stamp, with the last observations it recorded on the referee (on enter,
+    /// or on leave). Returns how many were closed.
     ///
     /// # Errors
     ///
@@ -663,40 +679,41 @@ impl Oracle {
             .query_async(&mut self.conn.clone())
             .await?;
         for (id, value) in &open {
-            let f: Vec<&str> = value.split('\t').collect();
-            let (Some(key), Some(fence), Some(t_enter), Some(seq), Some(occ)) = (
-                f.first(),
-                f.get(1).and_then(|v| v.parse().ok()),
-                f.get(2).and_then(|v| v.parse().ok()),
-                f.get(3).and_then(|v| v.parse().ok()),
-                f.get(4).and_then(|v| v.parse().ok()),
-            ) else {
-                return Err(redis::RedisError::from((
+            let malformed = || {
+                redis::RedisError::from((
                     redis::ErrorKind::Client,
                     "malformed open oracle record",
                     value.clone(),
-                )));
+                ))
             };
-            let t_exit = match f.get(6).and_then(|v| v.parse().ok()) {
-                Some(t) => t,
-                None => {
-                    self.leave_on_referee(worker, key, id, dead_at).await?;
-                    dead_at
-                }
-            };
-            let interval = Interval {
+            // key, fence, t_enter, seq, occupancy, others, last_held, lost_at, and after a
+            // leave: t_exit, last_held, lost_at.
+            let f: Vec<&str> = value.split('\t').collect();
+            if f.len() != 8 && f.len() != 11 {
+                return Err(malformed());
+            }
+            let num = |i: usize| f[i].parse::<u64>().map_err(|_| malformed());
+            let observed = |i: usize| parse_opt(f[i]).ok_or_else(malformed);
+            let mut interval = Interval {
                 id: id.clone(),
-                key: (*key).to_owned(),
-                fence,
-                enter_seq: seq,
-                t_enter,
-                t_exit,
-                last_held: None,
-                lost_at: None,
-                occupancy: occ,
-                collided_with: parse_list(f.get(5).copied().unwrap_or("")),
+                key: f[0].to_owned(),
+                fence: num(1)?,
+                enter_seq: num(3)?,
+                t_enter: num(2)?,
+                t_exit: dead_at,
+                last_held: observed(6)?,
+                lost_at: observed(7)?,
+                occupancy: num(4)?,
+                collided_with: parse_list(f[5]),
                 outcome: Outcome::Killed,
             };
+            if f.len() == 11 {
+                interval.t_exit = num(8)?;
+                interval.last_held = observed(9)?;
+                interval.lost_at = observed(10)?;
+            } else {
+                self.leave_on_referee(worker, &interval).await?;
+            }
             self.log(worker, &interval).await?;
         }
         Ok(open.len())
@@ -772,7 +789,7 @@ impl Oracle {
             .arg(self.names.open(worker))
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(open.iter().filter(|v| v.split('\t').count() == 6).count())
+        Ok(open.iter().filter(|v| v.split('\t').count() == 8).count())
     }
 
     /// Sections entered but not yet finished, over all workers of the run.
@@ -857,6 +874,9 @@ pub struct Report {
     /// Overlaps where the older holder learned the loss later but never confirmed holding
     /// while the younger one held (it was paused): reported, not a violation.
     pub late_signalled_overlaps: u64,
+    /// Overlaps whose older holder was SIGKILLed without having confirmed the lock after the
+    /// younger one entered: reported, not a violation.
+    pub killed_overlaps: u64,
     /// Violations: overlaps the older holder was not told about in time.
     pub unsignalled_overlaps: u64,
     /// Longest overlap of any kind.
@@ -913,7 +933,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "cycles={} completed={} lost={} release_failed={} killed={} overlaps={} \
-             signalled={} late_signalled={} unsignalled={} max_overlap={:?} \
+             signalled={} late_signalled={} killed_overlaps={} unsignalled={} max_overlap={:?} \
              max_late_signal={:?} occupancy_collisions={} occupancy_violations={} \
              fence_regressions={} late_claims={} writes={} accepted={} stale_attempted={} stale_rejected={} \
              stale_accepted={}",
@@ -925,6 +945,7 @@ impl fmt::Display for Report {
             self.overlaps,
             self.signalled_overlaps,
             self.late_signalled_overlaps,
+            self.killed_overlaps,
             self.unsignalled_overlaps,
             self.max_overlap,
             self.max_late_signal,
@@ -955,13 +976,16 @@ fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Int
 enum Verdict {
     Signalled,
     Late,
+    Killed,
     Unsignalled,
 }
 
 fn verdict(older: &Interval, younger: &Interval) -> Verdict {
+    let confirmed_after = older.last_held.is_some_and(|h| h >= younger.t_enter);
     match older.lost_at {
         Some(lost) if lost <= younger.t_enter => Verdict::Signalled,
-        Some(_) if older.last_held.is_none_or(|h| h < younger.t_enter) => Verdict::Late,
+        Some(_) if !confirmed_after => Verdict::Late,
+        None if older.outcome == Outcome::Killed && !confirmed_after => Verdict::Killed,
         _ => Verdict::Unsignalled,
     }
 }
@@ -1009,6 +1033,7 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
                         let late = older.lost_at.unwrap_or(0).saturating_sub(younger.t_enter);
                         report.max_late_signal = report.max_late_signal.max(ns(late));
                     }
+                    Verdict::Killed => report.killed_overlaps += 1,
                     Verdict::Unsignalled => {
                         report.unsignalled_overlaps += 1;
                         report.violation(format!(
@@ -1036,7 +1061,9 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
                 };
                 let (older, younger) = older_younger(iv, other);
                 older.lost_at.is_some()
-                    || (older.outcome == Outcome::Killed && older.t_exit <= younger.t_enter)
+                    || (older.outcome == Outcome::Killed
+                        && (older.t_exit <= younger.t_enter
+                            || older.last_held.is_none_or(|h| h < younger.t_enter)))
             });
         if !explained {
             report.occupancy_violations += 1;
@@ -1251,6 +1278,27 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_holder_is_excused_only_without_a_confirmation_after_the_takeover() {
+        // a was stalled from 1 (its last check) and SIGKILLed at 8; b entered at 5.
+        let mut a = iv("a", 10, 1, 0, 8);
+        a.last_held = Some(MS);
+        a.outcome = Outcome::Killed;
+        let mut b = iv("b", 11, 2, 5, 9);
+        b.occupancy = 2;
+        b.collided_with = vec!["a".to_owned()];
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.killed_overlaps, r.unsignalled_overlaps), (1, 0));
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 0));
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.killed, 1);
+        // a confirmed holding at 6, after b entered, and was killed later: a violation.
+        a.last_held = Some(6 * MS);
+        let r = check(&[a, b], &[]);
+        assert_eq!((r.killed_overlaps, r.unsignalled_overlaps), (0, 1));
+        assert_eq!(r.occupancy_violations, 1);
+    }
+
+    #[test]
     fn stale_writes_are_recounted_from_the_log() {
         let log = [iv("a", 10, 1, 0, 4), iv("b", 11, 3, 5, 9)];
         let writes = [
@@ -1305,12 +1353,12 @@ mod tests {
         let referee = crate::RedisServer::start().expect("redis-server");
         let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
         let b = Oracle::connect(&referee.url(), "t", "b").await.unwrap();
-        let mut ea = a.enter("k", 100).await.unwrap();
+        let mut ea = a.enter("k", 100, || true).await.unwrap();
         assert_eq!(ea.occupancy(), 1);
         assert!(ea.observe(|| true));
         assert!(a.write(&ea).await.unwrap());
         // b enters while a is inside (a double holder) with a higher token.
-        let eb = b.enter("k", 101).await.unwrap();
+        let eb = b.enter("k", 101, || true).await.unwrap();
         assert_eq!(eb.occupancy(), 2);
         assert!(!eb.claim_below_high_water());
         assert!(!a.write(&ea).await.unwrap(), "stale write rejected");
@@ -1329,7 +1377,7 @@ mod tests {
         let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
         assert_eq!(occ, 0);
         // A regression: a token below the high-water mark.
-        let ec = a.enter("k", 50).await.unwrap();
+        let ec = a.enter("k", 50, || true).await.unwrap();
         assert!(ec.claim_below_high_water());
         a.finish(ec, Outcome::Completed).await.unwrap();
 
@@ -1347,5 +1395,35 @@ mod tests {
         assert_eq!(counters["claims_below_high_water"], 1);
         assert_eq!(counters["writes_accepted"], 2);
         assert!(!r.is_clean());
+        // The killed section kept the check b made on enter.
+        let intervals = a.intervals().await.unwrap();
+        let killed = intervals.iter().find(|i| i.id.starts_with("b#")).unwrap();
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert!(killed.last_held.is_some() && killed.lost_at.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_worker_killed_after_leaving_keeps_its_exit_and_observations() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let parent = Oracle::connect(&referee.url(), "t", "parent")
+            .await
+            .unwrap();
+        let w = Oracle::connect(&referee.url(), "t", "w").await.unwrap();
+        let mut e = w.enter("k", 7, || true).await.unwrap();
+        e.observe(|| false); // lost before leaving
+        w.leave(&mut e).await.unwrap();
+        let (t_exit, lost_at) = (e.interval.t_exit, e.lost_at());
+        assert_eq!(w.inside("w").await.unwrap(), 0);
+        assert_eq!(w.unfinished().await.unwrap(), 1);
+        // The process dies before `finish`.
+        assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 1);
+        let intervals = parent.intervals().await.unwrap();
+        assert_eq!(intervals.len(), 1);
+        let killed = &intervals[0];
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert_eq!((killed.t_exit, killed.lost_at), (t_exit, lost_at));
+        assert!(killed.last_held.is_some());
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0, "decremented once, by the leave");
     }
 }

@@ -439,7 +439,10 @@ async fn pump(
     let mut write_state = state_rx;
     let writing = async move {
         while let Some((buf, due)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            // A timer costs a timer-wheel tick (about 1 ms) even when already due: skip it then.
+            if due > tokio::time::Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             loop {
                 let state = *write_state.borrow_and_update();
                 if state.epoch != epoch {

@@ -4,14 +4,19 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of this lock key
 --
--- Returns 0 when the key is absent or holds another token (the caller had lost the lock; a key
--- of another type is never ours and is left alone), 1 when the key was deleted and nobody
--- listened on the channel, 2 when it was deleted and waiters (in other processes) were told.
+-- Returns -1 when the key is absent, 0 when it holds another token or is of another type (never
+-- ours, left alone), 1 when the key was deleted and nobody listened on the channel, 2 when it
+-- was deleted and waiters (in other processes) were told. Absent and foreign are told apart so
+-- that a retried release whose first reply was lost can tell "already deleted by us" from
+-- "taken over".
 --
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
 -- back to the holder's TTL and the safety-net retry.
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
+if ok and not current then
+  return -1
+end
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local told = redis.pcall('PUBLISH', ARGV[2], '1')
