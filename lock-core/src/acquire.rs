@@ -350,12 +350,14 @@ impl Acquire {
 }
 
 /// Errors after which the same attempt may succeed: lost connections, timeouts, a server that
-/// is loading, busy with a script, or a cluster in transition.
+/// is loading, busy with a script, or a cluster in transition (MOVED/ASK/TRYAGAIN/CLUSTERDOWN
+/// that outlasted the cluster client's own retries).
 fn is_transient(error: &redis::RedisError) -> bool {
     error.is_io_error()
         || error.is_connection_dropped()
         || error.is_timeout()
         || error.is_connection_refusal()
+        || error.is_cluster_error()
         || matches!(
             error.code(),
             Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")

@@ -233,3 +233,113 @@ async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
     assert!(first.release().await.unwrap_err().is_lost());
     taken.release().await.unwrap();
 }
+
+/// F17: a cluster primary is SIGKILLed while locks are held on every shard. Locks on the other
+/// shards survive the `CLUSTERDOWN` second; the replicated lock on the failed shard survives the
+/// failover (acquired with `min_replicas(1, ..)`); new acquires work again within their wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_primary_failover_keeps_replicated_locks() {
+    let mut cluster = RedisCluster::start(3, 1).unwrap();
+    let holder = Locker::builder()
+        .cluster(cluster.urls())
+        .watchdog_lease(Duration::from_secs(6))
+        .min_replicas(1, Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..12).map(|i| format!("shard-{i}")).collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(holder.lock(key.as_str()).await.unwrap());
+    }
+    // The primary that holds the first key's lock.
+    let victim_key = cluster.keys("lock:*:lock:shard-0").unwrap().pop().unwrap();
+    let port = cluster.primary_for_key(&victim_key).unwrap().port();
+    let index = cluster.index_of_port(port).unwrap();
+    cluster.node_mut(index).kill9();
+    let killed = Instant::now();
+    cluster.wait_until_ok(Duration::from_secs(20)).unwrap();
+    let failover = killed.elapsed();
+    // Another client cannot take any of the held keys, on the failed shard included.
+    let other = Locker::builder()
+        .cluster(
+            cluster
+                .urls()
+                .into_iter()
+                .filter(|u| !u.contains(&port.to_string())),
+        )
+        .build()
+        .await
+        .unwrap();
+    for key in &keys {
+        let err = other
+            .lock(key.as_str())
+            .wait(Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(err.is_busy(), "{key}: {err:?}");
+    }
+    // The watchdog kept every lock through the failover (lease 6 s, renewal every 2 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for g in &guards {
+        assert!(
+            g.is_held(),
+            "{} lost after a {failover:?} failover",
+            g.key()
+        );
+    }
+    // And a new lock can be taken on the failed shard's slots again.
+    let fresh = other
+        .lock("after-failover")
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    fresh.release().await.unwrap();
+    for g in guards {
+        g.release().await.unwrap();
+    }
+}
+
+/// F20, documented caveat: a RedLock node restarted without persistence forgets the locks it
+/// granted, and a second client can then assemble a majority: two holders. Run RedLock nodes
+/// with AOF (or keep a restarted node out for one lease); fencing tokens still increase.
+#[tokio::test]
+async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
+    let mut servers: Vec<lock_testkit::RedisServer> = (0..5)
+        .map(|_| lock_testkit::RedisServer::start().unwrap())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let a = Locker::builder()
+        .redlock(urls.clone())
+        .build()
+        .await
+        .unwrap();
+    let b = Locker::builder().redlock(urls).build().await.unwrap();
+    // Learn the lock's Redis name, then pre-hold it on nodes 3 and 4 so A's majority is 0,1,2.
+    a.lock("k").await.unwrap().release().await.unwrap();
+    let name: String =
+        servers[0].cmd::<Vec<String>>(&["KEYS", "lock:*:fence:k"])[0].replace(":fence:", ":lock:");
+    for s in &servers[3..] {
+        let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
+    }
+    let first = a.lock("k").lease(Duration::from_secs(30)).await.unwrap();
+    // Node 2 restarts without persistence; the foreign holds on 3 and 4 end.
+    servers[2].restart().unwrap();
+    for s in &servers[3..] {
+        let _: () = s.cmd(&["DEL", &name]);
+    }
+    // (b's connection to the restarted node reconnects on the first try, hence the short wait.)
+    let second = b
+        .lock("k")
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("the documented double holder");
+    assert!(first.is_held() && second.is_held(), "two holders at once");
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "the fence still orders them"
+    );
+    second.release().await.unwrap();
+    drop(first);
+}
