@@ -90,14 +90,15 @@ impl Held {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a confirmed lease: Redis accepted `lease` for a command sent at `sent_at`.
+    /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
+    /// grows here (an older renewal answering late must not shorten it).
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut until = self
             .valid_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let new = sent_at + lease.saturating_sub(safety_margin(lease));
-        if new > *until || matches!(self.mode, LeaseMode::Fixed) {
+        if new > *until {
             *until = new;
         }
     }

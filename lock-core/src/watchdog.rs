@@ -24,8 +24,6 @@ pub(crate) struct Watchdog {
     locks: Mutex<HashMap<u64, Arc<Held>>>,
     /// Renewal script calls sent so far.
     pub(crate) renew_calls: AtomicU64,
-    /// Ticks that renewed at least one lock.
-    pub(crate) busy_ticks: AtomicU64,
 }
 
 impl Watchdog {
@@ -81,7 +79,6 @@ impl Watchdog {
         if due.is_empty() {
             return;
         }
-        self.busy_ticks.fetch_add(1, Ordering::Relaxed);
         // All watchdog locks share the locker's lease; grouping by lease keeps this correct
         // anyway. Every group is renewed at once.
         let calls = due.into_iter().map(|(lease, locks)| {
