@@ -82,7 +82,12 @@ impl Connection {
             SentinelServerType::Master,
         )?;
         let primary = SentinelPrimary::connect(client, timeouts).await?;
-        Ok(Self::Sentinel(Arc::new(primary)))
+        let primary = Arc::new(primary);
+        // Errors are not the only sign of a failover: after a manual `SENTINEL FAILOVER` the old
+        // primary keeps answering (and accepting renewals) for seconds, while the lock key on
+        // the new primary runs out. So Sentinel is asked every second as well.
+        tokio::spawn(SentinelPrimary::watch(Arc::downgrade(&primary)));
+        Ok(Self::Sentinel(primary))
     }
 
     /// Whether multi-key scripts must stay within one hash slot.
@@ -141,8 +146,16 @@ impl ConnectionLike for Connection {
 /// The current primary of a Sentinel-monitored deployment.
 pub(crate) struct SentinelPrimary {
     sentinel: tokio::sync::Mutex<SentinelClient>,
-    current: RwLock<(ConnectionManager, u64)>,
+    /// The connection, its generation, and the address it goes to.
+    current: RwLock<(ConnectionManager, u64, String)>,
     timeouts: Timeouts,
+}
+
+/// How often Sentinel is asked whether the primary moved.
+const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+fn address(client: &redis::Client) -> String {
+    client.get_connection_info().addr().to_string()
 }
 
 impl SentinelPrimary {
@@ -150,10 +163,11 @@ impl SentinelPrimary {
         let client = tokio::time::timeout(timeouts.connect, sentinel.async_get_client())
             .await
             .map_err(|_| timed_out("asking Sentinel for the primary"))??;
+        let addr = address(&client);
         let manager = ConnectionManager::new_with_config(client, timeouts.manager_config()).await?;
         Ok(Self {
             sentinel: tokio::sync::Mutex::new(sentinel),
-            current: RwLock::new((manager, 0)),
+            current: RwLock::new((manager, 0, addr)),
             timeouts,
         })
     }
@@ -195,6 +209,12 @@ impl SentinelPrimary {
     }
 
     async fn refresh(&self) {
+        self.switch(false).await;
+    }
+
+    /// Asks Sentinel for the primary and connects to it: always (`if_moved == false`, after an
+    /// error), or only when its address changed (the periodic check).
+    async fn switch(&self, if_moved: bool) {
         let seen = self.generation();
         let mut sentinel = self.sentinel.lock().await;
         if self.generation() != seen {
@@ -205,13 +225,35 @@ impl SentinelPrimary {
                 Ok(Ok(client)) => client,
                 _ => return,
             };
+        let addr = address(&client);
+        let moved = {
+            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            current.2 != addr
+        };
+        if if_moved && !moved {
+            return;
+        }
         match ConnectionManager::new_with_config(client, self.timeouts.manager_config()).await {
             Ok(manager) => {
                 let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-                *current = (manager, seen + 1);
-                tracing::info!("following the primary named by Sentinel");
+                *current = (manager, seen + 1, addr.clone());
+                tracing::info!(primary = %addr, "following the primary named by Sentinel");
             }
             Err(error) => tracing::debug!(%error, "primary named by Sentinel is not reachable yet"),
+        }
+    }
+
+    /// Asks Sentinel every [`SENTINEL_POLL`] whether the primary moved, until the connection is
+    /// dropped.
+    async fn watch(primary: std::sync::Weak<Self>) {
+        let mut ticks = tokio::time::interval(SENTINEL_POLL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let Some(primary) = primary.upgrade() else {
+                return;
+            };
+            primary.switch(true).await;
         }
     }
 }

@@ -330,8 +330,9 @@ impl LockerBuilder {
     }
 
     /// A primary monitored by Sentinel: the locker asks the sentinels (`redis://host:26379`)
-    /// for the primary named `master` and asks again after connection errors or `READONLY`,
-    /// so it follows failovers.
+    /// for the primary named `master`, asks again after connection errors or `READONLY` and
+    /// every second, so it follows failovers, manual ones included (where the old primary keeps
+    /// answering for a while).
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -343,3 +343,51 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
     second.release().await.unwrap();
     drop(first);
 }
+
+/// F16: a manual `SENTINEL FAILOVER`. The old primary keeps answering for seconds after the
+/// switch, so a client that only reacted to errors would keep renewing there while the key on
+/// the new primary runs out. The locker asks Sentinel every second, moves to the new primary,
+/// and the lock stays exclusive there for longer than its lease.
+#[tokio::test]
+async fn sentinel_manual_failover_is_followed_before_the_lease_runs_out() {
+    let mut sentinel = RedisSentinel::start("locks").unwrap();
+    let lease = Duration::from_secs(3);
+    let holder = Locker::builder()
+        .sentinel(sentinel.master_name(), sentinel.sentinel_urls())
+        .watchdog_lease(lease)
+        .min_replicas(1, Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("k").await.unwrap();
+    let old = sentinel.current_master_port().unwrap();
+    let _: () = sentinel.sentinels()[0].cmd(&["SENTINEL", "FAILOVER", "locks"]);
+    let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_ne!(old, new);
+    // Two leases on the new primary: without renewals there, its copy of the key would expire.
+    let direct = redis::Client::open(format!("redis://127.0.0.1:{new}/")).unwrap();
+    let mut conn = direct.get_multiplexed_async_connection().await.unwrap();
+    let started = Instant::now();
+    while started.elapsed() < lease * 2 {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("lock:*:lock:k")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            keys.len(),
+            1,
+            "the lock key expired on the new primary after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("lock:*:lock:k")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "release reached the new primary");
+}
