@@ -7,59 +7,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, keys, lock_key, locker, server};
+use common::{eventually, increments, keys, lock_key, locker, server};
 use lock_core::{InvalidKeyReason, LockError, Locker, MAX_KEY_LEN};
-use redis::AsyncCommands;
-
-/// Read-modify-write increments of a Redis counter by `tasks` tasks, with a yield between the
-/// read and the write so that unprotected updates interleave. Returns the final counter.
-async fn increments(
-    locker: &Locker,
-    url: &str,
-    tasks: usize,
-    per_task: usize,
-    locked: bool,
-) -> i64 {
-    let client = redis::Client::open(url).unwrap();
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
-        let locker = locker.clone();
-        let client = client.clone();
-        handles.push(tokio::spawn(async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            for _ in 0..per_task {
-                let guard = if locked {
-                    Some(
-                        locker
-                            .lock("counter")
-                            .wait(Duration::from_secs(30))
-                            .await
-                            .unwrap(),
-                    )
-                } else {
-                    None
-                };
-                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
-                tokio::task::yield_now().await;
-                let _: () = conn.set("counter-value", value + 1).await.unwrap();
-                if let Some(guard) = guard {
-                    guard.release().await.unwrap();
-                }
-            }
-        }));
-    }
-    for h in handles {
-        h.await.unwrap();
-    }
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    conn.get("counter-value").await.unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_tasks_never_lose_an_update() {
     let server = server();
     let locker = locker(&server).await;
-    let total = increments(&locker, &server.url(), 32, 25, true).await;
+    let total = increments(&locker, &server.url(), 32, 25, true, Duration::ZERO).await;
     assert_eq!(total, 32 * 25);
     assert!(
         keys(&server, "lock:").iter().all(|k| !k.contains(":lock:")),
@@ -72,7 +27,7 @@ async fn control_without_the_lock_loses_updates() {
     // Proves the checker above can fail: the same workload without the lock loses updates.
     let server = server();
     let locker = locker(&server).await;
-    let total = increments(&locker, &server.url(), 32, 25, false).await;
+    let total = increments(&locker, &server.url(), 32, 25, false, Duration::ZERO).await;
     assert!(
         total < 32 * 25,
         "unlocked run should lose updates, got {total}"

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use common::{locker, server};
 use lock_core::Locker;
-use redis::AsyncCommands;
 
 const MODE: &str = "LOCK_CHILD_MODE";
 const URL: &str = "LOCK_CHILD_URL";
@@ -64,7 +63,8 @@ fn child_worker() {
         match mode.as_str() {
             "increment-locked" | "increment-unlocked" => {
                 let locker = Locker::connect(&url).await.unwrap();
-                increment(&locker, &url, 4, 40, mode == "increment-locked").await;
+                let locked = mode == "increment-locked";
+                common::increments(&locker, &url, 4, 40, locked, Duration::from_micros(200)).await;
             }
             "hold-fixed" => {
                 let locker = Locker::connect(&url).await.unwrap();
@@ -90,40 +90,6 @@ fn child_worker() {
             other => panic!("unknown mode {other}"),
         }
     });
-}
-
-async fn increment(locker: &Locker, url: &str, tasks: usize, per_task: usize, locked: bool) {
-    let client = redis::Client::open(url).unwrap();
-    let mut handles = Vec::new();
-    for _ in 0..tasks {
-        let locker = locker.clone();
-        let client = client.clone();
-        handles.push(tokio::spawn(async move {
-            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-            for _ in 0..per_task {
-                let guard = if locked {
-                    Some(
-                        locker
-                            .lock("counter")
-                            .wait(Duration::from_secs(60))
-                            .await
-                            .unwrap(),
-                    )
-                } else {
-                    None
-                };
-                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
-                tokio::time::sleep(Duration::from_micros(200)).await;
-                let _: () = conn.set("counter-value", value + 1).await.unwrap();
-                if let Some(guard) = guard {
-                    guard.release().await.unwrap();
-                }
-            }
-        }));
-    }
-    for h in handles {
-        h.await.unwrap();
-    }
 }
 
 fn run_increments(mode: &str) -> i64 {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lock_core::Locker;
 use lock_testkit::RedisServer;
+use redis::AsyncCommands;
 
 pub fn server() -> RedisServer {
     RedisServer::start().expect("start redis-server (apt-get install redis-server)")
@@ -50,4 +51,55 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     cond()
+}
+
+/// Read-modify-write increments of the Redis counter `counter-value` by `tasks` tasks, each
+/// `per_task` times, under the lock `counter` (or without it, as the control). Between the
+/// read and the write each task yields (`pause` zero) or sleeps `pause`, so unprotected updates
+/// interleave. Returns the final counter.
+pub async fn increments(
+    locker: &Locker,
+    url: &str,
+    tasks: usize,
+    per_task: usize,
+    locked: bool,
+    pause: Duration,
+) -> i64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let locker = locker.clone();
+        let client = client.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..per_task {
+                let guard = if locked {
+                    Some(
+                        locker
+                            .lock("counter")
+                            .wait(Duration::from_secs(30))
+                            .await
+                            .unwrap(),
+                    )
+                } else {
+                    None
+                };
+                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
+                if pause.is_zero() {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(pause).await;
+                }
+                let _: () = conn.set("counter-value", value + 1).await.unwrap();
+                if let Some(guard) = guard {
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    conn.get("counter-value").await.unwrap()
 }
