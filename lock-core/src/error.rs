@@ -120,6 +120,16 @@ pub enum ConfigError {
     /// `min_replicas` applies to primary-replica topologies, not to RedLock.
     #[error("min_replicas does not apply to redlock (its nodes are independent primaries)")]
     MinReplicasWithRedLock,
+    /// `restart_guard` protects RedLock nodes; other topologies keep their data across a
+    /// failover by replication instead.
+    #[error("restart_guard applies to redlock only")]
+    RestartGuardWithoutRedLock,
+    /// A restart guard of zero or beyond what Redis accepts as a lease.
+    #[error("invalid restart guard {guard:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
+    RestartGuard {
+        /// The rejected guard.
+        guard: Duration,
+    },
     /// An extension of a lease by zero or by more than Redis accepts.
     #[error("invalid extension {by:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
     Extend {

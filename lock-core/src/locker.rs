@@ -13,7 +13,7 @@ use crate::error::{ConfigError, LockError};
 use crate::key::{self, RedisKeys};
 use crate::reentrancy::Registry;
 use crate::release::{self, ReleaseJob};
-use crate::store::{MinReplicas, Store};
+use crate::store::{MinReplicas, RestartGuard, Store};
 use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
 
@@ -211,6 +211,8 @@ impl AsRef<Self> for Locker {
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s |
 /// | [`command_timeout`](Self::command_timeout) | 3 s |
+/// | [`min_replicas`](Self::min_replicas) | none |
+/// | [`restart_guard`](Self::restart_guard) | none (RedLock only) |
 ///
 /// # Examples
 ///
@@ -235,6 +237,7 @@ pub struct LockerBuilder {
     settings: Settings,
     connect_timeout: Duration,
     min_replicas: Option<MinReplicas>,
+    restart_guard: Option<Duration>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -255,6 +258,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("settings", &self.settings)
             .field("connect_timeout", &self.connect_timeout)
             .field("min_replicas", &self.min_replicas)
+            .field("restart_guard", &self.restart_guard)
             .finish()
     }
 }
@@ -292,6 +296,7 @@ impl Default for LockerBuilder {
         Self {
             topology: None,
             min_replicas: None,
+            restart_guard: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
@@ -359,6 +364,38 @@ impl LockerBuilder {
         self.topology = Some(Topology::RedLock(
             nodes.into_iter().map(Into::into).collect(),
         ));
+        self
+    }
+
+    /// RedLock's delayed-restart guard: a node whose data set is younger than `guard` grants
+    /// no lock. A node restarted without persistence (or flushed) has forgotten the locks it
+    /// granted; without the guard, another client could assemble a majority with it while the
+    /// first holder's lease still runs on the other nodes. Set `guard` to at least the longest
+    /// lease any client uses on these nodes (the watchdog lease, fixed leases).
+    ///
+    /// The kit notices a new data set by a per-node epoch key (`<prefix>node-epoch`, no TTL) that
+    /// it writes at the first acquire: a restart with AOF keeps it and costs no availability,
+    /// but nodes seen for the first time (a new deployment) also refuse locks for `guard`.
+    /// Off by default; RedLock only.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::Locker;
+    ///
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .redlock(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .watchdog_lease(Duration::from_secs(10))
+    ///     .restart_guard(Duration::from_secs(10))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn restart_guard(mut self, guard: Duration) -> Self {
+        self.restart_guard = Some(guard);
         self
     }
 
@@ -439,6 +476,7 @@ impl LockerBuilder {
             settings,
             connect_timeout,
             min_replicas,
+            restart_guard,
         } = self;
         let topology = topology.ok_or(ConfigError::MissingUrl)?;
         if !key::valid_prefix(&settings.prefix) {
@@ -455,7 +493,20 @@ impl LockerBuilder {
             connect: connect_timeout,
             command: settings.command_timeout,
         };
-        let (store, pubsub) = connect(topology, timeouts, min_replicas).await?;
+        let restart_guard = match restart_guard {
+            None => None,
+            Some(_) if !matches!(topology, Topology::RedLock(_)) => {
+                return Err(ConfigError::RestartGuardWithoutRedLock.into());
+            }
+            Some(guard) if guard < Duration::from_millis(1) || guard > MAX_LEASE => {
+                return Err(ConfigError::RestartGuard { guard }.into());
+            }
+            Some(guard) => Some(RestartGuard {
+                epoch_key: format!("{}node-epoch", settings.prefix),
+                guard,
+            }),
+        };
+        let (store, pubsub) = connect(topology, timeouts, min_replicas, restart_guard).await?;
         let store = Arc::new(store);
         store.warn_on_eviction_policy().await;
         let shutdown = CancellationToken::new();
@@ -490,6 +541,7 @@ async fn connect(
     topology: Topology,
     timeouts: Timeouts,
     min_replicas: Option<MinReplicas>,
+    restart_guard: Option<RestartGuard>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend("", e);
     Ok(match topology {
@@ -561,6 +613,7 @@ async fn connect(
             let store = Store::Quorum {
                 nodes,
                 timeout: timeouts.command,
+                restart_guard,
             };
             (store, PubSubSource::Nodes(clients))
         }

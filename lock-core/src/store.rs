@@ -53,6 +53,16 @@ pub(crate) struct MinReplicas {
     pub(crate) timeout: Duration,
 }
 
+/// RedLock's delayed-restart guard: a node whose data set is younger than `guard` (restarted
+/// without persistence, flushed, new) grants nothing, so locks it forgot cannot be granted
+/// twice while their lease may still run on the other nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct RestartGuard {
+    /// The node's epoch key, under the locker's prefix.
+    pub(crate) epoch_key: String,
+    pub(crate) guard: Duration,
+}
+
 /// Where locks live.
 #[derive(Debug)]
 pub(crate) enum Store {
@@ -66,6 +76,7 @@ pub(crate) enum Store {
         nodes: Vec<Connection>,
         /// Per-node limit of one call.
         timeout: Duration,
+        restart_guard: Option<RestartGuard>,
     },
 }
 
@@ -127,7 +138,7 @@ impl Store {
         match self {
             Self::One { conn, min_replicas } => {
                 let mut conn = conn.clone();
-                let outcome = acquire_on(&mut conn, keys, token, lease, retention).await?;
+                let outcome = acquire_on(&mut conn, keys, token, lease, retention, None).await?;
                 match (outcome, min_replicas) {
                     (Outcome::Acquired { .. }, Some(min)) => {
                         let acked = wait_for_replicas(&mut conn, &keys.lock, *min).await?;
@@ -141,10 +152,20 @@ impl Store {
                     _ => Ok(outcome),
                 }
             }
-            Self::Quorum { nodes, timeout } => {
+            Self::Quorum {
+                nodes,
+                timeout,
+                restart_guard,
+            } => {
                 // RedLock: a node's answer is only worth waiting for a small part of the lease.
                 let per_node = (lease / 50).clamp(Duration::from_millis(10), *timeout);
-                quorum_acquire(nodes, keys, token, lease, retention, per_node).await
+                let attempt = QuorumAttempt {
+                    lease,
+                    retention,
+                    per_node,
+                    restart_guard: restart_guard.as_ref(),
+                };
+                quorum_acquire(nodes, keys, token, attempt).await
             }
         }
     }
@@ -216,7 +237,7 @@ impl Store {
                     None => Renewal::Unknown,
                 })
                 .collect(),
-            Self::Quorum { nodes, timeout } => {
+            Self::Quorum { nodes, timeout, .. } => {
                 // A dead node must not hold up the tick: its answers count as unknown.
                 let per_node = join_all(nodes.iter().map(|node| async move {
                     tokio::time::timeout(*timeout, renew_on(node, locks, lease))
@@ -316,6 +337,16 @@ async fn gather<T: Send + 'static>(
     done
 }
 
+/// The settings of one RedLock acquire.
+#[derive(Debug, Clone, Copy)]
+struct QuorumAttempt<'a> {
+    lease: Duration,
+    retention: Duration,
+    /// Limit of one node's answer.
+    per_node: Duration,
+    restart_guard: Option<&'a RestartGuard>,
+}
+
 /// What the acquiring caller decided, for the per-node tasks of a RedLock acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -332,10 +363,14 @@ async fn quorum_acquire(
     nodes: &[Connection],
     keys: &RedisKeys,
     token: &str,
-    lease: Duration,
-    retention: Duration,
-    per_node: Duration,
+    attempt: QuorumAttempt<'_>,
 ) -> RedisResult<Outcome> {
+    let QuorumAttempt {
+        lease,
+        retention,
+        per_node,
+        restart_guard,
+    } = attempt;
     let started = Instant::now();
     let quorum = nodes.len() / 2 + 1;
     let total = nodes.len();
@@ -343,11 +378,19 @@ async fn quorum_acquire(
     let tasks = nodes.iter().map(|node| {
         let mut conn = node.clone();
         let (keys, token) = (keys.clone(), token.to_owned());
+        let restart_guard = restart_guard.cloned();
         let mut verdict = verdict_rx.clone();
         tokio::spawn(async move {
             let reply = tokio::time::timeout(
                 per_node,
-                acquire_on(&mut conn, &keys, &token, lease, retention),
+                acquire_on(
+                    &mut conn,
+                    &keys,
+                    &token,
+                    lease,
+                    retention,
+                    restart_guard.as_ref(),
+                ),
             )
             .await
             .unwrap_or_else(|_| Err(timed_out()));
@@ -436,23 +479,32 @@ async fn acquire_on(
     token: &str,
     lease: Duration,
     retention: Duration,
+    restart_guard: Option<&RestartGuard>,
 ) -> RedisResult<Outcome> {
-    let (won, value): (i64, i64) = scripts::ACQUIRE
-        .key(&keys.lock)
+    let mut invocation = scripts::ACQUIRE.key(&keys.lock);
+    invocation
         .key(&keys.fence)
         .arg(token)
         .arg(lease_ms(lease))
-        .arg(lease_ms(retention))
-        .invoke_async(conn)
-        .await?;
-    Ok(if won == 1 {
-        Outcome::Acquired {
+        .arg(lease_ms(retention));
+    if let Some(guard) = restart_guard {
+        invocation.key(&guard.epoch_key).arg(lease_ms(guard.guard));
+    }
+    let (answer, value): (i64, i64) = invocation.invoke_async(conn).await?;
+    Ok(match answer {
+        1 => Outcome::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
+        },
+        2 => {
+            // The node may have forgotten a lock it granted: it votes for nobody until then.
+            tracing::debug!(young_ms = value, "redlock node within its restart guard");
+            Outcome::Held {
+                ttl: u64::try_from(value).ok().map(Duration::from_millis),
+            }
         }
-    } else {
-        Outcome::Held {
+        _ => Outcome::Held {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
-        }
+        },
     })
 }
 

@@ -385,6 +385,41 @@ async fn impossible_leases_are_refused_before_sending() {
         .unwrap();
 }
 
+/// The RedLock restart guard is refused where it cannot work, before any connection (the
+/// URLs point at a closed port: a connect attempt would be a `Backend` error).
+#[tokio::test]
+async fn a_misplaced_or_empty_restart_guard_is_a_config_error() {
+    let closed = "redis://127.0.0.1:1/";
+    let err = Locker::builder()
+        .url(closed)
+        .restart_guard(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Config(lock_core::ConfigError::RestartGuardWithoutRedLock)
+        ),
+        "{err:?}"
+    );
+    for guard in [Duration::ZERO, Duration::MAX] {
+        let err = Locker::builder()
+            .redlock([closed, closed, closed])
+            .restart_guard(guard)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::Config(lock_core::ConfigError::RestartGuard { .. })
+            ),
+            "{guard:?}: {err:?}"
+        );
+    }
+}
+
 /// B17: a wrong password is a prompt, typed error that does not echo the password.
 #[tokio::test]
 async fn a_wrong_password_is_a_clear_error_without_the_secret() {

@@ -344,6 +344,60 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
     drop(first);
 }
 
+/// F20 with the delayed-restart guard: the restarted node grants nothing until the guard has
+/// passed, so the second client cannot assemble a majority with it; it gets the lock only once
+/// the first holder's lease has ended everywhere. (Brand-new nodes wait out the guard too.)
+#[tokio::test]
+async fn redlock_restart_guard_prevents_the_second_holder() {
+    let mut servers: Vec<lock_testkit::RedisServer> = (0..5)
+        .map(|_| lock_testkit::RedisServer::start().unwrap())
+        .collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let guard = Duration::from_millis(2000);
+    let lease = Duration::from_millis(1500);
+    let locker = || {
+        Locker::builder()
+            .redlock(urls.clone())
+            .restart_guard(guard)
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+    };
+    let a = locker().await.unwrap();
+    let b = locker().await.unwrap();
+
+    // New nodes: the first acquire writes each node's epoch, then waits out the guard.
+    let started = Instant::now();
+    let warm_up = a.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        started.elapsed() + Duration::from_millis(20) >= guard,
+        "fresh nodes granted a lock after {:?}",
+        started.elapsed()
+    );
+    warm_up.release().await.unwrap();
+
+    // The F20 set-up: A's majority is nodes 0, 1, 2.
+    let name: String =
+        servers[0].cmd::<Vec<String>>(&["KEYS", "lock:*:fence:k"])[0].replace(":fence:", ":lock:");
+    for s in &servers[3..] {
+        let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
+    }
+    let first = a.lock("k").lease(lease).await.unwrap();
+    servers[2].restart().unwrap();
+    for s in &servers[3..] {
+        let _: () = s.cmd(&["DEL", &name]);
+    }
+    let asked = Instant::now();
+    let second = b.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+    assert!(
+        !first.is_held(),
+        "two holders at once: B acquired {:?} after asking while A's lease still ran",
+        asked.elapsed()
+    );
+    assert!(second.fencing_token() > first.fencing_token());
+    second.release().await.unwrap();
+    drop(first);
+}
+
 /// F16: a manual `SENTINEL FAILOVER`. The old primary keeps answering for seconds after the
 /// switch, so a client that only reacted to errors would keep renewing there while the key on
 /// the new primary runs out. The locker asks Sentinel every second, moves to the new primary,
