@@ -104,6 +104,7 @@ mod reentrancy;
 mod release;
 mod scripts;
 mod store;
+mod template;
 mod waiters;
 mod watchdog;
 

@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+pub use crate::template::KeyBuilder;
 pub use crate::{LockError, LockGuard, Locker};
 
 /// What the generated code does when the lock is lost while the body runs.

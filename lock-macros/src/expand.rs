@@ -273,7 +273,7 @@ fn locked_body(
             return ::core::result::Result::Err(::core::convert::From::from(#error));
         }
     };
-    let key_expr = key.expr();
+    let key_expr = key.expr(&private);
     let wait = duration(options.wait);
     let lease = duration(options.lease);
     let on_lost = match options.on_lost {
@@ -556,7 +556,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains(":: std :: format ! (\"inventory:{}\" , sku_id)"),
+            out.contains(":: lock_core :: __private :: KeyBuilder :: value (& mut __lock_key_builder , & (sku_id) , :: core :: option :: Option :: None)"),
             "{out}"
         );
         assert!(out.contains("OnLost :: Abort"), "{out}");

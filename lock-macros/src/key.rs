@@ -5,9 +5,9 @@
 //! literal text. Every error is spanned on the template literal (stable Rust cannot point inside
 //! a string literal) and quotes the offending placeholder.
 
-use proc_macro2::TokenStream;
-use quote::quote;
-use syn::{Ident, Index, LitStr};
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::{Ident, Index, LitChar, LitStr};
 
 /// The names a placeholder may start with.
 pub(crate) struct Scope {
@@ -85,12 +85,20 @@ impl Template {
             let inner = &rest[..close];
             rest = &rest[close + 1..];
             if !text.is_empty() {
+                after_placeholder(&parts, &text, lit)?;
                 parts.push(Part::Text(std::mem::take(&mut text)));
+            } else if let Some(Part::Placeholder { .. }) = parts.last() {
+                return Err(err(format!(
+                    "placeholders side by side (`...><{inner}>`) in key template: two values \
+                     with nothing between them can form the same key for different calls; put \
+                     a separator between them, e.g. `<a>:<b>`"
+                )));
             }
             parts.push(placeholder(inner, lit, scope)?);
         }
         text.push_str(rest);
         if !text.is_empty() {
+            after_placeholder(&parts, &text, lit)?;
             parts.push(Part::Text(text));
         }
         Ok(Self {
@@ -99,42 +107,75 @@ impl Template {
         })
     }
 
-    /// An expression of type `String`: the key for this call.
-    pub(crate) fn expr(&self) -> TokenStream {
+    /// An expression of type `String`: the key for this call. Values go through the kit's
+    /// `KeyBuilder` (under `private`), which escapes them so that distinct values give
+    /// distinct keys.
+    pub(crate) fn expr(&self, private: &TokenStream) -> TokenStream {
         let span = self.lit.span();
-        let mut format = String::new();
-        let mut args = Vec::new();
-        for part in &self.parts {
-            match part {
-                Part::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
-                Part::Placeholder { root, fields } => {
-                    format.push_str("{}");
-                    let root = match root {
-                        Root::SelfValue => quote::quote_spanned!(span=> self),
-                        Root::Param(ident) => quote!(#ident),
-                    };
-                    let fields = fields.iter().map(|field| match field {
-                        Field::Named(ident) => quote!(. #ident),
-                        Field::Index(index) => {
-                            let index = Index {
-                                index: *index,
-                                span,
-                            };
-                            quote!(. #index)
-                        }
-                    });
-                    args.push(quote!(#root #(#fields)*));
-                }
-            }
-        }
-        if args.is_empty() {
+        if !self
+            .parts
+            .iter()
+            .any(|part| matches!(part, Part::Placeholder { .. }))
+        {
             let key = LitStr::new(&self.lit.value(), span);
-            quote!(::std::string::String::from(#key))
-        } else {
-            let format = LitStr::new(&format, span);
-            quote!(::std::format!(#format, #(#args),*))
+            return quote!(::std::string::String::from(#key));
         }
+        let builder = Ident::new("__lock_key_builder", Span::mixed_site());
+        let steps = self.parts.iter().enumerate().map(|(i, part)| match part {
+            Part::Text(text) => {
+                let text = LitStr::new(text, span);
+                quote!(#private::KeyBuilder::text(&mut #builder, #text);)
+            }
+            Part::Placeholder { root, fields } => {
+                let boundary = match self.parts.get(i + 1) {
+                    Some(Part::Text(text)) => match text.chars().next() {
+                        Some(c) => {
+                            let c = LitChar::new(c, span);
+                            quote!(::core::option::Option::Some(#c))
+                        }
+                        None => quote!(::core::option::Option::None),
+                    },
+                    _ => quote!(::core::option::Option::None),
+                };
+                let root = match root {
+                    Root::SelfValue => quote_spanned!(span=> self),
+                    Root::Param(ident) => quote!(#ident),
+                };
+                let fields = fields.iter().map(|field| match field {
+                    Field::Named(ident) => quote!(. #ident),
+                    Field::Index(index) => {
+                        let index = Index {
+                            index: *index,
+                            span,
+                        };
+                        quote!(. #index)
+                    }
+                });
+                // Spanned on the template: a value without `Display` is reported there.
+                quote_spanned!(span=> #private::KeyBuilder::value(&mut #builder, &(#root #(#fields)*), #boundary);)
+            }
+        });
+        quote!({
+            let mut #builder = #private::KeyBuilder::new();
+            #(#steps)*
+            #private::KeyBuilder::finish(#builder)
+        })
     }
+}
+
+/// Text that follows a placeholder may not start with `\\`: the kit escapes values with it, so a
+/// value could not be told apart from the text.
+fn after_placeholder(parts: &[Part], text: &str, lit: &LitStr) -> syn::Result<()> {
+    if text.starts_with('\\') && matches!(parts.last(), Some(Part::Placeholder { .. })) {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "key template text `{text}` right after a placeholder starts with `\\`, the \
+                 escape character of key values; put another character first, e.g. `<a>:\\x`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses the inside of one `<...>`.
@@ -272,25 +313,51 @@ mod tests {
     fn expand(template: &str, scope: &Scope) -> Result<String, String> {
         let lit = LitStr::new(template, proc_macro2::Span::call_site());
         Template::parse(&lit, scope)
-            .map(|t| t.expr().to_string())
+            .map(|t| t.expr(&quote!(p)).to_string())
             .map_err(|e| e.to_string())
     }
 
     #[test]
-    fn builds_format_calls() {
+    fn builds_keys_with_escaped_values() {
         let s = scope(&["sku_id", "order", "pair"], true);
         assert_eq!(
             expand("inventory:<sku_id>", &s).unwrap(),
-            quote!(::std::format!("inventory:{}", sku_id)).to_string()
+            quote!({
+                let mut __lock_key_builder = p::KeyBuilder::new();
+                p::KeyBuilder::text(&mut __lock_key_builder, "inventory:");
+                p::KeyBuilder::value(
+                    &mut __lock_key_builder,
+                    &(sku_id),
+                    ::core::option::Option::None,
+                );
+                p::KeyBuilder::finish(__lock_key_builder)
+            })
+            .to_string()
         );
         assert_eq!(
-            expand("o:<order.customer.id>/<pair.0>/<self.tenant>", &s).unwrap(),
-            quote!(::std::format!(
-                "o:{}/{}/{}",
-                order.customer.id,
-                pair.0,
-                self.tenant
-            ))
+            expand("o:<order.customer.id>/<pair.0>-<self.tenant>", &s).unwrap(),
+            quote!({
+                let mut __lock_key_builder = p::KeyBuilder::new();
+                p::KeyBuilder::text(&mut __lock_key_builder, "o:");
+                p::KeyBuilder::value(
+                    &mut __lock_key_builder,
+                    &(order.customer.id),
+                    ::core::option::Option::Some('/'),
+                );
+                p::KeyBuilder::text(&mut __lock_key_builder, "/");
+                p::KeyBuilder::value(
+                    &mut __lock_key_builder,
+                    &(pair.0),
+                    ::core::option::Option::Some('-'),
+                );
+                p::KeyBuilder::text(&mut __lock_key_builder, "-");
+                p::KeyBuilder::value(
+                    &mut __lock_key_builder,
+                    &(self.tenant),
+                    ::core::option::Option::None,
+                );
+                p::KeyBuilder::finish(__lock_key_builder)
+            })
             .to_string()
         );
         assert_eq!(
@@ -299,7 +366,17 @@ mod tests {
         );
         assert_eq!(
             expand("{<<a>}:<sku_id>", &s).unwrap(),
-            quote!(::std::format!("{{<a>}}:{}", sku_id)).to_string()
+            quote!({
+                let mut __lock_key_builder = p::KeyBuilder::new();
+                p::KeyBuilder::text(&mut __lock_key_builder, "{<a>}:");
+                p::KeyBuilder::value(
+                    &mut __lock_key_builder,
+                    &(sku_id),
+                    ::core::option::Option::None,
+                );
+                p::KeyBuilder::finish(__lock_key_builder)
+            })
+            .to_string()
         );
     }
 
@@ -315,6 +392,12 @@ mod tests {
         assert!(err("a:<sku_id..x>").contains("empty field name"));
         assert!(err("a:<sku id>").contains("invalid placeholder"));
         assert!(err("").contains("empty"));
+        let s = scope(&["a", "b"], false);
+        let err = |t: &str| expand(t, &s).unwrap_err();
+        assert!(err("k:<a><b>").contains("placeholders side by side"));
+        assert!(err("k:<a>\\:<b>").contains("starts with `\\`"));
+        assert!(err("k:<a>\\").contains("starts with `\\`"));
+        assert!(expand("\\k:<a>:\\<b>", &s).is_ok());
     }
 
     #[test]

@@ -79,6 +79,14 @@ mod key;
 /// locks `"order:7"`. Write `<<` for a literal `<` (a `>` outside a placeholder is literal).
 /// A placeholder that names no parameter is a compile error that lists the parameters.
 ///
+/// Distinct arguments always give distinct keys. With `key = "pair:<a>:<b>"`, the calls
+/// (`"x:y"`, `"z"`) and (`"x"`, `"y:z"`) must not share a lock, so a value is written with a
+/// `\` before each `\` and before each occurrence of the first character of the text that
+/// follows it: they lock `pair:x\:y:z` and `pair:x:y:z`. Values without those characters
+/// (ids, numbers) appear as they are. Two placeholders with no text between them (`<a><b>`),
+/// and text after a placeholder that starts with `\`, are compile errors: no escaping could
+/// keep those keys apart.
+///
 /// # When the lock is lost: `on_lost`
 ///
 /// The kit can learn while the body runs that the lock is no longer ours: the watchdog's

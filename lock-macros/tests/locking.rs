@@ -454,3 +454,66 @@ async fn on_lost_continue_lets_the_body_finish() {
     assert_eq!(within(task).await.unwrap().unwrap(), 2);
     assert!(worker.finished.load(Ordering::SeqCst));
 }
+
+struct Pairs {
+    locker: Locker,
+}
+
+impl Pairs {
+    /// Holds the pair's lock until `release` fires; tells `held` once it holds it.
+    #[distributed_lock(key = "pair:<a>:<b>", wait = "0s", locker = self.locker)]
+    async fn hold(
+        &self,
+        a: &str,
+        b: &str,
+        held: oneshot::Sender<()>,
+        release: oneshot::Receiver<()>,
+    ) -> Result<(), AppError> {
+        let _ = (a, b);
+        let _ = held.send(());
+        let _ = release.await;
+        Ok(())
+    }
+}
+
+/// B12: values that contain the template's separator cannot make two different calls share
+/// a lock: ("x:y", "z") and ("x", "y:z") are two locks, held at once; the same pair twice is
+/// one lock (the second call is busy).
+#[tokio::test]
+async fn separator_in_values_does_not_merge_two_keys() {
+    let (server, locker) = start().await;
+    let pairs = Arc::new(Pairs { locker });
+    let mut releases = Vec::new();
+    let mut calls = Vec::new();
+    for (a, b) in [("x:y", "z"), ("x", "y:z")] {
+        let (held_tx, held_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel();
+        let pairs = pairs.clone();
+        calls.push(tokio::spawn(async move {
+            pairs.hold(a, b, held_tx, release_rx).await
+        }));
+        within(held_rx)
+            .await
+            .expect("both pairs get their lock at once");
+        releases.push(release_tx);
+    }
+    let keys: Vec<String> = server.cmd(&["KEYS", "lock:*:lock:pair:*"]);
+    let mut keys: Vec<&str> = keys
+        .iter()
+        .map(|k| &k[k.find(":lock:").unwrap_or(0) + 6..])
+        .collect();
+    keys.sort_unstable();
+    // Only the value before a separator needs escaping.
+    assert_eq!(keys, ["pair:x:y:z", "pair:x\\:y:z"]);
+    // The same pair again is the same lock.
+    let (held_tx, _held_rx) = oneshot::channel();
+    let (_release_tx, release_rx) = oneshot::channel();
+    let again = pairs.hold("x:y", "z", held_tx, release_rx).await;
+    assert!(matches!(&again, Err(e) if e.is_busy()), "{again:?}");
+    for release in releases {
+        let _ = release.send(());
+    }
+    for call in calls {
+        within(call).await.unwrap().unwrap();
+    }
+}
