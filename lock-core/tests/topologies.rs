@@ -301,6 +301,184 @@ async fn cluster_primary_failover_keeps_replicated_locks() {
     }
 }
 
+/// The Redis name of user key `key`'s lock, learned by taking and releasing it once.
+async fn cluster_lock_name(cluster: &RedisCluster, locker: &Locker, key: &str) -> String {
+    locker.lock(key).await.unwrap().release().await.unwrap();
+    let fence = cluster
+        .keys(&format!("lock:*:fence:{key}"))
+        .unwrap()
+        .pop()
+        .expect("the fence key");
+    fence.replace(":fence:", ":lock:")
+}
+
+/// F18a: cluster lock loss by the masterauth recipe. The shard's replica no longer replicates:
+/// `min_replicas(1)` refuses the lock (and removes the key); a plain lock is granted, its
+/// primary is killed and the replica that never saw the key is promoted. The holder's `lost()`
+/// fires, another client acquires (the documented window) with a larger fencing token, and the
+/// first holder's release answers `Lost`.
+#[tokio::test]
+async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so() {
+    let mut cluster = RedisCluster::start(3, 1).unwrap();
+    let builder = || {
+        Locker::builder()
+            .cluster(cluster.urls())
+            .watchdog_lease(Duration::from_millis(1500))
+            .command_timeout(Duration::from_millis(500))
+    };
+    let holder = builder().build().await.unwrap();
+    let strict = builder()
+        .min_replicas(1, Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let name = cluster_lock_name(&cluster, &holder, "k").await;
+    let primary = cluster.primary_for_key(&name).unwrap().port();
+    cluster.break_replication(primary).unwrap();
+
+    let err = strict
+        .lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .expect_err("an unreplicated lock must be refused");
+    assert!(
+        matches!(err, LockError::NotReplicated { acked: 0, .. }),
+        "{err:?}"
+    );
+    assert!(cluster.keys(&name).unwrap().is_empty(), "refused lock left");
+
+    let first = holder.lock("k").await.unwrap();
+    let index = cluster.index_of_port(primary).unwrap();
+    cluster.node_mut(index).kill9();
+    let killed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(20), first.lost())
+        .await
+        .expect("the holder learns that the promoted replica lost its lock");
+    let detected = killed.elapsed();
+    cluster.wait_until_ok(Duration::from_secs(20)).unwrap();
+    let other = Locker::builder()
+        .cluster(
+            cluster
+                .urls()
+                .into_iter()
+                .filter(|u| !u.contains(&primary.to_string())),
+        )
+        .build()
+        .await
+        .unwrap();
+    let second = other
+        .lock("k")
+        .wait(Duration::from_secs(10))
+        .await
+        .expect("the lost lock is free on the promoted replica");
+    assert!(
+        second.fencing_token() > first.fencing_token(),
+        "tokens keep increasing after the fence counter was lost too"
+    );
+    eprintln!("F18a: loss detected {detected:?} after the primary was killed");
+    let err = first.release().await.unwrap_err();
+    assert!(err.is_lost(), "{err:?}");
+    second.release().await.unwrap();
+}
+
+/// F18b: a held lock's slot migrates to another primary while the watchdog renews it. With the
+/// keys moved but the slot not yet reassigned, the source answers `ASK`; after
+/// `SETSLOT .. NODE`, `MOVED`. Renewal follows both (the key, lease 1 s, is still there after
+/// 2 s in each phase), another client is refused meanwhile, the TTL moved with the key, and
+/// the release deletes it on the new primary.
+#[tokio::test]
+async fn cluster_slot_migration_of_a_held_lock_is_followed() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let lease = Duration::from_secs(1);
+    let holder = Locker::builder()
+        .cluster(cluster.urls())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let other = Locker::builder()
+        .cluster(cluster.urls())
+        .build()
+        .await
+        .unwrap();
+    let name = cluster_lock_name(&cluster, &holder, "k").await;
+    let slot = cluster.keyslot(&name);
+    let guard = holder.lock("k").await.unwrap();
+    let source = cluster.primary_for_slot(slot).unwrap().port();
+    let target = cluster
+        .current_primaries()
+        .unwrap()
+        .iter()
+        .map(|p| p.port())
+        .find(|p| *p != source)
+        .unwrap();
+    // A direct connection to the target; `ASKING` lets it answer for an importing slot.
+    let direct = redis::Client::open(format!("redis://127.0.0.1:{target}/")).unwrap();
+    let mut target_conn = direct.get_multiplexed_async_connection().await.unwrap();
+
+    let from = cluster.begin_slot_migration(slot, target).unwrap();
+    assert_eq!(from, source);
+    assert_eq!(cluster.migrate_keys(slot, source, target).unwrap(), 2);
+    let (_, ttl_after_move): ((), i64) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("PTTL")
+        .arg(&name)
+        .query_async(&mut target_conn)
+        .await
+        .unwrap();
+    assert!(ttl_after_move > 0, "MIGRATE kept the TTL: {ttl_after_move}");
+
+    // Phase 1, ASK: two leases on the target with renewals redirected there.
+    tokio::time::sleep(lease * 2).await;
+    let (_, ttl): ((), i64) = redis::pipe()
+        .cmd("ASKING")
+        .cmd("PTTL")
+        .arg(&name)
+        .query_async(&mut target_conn)
+        .await
+        .unwrap();
+    assert!(
+        ttl > 0,
+        "the lock expired on the importing node (ASK not followed)"
+    );
+    assert!(guard.is_held());
+    let err = other.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_busy(), "during ASK: {err:?}");
+
+    // Phase 2, MOVED: the slot now belongs to the target.
+    cluster.finish_slot_migration(slot, source, target).unwrap();
+    tokio::time::sleep(lease * 2).await;
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&name)
+        .query_async(&mut target_conn)
+        .await
+        .unwrap();
+    assert!(
+        ttl > 0,
+        "the lock expired on its new primary (MOVED not followed)"
+    );
+    assert!(guard.is_held());
+    let err = other.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_busy(), "after MOVED: {err:?}");
+    assert_eq!(cluster.primary_for_slot(slot).unwrap().port(), target);
+
+    guard.release().await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&name)
+        .query_async(&mut target_conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 0, "the release reached the new primary");
+    other
+        .lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// F20, documented caveat: a RedLock node restarted without persistence forgets the locks it
 /// granted, and a second client can then assemble a majority: two holders. Run RedLock nodes
 /// with AOF (or keep a restarted node out for one lease); fencing tokens still increase.

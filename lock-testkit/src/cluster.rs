@@ -80,6 +80,15 @@ impl ClusterNodeInfo {
     }
 }
 
+/// `CLUSTER SETSLOT <args>` on `port`.
+fn setslot(port: u16, args: &[&str]) -> io::Result<()> {
+    let mut command = vec!["CLUSTER", "SETSLOT"];
+    command.extend_from_slice(args);
+    query::<redis::Value>(port, &command, QUERY_TIMEOUT)
+        .map(drop)
+        .map_err(|e| util::io_err(format!("port {port}: {command:?}"), e))
+}
+
 /// Parses the text of `CLUSTER NODES`.
 fn parse_cluster_nodes(text: &str) -> Vec<ClusterNodeInfo> {
     text.lines()
@@ -489,6 +498,109 @@ impl RedisCluster {
     /// As for [`primary_for_slot`](Self::primary_for_slot).
     pub fn primary_for_key(&self, key: &str) -> io::Result<&RedisServer> {
         self.primary_for_slot(self.keyslot(key))
+    }
+
+    /// The lock-loss recipe: breaks the replication link of `primary_port`'s replica
+    /// (`CONFIG SET masterauth bogus`, then `CLIENT KILL TYPE master` on the replica) and waits
+    /// until it reports `master_link_status:down`. The link stays down (AUTH fails against a
+    /// primary without a password) while the replica stays healthy and can be promoted: writes
+    /// to the primary from now on never reach it. Returns the replica's port.
+    ///
+    /// # Errors
+    ///
+    /// When the primary has no replica, or a node does not answer, or the link is not down
+    /// within 10 s.
+    pub fn break_replication(&self, primary_port: u16) -> io::Result<u16> {
+        let topology = self.topology()?;
+        let primary = topology
+            .iter()
+            .find(|n| n.port == primary_port)
+            .ok_or_else(|| io::Error::other(format!("no node on port {primary_port}")))?;
+        let replica = topology
+            .iter()
+            .find(|n| n.primary_id.as_deref() == Some(primary.id.as_str()))
+            .ok_or_else(|| io::Error::other(format!("port {primary_port} has no replica")))?
+            .port;
+        let run = |args: &[&str]| {
+            query::<redis::Value>(replica, args, QUERY_TIMEOUT)
+                .map_err(|e| util::io_err(format!("replica {replica}: {args:?}"), e))
+        };
+        run(&["CONFIG", "SET", "masterauth", "bogus"])?;
+        run(&["CLIENT", "KILL", "TYPE", "master"])?;
+        util::wait_until(Duration::from_secs(10), "a broken replication link", || {
+            let info: String = query(replica, &["INFO", "replication"], POLL_TIMEOUT)
+                .map_err(|e| e.to_string())?;
+            match info_field(&info, "master_link_status") {
+                Some("down") => Ok(()),
+                other => Err(format!("master_link_status:{other:?}")),
+            }
+        })?;
+        Ok(replica)
+    }
+
+    /// Starts moving `slot` from the primary serving it to the primary on `to_port`:
+    /// `CLUSTER SETSLOT slot IMPORTING` on the target, then `MIGRATING` on the source. Keys
+    /// stay where they are until [`migrate_keys`](Self::migrate_keys); meanwhile the source
+    /// answers `ASK` for keys it no longer has. Returns the source's port.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not answer or refuses.
+    pub fn begin_slot_migration(&self, slot: u16, to_port: u16) -> io::Result<u16> {
+        let from_port = self.primary_for_slot(slot)?.port();
+        let (from_id, to_id) = (self.node_id(from_port)?, self.node_id(to_port)?);
+        let slot = slot.to_string();
+        setslot(to_port, &[&slot, "IMPORTING", &from_id])?;
+        setslot(from_port, &[&slot, "MIGRATING", &to_id])?;
+        Ok(from_port)
+    }
+
+    /// Moves every key of `slot` from `from_port` to `to_port` with `MIGRATE ... KEYS`, which
+    /// keeps their TTLs. Returns how many keys moved.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not answer or `MIGRATE` fails.
+    pub fn migrate_keys(&self, slot: u16, from_port: u16, to_port: u16) -> io::Result<usize> {
+        let keys: Vec<String> = query(
+            from_port,
+            &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"],
+            QUERY_TIMEOUT,
+        )
+        .map_err(|e| util::io_err(format!("port {from_port}: GETKEYSINSLOT"), e))?;
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let to = to_port.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &to, "", "0", "5000", "KEYS"];
+        args.extend(keys.iter().map(String::as_str));
+        query::<redis::Value>(from_port, &args, QUERY_TIMEOUT)
+            .map_err(|e| util::io_err(format!("port {from_port}: MIGRATE"), e))?;
+        Ok(keys.len())
+    }
+
+    /// Ends a slot migration: `CLUSTER SETSLOT slot NODE <target>` on the target, the source
+    /// and every other live primary, so clients asking the source now get `MOVED`.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not answer or refuses.
+    pub fn finish_slot_migration(&self, slot: u16, from_port: u16, to_port: u16) -> io::Result<()> {
+        let to_id = self.node_id(to_port)?;
+        let slot = slot.to_string();
+        setslot(to_port, &[&slot, "NODE", &to_id])?;
+        setslot(from_port, &[&slot, "NODE", &to_id])?;
+        for primary in self.current_primaries()? {
+            if ![from_port, to_port].contains(&primary.port()) {
+                setslot(primary.port(), &[&slot, "NODE", &to_id])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn node_id(&self, port: u16) -> io::Result<String> {
+        query(port, &["CLUSTER", "MYID"], QUERY_TIMEOUT)
+            .map_err(|e| util::io_err(format!("port {port}: CLUSTER MYID"), e))
     }
 
     /// The hash slot of `key` (see [`key_slot`]); equal to `CLUSTER KEYSLOT key`.
