@@ -104,6 +104,7 @@ mod reentrancy;
 mod release;
 mod scripts;
 mod store;
+mod tls;
 mod waiters;
 mod watchdog;
 
@@ -119,6 +120,7 @@ pub use error::{ConfigError, InvalidKeyReason, LockError};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use locker::{Locker, LockerBuilder, MAX_LEASE};
+pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
 #[cfg(feature = "macros")]

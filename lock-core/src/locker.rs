@@ -14,6 +14,7 @@ use crate::key::{self, RedisKeys};
 use crate::reentrancy::Registry;
 use crate::release::{self, ReleaseJob};
 use crate::store::{MinReplicas, Store};
+use crate::tls::{self, TlsConfig};
 use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
 
@@ -211,6 +212,7 @@ impl AsRef<Self> for Locker {
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s |
 /// | [`command_timeout`](Self::command_timeout) | 3 s |
+/// | [`tls`](Self::tls) | system trust store for `rediss://` URLs |
 ///
 /// # Examples
 ///
@@ -235,6 +237,7 @@ pub struct LockerBuilder {
     settings: Settings,
     connect_timeout: Duration,
     min_replicas: Option<MinReplicas>,
+    tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -255,6 +258,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("settings", &self.settings)
             .field("connect_timeout", &self.connect_timeout)
             .field("min_replicas", &self.min_replicas)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -292,6 +296,7 @@ impl Default for LockerBuilder {
         Self {
             topology: None,
             min_replicas: None,
+            tls: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
@@ -307,7 +312,8 @@ impl Default for LockerBuilder {
 }
 
 impl LockerBuilder {
-    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`.
+    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
+    /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Single(url.into()));
         self
@@ -415,7 +421,35 @@ impl LockerBuilder {
         self
     }
 
-    /// Limit for establishing a connection.
+    /// Certificates for `rediss://` URLs: a private CA to trust instead of the system trust
+    /// store, and a client certificate for servers with `tls-auth-clients yes`. Applies to
+    /// every connection of the locker: the command connection, the pub/sub connection of the
+    /// waiters, every RedLock node and every Cluster node.
+    ///
+    /// `rediss://` URLs work without this (verified against the system trust store); with it,
+    /// every URL must be `rediss://`. Not supported with [`sentinel`](Self::sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::{Locker, TlsConfig};
+    ///
+    /// # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .url("rediss://127.0.0.1:6380")
+    ///     .tls(TlsConfig::new().root_certificate_pem(ca_pem))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(mut self, config: TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Limit for establishing a connection (TCP, and the TLS handshake for `rediss://`).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -431,16 +465,23 @@ impl LockerBuilder {
     ///
     /// # Errors
     ///
-    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease;
-    /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout.
+    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease, unusable
+    /// TLS settings (all checked before any connection is made);
+    /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout;
+    /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
+    /// certificate, refused client certificate).
     pub async fn build(self) -> Result<Locker, LockError> {
         let Self {
             topology,
             settings,
             connect_timeout,
             min_replicas,
+            tls,
         } = self;
         let topology = topology.ok_or(ConfigError::MissingUrl)?;
+        if let Some(tls) = &tls {
+            tls.validate()?;
+        }
         if !key::valid_prefix(&settings.prefix) {
             return Err(ConfigError::Prefix {
                 prefix: settings.prefix,
@@ -455,7 +496,7 @@ impl LockerBuilder {
             connect: connect_timeout,
             command: settings.command_timeout,
         };
-        let (store, pubsub) = connect(topology, timeouts, min_replicas).await?;
+        let (store, pubsub) = connect(topology, timeouts, min_replicas, tls.as_ref()).await?;
         let store = Arc::new(store);
         store.warn_on_eviction_policy().await;
         let shutdown = CancellationToken::new();
@@ -479,9 +520,38 @@ impl LockerBuilder {
     }
 }
 
-fn clients(urls: &[String]) -> Result<Vec<redis::Client>, LockError> {
+/// A client for `url`, with the TLS settings when there are any.
+fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
+    let client = redis::Client::open(url).map_err(ConfigError::Url)?;
+    let secure = is_tls_url(&client);
+    if secure {
+        tls::ensure_crypto_provider();
+    }
+    match tls {
+        None => Ok(client),
+        Some(_) if !secure => Err(ConfigError::Tls {
+            what: "url",
+            reason: format!("TLS settings need `rediss://` urls, got {}", redact(url)),
+        }),
+        Some(tls) => {
+            redis::Client::build_with_tls(url, tls.certificates()).map_err(|e| ConfigError::Tls {
+                what: "certificates",
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+fn is_tls_url(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
+fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client>, LockError> {
     urls.iter()
-        .map(|u| redis::Client::open(u.as_str()).map_err(|e| ConfigError::Url(e).into()))
+        .map(|u| open(u, tls).map_err(LockError::from))
         .collect()
 }
 
@@ -490,11 +560,12 @@ async fn connect(
     topology: Topology,
     timeouts: Timeouts,
     min_replicas: Option<MinReplicas>,
+    tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend("", e);
     Ok(match topology {
         Topology::Single(url) => {
-            let client = redis::Client::open(url.as_str()).map_err(ConfigError::Url)?;
+            let client = open(&url, tls)?;
             let conn = Connection::single(client.clone(), timeouts)
                 .await
                 .map_err(backend)?;
@@ -507,8 +578,8 @@ async fn connect(
             if seeds.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            let pubsub = PubSubSource::Nodes(clients(&seeds)?);
-            let conn = Connection::cluster(&seeds, timeouts)
+            let pubsub = PubSubSource::Nodes(clients(&seeds, tls)?);
+            let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
                 .await
                 .map_err(backend)?;
             (Store::One { conn, min_replicas }, pubsub)
@@ -517,7 +588,14 @@ async fn connect(
             if sentinels.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            clients(&sentinels)?;
+            let sentinel_clients = clients(&sentinels, None)?;
+            if tls.is_some() || sentinel_clients.iter().any(is_tls_url) {
+                return Err(ConfigError::Tls {
+                    what: "topology",
+                    reason: "TLS is not supported with Sentinel yet".to_owned(),
+                }
+                .into());
+            }
             let conn = Connection::sentinel(&master, &sentinels, timeouts)
                 .await
                 .map_err(backend)?;
@@ -534,7 +612,7 @@ async fn connect(
             if min_replicas.is_some() {
                 return Err(ConfigError::MinReplicasWithRedLock.into());
             }
-            let clients = clients(&urls)?;
+            let clients = clients(&urls, tls)?;
             // Nodes that are down at start-up are connected lazily: RedLock must start with a
             // majority up, not all of them.
             let mut nodes = Vec::new();
