@@ -85,7 +85,7 @@ impl Connection {
     ) -> RedisResult<Self> {
         let client = SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
-            master.to_owned(),
+            master,
             None,
             SentinelServerType::Master,
         )?;

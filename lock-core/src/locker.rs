@@ -100,7 +100,8 @@ impl Locker {
     /// # Errors
     ///
     /// [`LockError::Config`] for a URL that does not parse, [`LockError::Backend`] when Redis
-    /// cannot be reached within the connect timeout.
+    /// cannot be reached within the connect timeout, [`LockError::Tls`] when a `rediss://`
+    /// handshake fails.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder().url(url).build().await
     }
@@ -661,5 +662,13 @@ mod tests {
         assert!(!format!("{builder:?}").contains("hunter2"));
         let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);
         assert!(!format!("{builder:?}").contains("s3cret"));
+        let builder = Locker::builder()
+            .url("rediss://app:hunter2@db:6380/")
+            .tls(TlsConfig::new().client_identity_pem("CERT", "PRIVATE-KEY-TEXT"));
+        let debug = format!("{builder:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
+            "{debug}"
+        );
     }
 }

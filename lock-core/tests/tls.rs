@@ -88,13 +88,14 @@ fn assert_tls_error(err: &LockError, elapsed: Duration, expect: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_happy_path_locks_wakes_waiters_and_renews() {
     let (ca, server) = tls_server(false);
-    let lease = Duration::from_millis(600);
-    let connect = |fallback: Duration| {
+    // A 30 s lease and a 30 s fallback retry: neither the holder's TTL nor polling can wake
+    // the waiter within the test, only the release message can.
+    let connect = |lease: Duration| {
         Locker::builder()
             .url(server.tls_url())
             .tls(trusting(&ca))
             .watchdog_lease(lease)
-            .fallback_retry(fallback)
+            .fallback_retry(Duration::from_secs(30))
             .build()
     };
     let holder = connect(Duration::from_secs(30)).await.unwrap();
@@ -124,18 +125,23 @@ async fn tls_happy_path_locks_wakes_waiters_and_renews() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Held for three leases: the watchdog renewed it over TLS.
+
+    // Meanwhile the watchdog renews a short lease over TLS: held for 3 leases of 300 ms.
+    let lease = Duration::from_millis(300);
+    let renewer = connect(lease).await.unwrap();
+    let short = renewer.lock("renewed").await.unwrap();
     tokio::time::sleep(lease * 3).await;
-    assert!(guard.is_held());
-    assert!(holder.renewal_calls() >= 3, "{}", holder.renewal_calls());
+    assert!(short.is_held());
+    assert!(renewer.renewal_calls() >= 3, "{}", renewer.renewal_calls());
+    let pttl: i64 = server.cmd(&["PTTL", &server.keys("lock:*:lock:renewed")[0]]);
+    assert!(pttl > 0, "{pttl}");
+    short.release().await.unwrap();
     assert!(!waiting.is_finished(), "the waiter got a held lock");
 
     let released = Instant::now();
     guard.release().await.unwrap();
     let woken = waiting.await.unwrap() - released;
-    // Fallback retry is 30 s and the lease (600 ms) was being renewed: only the release
-    // message explains a wake-up this fast.
-    assert!(woken < Duration::from_millis(400), "woken after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
     assert!(!holder.is_locked("tls-key").await.unwrap());
     // The command and pub/sub connections of both lockers sit on the TLS port.
     let clients: String = server.cmd(&["CLIENT", "LIST"]);
@@ -371,5 +377,30 @@ async fn redlock_over_tls() {
         .unwrap();
     for server in &servers {
         assert!(server.keys("lock:*:lock:*").is_empty());
+    }
+}
+
+/// Sentinel has no TLS support in the kit yet: TLS settings or `rediss://` sentinels are a
+/// configuration error (rather than a silently plaintext connection to the primary).
+#[tokio::test]
+async fn sentinel_with_tls_is_refused_as_configuration() {
+    let ca = TestCa::new("lock-kit test CA");
+    for builder in [
+        Locker::builder().sentinel("mymaster", ["rediss://127.0.0.1:26379"]),
+        Locker::builder()
+            .sentinel("mymaster", ["redis://127.0.0.1:26379"])
+            .tls(trusting(&ca)),
+    ] {
+        let err = builder.build().await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                LockError::Config(ConfigError::Tls {
+                    what: "topology",
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
     }
 }
