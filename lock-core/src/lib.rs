@@ -94,7 +94,9 @@
 //! for servers with `tls-auth-clients yes`, a client certificate are given with
 //! [`LockerBuilder::tls`] and [`TlsConfig`]. The settings cover every connection of the locker:
 //! commands, the waiters' pub/sub connection, each RedLock node, each Cluster node (Sentinel
-//! with TLS is not supported yet and is refused by `build()`).
+//! with TLS is not supported yet and is refused by `build()`). When the process has no default
+//! rustls `CryptoProvider` yet, building a TLS locker installs `ring`'s as the default; an
+//! application that installed its own keeps it.
 //!
 //! ```no_run
 //! use lock_core::{Locker, TlsConfig};
