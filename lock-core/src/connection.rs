@@ -58,12 +58,20 @@ impl Connection {
         ConnectionManager::new_lazy_with_config(client, timeouts.manager_config()).map(Self::Single)
     }
 
-    pub(crate) async fn cluster(urls: &[String], timeouts: Timeouts) -> RedisResult<Self> {
-        let client = redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
-            .connection_timeout(timeouts.connect)
-            .response_timeout(timeouts.command)
-            .retries(3)
-            .build()?;
+    pub(crate) async fn cluster(
+        urls: &[String],
+        timeouts: Timeouts,
+        certificates: Option<redis::TlsCertificates>,
+    ) -> RedisResult<Self> {
+        let mut builder =
+            redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
+                .connection_timeout(timeouts.connect)
+                .response_timeout(timeouts.command)
+                .retries(3);
+        if let Some(certificates) = certificates {
+            builder = builder.certs(certificates);
+        }
+        let client = builder.build()?;
         let connection = tokio::time::timeout(timeouts.connect, client.get_async_connection())
             .await
             .map_err(|_| timed_out("connecting to the cluster"))??;
@@ -77,7 +85,7 @@ impl Connection {
     ) -> RedisResult<Self> {
         let client = SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
-            master.to_owned(),
+            master,
             None,
             SentinelServerType::Master,
         )?;

@@ -54,6 +54,22 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
+    /// A TLS connection to Redis failed: the server's certificate is not trusted, has expired
+    /// or does not name the host of the URL, the server refused the client certificate (or its
+    /// absence), or the peer does not speak TLS. Reported by
+    /// [`LockerBuilder::build`](crate::LockerBuilder::build), or by an operation whose
+    /// reconnect fails that way.
+    ///
+    /// A plaintext `redis://` client talking to a TLS port is not this error: the server just
+    /// closes the connection, which arrives as [`Backend`](Self::Backend).
+    #[error("TLS connection to redis failed: {source}")]
+    Tls {
+        /// The user's key, or `""` for the connect.
+        key: String,
+        /// The error of the Redis client; its chain holds the rustls error.
+        #[source]
+        source: redis::RedisError,
+    },
     /// The lock was acquired but fewer replicas than `min_replicas` acknowledged it within the
     /// timeout, so it was released again (fail closed).
     #[error("lock `{key}` reached {acked} of {wanted} required replicas; released it again")]
@@ -93,6 +109,16 @@ pub enum ConfigError {
     /// No Redis URL was given to the builder.
     #[error("no redis url: call .url(..) on the builder")]
     MissingUrl,
+    /// TLS settings that cannot be used: a PEM without a usable certificate or key, a client
+    /// key that does not belong to its certificate, TLS settings for a plaintext `redis://`
+    /// URL, or TLS with a topology that does not support it.
+    #[error("invalid TLS settings ({what}): {reason}")]
+    Tls {
+        /// What was rejected, e.g. `"root certificate PEM"`, `"client key PEM"`, `"url"`.
+        what: &'static str,
+        /// Why. Never quotes key material.
+        reason: String,
+    },
     /// The key prefix contains `{` or `}` (it would pick the cluster hash slot) or is too long.
     #[error("invalid key prefix {prefix:?}: it must be at most 128 bytes without `{{` or `}}`")]
     Prefix {
@@ -149,9 +175,17 @@ impl LockError {
         matches!(self, Self::Lost { .. })
     }
 
-    /// `true` when Redis was unreachable or failed (not contention, not bad input).
+    /// `true` when Redis was unreachable or failed (not contention, not bad input): a
+    /// [`Backend`](Self::Backend) error, or a failed TLS connection ([`Tls`](Self::Tls);
+    /// [`is_tls`](Self::is_tls) tells them apart).
     pub fn is_backend(&self) -> bool {
-        matches!(self, Self::Backend { .. })
+        matches!(self, Self::Backend { .. } | Self::Tls { .. })
+    }
+
+    /// `true` when a TLS connection failed ([`Tls`](Self::Tls)): a certificate problem, a
+    /// refused client certificate, a non-TLS peer.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls { .. })
     }
 
     /// `true` when a Redis command or connection attempt timed out.
@@ -176,7 +210,7 @@ impl LockError {
             | Self::InvalidKey { key, .. }
             | Self::WrongType { key }
             | Self::NotReplicated { key, .. } => Some(key),
-            Self::Backend { key, .. } if !key.is_empty() => Some(key),
+            Self::Backend { key, .. } | Self::Tls { key, .. } if !key.is_empty() => Some(key),
             _ => None,
         }
     }
@@ -185,6 +219,12 @@ impl LockError {
         if source.code() == Some("WRONGTYPE") {
             return Self::WrongType {
                 key: key.to_owned(),
+            };
+        }
+        if crate::tls::is_tls_error(&source) {
+            return Self::Tls {
+                key: key.to_owned(),
+                source,
             };
         }
         Self::Backend {

@@ -85,6 +85,40 @@
 //! None of them makes a Redis lock a substitute for a fencing token or a database constraint
 //! where a double holder would corrupt data.
 //!
+//! # TLS
+//!
+//! A `rediss://` URL connects over TLS (rustls with the `ring` provider). The server's
+//! certificate must chain to a trusted CA, be valid now, and name the URL's host in its subject
+//! alternative names: an IP address SAN for `rediss://10.0.0.5:6380`, a DNS SAN for
+//! `rediss://redis.internal:6380`. By default the system trust store is used; a private CA and,
+//! for servers with `tls-auth-clients yes`, a client certificate are given with
+//! [`LockerBuilder::tls`] and [`TlsConfig`]. The settings cover every connection of the locker:
+//! commands, the waiters' pub/sub connection, each RedLock node, each Cluster node (Sentinel
+//! with TLS is not supported yet and is refused by `build()`). When the process has no default
+//! rustls `CryptoProvider` yet, building a TLS locker installs `ring`'s as the default; an
+//! application that installed its own keeps it.
+//!
+//! ```no_run
+//! use lock_core::{Locker, TlsConfig};
+//!
+//! # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_core::LockError> {
+//! let locker = Locker::builder()
+//!     .url("rediss://redis.internal:6380")
+//!     .tls(TlsConfig::new().root_certificate_pem(ca_pem))
+//!     .build()
+//!     .await?;
+//! # let _ = locker;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Malformed PEM is a [`ConfigError::Tls`] from `build()`, before any connection. A failed
+//! handshake (untrusted, expired or wrong-host certificate, a refused client certificate) is
+//! [`LockError::Tls`]; a server that never answers the handshake is a timeout
+//! [`LockError::Backend`]. There is no switch to skip verification: redis-rs's `#insecure`
+//! URL fragment needs a `redis` feature the kit does not enable, so such URLs fail to connect;
+//! do not enable it.
+//!
 //! # What a Redis lock does not protect against
 //!
 //! A primary that fails over before the lock key replicated can grant the lock twice; a
@@ -105,6 +139,7 @@ mod release;
 mod scripts;
 mod store;
 mod template;
+mod tls;
 mod waiters;
 mod watchdog;
 
@@ -120,6 +155,7 @@ pub use error::{ConfigError, InvalidKeyReason, LockError};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use locker::{Locker, LockerBuilder, MAX_LEASE};
+pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
 #[cfg(feature = "macros")]

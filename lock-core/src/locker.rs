@@ -14,6 +14,7 @@ use crate::key::{self, RedisKeys};
 use crate::reentrancy::Registry;
 use crate::release::{self, ReleaseJob};
 use crate::store::{MinReplicas, RestartGuard, Store};
+use crate::tls::{self, TlsConfig};
 use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
 
@@ -99,7 +100,8 @@ impl Locker {
     /// # Errors
     ///
     /// [`LockError::Config`] for a URL that does not parse, [`LockError::Backend`] when Redis
-    /// cannot be reached within the connect timeout.
+    /// cannot be reached within the connect timeout, [`LockError::Tls`] when a `rediss://`
+    /// handshake fails.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder().url(url).build().await
     }
@@ -213,6 +215,7 @@ impl AsRef<Self> for Locker {
 /// | [`command_timeout`](Self::command_timeout) | 3 s |
 /// | [`min_replicas`](Self::min_replicas) | none |
 /// | [`restart_guard`](Self::restart_guard) | none (RedLock only) |
+/// | [`tls`](Self::tls) | system trust store for `rediss://` URLs |
 ///
 /// # Examples
 ///
@@ -238,6 +241,7 @@ pub struct LockerBuilder {
     connect_timeout: Duration,
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<Duration>,
+    tls: Option<TlsConfig>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -259,6 +263,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("min_replicas", &self.min_replicas)
             .field("restart_guard", &self.restart_guard)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -297,6 +302,7 @@ impl Default for LockerBuilder {
             topology: None,
             min_replicas: None,
             restart_guard: None,
+            tls: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
@@ -312,7 +318,8 @@ impl Default for LockerBuilder {
 }
 
 impl LockerBuilder {
-    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`.
+    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
+    /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Single(url.into()));
         self
@@ -452,7 +459,35 @@ impl LockerBuilder {
         self
     }
 
-    /// Limit for establishing a connection.
+    /// Certificates for `rediss://` URLs: a private CA to trust instead of the system trust
+    /// store, and a client certificate for servers with `tls-auth-clients yes`. Applies to
+    /// every connection of the locker: the command connection, the pub/sub connection of the
+    /// waiters, every RedLock node and every Cluster node.
+    ///
+    /// `rediss://` URLs work without this (verified against the system trust store); with it,
+    /// every URL must be `rediss://`. Not supported with [`sentinel`](Self::sentinel).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::{Locker, TlsConfig};
+    ///
+    /// # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .url("rediss://127.0.0.1:6380")
+    ///     .tls(TlsConfig::new().root_certificate_pem(ca_pem))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(mut self, config: TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Limit for establishing a connection (TCP, and the TLS handshake for `rediss://`).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -468,8 +503,11 @@ impl LockerBuilder {
     ///
     /// # Errors
     ///
-    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease;
-    /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout.
+    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease, unusable
+    /// TLS settings (all checked before any connection is made);
+    /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout;
+    /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
+    /// certificate, refused client certificate).
     pub async fn build(self) -> Result<Locker, LockError> {
         let Self {
             topology,
@@ -477,8 +515,12 @@ impl LockerBuilder {
             connect_timeout,
             min_replicas,
             restart_guard,
+            tls,
         } = self;
         let topology = topology.ok_or(ConfigError::MissingUrl)?;
+        if let Some(tls) = &tls {
+            tls.validate()?;
+        }
         if !key::valid_prefix(&settings.prefix) {
             return Err(ConfigError::Prefix {
                 prefix: settings.prefix,
@@ -506,7 +548,14 @@ impl LockerBuilder {
                 guard,
             }),
         };
-        let (store, pubsub) = connect(topology, timeouts, min_replicas, restart_guard).await?;
+        let (store, pubsub) = connect(
+            topology,
+            timeouts,
+            min_replicas,
+            restart_guard,
+            tls.as_ref(),
+        )
+        .await?;
         let store = Arc::new(store);
         store.warn_on_eviction_policy().await;
         let shutdown = CancellationToken::new();
@@ -530,9 +579,38 @@ impl LockerBuilder {
     }
 }
 
-fn clients(urls: &[String]) -> Result<Vec<redis::Client>, LockError> {
+/// A client for `url`, with the TLS settings when there are any.
+fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
+    let client = redis::Client::open(url).map_err(ConfigError::Url)?;
+    let secure = is_tls_url(&client);
+    if secure {
+        tls::ensure_crypto_provider();
+    }
+    match tls {
+        None => Ok(client),
+        Some(_) if !secure => Err(ConfigError::Tls {
+            what: "url",
+            reason: format!("TLS settings need `rediss://` urls, got {}", redact(url)),
+        }),
+        Some(tls) => {
+            redis::Client::build_with_tls(url, tls.certificates()).map_err(|e| ConfigError::Tls {
+                what: "certificates",
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+fn is_tls_url(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
+fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client>, LockError> {
     urls.iter()
-        .map(|u| redis::Client::open(u.as_str()).map_err(|e| ConfigError::Url(e).into()))
+        .map(|u| open(u, tls).map_err(LockError::from))
         .collect()
 }
 
@@ -542,11 +620,12 @@ async fn connect(
     timeouts: Timeouts,
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<RestartGuard>,
+    tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend("", e);
     Ok(match topology {
         Topology::Single(url) => {
-            let client = redis::Client::open(url.as_str()).map_err(ConfigError::Url)?;
+            let client = open(&url, tls)?;
             let conn = Connection::single(client.clone(), timeouts)
                 .await
                 .map_err(backend)?;
@@ -559,8 +638,8 @@ async fn connect(
             if seeds.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            let pubsub = PubSubSource::Nodes(clients(&seeds)?);
-            let conn = Connection::cluster(&seeds, timeouts)
+            let pubsub = PubSubSource::Nodes(clients(&seeds, tls)?);
+            let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
                 .await
                 .map_err(backend)?;
             (Store::One { conn, min_replicas }, pubsub)
@@ -569,7 +648,14 @@ async fn connect(
             if sentinels.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            clients(&sentinels)?;
+            let sentinel_clients = clients(&sentinels, None)?;
+            if tls.is_some() || sentinel_clients.iter().any(is_tls_url) {
+                return Err(ConfigError::Tls {
+                    what: "topology",
+                    reason: "TLS is not supported with Sentinel yet".to_owned(),
+                }
+                .into());
+            }
             let conn = Connection::sentinel(&master, &sentinels, timeouts)
                 .await
                 .map_err(backend)?;
@@ -586,7 +672,7 @@ async fn connect(
             if min_replicas.is_some() {
                 return Err(ConfigError::MinReplicasWithRedLock.into());
             }
-            let clients = clients(&urls)?;
+            let clients = clients(&urls, tls)?;
             // Nodes that are down at start-up are connected lazily: RedLock must start with a
             // majority up, not all of them.
             let mut nodes = Vec::new();
@@ -636,5 +722,13 @@ mod tests {
         assert!(!format!("{builder:?}").contains("hunter2"));
         let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);
         assert!(!format!("{builder:?}").contains("s3cret"));
+        let builder = Locker::builder()
+            .url("rediss://app:hunter2@db:6380/")
+            .tls(TlsConfig::new().client_identity_pem("CERT", "PRIVATE-KEY-TEXT"));
+        let debug = format!("{builder:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
+            "{debug}"
+        );
     }
 }

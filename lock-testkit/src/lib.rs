@@ -10,6 +10,7 @@
 //! | fixture | what | start-up on 2 cores |
 //! | --- | --- | --- |
 //! | [`RedisServer`] | one server | ~10 ms |
+//! | [`RedisServer::start_tls`] | one server with a TLS port, certificates from [`TestCa`] | ~10 ms plus key generation |
 //! | [`RedisServers`] | `n` independent masters (RedLock) | ~40 ms for 5 |
 //! | [`RedisSentinel`] | primary + replica + 3 sentinels | 2.1–3.2 s (sentinel discovery) |
 //! | [`RedisCluster`] | `n` primaries × `r` replicas | ~2.1 s for 3 × 1 or 2 × 1 (a cluster node waits 2 s before it reports `ok`) |
@@ -33,6 +34,7 @@ mod proxy;
 mod sentinel;
 mod server;
 mod servers;
+mod tls;
 mod util;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
@@ -42,3 +44,4 @@ pub use server::{
     free_cluster_port, free_port, redis_available, running_servers, Persistence, RedisServer,
 };
 pub use servers::RedisServers;
+pub use tls::{CertAndKey, TestCa, TlsServerConfig, Validity};

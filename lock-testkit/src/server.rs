@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::tls::TlsServerConfig;
 use crate::util;
 
 /// Whether a restarted server keeps its data.
@@ -46,9 +47,21 @@ pub struct RedisServer {
     extra: Vec<String>,
     persistence: Persistence,
     kind: Kind,
+    /// The TLS listener, for servers started with [`RedisServer::start_tls`].
+    tls: Option<TlsListener>,
     child: Option<Child>,
     paused: AtomicBool,
 }
+
+/// The TLS port of a server and whether it requires client certificates.
+#[derive(Debug, Clone, Copy)]
+struct TlsListener {
+    port: u16,
+    auth_clients: bool,
+}
+
+/// Where a TLS server's certificate files live, inside its temporary directory.
+const TLS_DIR: &str = "tls";
 
 /// Number of `redis-server` processes started by this crate that are still running.
 static RUNNING: AtomicUsize = AtomicUsize::new(0);
@@ -157,6 +170,47 @@ impl RedisServer {
         Ok(server)
     }
 
+    /// Starts a server that accepts TLS on a second free loopback port
+    /// ([`tls_port`](Self::tls_port), [`tls_url`](Self::tls_url)), presenting `config.server`,
+    /// with `--tls-auth-clients yes` when `config.auth_clients`.
+    ///
+    /// The plaintext [`port`](Self::port) stays open on loopback for the fixture's own
+    /// helpers ([`cmd`](Self::cmd), [`client_count`](Self::client_count), readiness checks), so
+    /// every assertion helper works unchanged; code under test is given the TLS URL. The
+    /// certificate, key and CA files are written to `tls/` in the server's temporary
+    /// directory and removed with it.
+    ///
+    /// ```no_run
+    /// use lock_testkit::{RedisServer, TestCa, TlsServerConfig, Validity};
+    ///
+    /// let ca = TestCa::new("test CA");
+    /// let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    /// let server = RedisServer::start_tls(&TlsServerConfig::new(cert, &ca)).unwrap();
+    /// let url = server.tls_url(); // rediss://127.0.0.1:<free port>/
+    /// ```
+    pub fn start_tls(config: &TlsServerConfig) -> io::Result<Self> {
+        let tls = TlsListener {
+            port: free_port(),
+            auth_clients: config.auth_clients,
+        };
+        let mut server = Self::launch_inner(
+            free_port(),
+            &[],
+            Persistence::None,
+            Some(tls),
+            |dir: &Path| {
+                let tls_dir = dir.join(TLS_DIR);
+                std::fs::create_dir_all(&tls_dir)?;
+                std::fs::write(tls_dir.join("server.crt"), &config.server.cert_pem)?;
+                std::fs::write(tls_dir.join("server.key"), &config.server.key_pem)?;
+                std::fs::write(tls_dir.join("ca.crt"), &config.client_ca_pem)?;
+                Ok(Kind::Server)
+            },
+        )?;
+        server.wait_ready(util::READY_TIMEOUT)?;
+        Ok(server)
+    }
+
     /// Creates the server's directory and spawns the process without waiting for it to accept
     /// connections (fixtures spawn all their processes first, then wait for all of them).
     ///
@@ -165,6 +219,16 @@ impl RedisServer {
         port: u16,
         extra: &[&str],
         persistence: Persistence,
+        kind: impl FnOnce(&Path) -> io::Result<Kind>,
+    ) -> io::Result<Self> {
+        Self::launch_inner(port, extra, persistence, None, kind)
+    }
+
+    fn launch_inner(
+        port: u16,
+        extra: &[&str],
+        persistence: Persistence,
+        tls: Option<TlsListener>,
         kind: impl FnOnce(&Path) -> io::Result<Kind>,
     ) -> io::Result<Self> {
         let dir = std::env::temp_dir().join(format!("lock-testkit-{}-{port}", std::process::id()));
@@ -182,6 +246,7 @@ impl RedisServer {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             persistence,
             kind,
+            tls,
             child: None,
             paused: AtomicBool::new(false),
         };
@@ -221,6 +286,20 @@ impl RedisServer {
                     Persistence::AofAlways => {
                         cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
                     }
+                }
+                if let Some(tls) = self.tls {
+                    let tls_dir = self.dir.join(TLS_DIR);
+                    cmd.args(["--tls-port", &tls.port.to_string()])
+                        .arg("--tls-cert-file")
+                        .arg(tls_dir.join("server.crt"))
+                        .arg("--tls-key-file")
+                        .arg(tls_dir.join("server.key"))
+                        .arg("--tls-ca-cert-file")
+                        .arg(tls_dir.join("ca.crt"))
+                        .args([
+                            "--tls-auth-clients",
+                            if tls.auth_clients { "yes" } else { "no" },
+                        ]);
                 }
             }
         }
@@ -289,6 +368,37 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
         util::url(self.port)
+    }
+
+    /// The TLS port, for servers started with [`start_tls`](Self::start_tls).
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.map(|t| t.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/`.
+    ///
+    /// # Panics
+    ///
+    /// If the server was not started with [`start_tls`](Self::start_tls).
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .tls_port()
+            .expect("a server started with RedisServer::start_tls");
+        format!("rediss://127.0.0.1:{port}/")
+    }
+
+    /// Connections the server has accepted since it started (`total_connections_received`
+    /// of `INFO stats`), TLS and plaintext, including the fixture's own; each call of this
+    /// method adds one.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn connections_received(&self) -> u64 {
+        let info: String = self.cmd(&["INFO", "stats"]);
+        util::info_field(&info, "total_connections_received")
+            .and_then(|n| n.parse().ok())
+            .expect("total_connections_received in INFO stats")
     }
 
     /// The server's PID, while it runs.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_testkit::{
     key_slot, FaultProxy, ProxyMode, RedisCluster, RedisSentinel, RedisServer, RedisServers,
+    TestCa, TlsServerConfig, Validity,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -463,6 +464,31 @@ async fn fault_proxy_modes() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// A TLS server listens on a second free loopback port with the certificate files in its own
+/// directory; after a restart it still does; on drop the process and the files are gone.
+#[test]
+fn tls_server_listens_on_its_own_port_and_cleans_up() {
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let mut server = RedisServer::start_tls(&TlsServerConfig::new(cert, &ca)).unwrap();
+    let tls_port = server.tls_port().unwrap();
+    assert_ne!(tls_port, server.port());
+    assert_eq!(server.tls_url(), format!("rediss://127.0.0.1:{tls_port}/"));
+    let tls_dir = server.dir().join("tls");
+    for file in ["server.crt", "server.key", "ca.crt"] {
+        assert!(tls_dir.join(file).exists(), "{file}");
+    }
+    let conf: Vec<String> = server.cmd(&["CONFIG", "GET", "tls-port"]);
+    assert_eq!(conf, ["tls-port".to_owned(), tls_port.to_string()]);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_ok());
+    server.restart().unwrap();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", tls_port)).is_ok());
+    assert!(RedisServer::start().unwrap().tls_port().is_none());
+    let owned = Owned::of([&server]);
+    drop(server);
+    owned.assert_gone();
 }
 
 #[test]

@@ -1,0 +1,406 @@
+//! B19: TLS against real `redis-server` processes with certificates made at test time.
+//!
+//! Every test starts its own server on free loopback ports (a TLS port for the locker, a
+//! plaintext one for the fixture's assertions) and its own certificate authority.
+
+use std::time::{Duration, Instant};
+
+use lock_core::{ConfigError, LockError, Locker, TlsConfig};
+use lock_testkit::{CertAndKey, RedisServer, TestCa, TlsServerConfig, Validity};
+
+/// Connect limit of the failing connects.
+const CONNECT: Duration = Duration::from_secs(1);
+
+/// What a refused handshake may take: the connect limit plus scheduling slack (it takes about
+/// 0.7 s: the connection manager makes 3 attempts with a short backoff). A hang would run into
+/// the test's own 30 s guard instead.
+const FAIL_WITHIN: Duration = Duration::from_secs(2);
+
+/// What a connect to a server that never answers may take: 3 attempts of `CONNECT` each,
+/// plus the backoff between them and slack.
+const SILENT_WITHIN: Duration = Duration::from_millis(3 * 1000 + 1500);
+
+/// A CA and a server presenting a certificate for `127.0.0.1` only (IP SAN, no DNS name).
+fn tls_server(auth_clients: bool) -> (TestCa, RedisServer) {
+    let ca = TestCa::new("lock-kit test CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let server = start(&ca, cert, auth_clients);
+    (ca, server)
+}
+
+fn start(ca: &TestCa, cert: CertAndKey, auth_clients: bool) -> RedisServer {
+    let mut config = TlsServerConfig::new(cert, ca);
+    if auth_clients {
+        config = config.require_client_certs();
+    }
+    RedisServer::start_tls(&config).expect("start redis-server with TLS")
+}
+
+fn trusting(ca: &TestCa) -> TlsConfig {
+    TlsConfig::new().root_certificate_pem(ca.cert_pem())
+}
+
+/// Builds a locker for `url` and returns the error and how long the attempt took; the whole
+/// attempt is guarded so that a hang fails the test instead of blocking it.
+async fn failed_connect(url: String, tls: Option<TlsConfig>) -> (LockError, Duration) {
+    let mut builder = Locker::builder().url(url).connect_timeout(CONNECT);
+    if let Some(tls) = tls {
+        builder = builder.tls(tls);
+    }
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(30), builder.build())
+        .await
+        .expect("connect hung for 30 s");
+    let err = result.expect_err("connect must fail");
+    let elapsed = started.elapsed();
+    eprintln!("failed after {elapsed:?}: {err}");
+    (err, elapsed)
+}
+
+/// The error's full text, its chain of sources included.
+fn chain(err: &LockError) -> String {
+    let mut text = err.to_string();
+    let mut next = std::error::Error::source(err);
+    while let Some(e) = next {
+        text.push_str(" <- ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
+}
+
+fn assert_tls_error(err: &LockError, elapsed: Duration, expect: &str) {
+    let text = chain(err);
+    assert!(
+        err.is_tls(),
+        "expected LockError::Tls, got {err:?} ({text})"
+    );
+    assert!(!err.is_busy(), "{err:?}");
+    assert!(
+        text.contains(expect),
+        "error does not say {expect:?}: {text}"
+    );
+    assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}: {text}");
+}
+
+/// Happy path: `rediss://` with the private CA; acquire, contend, release; the waiter is
+/// woken by the release message (pub/sub over TLS), not by polling; the watchdog renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_happy_path_locks_wakes_waiters_and_renews() {
+    let (ca, server) = tls_server(false);
+    // A 30 s lease and a 30 s fallback retry: neither the holder's TTL nor polling can wake
+    // the waiter within the test, only the release message can.
+    let connect = |lease: Duration| {
+        Locker::builder()
+            .url(server.tls_url())
+            .tls(trusting(&ca))
+            .watchdog_lease(lease)
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+    };
+    let holder = connect(Duration::from_secs(30)).await.unwrap();
+    let waiter = connect(Duration::from_secs(30)).await.unwrap();
+
+    let guard = holder.lock("tls-key").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let g = waiter
+                .lock("tls-key")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    // The waiter's subscription is in place on the server (it went over the TLS port: the
+    // locker knows no other address).
+    let subscribed = Instant::now();
+    while server.pubsub_channels().is_empty() {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(5),
+            "no subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Meanwhile the watchdog renews a short lease over TLS: held for 3 leases of 300 ms.
+    let lease = Duration::from_millis(300);
+    let renewer = connect(lease).await.unwrap();
+    let short = renewer.lock("renewed").await.unwrap();
+    tokio::time::sleep(lease * 3).await;
+    assert!(short.is_held());
+    assert!(renewer.renewal_calls() >= 3, "{}", renewer.renewal_calls());
+    let pttl: i64 = server.cmd(&["PTTL", &server.keys("lock:*:lock:renewed")[0]]);
+    assert!(pttl > 0, "{pttl}");
+    short.release().await.unwrap();
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let woken = waiting.await.unwrap() - released;
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    assert!(!holder.is_locked("tls-key").await.unwrap());
+    // The command and pub/sub connections of both lockers sit on the TLS port.
+    let clients: String = server.cmd(&["CLIENT", "LIST"]);
+    let tls_port = format!(" laddr=127.0.0.1:{} ", server.tls_port().unwrap());
+    let on_tls = clients.lines().filter(|l| l.contains(&tls_port));
+    assert!(on_tls.clone().count() >= 4, "{clients}");
+    // (The holder's pub/sub connection is open but subscribed to nothing, so not flagged P.)
+    assert!(
+        on_tls.filter(|l| l.contains(" flags=P ")).count() >= 1,
+        "{clients}"
+    );
+    for line in clients.lines().filter(|l| l.contains(" flags=P ")) {
+        assert!(
+            line.contains(&tls_port),
+            "a pub/sub connection off the TLS port: {line}"
+        );
+    }
+}
+
+/// Mutual TLS (`--tls-auth-clients yes`): a client certificate from the CA is accepted; without
+/// one the connect fails with a TLS error, promptly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_needs_the_client_certificate() {
+    let (ca, server) = tls_server(true);
+    let client = ca.client_cert("lock-kit client");
+    let locker = Locker::builder()
+        .url(server.tls_url())
+        .tls(trusting(&ca).client_identity_pem(client.cert_pem.clone(), client.key_pem.clone()))
+        .build()
+        .await
+        .unwrap();
+    locker.lock("k").await.unwrap().release().await.unwrap();
+
+    let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&ca))).await;
+    assert_tls_error(&err, elapsed, "CertificateRequired");
+
+    // A client certificate from another CA is refused as well.
+    let stranger = TestCa::new("another CA").client_cert("intruder");
+    let (err, elapsed) = failed_connect(
+        server.tls_url(),
+        Some(trusting(&ca).client_identity_pem(stranger.cert_pem, stranger.key_pem)),
+    )
+    .await;
+    assert_tls_error(&err, elapsed, "UnknownCA");
+}
+
+/// A server certificate from a CA the client does not trust: `Tls`, "UnknownIssuer", fast.
+#[tokio::test]
+async fn a_certificate_from_another_ca_is_refused() {
+    let (_ca, server) = tls_server(false);
+    let other = TestCa::new("some other CA");
+    let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&other))).await;
+    assert_tls_error(&err, elapsed, "UnknownIssuer");
+    // Without a TlsConfig the system trust store is used, which knows no test CA either.
+    let (err, elapsed) = failed_connect(server.tls_url(), None).await;
+    assert_tls_error(&err, elapsed, "UnknownIssuer");
+    // `#insecure` (accept any certificate) needs a redis feature the kit does not enable: it
+    // is refused, not honoured.
+    let (err, elapsed) = failed_connect(format!("{}#insecure", server.tls_url()), None).await;
+    assert!(err.is_backend() && !err.is_tls(), "{err:?}");
+    assert!(chain(&err).contains("insecure"), "{}", chain(&err));
+    assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}");
+}
+
+/// Plaintext `redis://` to the TLS port: the server drops the connection; a connection error
+/// (not `Busy`, not a hang) within the connect limit.
+#[tokio::test]
+async fn plaintext_to_the_tls_port_is_a_prompt_connection_error() {
+    let (_ca, server) = tls_server(false);
+    let url = format!("redis://127.0.0.1:{}/", server.tls_port().unwrap());
+    let (err, elapsed) = failed_connect(url, None).await;
+    assert!(err.is_backend() && !err.is_busy(), "{err:?}");
+    assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}: {err}");
+}
+
+/// And the other way round: `rediss://` to the plaintext port. The server reads the
+/// ClientHello as an unfinished inline command and answers nothing, so the handshake times
+/// out: a timeout `Backend` error within 3 connect limits (the connection manager's
+/// attempts), not a hang.
+#[tokio::test]
+async fn tls_to_a_plaintext_port_times_out_without_hanging() {
+    let (ca, server) = tls_server(false);
+    let url = format!("rediss://127.0.0.1:{}/", server.port());
+    let (err, elapsed) = failed_connect(url, Some(trusting(&ca))).await;
+    assert!(err.is_backend() && err.is_timeout(), "{err:?}");
+    assert!(elapsed < SILENT_WITHIN, "took {elapsed:?}: {err}");
+}
+
+/// An expired server certificate: `Tls`, "certificate expired".
+#[tokio::test]
+async fn an_expired_server_certificate_is_refused() {
+    let ca = TestCa::new("lock-kit test CA");
+    let expired = ca.server_cert(&["127.0.0.1"], Validity::Expired);
+    let server = start(&ca, expired, false);
+    let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&ca))).await;
+    assert_tls_error(&err, elapsed, "certificate expired");
+}
+
+/// Host name verification, checked explicitly (redis-cli accepted `-h localhost` against an
+/// IP-only SAN): `rediss://localhost` against a certificate for IP 127.0.0.1 only fails, and
+/// so does `rediss://127.0.0.1` against a certificate for a DNS name only.
+#[tokio::test]
+async fn a_certificate_for_another_host_name_is_refused() {
+    let (ca, server) = tls_server(false);
+    let url = format!("rediss://localhost:{}/", server.tls_port().unwrap());
+    let (err, elapsed) = failed_connect(url, Some(trusting(&ca))).await;
+    assert_tls_error(&err, elapsed, "not valid for name");
+
+    let dns_only = ca.server_cert(&["redis.lock-kit.test"], Validity::Current);
+    let server = start(&ca, dns_only, false);
+    let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&ca))).await;
+    assert_tls_error(&err, elapsed, "not valid for name");
+}
+
+/// Bad PEM in the TLS settings: `Config(Tls)` from `build()`, and not one connection reached
+/// the server.
+#[tokio::test]
+async fn bad_pem_is_a_config_error_before_any_connection() {
+    let (ca, server) = tls_server(false);
+    let client = ca.client_cert("lock-kit client");
+    let other_key = ca.client_cert("someone else").key_pem;
+    let before = server.connections_received();
+    let cases: Vec<(&str, TlsConfig, &str)> = vec![
+        (
+            "not PEM at all",
+            TlsConfig::new().root_certificate_pem("hello"),
+            "root certificate PEM",
+        ),
+        (
+            "a truncated certificate",
+            TlsConfig::new().root_certificate_pem(ca.cert_pem()[..200].to_owned()),
+            "root certificate PEM",
+        ),
+        (
+            "a certificate that is not X.509",
+            TlsConfig::new().root_certificate_pem(
+                "-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+            ),
+            "root certificate PEM",
+        ),
+        (
+            "a key that is not PEM",
+            trusting(&ca).client_identity_pem(client.cert_pem.clone(), "secret-key-bytes"),
+            "client key PEM",
+        ),
+        (
+            "a key of another certificate",
+            trusting(&ca).client_identity_pem(client.cert_pem.clone(), other_key),
+            "client identity",
+        ),
+        (
+            "a client certificate that is not PEM",
+            trusting(&ca).client_identity_pem("nope", client.key_pem.clone()),
+            "client certificate PEM",
+        ),
+    ];
+    for (case, tls, what) in cases {
+        let started = Instant::now();
+        let err = Locker::builder()
+            .url(server.tls_url())
+            .tls(tls)
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LockError::Config(ConfigError::Tls { what: w, .. }) if *w == what),
+            "{case}: {err:?}"
+        );
+        assert!(
+            !err.to_string().contains("secret-key-bytes"),
+            "{case}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(500), "{case}");
+    }
+    // TLS settings with a plaintext URL are refused too, rather than silently unused.
+    let err = Locker::builder()
+        .url(server.url())
+        .tls(trusting(&ca))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LockError::Config(ConfigError::Tls { what: "url", .. })
+        ),
+        "{err:?}"
+    );
+    // Only this call's own INFO connection reached the server.
+    assert_eq!(server.connections_received(), before + 1);
+}
+
+/// RedLock over TLS: every node is a `rediss://` URL with the same private CA; a lock is
+/// granted on all of them, contended, and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_tls() {
+    let ca = TestCa::new("lock-kit test CA");
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| {
+            start(
+                &ca,
+                ca.server_cert(&["127.0.0.1"], Validity::Current),
+                false,
+            )
+        })
+        .collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+    let connect = || {
+        Locker::builder()
+            .redlock(urls.clone())
+            .tls(trusting(&ca))
+            .build()
+    };
+    let a = connect().await.unwrap();
+    let b = connect().await.unwrap();
+    let guard = a.lock("k").await.unwrap();
+    for server in &servers {
+        assert_eq!(server.keys("lock:*:lock:k").len(), 1);
+    }
+    assert!(b
+        .lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_busy());
+    guard.release().await.unwrap();
+    b.lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for server in &servers {
+        assert!(server.keys("lock:*:lock:*").is_empty());
+    }
+}
+
+/// Sentinel has no TLS support in the kit yet: TLS settings or `rediss://` sentinels are a
+/// configuration error (rather than a silently plaintext connection to the primary).
+#[tokio::test]
+async fn sentinel_with_tls_is_refused_as_configuration() {
+    let ca = TestCa::new("lock-kit test CA");
+    for builder in [
+        Locker::builder().sentinel("mymaster", ["rediss://127.0.0.1:26379"]),
+        Locker::builder()
+            .sentinel("mymaster", ["redis://127.0.0.1:26379"])
+            .tls(trusting(&ca)),
+    ] {
+        let err = builder.build().await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                LockError::Config(ConfigError::Tls {
+                    what: "topology",
+                    ..
+                })
+            ),
+            "{err:?}"
+        );
+    }
+}
