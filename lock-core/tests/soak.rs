@@ -24,7 +24,7 @@
 //! with its process), no key left under the prefix, no pub/sub channel left, no child process
 //! left. One line starting with `SOAK:` gives the figures (`--nocapture` to see it).
 //!
-//! `LOCK_SOAK_SECS` sets the run time (default 45 s); `LOCK_SOAK_SECS=1800` for a long run
+//! `LOCK_SOAK_SECS` sets the run time (default 60 s); `LOCK_SOAK_SECS=1800` for a long run
 //! (in `--release` it runs several times more cycles per second). `LOCK_SOAK_VERBOSE=1` prints
 //! the workers' counters, the fault timeline, losses no pause explains and the widest overlaps
 //! (also printed when the oracle finds a violation).
@@ -613,7 +613,7 @@ fn chaos_soak() {
     let secs: u64 = std::env::var("LOCK_SOAK_SECS")
         .ok()
         .map(|s| s.parse().expect("LOCK_SOAK_SECS is a number of seconds"))
-        .unwrap_or(45);
+        .unwrap_or(60);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
