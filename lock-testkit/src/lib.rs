@@ -29,6 +29,7 @@
 //! ```
 
 mod cluster;
+mod leftovers;
 pub mod oracle;
 mod proxy;
 mod sentinel;
@@ -38,6 +39,7 @@ mod tls;
 mod util;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
+pub use leftovers::Leftovers;
 pub use proxy::{FaultProxy, ProxyMode};
 pub use sentinel::RedisSentinel;
 pub use server::{

@@ -103,3 +103,23 @@ pub async fn increments(
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     conn.get("counter-value").await.unwrap()
 }
+
+/// The end state every test must reach: the lockers hold, queue, renew and subscribe nothing,
+/// and the server has no lock key, no key without an expiry and no subscribed channel under
+/// `lock:`. Subscriptions linger 500 ms after their last use, hence the polling.
+pub async fn assert_nothing_left(server: &RedisServer, lockers: &[&Locker]) {
+    let idle = |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
+    let clean = eventually(Duration::from_secs(3), || {
+        lockers.iter().all(idle) && server.leftovers("lock:", &[]).is_empty()
+    })
+    .await;
+    assert!(
+        clean,
+        "left behind on the server: {}; per locker (watchdog locks, local keys, subscriptions): {:?}",
+        server.leftovers("lock:", &[]),
+        lockers
+            .iter()
+            .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
+            .collect::<Vec<_>>()
+    );
+}

@@ -1,0 +1,68 @@
+//! [`Leftovers`]: what a test left on a server under the kit's key prefix. Every test must end
+//! with none: no lock key, no key without an expiry, no release channel with a subscriber.
+
+use std::fmt;
+
+use crate::server::RedisServer;
+
+/// What remains on one server under a key prefix.
+///
+/// Fence counters (`<prefix>{..}:fence:<key>`) are allowed: they outlive the lock by design
+/// and expire after the locker's fence retention. Everything else the kit writes is gone once
+/// the locks are released and waiters have left (subscriptions linger for 500 ms after their
+/// last use, so poll for a second).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leftovers {
+    /// Lock keys still present (`<prefix>{..}:lock:<key>`).
+    pub lock_keys: Vec<String>,
+    /// Other keys under the prefix without an expiry (they would stay forever).
+    pub keys_without_ttl: Vec<String>,
+    /// Pub/sub channels under the prefix that still have subscribers.
+    pub channels: Vec<String>,
+    /// Pattern subscriptions on the server (the kit uses none).
+    pub patterns: u64,
+}
+
+impl Leftovers {
+    /// Nothing left.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "lock keys {:?}, keys without TTL {:?}, channels {:?}, pattern subscriptions {}",
+            self.lock_keys, self.keys_without_ttl, self.channels, self.patterns
+        )
+    }
+}
+
+impl RedisServer {
+    /// What is left under `prefix` on this server (see [`Leftovers`]). Keys whose name ends
+    /// in one of `allowed` (e.g. a RedLock node's `node-epoch`) are not counted.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached.
+    pub fn leftovers(&self, prefix: &str, allowed: &[&str]) -> Leftovers {
+        let pattern = format!("{prefix}*");
+        let mut leftovers = Leftovers::default();
+        for key in self.keys(&pattern) {
+            if allowed.iter().any(|suffix| key.ends_with(suffix)) {
+                continue;
+            }
+            if key.contains(":lock:") {
+                leftovers.lock_keys.push(key);
+            } else if self.cmd::<i64>(&["PTTL", &key]) == -1 {
+                leftovers.keys_without_ttl.push(key);
+            }
+        }
+        leftovers.channels = self.cmd(&["PUBSUB", "CHANNELS", &pattern]);
+        leftovers.patterns = self.cmd(&["PUBSUB", "NUMPAT"]);
+        leftovers
+    }
+}
