@@ -903,7 +903,7 @@ fn chaos_soak() {
         }
     }
     let stale_total = report.stale_attempted;
-    println!(
+    lock_testkit::figure(&format!(
         "SOAK: secs={elapsed_s:.1} workers={WORKERS}x{TASKS} (proxied {}) keys={KEYS} lease={}ms cycles={} cycles_per_s={:.0} completed={} lost={} release_failed={} killed_in_section={} \
          faults: worker_sigkill={} proxy_reset={} client_kill_normal={} client_kill_pubsub={} redis_sigstop={} worker_sigstop={} (aimed_inside={}) \
          | overlaps={} signalled={} late_signalled={} unsignalled={} max_late_signal={}ms \
@@ -950,7 +950,7 @@ fn chaos_soak() {
         all_keys.len(),
         channels.len(),
         leftover_children.len(),
-    );
+    ));
 
     assert!(
         report.is_clean(),
@@ -1016,7 +1016,9 @@ fn control_without_the_lock_the_oracle_sees_double_holders() {
         .block_on(Oracle::connect(&soak.referee.url(), &run, "parent"))
         .unwrap();
     let report = rt.block_on(oracle.report()).unwrap();
-    println!("CONTROL: {report}");
+    lock_testkit::figure(&format!(
+        "SOAK CONTROL (no lock every tenth section): {report}"
+    ));
     assert!(!report.is_clean());
     assert!(report.unsignalled_overlaps > 0, "{report}");
     assert!(report.occupancy_violations > 0, "{report}");

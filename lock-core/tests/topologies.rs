@@ -289,6 +289,11 @@ async fn cluster_primary_failover_keeps_replicated_locks() {
             g.key()
         );
     }
+    lock_testkit::figure(&format!(
+        "F17: cluster failover {failover:?}; {} of {} replicated locks still held 3 s later",
+        guards.iter().filter(|g| g.is_held()).count(),
+        guards.len()
+    ));
     // And a new lock can be taken on the failed shard's slots again.
     let fresh = other
         .lock("after-failover")
@@ -375,7 +380,9 @@ async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so(
         second.fencing_token() > first.fencing_token(),
         "tokens keep increasing after the fence counter was lost too"
     );
-    eprintln!("F18a: loss detected {detected:?} after the primary was killed");
+    lock_testkit::figure(&format!(
+        "F18a: cluster holder's lost() {detected:?} after its primary was SIGKILLed (lease 1.5 s)"
+    ));
     let err = first.release().await.unwrap_err();
     assert!(err.is_lost(), "{err:?}");
     second.release().await.unwrap();

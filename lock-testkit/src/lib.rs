@@ -29,6 +29,7 @@
 //! ```
 
 mod cluster;
+mod figures;
 mod leftovers;
 pub mod oracle;
 mod proxy;
@@ -39,6 +40,7 @@ mod tls;
 mod util;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
+pub use figures::figure;
 pub use leftovers::Leftovers;
 pub use proxy::{FaultProxy, ProxyMode};
 pub use sentinel::RedisSentinel;

@@ -108,7 +108,8 @@ pub async fn increments(
 /// and the server has no lock key, no key without an expiry and no subscribed channel under
 /// `lock:`. Subscriptions linger 500 ms after their last use, hence the polling.
 pub async fn assert_nothing_left(server: &RedisServer, lockers: &[&Locker]) {
-    let idle = |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
+    let idle =
+        |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
     let clean = eventually(Duration::from_secs(3), || {
         lockers.iter().all(idle) && server.leftovers("lock:", &[]).is_empty()
     })
