@@ -3,13 +3,12 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use common::eventually;
 use lock_core::{LockError, Locker};
+use lock_testkit::oracle::Oracle;
 use lock_testkit::{RedisCluster, RedisSentinel};
 
 async fn cluster_locker(cluster: &RedisCluster, lease: Duration) -> Locker {
@@ -33,18 +32,17 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
         .await
         .unwrap();
 
-    // Exclusion on 24 keys spread over the slots, 16 tasks in two lockers.
+    // Exclusion on 24 keys spread over the slots, 16 tasks in two lockers, checked by the
+    // double-holder oracle on its own referee server.
+    let referee = lock_testkit::RedisServer::start().unwrap();
+    let oracle = Oracle::connect(&referee.url(), "cluster", "test")
+        .await
+        .unwrap();
     let keys: Vec<String> = (0..24).map(|i| format!("sku:{i}")).collect();
-    let occupancy: Arc<HashMap<String, AtomicUsize>> = Arc::new(
-        keys.iter()
-            .map(|k| (k.clone(), AtomicUsize::new(0)))
-            .collect(),
-    );
-    let violations = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for t in 0..16 {
         let locker = if t % 2 == 0 { a.clone() } else { b.clone() };
-        let (keys, occupancy, violations) = (keys.clone(), occupancy.clone(), violations.clone());
+        let (keys, oracle) = (keys.clone(), oracle.clone());
         tasks.push(tokio::spawn(async move {
             for i in 0..30 {
                 let key = &keys[(t * 7 + i) % keys.len()];
@@ -53,11 +51,12 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
                     .wait(Duration::from_secs(20))
                     .await
                     .unwrap();
-                if occupancy[key].fetch_add(1, Ordering::SeqCst) != 0 {
-                    violations.fetch_add(1, Ordering::SeqCst);
-                }
-                tokio::time::sleep(Duration::from_micros(300)).await;
-                occupancy[key].fetch_sub(1, Ordering::SeqCst);
+                let work = tokio::time::sleep(Duration::from_micros(300));
+                let ((), accepted) = oracle
+                    .section(key, guard.fencing_token(), || guard.is_held(), work)
+                    .await
+                    .unwrap();
+                assert!(accepted, "the holder's fenced write was rejected");
                 guard.release().await.unwrap();
             }
         }));
@@ -65,7 +64,9 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    let report = oracle.report().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (16 * 30, 0), "{report}");
 
     // The locks really were spread over every primary.
     let mut guards = Vec::new();

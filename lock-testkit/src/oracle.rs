@@ -580,6 +580,30 @@ impl Oracle {
         })
     }
 
+    /// One critical section of a holder that keeps its lock throughout (tests without
+    /// faults): [`enter`](Self::enter), `work`, a fenced [`write`](Self::write),
+    /// [`leave`](Self::leave), and [`finish`](Self::finish) as [`Outcome::Completed`]. Returns
+    /// `work`'s output and whether the write was accepted. Release the lock after it returns.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn section<T>(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl Fn() -> bool,
+        work: impl std::future::Future<Output = T>,
+    ) -> RedisResult<(T, bool)> {
+        let mut entry = self.enter(key, fence, &held).await?;
+        let output = work.await;
+        entry.observe(&held);
+        let accepted = self.write(&entry).await?;
+        self.leave(&mut entry).await?;
+        self.finish(entry, Outcome::Completed).await?;
+        Ok((output, accepted))
+    }
+
     /// A write to the fenced resource with the entry's token; `true` when it was accepted.
     ///
     /// # Errors
