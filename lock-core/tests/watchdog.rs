@@ -267,12 +267,14 @@ async fn fencing_tokens_strictly_increase_across_ten_thousand_acquisitions() {
     for h in handles {
         h.await.unwrap();
     }
-    let log = log.lock().unwrap();
-    assert_eq!(log.len(), 10_000);
-    assert!(
-        log.windows(2).all(|w| w[0] < w[1]),
-        "tokens not strictly increasing"
-    );
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 10_000);
+        assert!(
+            log.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing"
+        );
+    }
     common::assert_nothing_left(&server, &[&lockers[0], &lockers[1]]).await;
 }
 
