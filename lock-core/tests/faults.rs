@@ -61,6 +61,7 @@ async fn a_timed_out_acquire_leaves_no_ghost_lock() {
         .release()
         .await
         .unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// F6: a restart without persistence loses the key; the holder learns it within a renewal
@@ -93,6 +94,7 @@ async fn a_restart_without_persistence_is_detected_as_loss() {
         .release()
         .await
         .unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// F7: with AOF `always`, a quick restart keeps the lock and raises no false loss.
@@ -107,6 +109,7 @@ async fn a_restart_with_aof_keeps_the_lock() {
     assert!(guard.is_held(), "no false loss");
     assert!(holder.is_locked("k").await.unwrap());
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// F8: killing the holder's command connection does not lose the lock; renewals go on.
@@ -122,6 +125,7 @@ async fn a_killed_command_connection_reconnects_and_keeps_renewing() {
     let pttl: i64 = server.cmd(&["PTTL", &lock_key(&server, "k")]);
     assert!(pttl > 0);
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// F9: the subscriber connection is killed while waiters wait; they resubscribe, retry, and
@@ -170,6 +174,7 @@ async fn killed_subscriber_connection_loses_no_wake_up() {
             at - released
         );
     }
+    common::assert_nothing_left(&server, &[&holder, &waiter]).await;
 }
 
 /// F11: a server busy with a long script answers BUSY; the acquire retries until its deadline
@@ -198,6 +203,7 @@ async fn a_busy_server_is_retried_within_the_deadline() {
     assert!(started.elapsed() < Duration::from_secs(3));
     guard.release().await.unwrap();
     busy.await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// F21: an evicted lock key is a loss the holder learns at the next renewal.
@@ -220,6 +226,7 @@ async fn an_evicted_lock_is_reported_lost() {
         .await
         .expect("eviction noticed");
     assert!(guard.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// B21: a server out of memory refuses the acquire with a backend error, not "busy".
@@ -236,6 +243,7 @@ async fn out_of_memory_is_a_backend_error() {
         .unwrap_err();
     assert!(err.is_backend(), "{err:?}");
     assert!(err.to_string().contains("OOM"), "{err}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// B18: an ACL user without pub/sub rights can still lock and release; the release script's
@@ -282,6 +290,7 @@ async fn least_privilege_acl_user_without_channels() {
         .build()
         .await
         .unwrap();
+    let waiting = b.clone();
     let guard = a.lock("k").await.unwrap();
     let waiter = tokio::spawn(async move {
         b.lock("k")
@@ -293,6 +302,7 @@ async fn least_privilege_acl_user_without_channels() {
     guard.release().await.unwrap();
     assert!(waiter.await.unwrap().is_ok());
     assert!(lock_keys(&server).is_empty());
+    common::assert_nothing_left(&server, &[&a, &waiting]).await;
 }
 
 /// B23: a hostile server answering with the wrong shapes gives typed errors, never a panic.
@@ -351,6 +361,7 @@ async fn hostile_replies_are_typed_errors() {
         }
         fake.abort();
     }
+    // No leak check: there is no redis-server, only fake ones that answer nonsense.
 }
 
 fn reply_text<T: std::fmt::Debug>(v: &T) -> Vec<u8> {
@@ -383,6 +394,7 @@ async fn impossible_leases_are_refused_before_sending() {
         .release()
         .await
         .unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// The RedLock restart guard is refused where it cannot work, before any connection (the
@@ -418,6 +430,7 @@ async fn a_misplaced_or_empty_restart_guard_is_a_config_error() {
             "{guard:?}: {err:?}"
         );
     }
+    // No leak check: no server and no locker (every build is refused).
 }
 
 /// B17: a wrong password is a prompt, typed error that does not echo the password.
@@ -444,6 +457,18 @@ async fn a_wrong_password_is_a_clear_error_without_the_secret() {
         .await
         .unwrap();
     ok.lock("k").await.unwrap().release().await.unwrap();
+    // The fixture's own connections have no password: drop it again for the leak check.
+    let mut admin = redis::Client::open(format!("redis://:right-one@127.0.0.1:{}/", server.port()))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("")
+        .query(&mut admin)
+        .unwrap();
+    common::assert_nothing_left(&server, &[&ok]).await;
 }
 
 /// F13: RedLock nodes too slow for the lease: no acquire, and nothing left behind.
@@ -487,4 +512,7 @@ async fn redlock_with_slow_nodes_does_not_acquire_and_rolls_back() {
         .await,
         "partial grants rolled back"
     );
+    for server in &servers {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
 }

@@ -20,6 +20,7 @@ async fn thirty_two_tasks_never_lose_an_update() {
         keys(&server, "lock:").iter().all(|k| !k.contains(":lock:")),
         "no lock key left"
     );
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -32,6 +33,7 @@ async fn control_without_the_lock_loses_updates() {
         total < 32 * 25,
         "unlocked run should lose updates, got {total}"
     );
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -56,6 +58,7 @@ async fn a_second_owner_cannot_acquire_until_release() {
         .release()
         .await
         .unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 #[tokio::test]
@@ -69,6 +72,7 @@ async fn another_task_of_the_same_process_is_another_owner() {
         .unwrap();
     assert!(busy.unwrap_err().is_busy());
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -96,6 +100,9 @@ async fn a_non_owner_cannot_release_or_renew() {
     assert_ne!(token, value);
     let ttl: i64 = server.cmd(&["PTTL", &name]);
     assert!(ttl > 50_000, "foreign lock not renewed or shortened: {ttl}");
+    // The foreign lock is this test's own doing: remove it, then nothing of the kit may be left.
+    let _: () = server.cmd(&["DEL", &name]);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -129,6 +136,7 @@ async fn reentrant_acquire_costs_no_redis_command() {
     assert!(busy.unwrap_err().is_busy());
     outer.release().await.unwrap();
     assert!(!locker.is_locked("k").await.unwrap());
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -170,6 +178,7 @@ async fn wait_timeout_returns_busy_after_about_the_wait() {
         "channels left: {channels:?}"
     );
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 #[tokio::test]
@@ -183,6 +192,7 @@ async fn a_waiter_is_woken_by_release_not_by_the_ttl() {
         .build()
         .await
         .unwrap();
+    let waiting = b.clone();
     let guard = a.lock("k").await.unwrap();
     let waiter = tokio::spawn(async move {
         let guard = b.lock("k").wait(Duration::from_secs(20)).await.unwrap();
@@ -199,6 +209,7 @@ async fn a_waiter_is_woken_by_release_not_by_the_ttl() {
         gap < Duration::from_millis(500),
         "woken after {gap:?}; lease was 30 s"
     );
+    common::assert_nothing_left(&server, &[&a, &waiting]).await;
 }
 
 #[tokio::test]
@@ -215,6 +226,7 @@ async fn dropping_a_guard_releases_in_the_background() {
     );
     assert!(eventually(Duration::from_secs(1), || locker.local_keys() == 0).await);
     assert_eq!(locker.watchdog_locks(), 0);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[test]
@@ -231,6 +243,11 @@ fn dropping_a_guard_after_the_runtime_is_gone_does_not_panic() {
     });
     drop(rt);
     drop(guard);
+    // Nothing could release it without a runtime: the key expires with its 500 ms lease (the
+    // check polls for 3 s). The locker is gone with the runtime.
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::assert_nothing_left(&server, &[]));
 }
 
 #[tokio::test]
@@ -282,6 +299,7 @@ async fn a_cancelled_acquire_leaves_nothing_behind() {
         .await
     );
     assert_eq!(b.watchdog_locks(), 0);
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -345,6 +363,7 @@ async fn ten_thousand_waiters_on_a_thousand_keys_use_one_subscriber_connection()
             .is_empty())
         .await
     );
+    common::assert_nothing_left(&server, &[&holder, &waiter]).await;
 }
 
 #[tokio::test]
@@ -376,6 +395,7 @@ async fn invalid_keys_are_rejected_before_redis() {
         .unwrap_err();
     assert!(matches!(err, LockError::Config(_)), "{err}");
     assert_eq!(server.total_calls() - before, 0);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -412,6 +432,7 @@ async fn braces_and_binary_in_keys_stay_under_the_prefix_in_one_slot() {
     );
     other.release().await.unwrap();
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -440,6 +461,9 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
         locker.force_unlock("k").await,
         Err(LockError::WrongType { .. })
     ));
+    // The hash is this test's own: remove it, then nothing of the kit may be left.
+    let _: () = server.cmd(&["DEL", &name]);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -454,6 +478,7 @@ async fn script_flush_is_transparent() {
     let guard = locker.lock("k").await.unwrap();
     assert!(locker.is_locked("k").await.unwrap());
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -478,6 +503,7 @@ async fn a_restarted_server_is_used_without_a_new_locker() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     holder.release().await.unwrap();
     waiter.await.unwrap().unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -506,6 +532,7 @@ async fn redis_down_is_a_backend_error_not_busy() {
     );
     let err = Locker::connect(&server.url()).await.unwrap_err();
     assert!(err.is_backend(), "{err:?}");
+    // No leak check: the server is dead for good (SIGKILL), there is nothing to ask.
 }
 
 #[tokio::test]
@@ -533,6 +560,7 @@ async fn bad_configuration_is_rejected() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Config(_)), "{err}");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 #[tokio::test]
@@ -547,6 +575,7 @@ async fn force_unlock_frees_the_key_and_the_holder_learns_it() {
         .await
         .expect("holder notices");
     assert!(guard.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&holder, &admin]).await;
 }
 
 #[tokio::test]
@@ -569,4 +598,5 @@ async fn a_release_interrupted_mid_call_still_releases() {
             "key left locked after an interrupted release"
         );
     }
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

@@ -193,6 +193,7 @@ async fn f12_partition_longer_than_the_lease() {
         old_fence,
         new_fence,
     );
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
 }
 
 /// F8: resetting the holder's connections (command and pub/sub, through the proxy) once per
@@ -205,6 +206,7 @@ async fn f8_connection_resets_do_not_lose_the_lock() {
     let lease = Duration::from_millis(600);
     let holder = proxied_locker(&proxy, lease).await;
     let waiter_locker = proxied_locker(&proxy, lease).await;
+    let waiting = waiter_locker.clone();
     let guard = holder.lock("r").await.unwrap();
     let waiter = tokio::spawn(async move {
         let guard = waiter_locker
@@ -264,6 +266,7 @@ async fn f8_connection_resets_do_not_lose_the_lock() {
         proxy.connections(),
         ms(wake)
     );
+    common::assert_nothing_left(&server, &[&holder, &waiting]).await;
 }
 
 async fn proxied_locker(proxy: &FaultProxy, lease: Duration) -> Locker {
@@ -302,6 +305,7 @@ async fn f8_release_right_after_a_connection_reset_succeeds() {
         "release after a connection reset: {released:?}; the next holder waited {waited:?} (lease {lease:?})"
     );
     assert!(waited < Duration::from_millis(500), "waited {waited:?}");
+    common::assert_nothing_left(&server, &[&holder, &direct]).await;
 }
 
 /// F8, the connection drops while the release's reply is on its way: the release ran on the
@@ -339,6 +343,7 @@ async fn a_release_whose_reply_is_lost_is_not_a_false_loss() {
         released.is_ok(),
         "release() of a lock it did release: {released:?}"
     );
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
@@ -368,6 +373,7 @@ async fn f8_a_flapping_connection_does_not_lose_the_lock() {
     tokio::time::sleep(lease / 2).await;
     assert!(guard.is_held());
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// Starts this test binary again as a child holder process (see `partition_child`).
@@ -511,6 +517,7 @@ async fn f2_a_paused_holder_process_is_fenced_off() {
         ms(LEASE),
         ms(paused),
     );
+    common::assert_nothing_left(&server, &[&other]).await;
 }
 
 /// The child side of the process tests. Does nothing unless started by a test of this file.

@@ -98,6 +98,10 @@ fn run_increments(mode: &str) -> i64 {
     for mut child in children {
         assert!(child.wait().unwrap().success());
     }
+    // The children's lockers are gone with them; their locks must be too.
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(common::assert_nothing_left(&server, &[]));
     server.cmd(&["GET", "counter-value"])
 }
 
@@ -137,6 +141,7 @@ async fn killed_holder_frees_within_lease(mode: &str, hold_before_kill: Duration
         .unwrap();
     let took = killed.elapsed();
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
     took
 }
 

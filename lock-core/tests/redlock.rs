@@ -64,6 +64,9 @@ async fn mutual_exclusion_with_two_of_five_nodes_down() {
         t.await.unwrap();
     }
     assert_eq!(max.load(std::sync::atomic::Ordering::SeqCst), 1);
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&a, &b]).await;
+    }
 }
 
 #[tokio::test]
@@ -80,6 +83,9 @@ async fn no_acquire_with_three_of_five_nodes_down() {
             lock_keys(&servers[i]).is_empty(),
             "partial acquire undone on node {i}"
         );
+    }
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&locker]).await;
     }
 }
 
@@ -134,6 +140,9 @@ async fn success_if_and_only_if_a_majority_is_free() {
             let _: () = s.cmd(&["DEL", &name]);
         }
     }
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
 }
 
 #[tokio::test]
@@ -154,6 +163,9 @@ async fn fencing_tokens_increase_across_changing_majorities() {
             guard.release().await.unwrap();
         }
     }
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
 }
 
 #[tokio::test]
@@ -173,6 +185,9 @@ async fn watchdog_keeps_a_redlock_alive_and_release_clears_every_node() {
         .await,
         "lock keys left after release"
     );
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
 }
 
 #[tokio::test]
@@ -191,6 +206,9 @@ async fn bad_redlock_configuration() {
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Config(_)), "{err}");
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[]).await;
+    }
 }
 
 /// The child side of the pause test: holds a RedLock lock and reports when it learns it lost it.
@@ -277,4 +295,7 @@ async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
     );
     guard.release().await.unwrap();
     child.wait().unwrap();
+    for server in servers.iter().filter(|s| s.is_running()) {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
 }

@@ -3,6 +3,8 @@
 //! Every test starts its own server on free loopback ports (a TLS port for the locker, a
 //! plaintext one for the fixture's assertions) and its own certificate authority.
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use lock_core::{ConfigError, LockError, Locker, TlsConfig};
@@ -159,6 +161,7 @@ async fn tls_happy_path_locks_wakes_waiters_and_renews() {
             "a pub/sub connection off the TLS port: {line}"
         );
     }
+    common::assert_nothing_left(&server, &[&holder, &waiter, &renewer]).await;
 }
 
 /// Mutual TLS (`--tls-auth-clients yes`): a client certificate from the CA is accepted; without
@@ -186,6 +189,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     )
     .await;
     assert_tls_error(&err, elapsed, "UnknownCA");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// A server certificate from a CA the client does not trust: `Tls`, "UnknownIssuer", fast.
@@ -204,6 +208,7 @@ async fn a_certificate_from_another_ca_is_refused() {
     assert!(err.is_backend() && !err.is_tls(), "{err:?}");
     assert!(chain(&err).contains("insecure"), "{}", chain(&err));
     assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// Plaintext `redis://` to the TLS port: the server drops the connection; a connection error
@@ -215,6 +220,7 @@ async fn plaintext_to_the_tls_port_is_a_prompt_connection_error() {
     let (err, elapsed) = failed_connect(url, None).await;
     assert!(err.is_backend() && !err.is_busy(), "{err:?}");
     assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}: {err}");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// And the other way round: `rediss://` to the plaintext port. The server reads the
@@ -228,6 +234,7 @@ async fn tls_to_a_plaintext_port_times_out_without_hanging() {
     let (err, elapsed) = failed_connect(url, Some(trusting(&ca))).await;
     assert!(err.is_backend() && err.is_timeout(), "{err:?}");
     assert!(elapsed < SILENT_WITHIN, "took {elapsed:?}: {err}");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// An expired server certificate: `Tls`, "certificate expired".
@@ -238,6 +245,7 @@ async fn an_expired_server_certificate_is_refused() {
     let server = start(&ca, expired, false);
     let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&ca))).await;
     assert_tls_error(&err, elapsed, "certificate expired");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// Host name verification, checked explicitly (redis-cli accepted `-h localhost` against an
@@ -251,9 +259,11 @@ async fn a_certificate_for_another_host_name_is_refused() {
     assert_tls_error(&err, elapsed, "not valid for name");
 
     let dns_only = ca.server_cert(&["redis.lock-kit.test"], Validity::Current);
-    let server = start(&ca, dns_only, false);
-    let (err, elapsed) = failed_connect(server.tls_url(), Some(trusting(&ca))).await;
+    let second = start(&ca, dns_only, false);
+    let (err, elapsed) = failed_connect(second.tls_url(), Some(trusting(&ca))).await;
     assert_tls_error(&err, elapsed, "not valid for name");
+    common::assert_nothing_left(&server, &[]).await;
+    common::assert_nothing_left(&second, &[]).await;
 }
 
 /// Bad PEM in the TLS settings: `Config(Tls)` from `build()`, and not one connection reached
@@ -332,6 +342,7 @@ async fn bad_pem_is_a_config_error_before_any_connection() {
     );
     // Only this call's own INFO connection reached the server.
     assert_eq!(server.connections_received(), before + 1);
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// RedLock over TLS: every node is a `rediss://` URL with the same private CA; a lock is
@@ -377,6 +388,7 @@ async fn redlock_over_tls() {
         .unwrap();
     for server in &servers {
         assert!(server.keys("lock:*:lock:*").is_empty());
+        common::assert_nothing_left(server, &[&a, &b]).await;
     }
 }
 
@@ -403,4 +415,5 @@ async fn sentinel_with_tls_is_refused_as_configuration() {
             "{err:?}"
         );
     }
+    // No leak check: no server and no locker (every build is refused).
 }

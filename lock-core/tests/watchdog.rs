@@ -43,6 +43,7 @@ async fn work_three_times_the_lease_stays_exclusive_and_frees_at_release() {
         .release()
         .await
         .unwrap();
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
 }
 
 #[tokio::test]
@@ -64,6 +65,7 @@ async fn a_fixed_lease_is_never_renewed() {
     tokio::time::sleep(Duration::from_millis(30)).await;
     assert!(!holder.is_locked("k").await.unwrap());
     assert!(guard.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,6 +95,7 @@ async fn a_thousand_locks_are_renewed_in_batches_not_one_call_each() {
     for g in guards {
         g.release().await.unwrap();
     }
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -114,6 +117,7 @@ async fn deleting_the_key_is_noticed_within_one_renewal_interval() {
     );
     assert!(!guard.is_held());
     assert!(guard.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -129,6 +133,9 @@ async fn a_foreign_token_is_noticed_and_left_alone() {
     assert!(guard.release().await.unwrap_err().is_lost());
     let value: String = server.cmd(&["GET", &name]);
     assert_eq!(value, "intruder");
+    // The intruder's key is this test's own: remove it, then nothing of the kit may be left.
+    let _: () = server.cmd(&["DEL", &name]);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -155,6 +162,8 @@ async fn a_stopped_server_makes_the_lock_lost_by_the_end_of_the_lease() {
         "reported lost {took:?} after the server stopped; lease {LEASE:?}"
     );
     assert!(!guard.is_held());
+    drop(guard);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -182,6 +191,8 @@ async fn max_hold_stops_renewal_and_reports_lost() {
             .any(|_| true))
         .await
     );
+    drop(guard);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -207,6 +218,7 @@ async fn extend_and_remaining() {
         "a zero extension did not delete the key"
     );
     guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -227,6 +239,7 @@ async fn no_renewal_traffic_after_every_guard_is_gone() {
     assert_eq!(holder.renewal_calls(), calls);
     assert_eq!(server.command_calls("evalsha"), 0);
     assert_eq!(server.command_calls("eval"), 0);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -254,12 +267,15 @@ async fn fencing_tokens_strictly_increase_across_ten_thousand_acquisitions() {
     for h in handles {
         h.await.unwrap();
     }
-    let log = log.lock().unwrap();
-    assert_eq!(log.len(), 10_000);
-    assert!(
-        log.windows(2).all(|w| w[0] < w[1]),
-        "tokens not strictly increasing"
-    );
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 10_000);
+        assert!(
+            log.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing"
+        );
+    }
+    common::assert_nothing_left(&server, &[&lockers[0], &lockers[1]]).await;
 }
 
 #[tokio::test]
@@ -289,6 +305,7 @@ async fn fencing_tokens_keep_increasing_after_expiry_and_idle_periods() {
             "idle keys leave no counter behind: {fence_keys:?}"
         );
     }
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 #[tokio::test]
@@ -332,4 +349,5 @@ async fn a_stale_holder_is_rejected_by_a_fenced_write() {
     let _: HashMap<String, String> = conn.hgetall("resource").await.unwrap();
     assert!(stale.release().await.unwrap_err().is_lost());
     fresh.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }

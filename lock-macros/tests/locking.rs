@@ -1,5 +1,7 @@
 //! `#[distributed_lock]` against a real `redis-server` (one per test, started by the test).
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -127,21 +129,22 @@ async fn run_concurrently(stock: &Arc<Stock>, locked: bool, tasks: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_calls_run_one_after_the_other() {
-    let (_server, locker) = start().await;
+    let (server, locker) = start().await;
     let stock = Arc::new(Stock {
-        locker,
+        locker: locker.clone(),
         checker: OverlapChecker::default(),
     });
     run_concurrently(&stock, true, 8).await;
     assert_eq!(stock.checker.entries.load(Ordering::SeqCst), 8);
     assert_eq!(stock.checker.max_inside(), 1, "two holders overlapped");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_without_the_macro_the_checker_sees_overlap() {
-    let (_server, locker) = start().await;
+    let (server, locker) = start().await;
     let stock = Arc::new(Stock {
-        locker,
+        locker: locker.clone(),
         checker: OverlapChecker::default(),
     });
     run_concurrently(&stock, false, 8).await;
@@ -149,6 +152,7 @@ async fn control_without_the_macro_the_checker_sees_overlap() {
         stock.checker.max_inside() > 1,
         "the checker must catch overlapping callers"
     );
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[distributed_lock(key = "gate:<sku>", wait = "0s", locker = locker)]
@@ -165,7 +169,7 @@ async fn hold_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_caller_gets_busy_with_zero_wait() {
-    let (_server, locker) = start().await;
+    let (server, locker) = start().await;
     let (entered_tx, entered) = oneshot::channel();
     let (leave, leave_rx) = oneshot::channel();
     let first = tokio::spawn(hold_until(locker.clone(), 1, entered_tx, leave_rx));
@@ -190,7 +194,11 @@ async fn second_caller_gets_busy_with_zero_wait() {
     let (tx, _entered) = oneshot::channel();
     let (leave, rx) = oneshot::channel();
     leave.send(()).unwrap();
-    assert_eq!(within(hold_until(locker, 1, tx, rx)).await.unwrap(), 1);
+    assert_eq!(
+        within(hold_until(locker.clone(), 1, tx, rx)).await.unwrap(),
+        1
+    );
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[distributed_lock(key = "parallel:<sku>", wait = "0s", locker = locker)]
@@ -202,12 +210,13 @@ async fn meet(locker: Locker, sku: u32, barrier: Arc<Barrier>) -> Result<u32, Ap
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_keys_run_in_parallel() {
-    let (_server, locker) = start().await;
+    let (server, locker) = start().await;
     let barrier = Arc::new(Barrier::new(2));
     let a = tokio::spawn(meet(locker.clone(), 1, barrier.clone()));
     let b = tokio::spawn(meet(locker.clone(), 2, barrier.clone()));
     assert_eq!(within(a).await.unwrap().unwrap(), 1);
     assert_eq!(within(b).await.unwrap().unwrap(), 2);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,6 +250,7 @@ async fn nested_calls_reenter_without_redis_round_trips() {
     assert!(within(stock.outer_other_key(1)).await.unwrap());
     assert!(server.command_calls("evalsha") > single);
     assert!(!stock.locker.is_locked("stock:1").await.unwrap());
+    common::assert_nothing_left(&server, &[&stock.locker]).await;
 }
 
 struct Paths {
@@ -311,7 +321,7 @@ async fn wait_released(locker: &Locker, key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lock_is_released_on_every_path() {
-    let (_server, locker) = start().await;
+    let (server, locker) = start().await;
     let paths = Paths {
         locker: locker.clone(),
         saw_lock: AtomicBool::new(false),
@@ -356,6 +366,7 @@ async fn lock_is_released_on_every_path() {
     task.abort();
     assert!(within(task).await.unwrap_err().is_cancelled());
     wait_released(&locker, "paths:cancel").await;
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 struct Worker {
@@ -437,6 +448,7 @@ async fn on_lost_abort_stops_the_body() {
         !worker.finished.load(Ordering::SeqCst),
         "the body kept running"
     );
+    common::assert_nothing_left(&server, &[&worker.locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,6 +465,7 @@ async fn on_lost_continue_lets_the_body_finish() {
 
     assert_eq!(within(task).await.unwrap().unwrap(), 2);
     assert!(worker.finished.load(Ordering::SeqCst));
+    common::assert_nothing_left(&server, &[&worker.locker]).await;
 }
 
 struct Pairs {
@@ -516,4 +529,5 @@ async fn separator_in_values_does_not_merge_two_keys() {
     for call in calls {
         within(call).await.unwrap().unwrap();
     }
+    common::assert_nothing_left(&server, &[&pairs.locker]).await;
 }

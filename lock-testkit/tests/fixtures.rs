@@ -317,6 +317,58 @@ fn independent_servers_and_leak_checks() {
     owned.assert_gone();
 }
 
+/// `leftovers` catches each kind of leak under the prefix (a lock key, a key without an expiry,
+/// a subscribed channel, a pattern subscription), ignores fence counters with a TTL, keys of
+/// the allowed suffixes and anything outside the prefix, and is empty after the cleanup.
+#[test]
+fn leftovers_catch_every_kind_of_leak() {
+    let server = RedisServer::start().expect("start redis-server");
+    assert!(server.leftovers("lock:", &[]).is_empty());
+
+    let _: () = server.cmd(&["SET", "lock:{t}:lock:k", "token", "PX", "60000"]);
+    let _: () = server.cmd(&["SET", "lock:{t}:fence:k", "7", "PX", "60000"]);
+    let _: () = server.cmd(&["SET", "lock:{t}:forever", "1"]);
+    let _: () = server.cmd(&["SET", "lock:{t}:node-epoch", "1"]);
+    let _: () = server.cmd(&["SET", "elsewhere", "1"]);
+    let mut subscriber = server.client();
+    let mut pubsub = subscriber.as_pubsub();
+    pubsub.subscribe("lock:{t}:released:k").unwrap();
+    pubsub.subscribe("elsewhere").unwrap();
+    pubsub.psubscribe("lock:*").unwrap();
+
+    let left = server.leftovers("lock:", &[":node-epoch"]);
+    assert_eq!(left.lock_keys, ["lock:{t}:lock:k"]);
+    assert_eq!(left.keys_without_ttl, ["lock:{t}:forever"]);
+    assert_eq!(left.channels, ["lock:{t}:released:k"]);
+    assert_eq!(left.patterns, 1);
+    assert!(!left.is_empty());
+    let text = left.to_string();
+    for part in ["lock:{t}:lock:k", "lock:{t}:forever", "lock:{t}:released:k"] {
+        assert!(text.contains(part), "{text}");
+    }
+    // Without the allowance the epoch key is a key without an expiry too.
+    assert_eq!(
+        server.leftovers("lock:", &[]).keys_without_ttl,
+        ["lock:{t}:forever", "lock:{t}:node-epoch"]
+    );
+
+    // Each kind alone is enough.
+    let _: () = server.cmd(&[
+        "DEL",
+        "lock:{t}:lock:k",
+        "lock:{t}:forever",
+        "lock:{t}:node-epoch",
+    ]);
+    let left = server.leftovers("lock:", &[]);
+    assert!(left.lock_keys.is_empty() && left.keys_without_ttl.is_empty());
+    assert!(!left.is_empty(), "the subscriptions are still there");
+    pubsub.punsubscribe("lock:*").unwrap();
+    // (Each call waits for the server's confirmation.)
+    pubsub.unsubscribe("lock:{t}:released:k").unwrap();
+    let left = server.leftovers("lock:", &[]);
+    assert!(left.is_empty(), "{left}");
+}
+
 /// Waits until `server` has `want` clients besides the asking one (a connection closed just
 /// before may still be listed for a moment).
 fn wait_client_count(server: &RedisServer, want: usize) {

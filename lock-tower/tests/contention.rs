@@ -106,6 +106,7 @@ async fn one_request_per_key_at_a_time_others_get_409_with_retry_after() {
     }
     // Released with the responses.
     assert!(!locker.is_locked("inventory:42").await.unwrap());
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// The control: the same burst without the layer overlaps in the handler, so the checker above
@@ -122,6 +123,7 @@ async fn control_without_the_layer_overlaps() {
         occupancy.max() > 1,
         "no overlap without the lock: the occupancy check would be vacuous"
     );
+    // No leak check: no redis-server and no locker (the control runs without the layer).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,8 +133,11 @@ async fn with_a_wait_requests_are_served_in_turn() {
     let occupancy = Occupancy::default();
     let hold = Duration::from_millis(150);
     let app = purchase_app(occupancy.clone(), hold).route_layer(
-        DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"))
-            .wait(Duration::from_secs(10)),
+        DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("sku").prefix("inventory:"),
+        )
+        .wait(Duration::from_secs(10)),
     );
     let addr = serve(app).await;
 
@@ -155,6 +160,7 @@ async fn with_a_wait_requests_are_served_in_turn() {
     tokens.sort_unstable();
     tokens.dedup();
     assert_eq!(tokens.len(), 5);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,7 +183,7 @@ async fn different_keys_run_in_parallel() {
             ),
         )
         .route_layer(DistributedLockLayer::new(
-            locker,
+            locker.clone(),
             KeyFrom::path_param("sku").prefix("inventory:"),
         ))
         .with_state(all_inside);
@@ -196,6 +202,7 @@ async fn different_keys_run_in_parallel() {
         let reply = task.await.unwrap();
         assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     }
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// A holder in another instance (another `Locker`): the 409 comes from Redis, and
@@ -210,9 +217,10 @@ async fn retry_after_is_the_remote_holders_remaining_lease() {
         .await
         .unwrap();
     let occupancy = Occupancy::default();
+    let layer_locker = locker(&server).await;
     let app =
         purchase_app(occupancy.clone(), Duration::ZERO).route_layer(DistributedLockLayer::new(
-            locker(&server).await,
+            layer_locker.clone(),
             KeyFrom::path_param("sku").prefix("inventory:"),
         ));
     let addr = serve(app).await;
@@ -227,6 +235,7 @@ async fn retry_after_is_the_remote_holders_remaining_lease() {
 
     held.release().await.unwrap();
     assert_eq!(post_to(&client, &url).await.status, StatusCode::OK);
+    common::assert_nothing_left(&server, &[&other_instance, &layer_locker]).await;
 }
 
 /// The release is confirmed before the response goes out: a client that sends its next
@@ -235,9 +244,10 @@ async fn retry_after_is_the_remote_holders_remaining_lease() {
 async fn back_to_back_requests_of_one_client_never_see_their_own_lock() {
     let server = server();
     let occupancy = Occupancy::default();
+    let locker = locker(&server).await;
     let app =
         purchase_app(occupancy.clone(), Duration::ZERO).route_layer(DistributedLockLayer::new(
-            locker(&server).await,
+            locker.clone(),
             KeyFrom::path_param("sku").prefix("inventory:"),
         ));
     let addr = serve(app).await;
@@ -251,4 +261,5 @@ async fn back_to_back_requests_of_one_client_never_see_their_own_lock() {
         assert!(token > last, "fencing tokens increase");
         last = token;
     }
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

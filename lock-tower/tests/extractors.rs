@@ -80,6 +80,7 @@ async fn path_param_under_route_layer_and_router_layer() {
     .await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.starts_with("locked inventory:a b "), "{body}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -111,6 +112,7 @@ async fn missing_key_passes_unlocked_by_default_or_is_rejected_with_400() {
     let (status, body) = call(&reject, request()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(body, "the request does not name a lock key\n");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -152,6 +154,7 @@ async fn header_keys_missing_and_invalid() {
     // Too long for a lock key.
     let long = "x".repeat(lock_core::MAX_KEY_LEN + 1);
     assert_eq!(call(&pass, with(&long)).await.0, StatusCode::BAD_REQUEST);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -196,6 +199,7 @@ async fn query_fixed_and_closure_keys() {
     )
     .await;
     assert!(body.starts_with("locked files/a.txt "), "{body}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -239,6 +243,7 @@ async fn the_handler_sees_key_and_increasing_fencing_tokens() {
     // No key there, so no lock: the `HeldLock` extractor says so with a 500.
     let (status, _) = call(&app, req("GET", "/unlocked").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -289,6 +294,7 @@ async fn custom_rejections() {
         .0,
         StatusCode::OK
     );
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test]
@@ -319,4 +325,5 @@ async fn the_handler_can_take_the_requests_key_again() {
         (StatusCode::OK, "nested".to_owned())
     );
     assert!(!locker.is_locked("inventory:3").await.unwrap());
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

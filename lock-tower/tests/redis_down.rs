@@ -54,6 +54,7 @@ async fn fails_closed_with_503_by_default() {
         "{:?}",
         started.elapsed()
     );
+    // No leak check: the server is dead for good (SIGKILL).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,17 +67,22 @@ async fn fail_open_passes_the_request_through_unlocked() {
     let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
     assert_eq!(reply.body, "unlocked");
+    // No leak check: the server is dead for good (SIGKILL).
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_server_locks_as_usual() {
     let server = server();
     let locker = common::locker(&server).await;
-    let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"))
-        .fail_open();
+    let layer = DistributedLockLayer::new(
+        locker.clone(),
+        KeyFrom::path_param("sku").prefix("inventory:"),
+    )
+    .fail_open();
     let addr = serve(app(layer)).await;
 
     let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.body, "locked inventory:42");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

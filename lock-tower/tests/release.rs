@@ -92,6 +92,7 @@ async fn a_client_that_disconnects_releases_the_lock() {
     // The next request gets the lock at once (the layer fails fast by default).
     let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,6 +129,7 @@ async fn a_panicking_handler_releases_the_lock() {
     assert!(freed < Duration::from_secs(2), "released after {freed:?}");
     let reply = post_to(&client, &format!("http://{addr}/skus/42/purchase")).await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// A body fed by a channel: a frame per message, the end when the sender is dropped.
@@ -214,6 +216,7 @@ async fn body_end_holds_the_lock_until_the_body_is_finished() {
     // The end of the body is passed on only after the release.
     assert!(!locker.is_locked("report").await.unwrap());
     assert_eq!(spawn_get(&app).await.status(), StatusCode::OK);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,6 +232,7 @@ async fn an_unfinished_body_that_is_dropped_releases_the_lock() {
         .await
         .expect("released when the body is dropped");
     assert!(freed < Duration::from_secs(2), "released after {freed:?}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,6 +255,7 @@ async fn by_default_the_lock_is_released_with_the_response_head() {
         .unwrap()
         .to_bytes()
         .is_empty());
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,6 +280,7 @@ async fn body_end_with_a_single_frame_body_over_http() {
         assert_eq!(reply.headers[http::header::CONTENT_LENGTH], "6");
     }
     assert!(!locker.is_locked("inventory:5").await.unwrap());
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// A response future dropped while it waits for Redis to confirm the release (the client hangs
@@ -310,4 +316,5 @@ async fn dropping_the_response_while_it_releases_still_releases() {
         assert!(freed < Duration::from_secs(2), "released after {freed:?}");
     }
     assert!(reached > 0, "never caught the future mid-release");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

@@ -77,6 +77,7 @@ async fn works_with_a_plain_service_and_full_bodies() {
     assert_eq!(status, StatusCode::CONFLICT);
     assert!(body.contains("locked by another request"));
     held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// An inner service that is ready only when `open`, panics when called without having been
@@ -132,7 +133,7 @@ async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
         ready: false,
         calls: calls.clone(),
     };
-    let mut service = DistributedLockService::new(inner, locker, KeyFrom::fixed("picky"));
+    let mut service = DistributedLockService::new(inner, locker.clone(), KeyFrom::fixed("picky"));
 
     // Back-pressure: not ready while the inner service is not.
     let waker = std::task::Waker::noop();
@@ -155,4 +156,5 @@ async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     // The service left behind is a fresh clone that must be driven to readiness again.
     assert!(!service.get_ref().ready);
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

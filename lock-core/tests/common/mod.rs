@@ -108,16 +108,27 @@ pub async fn increments(
 /// and the server has no lock key, no key without an expiry and no subscribed channel under
 /// `lock:`. Subscriptions linger 500 ms after their last use, hence the polling.
 pub async fn assert_nothing_left(server: &RedisServer, lockers: &[&Locker]) {
+    assert_nothing_left_under(server, "lock:", &[], lockers).await;
+}
+
+/// [`assert_nothing_left`] under another key prefix, not counting keys that end in one of
+/// `allowed` (e.g. a RedLock node's `node-epoch`).
+pub async fn assert_nothing_left_under(
+    server: &RedisServer,
+    prefix: &str,
+    allowed: &[&str],
+    lockers: &[&Locker],
+) {
     let idle =
         |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
     let clean = eventually(Duration::from_secs(3), || {
-        lockers.iter().all(idle) && server.leftovers("lock:", &[]).is_empty()
+        lockers.iter().all(idle) && server.leftovers(prefix, allowed).is_empty()
     })
     .await;
     assert!(
         clean,
-        "left behind on the server: {}; per locker (watchdog locks, local keys, subscriptions): {:?}",
-        server.leftovers("lock:", &[]),
+        "left behind on the server under {prefix:?}: {}; per locker (watchdog locks, local keys, subscriptions): {:?}",
+        server.leftovers(prefix, allowed),
         lockers
             .iter()
             .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
