@@ -9,30 +9,58 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, increments, keys, lock_key, locker, server};
 use lock_core::{InvalidKeyReason, LockError, Locker, MAX_KEY_LEN};
+use lock_testkit::oracle::Oracle;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_tasks_never_lose_an_update() {
-    let server = server();
+    let (server, referee) = (server(), server());
     let locker = locker(&server).await;
-    let total = increments(&locker, &server.url(), 32, 25, true, Duration::ZERO).await;
+    let oracle = Oracle::connect(&referee.url(), "locked", "main")
+        .await
+        .unwrap();
+    let total = increments(
+        &locker,
+        &server.url(),
+        &oracle,
+        32,
+        25,
+        true,
+        Duration::ZERO,
+    )
+    .await;
     assert_eq!(total, 32 * 25);
-    assert!(
-        keys(&server, "lock:").iter().all(|k| !k.contains(":lock:")),
-        "no lock key left"
-    );
+    let report = oracle.report().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (32 * 25, 0), "{report}");
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn control_without_the_lock_loses_updates() {
-    // Proves the checker above can fail: the same workload without the lock loses updates.
-    let server = server();
+    // Proves the checkers above can fail: the same workload without the lock loses updates,
+    // and the oracle sees the double holders.
+    let (server, referee) = (server(), server());
     let locker = locker(&server).await;
-    let total = increments(&locker, &server.url(), 32, 25, false, Duration::ZERO).await;
+    let oracle = Oracle::connect(&referee.url(), "unlocked", "main")
+        .await
+        .unwrap();
+    let total = increments(
+        &locker,
+        &server.url(),
+        &oracle,
+        32,
+        25,
+        false,
+        Duration::ZERO,
+    )
+    .await;
     assert!(
         total < 32 * 25,
         "unlocked run should lose updates, got {total}"
     );
+    let report = oracle.report().await.unwrap();
+    assert!(report.unsignalled_overlaps > 0, "{report}");
+    assert!(report.occupancy_violations > 0, "{report}");
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 

@@ -9,11 +9,17 @@ use std::time::{Duration, Instant};
 
 use common::{locker, server};
 use lock_core::Locker;
+use lock_testkit::oracle::{Oracle, Report};
 
 const MODE: &str = "LOCK_CHILD_MODE";
 const URL: &str = "LOCK_CHILD_URL";
+const REFEREE: &str = "LOCK_CHILD_REFEREE";
 
 fn spawn_child(mode: &str, url: &str) -> Child {
+    spawn_child_with_referee(mode, url, "")
+}
+
+fn spawn_child_with_referee(mode: &str, url: &str, referee: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "child_worker",
@@ -24,6 +30,7 @@ fn spawn_child(mode: &str, url: &str) -> Child {
         ])
         .env(MODE, mode)
         .env(URL, url)
+        .env(REFEREE, referee)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -64,7 +71,13 @@ fn child_worker() {
             "increment-locked" | "increment-unlocked" => {
                 let locker = Locker::connect(&url).await.unwrap();
                 let locked = mode == "increment-locked";
-                common::increments(&locker, &url, 4, 40, locked, Duration::from_micros(200)).await;
+                let referee = std::env::var(REFEREE).unwrap();
+                let worker = std::process::id().to_string();
+                let oracle = Oracle::connect(&referee, "processes", &worker)
+                    .await
+                    .unwrap();
+                let pause = Duration::from_micros(200);
+                common::increments(&locker, &url, &oracle, 4, 40, locked, pause).await;
             }
             "hold-fixed" => {
                 let locker = Locker::connect(&url).await.unwrap();
@@ -92,31 +105,47 @@ fn child_worker() {
     });
 }
 
-fn run_increments(mode: &str) -> i64 {
-    let server = server();
-    let children: Vec<Child> = (0..3).map(|_| spawn_child(mode, &server.url())).collect();
+/// Three child processes run the increments; returns the counter and the oracle's report.
+fn run_increments(mode: &str) -> (i64, Report) {
+    let (server, referee) = (server(), server());
+    let children: Vec<Child> = (0..3)
+        .map(|_| spawn_child_with_referee(mode, &server.url(), &referee.url()))
+        .collect();
     for mut child in children {
         assert!(child.wait().unwrap().success());
     }
+    let rt = tokio::runtime::Runtime::new().unwrap();
     // The children's lockers are gone with them; their locks must be too.
-    tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(common::assert_nothing_left(&server, &[]));
-    server.cmd(&["GET", "counter-value"])
+    rt.block_on(common::assert_nothing_left(&server, &[]));
+    let report = rt.block_on(async {
+        let oracle = Oracle::connect(&referee.url(), "processes", "parent")
+            .await
+            .unwrap();
+        oracle.report().await.unwrap()
+    });
+    (server.cmd(&["GET", "counter-value"]), report)
 }
 
 #[test]
 fn three_processes_never_lose_an_update() {
-    assert_eq!(run_increments("increment-locked"), 3 * 4 * 40);
+    let (total, report) = run_increments("increment-locked");
+    assert_eq!(total, 3 * 4 * 40);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        (report.cycles, report.overlaps),
+        (3 * 4 * 40, 0),
+        "{report}"
+    );
 }
 
 #[test]
 fn control_three_processes_without_the_lock_lose_updates() {
-    let total = run_increments("increment-unlocked");
+    let (total, report) = run_increments("increment-unlocked");
     assert!(
         total < 3 * 4 * 40,
         "the checker must see lost updates without the lock, got {total}"
     );
+    assert!(report.unsignalled_overlaps > 0, "{report}");
 }
 
 async fn killed_holder_frees_within_lease(mode: &str, hold_before_kill: Duration) -> Duration {

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, Locker};
+use lock_testkit::oracle::Oracle;
 use lock_testkit::RedisServer;
 
 fn five() -> Vec<RedisServer> {
@@ -39,12 +40,14 @@ async fn mutual_exclusion_with_two_of_five_nodes_down() {
     let b = redlock(&servers, Duration::from_secs(5)).await;
     servers[0].kill9();
     servers[3].kill9();
-    let inside = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let max = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let referee = RedisServer::start().unwrap();
+    let oracle = Oracle::connect(&referee.url(), "redlock", "main")
+        .await
+        .unwrap();
     let mut tasks = Vec::new();
     for i in 0..8 {
         let locker = if i % 2 == 0 { a.clone() } else { b.clone() };
-        let (inside, max) = (inside.clone(), max.clone());
+        let oracle = oracle.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..10 {
                 let guard = locker
@@ -52,10 +55,12 @@ async fn mutual_exclusion_with_two_of_five_nodes_down() {
                     .wait(Duration::from_secs(20))
                     .await
                     .unwrap();
-                let now = inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                max.fetch_max(now, std::sync::atomic::Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(2)).await;
-                inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                let work = tokio::time::sleep(Duration::from_millis(2));
+                let ((), accepted) = oracle
+                    .section("k", guard.fencing_token(), || guard.is_held(), work)
+                    .await
+                    .unwrap();
+                assert!(accepted, "the holder's fenced write was rejected");
                 guard.release().await.unwrap();
             }
         }));
@@ -63,7 +68,9 @@ async fn mutual_exclusion_with_two_of_five_nodes_down() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(max.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let report = oracle.report().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (80, 0), "{report}");
     for server in servers.iter().filter(|s| s.is_running()) {
         common::assert_nothing_left(server, &[&a, &b]).await;
     }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lock_core::Locker;
+use lock_core::{LockGuard, Locker};
+use lock_testkit::oracle::Oracle;
 use lock_testkit::RedisServer;
 use redis::AsyncCommands;
 
@@ -56,10 +57,12 @@ pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool
 /// Read-modify-write increments of the Redis counter `counter-value` by `tasks` tasks, each
 /// `per_task` times, under the lock `counter` (or without it, as the control). Between the
 /// read and the write each task yields (`pause` zero) or sleeps `pause`, so unprotected updates
-/// interleave. Returns the final counter.
+/// interleave. Every section also goes through the double-holder `oracle` (the control enters
+/// with a made-up token and no lock). Returns the final counter.
 pub async fn increments(
     locker: &Locker,
     url: &str,
+    oracle: &Oracle,
     tasks: usize,
     per_task: usize,
     locked: bool,
@@ -68,8 +71,7 @@ pub async fn increments(
     let client = redis::Client::open(url).unwrap();
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let locker = locker.clone();
-        let client = client.clone();
+        let (locker, client, oracle) = (locker.clone(), client.clone(), oracle.clone());
         handles.push(tokio::spawn(async move {
             let mut conn = client.get_multiplexed_async_connection().await.unwrap();
             for _ in 0..per_task {
@@ -84,13 +86,21 @@ pub async fn increments(
                 } else {
                     None
                 };
-                let value: i64 = conn.get("counter-value").await.unwrap_or(0);
-                if pause.is_zero() {
-                    tokio::task::yield_now().await;
-                } else {
-                    tokio::time::sleep(pause).await;
-                }
-                let _: () = conn.set("counter-value", value + 1).await.unwrap();
+                let increment = async {
+                    let value: i64 = conn.get("counter-value").await.unwrap_or(0);
+                    if pause.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(pause).await;
+                    }
+                    let _: () = conn.set("counter-value", value + 1).await.unwrap();
+                };
+                let fence = guard.as_ref().map_or(1, LockGuard::fencing_token);
+                let held = || guard.as_ref().is_none_or(LockGuard::is_held);
+                oracle
+                    .section("counter", fence, held, increment)
+                    .await
+                    .unwrap();
                 if let Some(guard) = guard {
                     guard.release().await.unwrap();
                 }
