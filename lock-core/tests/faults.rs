@@ -78,6 +78,9 @@ async fn a_restart_without_persistence_is_detected_as_loss() {
         .await
         .expect("loss detected");
     let took = restarted.elapsed();
+    lock_testkit::figure(&format!(
+        "loss detection, Redis restarted without persistence: {took:?} (lease {lease:?})"
+    ));
     assert!(
         took <= lease / 3 + Duration::from_millis(300),
         "detected after {took:?}"

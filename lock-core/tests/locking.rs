@@ -233,6 +233,9 @@ async fn a_waiter_is_woken_by_release_not_by_the_ttl() {
     guard.release().await.unwrap();
     let acquired = waiter.await.unwrap();
     let gap = acquired - released;
+    lock_testkit::figure(&format!(
+        "wake-up of a waiter in another locker by the release message: {gap:?} (fallback retry 20 s)"
+    ));
     assert!(
         gap < Duration::from_millis(500),
         "woken after {gap:?}; lease was 30 s"

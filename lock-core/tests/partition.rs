@@ -182,7 +182,7 @@ async fn f12_partition_longer_than_the_lease() {
         ),
         (1, 1, 0)
     );
-    println!(
+    lock_testkit::figure(&format!(
         "F12: lease={}ms lost_after_cut={}ms takeover_after_cut={}ms release_answered={}ms_after_heal (sent into the hole {}ms before) renewals_before_cut={} fence {} -> {} oracle: {report}",
         ms(LEASE),
         ms(detected),
@@ -192,7 +192,7 @@ async fn f12_partition_longer_than_the_lease() {
         renewals_before,
         old_fence,
         new_fence,
-    );
+    ));
     common::assert_nothing_left(&server, &[&holder, &other]).await;
 }
 
@@ -260,12 +260,12 @@ async fn f8_connection_resets_do_not_lose_the_lock() {
         "waiter acquired {wake:?} after the release"
     );
     assert_eq!(subscriptions, 0);
-    println!(
+    lock_testkit::figure(&format!(
         "F8: lease={}ms resets={resets} renewal_calls={renewals} proxy_connections={} waiter_woken_after={}ms",
         ms(lease),
         proxy.connections(),
         ms(wake)
-    );
+    ));
     common::assert_nothing_left(&server, &[&holder, &waiting]).await;
 }
 
@@ -512,11 +512,11 @@ async fn f2_a_paused_holder_process_is_fenced_off() {
         ),
         (1, 1, 0)
     );
-    println!(
+    lock_testkit::figure(&format!(
         "F2: lease={}ms paused={}ms fence {child_fence} -> {new_fence} child: {result} oracle: {report}",
         ms(LEASE),
         ms(paused),
-    );
+    ));
     common::assert_nothing_left(&server, &[&other]).await;
 }
 

@@ -177,6 +177,9 @@ async fn killed_holder_frees_within_lease(mode: &str, hold_before_kill: Duration
 #[tokio::test]
 async fn a_sigkilled_fixed_lease_holder_frees_the_key_within_the_lease() {
     let took = killed_holder_frees_within_lease("hold-fixed", Duration::from_millis(100)).await;
+    lock_testkit::figure(&format!(
+        "takeover after SIGKILL of a fixed-lease holder: {took:?} (lease 1 s)"
+    ));
     assert!(
         took <= Duration::from_millis(1100),
         "freed after {took:?}, lease 1 s"
@@ -187,6 +190,9 @@ async fn a_sigkilled_fixed_lease_holder_frees_the_key_within_the_lease() {
 async fn a_sigkilled_watchdog_holder_frees_the_key_within_one_lease() {
     // Held for 2.5 leases first: only the child's watchdog can have kept it alive.
     let took = killed_holder_frees_within_lease("hold-watchdog", Duration::from_millis(2500)).await;
+    lock_testkit::figure(&format!(
+        "takeover after SIGKILL of a watchdog holder: {took:?} (lease 1 s)"
+    ));
     assert!(
         took <= Duration::from_millis(1100),
         "freed after {took:?}, lease 1 s"

@@ -111,6 +111,9 @@ async fn deleting_the_key_is_noticed_within_one_renewal_interval() {
         .await
         .expect("lost within the lease");
     let took = deleted.elapsed();
+    lock_testkit::figure(&format!(
+        "loss detection, key deleted behind the holder: {took:?} (lease {LEASE:?}, renewal every lease/3)"
+    ));
     assert!(
         took <= LEASE / 3 + Duration::from_millis(60),
         "noticed after {took:?}"
@@ -157,6 +160,9 @@ async fn a_stopped_server_makes_the_lock_lost_by_the_end_of_the_lease() {
         .expect("lost without any reply");
     let took = paused.elapsed();
     server.resume();
+    lock_testkit::figure(&format!(
+        "loss detection, server SIGSTOPped (no replies): {took:?} (lease {LEASE:?})"
+    ));
     assert!(
         took <= LEASE,
         "reported lost {took:?} after the server stopped; lease {LEASE:?}"
