@@ -6,7 +6,6 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::eventually;
 use lock_core::{LockError, Locker};
 use lock_testkit::oracle::Oracle;
 use lock_testkit::{RedisCluster, RedisSentinel};
@@ -107,13 +106,7 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
     for g in guards {
         g.release().await.unwrap();
     }
-    assert!(
-        eventually(Duration::from_secs(2), || cluster
-            .keys("lock:*:lock:*")
-            .unwrap()
-            .is_empty())
-        .await
-    );
+    common::assert_cluster_clean(&cluster, &[&a, &b]).await;
 }
 
 #[tokio::test]
@@ -143,6 +136,7 @@ async fn cluster_min_replicas_acknowledged_and_refused() {
         cluster.keys("lock:*:lock:*").unwrap().is_empty(),
         "refused lock released again"
     );
+    common::assert_cluster_clean(&cluster, &[&locker, &two]).await;
 }
 
 async fn sentinel_locker(sentinel: &RedisSentinel, min_replicas: bool) -> Locker {
@@ -186,6 +180,7 @@ async fn sentinel_replicated_lock_survives_a_failover() {
     }
     guard.release().await.unwrap();
     assert!(!other.is_locked("k").await.unwrap());
+    common::assert_nothing_left(sentinel.master(), &[&holder, &other]).await;
 }
 
 #[tokio::test]
@@ -233,6 +228,7 @@ async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
         .expect("the first holder learns it lost the lock");
     assert!(first.release().await.unwrap_err().is_lost());
     taken.release().await.unwrap();
+    common::assert_nothing_left(sentinel.master(), &[&careful, &plain, &second]).await;
 }
 
 /// F17: a cluster primary is SIGKILLed while locks are held on every shard. Locks on the other
@@ -260,7 +256,9 @@ async fn cluster_primary_failover_keeps_replicated_locks() {
     let index = cluster.index_of_port(port).unwrap();
     cluster.node_mut(index).kill9();
     let killed = Instant::now();
-    cluster.wait_until_ok(Duration::from_secs(20)).unwrap();
+    cluster
+        .wait_for_failover(port, Duration::from_secs(20))
+        .unwrap();
     let failover = killed.elapsed();
     // Another client cannot take any of the held keys, on the failed shard included.
     let other = Locker::builder()
@@ -305,6 +303,7 @@ async fn cluster_primary_failover_keeps_replicated_locks() {
     for g in guards {
         g.release().await.unwrap();
     }
+    common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
 }
 
 /// The Redis name of user key `key`'s lock, learned by taking and releasing it once.
@@ -361,7 +360,9 @@ async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so(
         .await
         .expect("the holder learns that the promoted replica lost its lock");
     let detected = killed.elapsed();
-    cluster.wait_until_ok(Duration::from_secs(20)).unwrap();
+    cluster
+        .wait_for_failover(primary, Duration::from_secs(20))
+        .unwrap();
     let other = Locker::builder()
         .cluster(
             cluster
@@ -387,6 +388,7 @@ async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so(
     let err = first.release().await.unwrap_err();
     assert!(err.is_lost(), "{err:?}");
     second.release().await.unwrap();
+    common::assert_cluster_clean(&cluster, &[&holder, &strict, &other]).await;
 }
 
 /// F18b: a held lock's slot migrates to another primary while the watchdog renews it. With the
@@ -485,6 +487,7 @@ async fn cluster_slot_migration_of_a_held_lock_is_followed() {
         .release()
         .await
         .unwrap();
+    common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
 }
 
 /// F20, documented caveat: a RedLock node restarted without persistence forgets the locks it
@@ -528,6 +531,9 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
     );
     second.release().await.unwrap();
     drop(first);
+    for server in servers.iter() {
+        common::assert_nothing_left(server, &[&a, &b]).await;
+    }
 }
 
 /// F20 with the delayed-restart guard: the restarted node grants nothing until the guard has
@@ -582,6 +588,9 @@ async fn redlock_restart_guard_prevents_the_second_holder() {
     assert!(second.fencing_token() > first.fencing_token());
     second.release().await.unwrap();
     drop(first);
+    for server in servers.iter() {
+        common::assert_nothing_left_under(server, "lock:", &["node-epoch"], &[&a, &b]).await;
+    }
 }
 
 /// F16: a manual `SENTINEL FAILOVER`. The old primary keeps answering for seconds after the
@@ -630,4 +639,5 @@ async fn sentinel_manual_failover_is_followed_before_the_lease_runs_out() {
         .await
         .unwrap();
     assert!(keys.is_empty(), "release reached the new primary");
+    common::assert_nothing_left(sentinel.master(), &[&holder]).await;
 }

@@ -379,6 +379,46 @@ impl RedisCluster {
         })
     }
 
+    /// Waits until the slots that the primary on `failed_port` served (it was killed or
+    /// stopped) are served by another primary, and every live node reports `cluster_state:ok`.
+    /// Returns the port of the new primary of the first of those slots.
+    ///
+    /// Right after a kill the other nodes still report `ok` for about a node timeout, so
+    /// [`wait_until_ok`](Self::wait_until_ok) alone does not wait for the failover.
+    ///
+    /// # Errors
+    ///
+    /// `TimedOut` when no other primary took the slots within `timeout`.
+    pub fn wait_for_failover(&self, failed_port: u16, timeout: Duration) -> io::Result<u16> {
+        let start = Instant::now();
+        let slot = self
+            .topology()?
+            .iter()
+            .find(|n| n.port == failed_port)
+            .and_then(|n| n.slots.first().map(|&(lo, _)| lo))
+            .ok_or_else(|| io::Error::other(format!("port {failed_port} served no slots")))?;
+        let mut promoted = 0;
+        util::wait_until(
+            timeout,
+            "another primary for the failed node's slots",
+            || {
+                let topology = self.topology().map_err(|e| e.to_string())?;
+                match topology
+                    .iter()
+                    .find(|n| n.primary && n.port != failed_port && n.serves(slot))
+                {
+                    Some(node) => {
+                        promoted = node.port;
+                        Ok(())
+                    }
+                    None => Err(format!("slot {slot} still on port {failed_port}")),
+                }
+            },
+        )?;
+        self.wait_until_ok(timeout.saturating_sub(start.elapsed()))?;
+        Ok(promoted)
+    }
+
     fn live_nodes(&self) -> impl Iterator<Item = &RedisServer> {
         self.nodes
             .iter()

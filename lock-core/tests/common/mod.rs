@@ -145,3 +145,12 @@ pub async fn assert_nothing_left_under(
             .collect::<Vec<_>>()
     );
 }
+
+/// [`assert_nothing_left`] on every live primary of `cluster` (pub/sub channels are per node).
+pub async fn assert_cluster_clean(cluster: &lock_testkit::RedisCluster, lockers: &[&Locker]) {
+    for primary in cluster.current_primaries().unwrap() {
+        if primary.is_running() && !primary.is_paused() {
+            assert_nothing_left(primary, lockers).await;
+        }
+    }
+}
