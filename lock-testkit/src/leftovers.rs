@@ -2,6 +2,7 @@
 //! with none: no lock key, no key without an expiry, no release channel with a subscriber.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::server::RedisServer;
 
@@ -64,5 +65,34 @@ impl RedisServer {
         leftovers.channels = self.cmd(&["PUBSUB", "CHANNELS", &pattern]);
         leftovers.patterns = self.cmd(&["PUBSUB", "NUMPAT"]);
         leftovers
+    }
+}
+
+/// The end-of-test check: polls for up to 3 s (releases run in the background, subscriptions
+/// linger after their last use) until `server` has no [`Leftovers`] under `prefix` and
+/// `clients_busy` (the lock clients' own state) returns `None`.
+///
+/// # Panics
+///
+/// With what was left, when the 3 s pass first, or when the server cannot be reached.
+pub async fn assert_nothing_left(
+    server: &RedisServer,
+    prefix: &str,
+    allowed: &[&str],
+    clients_busy: impl Fn() -> Option<String>,
+) {
+    let start = Instant::now();
+    loop {
+        let leftovers = server.leftovers(prefix, allowed);
+        let busy = clients_busy();
+        if leftovers.is_empty() && busy.is_none() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "left behind on the server under {prefix:?}: {leftovers}; clients: {}",
+            busy.as_deref().unwrap_or("idle")
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

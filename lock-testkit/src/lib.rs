@@ -41,7 +41,7 @@ mod util;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
 pub use figures::figure;
-pub use leftovers::Leftovers;
+pub use leftovers::{assert_nothing_left, Leftovers};
 pub use proxy::{FaultProxy, ProxyMode};
 pub use sentinel::RedisSentinel;
 pub use server::{

@@ -129,21 +129,20 @@ pub async fn assert_nothing_left_under(
     allowed: &[&str],
     lockers: &[&Locker],
 ) {
-    let idle =
-        |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
-    let clean = eventually(Duration::from_secs(3), || {
-        lockers.iter().all(idle) && server.leftovers(prefix, allowed).is_empty()
-    })
-    .await;
-    assert!(
-        clean,
-        "left behind on the server under {prefix:?}: {}; per locker (watchdog locks, local keys, subscriptions): {:?}",
-        server.leftovers(prefix, allowed),
-        lockers
-            .iter()
-            .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
-            .collect::<Vec<_>>()
-    );
+    lock_testkit::assert_nothing_left(server, prefix, allowed, || busy(lockers)).await;
+}
+
+/// `None` when every locker is idle (no watchdog entry, local key or subscription), else their
+/// counters.
+fn busy(lockers: &[&Locker]) -> Option<String> {
+    let counters: Vec<_> = lockers
+        .iter()
+        .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
+        .collect();
+    counters
+        .iter()
+        .any(|c| *c != (0, 0, 0))
+        .then(|| format!("per locker (watchdog locks, local keys, subscriptions): {counters:?}"))
 }
 
 /// [`assert_nothing_left`] on every live primary of `cluster` (pub/sub channels are per node).

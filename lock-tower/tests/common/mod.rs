@@ -154,20 +154,18 @@ pub async fn time_until_unlocked(locker: &Locker, key: &str, limit: Duration) ->
 /// channel under `lock:`. Polls, since releases run in the background and subscriptions
 /// linger 500 ms after their last use.
 pub async fn assert_nothing_left(server: &RedisServer, lockers: &[&Locker]) {
-    let idle =
-        |l: &&Locker| l.watchdog_locks() == 0 && l.local_keys() == 0 && l.subscriptions() == 0;
-    let start = Instant::now();
-    while !(lockers.iter().all(idle) && server.leftovers("lock:", &[]).is_empty()) {
-        if start.elapsed() > Duration::from_secs(3) {
-            panic!(
-                "left behind on the server: {}; per locker (watchdog locks, local keys, subscriptions): {:?}",
-                server.leftovers("lock:", &[]),
-                lockers
-                    .iter()
-                    .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
-                    .collect::<Vec<_>>()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    lock_testkit::assert_nothing_left(server, "lock:", &[], || busy(lockers)).await;
+}
+
+/// `None` when every locker is idle (no watchdog entry, local key or subscription), else their
+/// counters.
+fn busy(lockers: &[&Locker]) -> Option<String> {
+    let counters: Vec<_> = lockers
+        .iter()
+        .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
+        .collect();
+    counters
+        .iter()
+        .any(|c| *c != (0, 0, 0))
+        .then(|| format!("per locker (watchdog locks, local keys, subscriptions): {counters:?}"))
 }
