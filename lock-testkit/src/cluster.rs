@@ -4,8 +4,8 @@ use std::io;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::probe::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
 use crate::server::{free_cluster_port, Kind, Persistence, RedisServer};
-use crate::util::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
 
 /// Number of hash slots in a Redis Cluster.
 pub const CLUSTER_SLOTS: u16 = 16384;
@@ -86,7 +86,7 @@ fn setslot(port: u16, args: &[&str]) -> io::Result<()> {
     command.extend_from_slice(args);
     query::<redis::Value>(port, &command, QUERY_TIMEOUT)
         .map(drop)
-        .map_err(|e| util::io_err(format!("port {port}: {command:?}"), e))
+        .map_err(|e| probe::io_err(format!("port {port}: {command:?}"), e))
 }
 
 /// Parses the text of `CLUSTER NODES`.
@@ -187,7 +187,7 @@ impl RedisCluster {
             })?);
         }
         for node in &mut nodes {
-            node.wait_ready(util::READY_TIMEOUT)?;
+            node.wait_ready(probe::READY_TIMEOUT)?;
         }
         let mut cluster = Self {
             nodes,
@@ -269,7 +269,7 @@ impl RedisCluster {
                 &["CLUSTER", "ADDSLOTSRANGE", &lo, &hi],
                 QUERY_TIMEOUT,
             )
-            .map_err(|e| util::io_err("CLUSTER ADDSLOTSRANGE", e))?;
+            .map_err(|e| probe::io_err("CLUSTER ADDSLOTSRANGE", e))?;
         }
         let first = self.nodes[0].port().to_string();
         for node in &self.nodes[1..] {
@@ -278,10 +278,10 @@ impl RedisCluster {
                 &["CLUSTER", "MEET", "127.0.0.1", &first],
                 QUERY_TIMEOUT,
             )
-            .map_err(|e| util::io_err("CLUSTER MEET", e))?;
+            .map_err(|e| probe::io_err("CLUSTER MEET", e))?;
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
-        util::wait_until(remaining, "every node to know every other node", || {
+        probe::wait_until(remaining, "every node to know every other node", || {
             for node in &self.nodes {
                 let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
                     .map_err(|e| format!("port {}: {e}", node.port()))?;
@@ -298,9 +298,9 @@ impl RedisCluster {
         for (j, replica) in self.nodes[primaries..].iter().enumerate() {
             let primary = &self.nodes[j / replicas];
             let id: String = query(primary.port(), &["CLUSTER", "MYID"], QUERY_TIMEOUT)
-                .map_err(|e| util::io_err("CLUSTER MYID", e))?;
+                .map_err(|e| probe::io_err("CLUSTER MYID", e))?;
             let remaining = deadline.saturating_duration_since(Instant::now());
-            util::wait_until(remaining, "CLUSTER REPLICATE to be accepted", || {
+            probe::wait_until(remaining, "CLUSTER REPLICATE to be accepted", || {
                 query::<()>(replica.port(), &["CLUSTER", "REPLICATE", &id], POLL_TIMEOUT)
                     .map_err(|e| format!("port {}: {e}", replica.port()))
             })?;
@@ -313,7 +313,7 @@ impl RedisCluster {
         let replicas = self.replicas_per_primary;
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut primary_ports = Vec::new();
-        util::wait_until(remaining, "the cluster to be up", || {
+        probe::wait_until(remaining, "the cluster to be up", || {
             for node in &self.nodes {
                 let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
                     .map_err(|e| format!("port {}: {e}", node.port()))?;
@@ -366,7 +366,7 @@ impl RedisCluster {
     ///
     /// `TimedOut` when some node still reports another state after `timeout`.
     pub fn wait_until_ok(&self, timeout: Duration) -> io::Result<()> {
-        util::wait_until(timeout, "cluster_state:ok on every live node", || {
+        probe::wait_until(timeout, "cluster_state:ok on every live node", || {
             for node in self.live_nodes() {
                 let info: String = query(node.port(), &["CLUSTER", "INFO"], POLL_TIMEOUT)
                     .map_err(|e| format!("port {}: {e}", node.port()))?;
@@ -398,7 +398,7 @@ impl RedisCluster {
             .and_then(|n| n.slots.first().map(|&(lo, _)| lo))
             .ok_or_else(|| io::Error::other(format!("port {failed_port} served no slots")))?;
         let mut promoted = 0;
-        util::wait_until(
+        probe::wait_until(
             timeout,
             "another primary for the failed node's slots",
             || {
@@ -428,7 +428,7 @@ impl RedisCluster {
     /// `redis://127.0.0.1:<port>/` of the primaries as created (ordered by their first slot):
     /// seed URLs for a cluster client. They do not follow later failovers.
     pub fn urls(&self) -> Vec<String> {
-        self.primaries.iter().map(|&p| util::url(p)).collect()
+        self.primaries.iter().map(|&p| probe::url(p)).collect()
     }
 
     /// `redis://127.0.0.1:<port>/` of every node, primaries and replicas, in start order.
@@ -563,11 +563,11 @@ impl RedisCluster {
             .port;
         let run = |args: &[&str]| {
             query::<redis::Value>(replica, args, QUERY_TIMEOUT)
-                .map_err(|e| util::io_err(format!("replica {replica}: {args:?}"), e))
+                .map_err(|e| probe::io_err(format!("replica {replica}: {args:?}"), e))
         };
         run(&["CONFIG", "SET", "masterauth", "bogus"])?;
         run(&["CLIENT", "KILL", "TYPE", "master"])?;
-        util::wait_until(Duration::from_secs(10), "a broken replication link", || {
+        probe::wait_until(Duration::from_secs(10), "a broken replication link", || {
             let info: String = query(replica, &["INFO", "replication"], POLL_TIMEOUT)
                 .map_err(|e| e.to_string())?;
             match info_field(&info, "master_link_status") {
@@ -607,7 +607,7 @@ impl RedisCluster {
             &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"],
             QUERY_TIMEOUT,
         )
-        .map_err(|e| util::io_err(format!("port {from_port}: GETKEYSINSLOT"), e))?;
+        .map_err(|e| probe::io_err(format!("port {from_port}: GETKEYSINSLOT"), e))?;
         if keys.is_empty() {
             return Ok(0);
         }
@@ -615,7 +615,7 @@ impl RedisCluster {
         let mut args = vec!["MIGRATE", "127.0.0.1", &to, "", "0", "5000", "KEYS"];
         args.extend(keys.iter().map(String::as_str));
         query::<redis::Value>(from_port, &args, QUERY_TIMEOUT)
-            .map_err(|e| util::io_err(format!("port {from_port}: MIGRATE"), e))?;
+            .map_err(|e| probe::io_err(format!("port {from_port}: MIGRATE"), e))?;
         Ok(keys.len())
     }
 
@@ -640,7 +640,7 @@ impl RedisCluster {
 
     fn node_id(&self, port: u16) -> io::Result<String> {
         query(port, &["CLUSTER", "MYID"], QUERY_TIMEOUT)
-            .map_err(|e| util::io_err(format!("port {port}: CLUSTER MYID"), e))
+            .map_err(|e| probe::io_err(format!("port {port}: CLUSTER MYID"), e))
     }
 
     /// The hash slot of `key` (see [`key_slot`]); equal to `CLUSTER KEYSLOT key`.
@@ -659,8 +659,8 @@ impl RedisCluster {
         for primary in self.current_primaries()? {
             if primary.is_running() && !primary.is_paused() {
                 keys.extend(
-                    util::scan_keys(primary.port(), pattern)
-                        .map_err(|e| util::io_err(format!("SCAN on {}", primary.port()), e))?,
+                    probe::scan_keys(primary.port(), pattern)
+                        .map_err(|e| probe::io_err(format!("SCAN on {}", primary.port()), e))?,
                 );
             }
         }

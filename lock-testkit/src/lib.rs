@@ -32,12 +32,12 @@ mod cluster;
 mod figures;
 mod leftovers;
 pub mod oracle;
+mod probe;
 mod proxy;
 mod sentinel;
 mod server;
 mod servers;
 mod tls;
-mod util;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
 pub use figures::figure;

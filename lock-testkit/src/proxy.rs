@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::util;
+use crate::probe;
 
 /// How long [`FaultProxy::set_mode`] waits for the proxy to apply a mode.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -213,7 +213,7 @@ impl FaultProxy {
 
     /// `redis://127.0.0.1:<proxy port>/`.
     pub fn url(&self) -> String {
-        util::url(self.port)
+        probe::url(self.port)
     }
 
     /// The port traffic is forwarded to.

@@ -3,8 +3,8 @@
 use std::io;
 use std::time::{Duration, Instant};
 
+use crate::probe::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
 use crate::server::{free_port, Kind, Persistence, RedisServer};
-use crate::util::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
 
 /// How long [`RedisSentinel::start`] waits for replication and the sentinels' quorum.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -79,8 +79,8 @@ impl RedisSentinel {
             Persistence::None,
             |_| Ok(Kind::Server),
         )?;
-        primary.wait_ready(util::READY_TIMEOUT)?;
-        replica.wait_ready(util::READY_TIMEOUT)?;
+        primary.wait_ready(probe::READY_TIMEOUT)?;
+        replica.wait_ready(probe::READY_TIMEOUT)?;
         wait_link(
             &replica,
             "up",
@@ -109,7 +109,7 @@ impl RedisSentinel {
             })?);
         }
         for sentinel in &mut sentinels {
-            sentinel.wait_ready(util::READY_TIMEOUT)?;
+            sentinel.wait_ready(probe::READY_TIMEOUT)?;
         }
         let fixture = Self {
             master_name: master_name.to_string(),
@@ -125,7 +125,7 @@ impl RedisSentinel {
     fn wait_quorum(&self, timeout: Duration) -> io::Result<()> {
         let name = self.master_name.as_str();
         let replica_port = self.replica.port().to_string();
-        util::wait_until(timeout, "the sentinels' quorum", || {
+        probe::wait_until(timeout, "the sentinels' quorum", || {
             for sentinel in &self.sentinels {
                 let port = sentinel.port();
                 let ok: String = query(port, &["SENTINEL", "CKQUORUM", name], POLL_TIMEOUT)
@@ -281,7 +281,7 @@ impl RedisSentinel {
     pub fn wait_for_failover(&mut self, timeout: Duration) -> io::Result<u16> {
         let old = self.master_port;
         let mut promoted = old;
-        util::wait_until(timeout, "a sentinel failover", || {
+        probe::wait_until(timeout, "a sentinel failover", || {
             let ports: Vec<u16> = self
                 .live_sentinels()
                 .filter_map(|s| self.master_port_from(s.port()).ok())
@@ -295,7 +295,7 @@ impl RedisSentinel {
             if first == old {
                 return Err(format!("sentinels still report {old}"));
             }
-            match util::role(first).as_deref() {
+            match probe::role(first).as_deref() {
                 Some("master") => {
                     promoted = first;
                     Ok(())
@@ -326,13 +326,13 @@ impl RedisSentinel {
         let replica = self.current_replica();
         let _: () = replica
             .try_cmd(&["CONFIG", "SET", "masterauth", "bogus"])
-            .map_err(|e| util::io_err("CONFIG SET masterauth", e))?;
+            .map_err(|e| probe::io_err("CONFIG SET masterauth", e))?;
         let _: i64 = replica
             .try_cmd(&["CLIENT", "KILL", "TYPE", "master"])
-            .map_err(|e| util::io_err("CLIENT KILL TYPE master", e))?;
+            .map_err(|e| probe::io_err("CLIENT KILL TYPE master", e))?;
         wait_link(replica, "down", LINK_TIMEOUT)?;
         let master = self.master();
-        util::wait_until(LINK_TIMEOUT, "the master to drop its replica", || {
+        probe::wait_until(LINK_TIMEOUT, "the master to drop its replica", || {
             let info: String = query(master.port(), &["INFO", "replication"], POLL_TIMEOUT)
                 .map_err(|e| e.to_string())?;
             match info_field(&info, "connected_slaves") {
@@ -355,7 +355,7 @@ impl RedisSentinel {
             &["CONFIG", "SET", "masterauth", ""],
             QUERY_TIMEOUT,
         )
-        .map_err(|e| util::io_err("CONFIG SET masterauth", e))?;
+        .map_err(|e| probe::io_err("CONFIG SET masterauth", e))?;
         wait_link(replica, "up", LINK_TIMEOUT)
     }
 }
@@ -369,7 +369,7 @@ fn field<'a>(pairs: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 fn wait_link(replica: &RedisServer, want: &str, timeout: Duration) -> io::Result<()> {
-    util::wait_until(
+    probe::wait_until(
         timeout,
         &format!("master_link_status:{want} on {}", replica.port()),
         || {

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::probe;
 use crate::tls::TlsServerConfig;
-use crate::util;
 
 /// Whether a restarted server keeps its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +166,7 @@ impl RedisServer {
 
     fn start_inner(extra: &[&str], persistence: Persistence) -> io::Result<Self> {
         let mut server = Self::launch(free_port(), extra, persistence, |_| Ok(Kind::Server))?;
-        server.wait_ready(util::READY_TIMEOUT)?;
+        server.wait_ready(probe::READY_TIMEOUT)?;
         Ok(server)
     }
 
@@ -207,7 +207,7 @@ impl RedisServer {
                 Ok(Kind::Server)
             },
         )?;
-        server.wait_ready(util::READY_TIMEOUT)?;
+        server.wait_ready(probe::READY_TIMEOUT)?;
         Ok(server)
     }
 
@@ -257,7 +257,7 @@ impl RedisServer {
 
     fn spawn(&mut self) -> io::Result<()> {
         self.spawn_process()?;
-        self.wait_ready(util::READY_TIMEOUT)
+        self.wait_ready(probe::READY_TIMEOUT)
     }
 
     fn log_path(&self) -> PathBuf {
@@ -367,7 +367,7 @@ impl RedisServer {
 
     /// `redis://127.0.0.1:<port>/`.
     pub fn url(&self) -> String {
-        util::url(self.port)
+        probe::url(self.port)
     }
 
     /// The TLS port, for servers started with [`start_tls`](Self::start_tls).
@@ -396,7 +396,7 @@ impl RedisServer {
     /// If the server cannot be reached.
     pub fn connections_received(&self) -> u64 {
         let info: String = self.cmd(&["INFO", "stats"]);
-        util::info_field(&info, "total_connections_received")
+        probe::info_field(&info, "total_connections_received")
             .and_then(|n| n.parse().ok())
             .expect("total_connections_received in INFO stats")
     }
@@ -449,7 +449,7 @@ impl RedisServer {
     /// Runs one command on a fresh connection with a 1 s connect and 2 s reply timeout, so it
     /// returns an error (instead of hanging) when the server is killed or paused.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {
-        util::query(self.port, args, util::QUERY_TIMEOUT)
+        probe::query(self.port, args, probe::QUERY_TIMEOUT)
     }
 
     /// Total calls of a command according to `INFO commandstats` (e.g. `"evalsha"`, `"set"`).
@@ -487,7 +487,7 @@ impl RedisServer {
     ///
     /// If the server cannot be reached.
     pub fn keys(&self, pattern: &str) -> Vec<String> {
-        util::scan_keys(self.port, pattern).expect("SCAN on test redis-server")
+        probe::scan_keys(self.port, pattern).expect("SCAN on test redis-server")
     }
 
     /// The pub/sub channels that currently have at least one subscriber (`PUBSUB CHANNELS`),

@@ -3,8 +3,8 @@
 use std::io;
 use std::ops::{Index, IndexMut};
 
+use crate::probe;
 use crate::server::{free_port, Kind, Persistence, RedisServer};
-use crate::util;
 
 /// `n` independent `redis-server` processes (no replication between them), as RedLock needs.
 ///
@@ -52,7 +52,7 @@ impl RedisServers {
             )?);
         }
         for server in &mut servers {
-            server.wait_ready(util::READY_TIMEOUT)?;
+            server.wait_ready(probe::READY_TIMEOUT)?;
         }
         Ok(Self { servers })
     }

@@ -1,4 +1,4 @@
-//! Small helpers shared by the fixtures: bounded queries, `INFO` parsing and polling.
+//! How the fixtures probe their servers: bounded queries, `INFO` parsing and polling.
 
 use std::io;
 use std::time::{Duration, Instant};
