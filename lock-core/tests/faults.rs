@@ -308,7 +308,9 @@ async fn least_privilege_acl_user_without_channels() {
     common::assert_nothing_left(&server, &[&a, &waiting]).await;
 }
 
-/// B23: a hostile server answering with the wrong shapes gives typed errors, never a panic.
+/// B23: a hostile server answering with the wrong shapes, with truncated replies (an array
+/// that never completes, a bulk string cut short) or with bytes that are not RESP gives typed
+/// errors within the deadlines, never a panic or a hang.
 #[tokio::test]
 async fn hostile_replies_are_typed_errors() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -319,9 +321,13 @@ async fn hostile_replies_are_typed_errors() {
         b"$-1\r\n",
         b":7\r\n",
         b"-ERR nope\r\n",
+        b"*2\r\n:1\r\n",
+        b"$10\r\nabc",
+        b"?garbage\r\n",
     ] {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
+        let text = String::from_utf8_lossy(reply).into_owned();
         let reply = reply.to_vec();
         let fake = tokio::spawn(async move {
             loop {
@@ -352,8 +358,21 @@ async fn hostile_replies_are_typed_errors() {
             .connect_timeout(Duration::from_millis(300))
             .build()
             .await;
-        if let Ok(locker) = built {
-            let result = locker.lock("k").wait(Duration::from_millis(200)).await;
+        let locker = match built {
+            Ok(locker) => locker,
+            Err(e) => {
+                assert!(e.is_backend(), "connect, reply {text:?}: {e:?}");
+                fake.abort();
+                continue;
+            }
+        };
+        {
+            let result = tokio::time::timeout(
+                Duration::from_secs(5),
+                locker.lock("k").wait(Duration::from_millis(200)),
+            )
+            .await
+            .expect("a hostile reply must not hang the acquire");
             match result {
                 Err(LockError::Backend { .. } | LockError::Busy { .. }) => {}
                 other => panic!(
