@@ -543,6 +543,72 @@ fn tls_server_listens_on_its_own_port_and_cleans_up() {
     owned.assert_gone();
 }
 
+/// A TLS Sentinel deployment: replication and the sentinels' monitoring run over TLS (the
+/// sentinels report TLS ports), a failover promotes the replica, and everything is gone after
+/// drop.
+#[test]
+fn tls_sentinel_replicates_and_fails_over_over_tls() {
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let started = Instant::now();
+    let mut sentinel = RedisSentinel::start_tls("tlsmaster", &TlsServerConfig::new(cert, &ca))
+        .expect("start TLS sentinel fixture");
+    eprintln!("TLS sentinel 1+1+3 up in {:?}", started.elapsed());
+    let primary_tls = sentinel.primary().tls_port().unwrap();
+    let replica_tls = sentinel.replica().tls_port().unwrap();
+    assert_eq!(sentinel.current_master_port().unwrap(), primary_tls);
+    assert_eq!(sentinel.known_master_port(), primary_tls);
+    let urls = sentinel.sentinel_tls_urls();
+    assert_eq!(urls.len(), 3);
+    for (url, s) in urls.iter().zip(sentinel.sentinels()) {
+        assert_eq!(
+            *url,
+            format!("rediss://127.0.0.1:{}/", s.tls_port().unwrap())
+        );
+        // The sentinel monitors the TLS ports (which speak nothing but TLS) and sees both
+        // servers: its own connections to them are TLS.
+        let master: Vec<String> = s.cmd(&["SENTINEL", "MASTER", "tlsmaster"]);
+        let port = master
+            .chunks_exact(2)
+            .find(|p| p[0] == "port")
+            .map(|p| p[1].clone());
+        assert_eq!(port, Some(primary_tls.to_string()));
+        let flags = master
+            .chunks_exact(2)
+            .find(|p| p[0] == "flags")
+            .map(|p| p[1].clone());
+        assert_eq!(flags.as_deref(), Some("master"));
+    }
+    // The replica replicates from the primary's TLS port.
+    let info: String = sentinel.replica().cmd(&["INFO", "replication"]);
+    assert_eq!(
+        info_field(&info, "master_port"),
+        Some(primary_tls.to_string())
+    );
+    assert_eq!(
+        info_field(&info, "master_link_status").as_deref(),
+        Some("up")
+    );
+    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    assert_eq!(acked, 1);
+
+    assert_eq!(sentinel.kill_primary(), primary_tls);
+    let new_master = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_eq!(new_master, replica_tls);
+    assert_eq!(sentinel.master().port(), sentinel.replica().port());
+    let before: Option<String> = sentinel.master().cmd(&["GET", "before"]);
+    assert_eq!(before.as_deref(), Some("1"));
+
+    let owned = Owned::of(
+        [sentinel.primary(), sentinel.replica()]
+            .into_iter()
+            .chain(sentinel.sentinels()),
+    );
+    drop(sentinel);
+    owned.assert_gone();
+}
+
 #[test]
 fn fixtures_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
