@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -614,6 +615,79 @@ fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client
         .collect()
 }
 
+/// A Sentinel client for `master`. With `rediss://` sentinel URLs, the sentinels are asked
+/// over TLS and the primary they name is connected over TLS as well, both verified with the
+/// configured certificates (or the system trust store); with `redis://` URLs, everything is
+/// plaintext.
+fn sentinel_client(
+    master: &str,
+    sentinels: &[String],
+    tls: Option<&TlsConfig>,
+) -> Result<SentinelClient, ConfigError> {
+    // `open` refuses `redis://` URLs when TLS settings are given.
+    let opened = sentinels
+        .iter()
+        .map(|url| open(url, tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    let secure = opened.iter().filter(|c| is_tls_url(c)).count();
+    let unsupported = |reason: &str| ConfigError::Tls {
+        what: "topology",
+        reason: reason.to_owned(),
+    };
+    let build_error = |e: redis::RedisError| ConfigError::Tls {
+        what: "sentinel",
+        reason: e.to_string(),
+    };
+    if secure == 0 {
+        return SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            master,
+            None,
+            SentinelServerType::Master,
+        )
+        .map_err(ConfigError::Url);
+    }
+    if secure != opened.len() {
+        return Err(unsupported(
+            "sentinel urls mix `redis://` and `rediss://`; use `rediss://` for all of them",
+        ));
+    }
+    // The builder takes one set of credentials for all sentinels.
+    let credentials = |c: &redis::Client| {
+        let info = c.get_connection_info().redis_settings();
+        (
+            info.username().map(str::to_owned),
+            info.password().map(str::to_owned),
+        )
+    };
+    let (username, password) = credentials(&opened[0]);
+    if opened[1..]
+        .iter()
+        .any(|c| credentials(c) != (username.clone(), password.clone()))
+    {
+        return Err(unsupported(
+            "with `rediss://` sentinels, every sentinel url must carry the same username and password",
+        ));
+    }
+    // Each address carries its TLS parameters (the certificates) from `open`.
+    let addrs = opened
+        .iter()
+        .map(|c| c.get_connection_info().addr().clone());
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
+        .map_err(build_error)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+    if let Some(username) = username {
+        builder = builder.set_client_to_sentinel_username(username);
+    }
+    if let Some(password) = password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(tls) = tls {
+        builder = builder.set_client_to_redis_certificates(tls.certificates());
+    }
+    builder.build().map_err(build_error)
+}
+
 /// Connects the command side and describes where release notifications come from.
 async fn connect(
     topology: Topology,
@@ -648,15 +722,8 @@ async fn connect(
             if sentinels.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            let sentinel_clients = clients(&sentinels, None)?;
-            if tls.is_some() || sentinel_clients.iter().any(is_tls_url) {
-                return Err(ConfigError::Tls {
-                    what: "topology",
-                    reason: "TLS is not supported with Sentinel yet".to_owned(),
-                }
-                .into());
-            }
-            let conn = Connection::sentinel(&master, &sentinels, timeouts)
+            let client = sentinel_client(&master, &sentinels, tls)?;
+            let conn = Connection::sentinel(client, timeouts)
                 .await
                 .map_err(backend)?;
             let Connection::Sentinel(primary) = &conn else {

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lock_core::{ConfigError, LockError, Locker, TlsConfig};
-use lock_testkit::{CertAndKey, RedisServer, TestCa, TlsServerConfig, Validity};
+use lock_testkit::{CertAndKey, RedisSentinel, RedisServer, TestCa, TlsServerConfig, Validity};
 
 /// Connect limit of the failing connects.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -392,28 +392,257 @@ async fn redlock_over_tls() {
     }
 }
 
-/// Sentinel has no TLS support in the kit yet: TLS settings or `rediss://` sentinels are a
-/// configuration error (rather than a silently plaintext connection to the primary).
-#[tokio::test]
-async fn sentinel_with_tls_is_refused_as_configuration() {
+/// A TLS Sentinel deployment (replication and monitoring over TLS, see
+/// `RedisSentinel::start_tls`) with a private CA.
+fn tls_sentinel() -> (TestCa, RedisSentinel) {
     let ca = TestCa::new("lock-kit test CA");
-    for builder in [
-        Locker::builder().sentinel("mymaster", ["rediss://127.0.0.1:26379"]),
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let sentinel = RedisSentinel::start_tls("locks", &TlsServerConfig::new(cert, &ca))
+        .expect("start a TLS sentinel deployment");
+    (ca, sentinel)
+}
+
+/// A locker that asks the sentinels over TLS (`rediss://`), with a 30 s fallback retry so that
+/// only a release message can wake a waiter within the test.
+async fn tls_sentinel_locker(ca: &TestCa, sentinel: &RedisSentinel) -> Locker {
+    Locker::builder()
+        .sentinel(sentinel.master_name(), sentinel.sentinel_tls_urls())
+        .tls(trusting(ca))
+        .fallback_retry(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect through the TLS sentinels")
+}
+
+/// `server` has at least `at_least` connections on its TLS port, and every pub/sub
+/// connection (flag `P`) is one of them.
+fn assert_on_tls(server: &RedisServer, at_least: usize) {
+    let clients: String = server.cmd(&["CLIENT", "LIST"]);
+    let tls_port = format!(" laddr=127.0.0.1:{} ", server.tls_port().unwrap());
+    let on_tls = clients.lines().filter(|l| l.contains(&tls_port)).count();
+    assert!(on_tls >= at_least, "{on_tls} on the TLS port: {clients}");
+    for line in clients.lines().filter(|l| l.contains(" flags=P ")) {
+        assert!(
+            line.contains(&tls_port),
+            "a pub/sub connection off the TLS port: {line}"
+        );
+    }
+}
+
+/// Waits (at most 5 s) until `server` has a subscribed channel.
+async fn wait_for_subscription(server: &RedisServer) {
+    let subscribed = Instant::now();
+    while server.pubsub_channels().is_empty() {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(5),
+            "no subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sentinel over TLS: the lockers ask the sentinels on their TLS ports and connect to the
+/// primary's TLS port (command and pub/sub connections); acquire, contention and release work,
+/// and a waiter is woken by the release message (30 s fallback retry and lease: only the
+/// message can wake it within 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_locks_and_wakes_waiters() {
+    let (ca, sentinel) = tls_sentinel();
+    let master = sentinel.master();
+    let holder = tls_sentinel_locker(&ca, &sentinel).await;
+    let waiter = tls_sentinel_locker(&ca, &sentinel).await;
+
+    let guard = holder.lock("stls-key").await.unwrap();
+    assert_eq!(master.keys("lock:*:lock:stls-key").len(), 1);
+    assert!(holder.is_locked("stls-key").await.unwrap());
+    assert!(waiter
+        .lock("stls-key")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_busy());
+
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let g = waiter
+                .lock("stls-key")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            let token = g.fencing_token();
+            g.release().await.unwrap();
+            (at, token)
+        }
+    });
+    wait_for_subscription(master).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let first_token = guard.fencing_token();
+
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (woken_at, token) = waiting.await.unwrap();
+    let woken = woken_at - released;
+    eprintln!("waiter woken over TLS sentinel after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    assert!(token > first_token, "{token} after {first_token}");
+    assert!(!holder.is_locked("stls-key").await.unwrap());
+
+    // The lockers' connections go to the TLS port (the sentinels name no other): two command
+    // and two pub/sub connections at least, plus the sentinels' and the replica's links.
+    assert_on_tls(master, 4 + 3 + 1);
+    common::assert_nothing_left(master, &[&holder, &waiter]).await;
+}
+
+/// Sentinel over TLS across a failover: after the primary is killed and the replica promoted,
+/// the existing locker follows the new primary (asking the sentinels over TLS again) and a new
+/// lock is granted there, a new locker connects to it over TLS, contention holds, and a waiter
+/// on the new primary is woken by the release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_follows_a_failover() {
+    let (ca, mut sentinel) = tls_sentinel();
+    let holder = tls_sentinel_locker(&ca, &sentinel).await;
+    holder
+        .lock("before")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let old = sentinel.kill_primary();
+    let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_ne!(old, new);
+    assert_eq!(new, sentinel.replica().tls_port().unwrap());
+    let master = sentinel.master();
+
+    // The holder's connection to the old primary is dead; it asks the sentinels again (after
+    // the error, or by its 1 s poll) and locks on the new primary.
+    let started = Instant::now();
+    let guard = loop {
+        match holder.lock("after").wait(Duration::ZERO).await {
+            Ok(guard) => break guard,
+            Err(e) => {
+                assert!(!e.is_busy(), "{e:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "no lock on the new primary after 10 s: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!(
+        "first lock on the new primary after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(master.keys("lock:*:lock:after").len(), 1);
+
+    let other = tls_sentinel_locker(&ca, &sentinel).await;
+    assert!(other
+        .lock("after")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_busy());
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other
+                .lock("after")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    wait_for_subscription(master).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let woken = waiting.await.unwrap() - released;
+    eprintln!("waiter woken on the new primary after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+
+    // Two lockers' command and pub/sub connections and three sentinels (no replica left).
+    assert_on_tls(master, 4 + 3);
+    common::assert_nothing_left(master, &[&holder, &other]).await;
+}
+
+/// TLS sentinels are verified too: a locker that trusts another CA cannot ask them for the
+/// primary, and fails promptly with [`LockError::Tls`] (`UnknownIssuer`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinels_with_an_untrusted_certificate_are_refused() {
+    let (_ca, sentinel) = tls_sentinel();
+    let other = TestCa::new("another CA");
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
         Locker::builder()
-            .sentinel("mymaster", ["redis://127.0.0.1:26379"])
-            .tls(trusting(&ca)),
-    ] {
+            .sentinel(sentinel.master_name(), sentinel.sentinel_tls_urls())
+            .tls(trusting(&other))
+            .connect_timeout(CONNECT)
+            .build(),
+    )
+    .await
+    .expect("connect hung for 30 s");
+    let err = result.expect_err("an untrusted sentinel must be refused");
+    let elapsed = started.elapsed();
+    eprintln!("refused after {elapsed:?}: {}", chain(&err));
+    assert_tls_error(&err, elapsed, "UnknownIssuer");
+    // Nothing reached the primary.
+    common::assert_nothing_left(sentinel.master(), &[]).await;
+}
+
+/// What Sentinel with TLS cannot do is a configuration error before any connection: sentinel
+/// URLs that mix `redis://` and `rediss://` (is the primary TLS or not?), TLS settings with a
+/// `redis://` sentinel, and `rediss://` sentinels with different credentials (redis-rs takes
+/// one set for all sentinels when their connections carry certificates).
+#[tokio::test]
+async fn sentinel_tls_misconfigurations_are_refused() {
+    let ca = TestCa::new("lock-kit test CA");
+    let cases = [
+        (
+            Locker::builder().sentinel(
+                "mymaster",
+                ["rediss://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+            ),
+            "topology",
+        ),
+        (
+            Locker::builder()
+                .sentinel("mymaster", ["redis://127.0.0.1:26379"])
+                .tls(trusting(&ca)),
+            "url",
+        ),
+        (
+            Locker::builder()
+                .sentinel(
+                    "mymaster",
+                    [
+                        "rediss://:one@127.0.0.1:26379",
+                        "rediss://:two@127.0.0.1:26380",
+                    ],
+                )
+                .tls(trusting(&ca)),
+            "topology",
+        ),
+    ];
+    for (builder, expect) in cases {
         let err = builder.build().await.unwrap_err();
         assert!(
             matches!(
                 &err,
-                LockError::Config(ConfigError::Tls {
-                    what: "topology",
-                    ..
-                })
+                LockError::Config(ConfigError::Tls { what, .. }) if *what == expect
             ),
             "{err:?}"
         );
+        assert!(!err.to_string().contains("one@") && !err.to_string().contains("two@"));
     }
     // No leak check: no server and no locker (every build is refused).
 }
