@@ -346,6 +346,13 @@ impl LockerBuilder {
     /// for the primary named `master`, asks again after connection errors or `READONLY` and
     /// every second, so it follows failovers, manual ones included (where the old primary keeps
     /// answering for a while).
+    ///
+    /// With `rediss://` sentinel URLs, the sentinels are asked over TLS and the primary is
+    /// connected over TLS too, at the address the sentinels report (so the servers and the
+    /// sentinels need `tls-port` and `tls-replication yes`); both are verified with the
+    /// [`tls`](Self::tls) settings, or the system trust store without them. All URLs must then
+    /// be `rediss://` and carry the same credentials (redis-rs applies one set to every
+    /// sentinel); anything else is a [`ConfigError::Tls`] from [`build`](Self::build).
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -463,10 +470,11 @@ impl LockerBuilder {
     /// Certificates for `rediss://` URLs: a private CA to trust instead of the system trust
     /// store, and a client certificate for servers with `tls-auth-clients yes`. Applies to
     /// every connection of the locker: the command connection, the pub/sub connection of the
-    /// waiters, every RedLock node and every Cluster node.
+    /// waiters, every RedLock node, every Cluster node, and with [`sentinel`](Self::sentinel)
+    /// the connections to the sentinels and to the primary they name.
     ///
     /// `rediss://` URLs work without this (verified against the system trust store); with it,
-    /// every URL must be `rediss://`. Not supported with [`sentinel`](Self::sentinel).
+    /// every URL (sentinel URLs included) must be `rediss://`.
     ///
     /// # Examples
     ///

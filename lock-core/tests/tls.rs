@@ -8,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lock_core::{ConfigError, LockError, Locker, TlsConfig};
-use lock_testkit::{CertAndKey, RedisSentinel, RedisServer, TestCa, TlsServerConfig, Validity};
+use lock_testkit::{
+    CertAndKey, RedisCluster, RedisSentinel, RedisServer, TestCa, TlsServerConfig, Validity,
+};
 
 /// Connect limit of the failing connects.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -597,6 +599,136 @@ async fn tls_sentinels_with_an_untrusted_certificate_are_refused() {
     assert_tls_error(&err, elapsed, "UnknownIssuer");
     // Nothing reached the primary.
     common::assert_nothing_left(sentinel.master(), &[]).await;
+}
+
+/// The ports in `CLUSTER NODES` as seen over a connection to `url` (TLS when `rediss://`,
+/// verified with `ca`), and the redirect a node on `url` gives for a key of another shard.
+async fn cluster_view(url: &str, ca: &TestCa, foreign_key: &str) -> (Vec<u16>, String) {
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.cert_pem().into_bytes()),
+    };
+    let client = redis::Client::build_with_tls(url, certs).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut ports: Vec<u16> = nodes
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter_map(|addr| addr.split('@').next()?.rsplit(':').next()?.parse().ok())
+        .collect();
+    ports.sort_unstable();
+    let err = redis::cmd("GET")
+        .arg(foreign_key)
+        .query_async::<Option<String>>(&mut conn)
+        .await
+        .unwrap_err();
+    let (to, _slot) = err.redirect_node().expect("a MOVED redirect");
+    (ports, to.to_owned())
+}
+
+/// Cluster over TLS (3 primaries, TLS ports, `tls-cluster yes`): the nodes describe the cluster
+/// with their TLS ports to TLS clients (`CLUSTER NODES`, `MOVED`); the lockers, seeded with
+/// `rediss://` URLs only, take locks on every shard, contention holds on each, and a waiter is
+/// woken by the release message (30 s fallback retry) over a TLS pub/sub connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_locks_every_shard_and_wakes_waiters() {
+    let ca = TestCa::new("lock-kit test CA");
+    let config = TlsServerConfig::new(ca.server_cert(&["127.0.0.1"], Validity::Current), &ca)
+        .with_client_identity(ca.client_cert("cluster node"));
+    let cluster = RedisCluster::start_tls(3, 0, &config).expect("start a TLS cluster");
+    let connect = || {
+        Locker::builder()
+            .cluster(cluster.tls_urls())
+            .tls(trusting(&ca))
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+    };
+    let a = connect().await.unwrap();
+    let b = connect().await.unwrap();
+
+    // Over TLS, every node is known by its TLS port, redirects included.
+    let primaries = cluster.current_primaries().unwrap();
+    let mut tls_ports: Vec<u16> = primaries.iter().map(|p| p.tls_port().unwrap()).collect();
+    tls_ports.sort_unstable();
+    let first = primaries[0];
+    let foreign = (0..)
+        .map(|i| format!("probe-{i}"))
+        .find(|k| cluster.primary_for_key(k).unwrap().port() != first.port())
+        .unwrap();
+    let owner_tls = cluster
+        .primary_for_key(&foreign)
+        .unwrap()
+        .tls_port()
+        .unwrap();
+    let (ports, moved_to) = cluster_view(&first.tls_url(), &ca, &foreign).await;
+    assert_eq!(ports, tls_ports);
+    assert_eq!(moved_to, format!("127.0.0.1:{owner_tls}"));
+
+    // Locks on every shard, each contended.
+    let keys: Vec<String> = (0..12).map(|i| format!("shard-{i}")).collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(a.lock(key.as_str()).await.unwrap());
+    }
+    let mut shards: Vec<u16> = cluster
+        .keys("lock:*:lock:shard-*")
+        .unwrap()
+        .iter()
+        .map(|name| cluster.primary_for_key(name).unwrap().port())
+        .collect();
+    assert_eq!(shards.len(), keys.len());
+    shards.sort_unstable();
+    shards.dedup();
+    assert_eq!(shards.len(), 3, "locks on every primary");
+    for key in &keys {
+        assert!(b
+            .lock(key.as_str())
+            .wait(Duration::ZERO)
+            .await
+            .unwrap_err()
+            .is_busy());
+    }
+
+    // A waiter is woken by the release message.
+    let held = guards.pop().unwrap();
+    let key = held.key().to_owned();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let g = b.lock(key).wait(Duration::from_secs(20)).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    let subscribed = Instant::now();
+    while primaries.iter().all(|p| p.pubsub_channels().is_empty()) {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(5),
+            "no subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let woken = waiting.await.unwrap() - released;
+    eprintln!("waiter woken over TLS cluster after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    // Both lockers' command connections reach every primary on its TLS port, and every
+    // pub/sub connection is a TLS one.
+    for primary in &primaries {
+        assert_on_tls(primary, 2);
+    }
+    common::assert_cluster_clean(&cluster, &[&a, &b]).await;
 }
 
 /// What Sentinel with TLS cannot do is a configuration error before any connection: sentinel

@@ -58,6 +58,8 @@ pub struct RedisServer {
 pub(crate) struct TlsListener {
     pub(crate) port: u16,
     pub(crate) auth_clients: bool,
+    /// Whether `client.crt` / `client.key` are written (`--tls-client-cert-file`).
+    pub(crate) client_identity: bool,
 }
 
 impl TlsListener {
@@ -66,6 +68,7 @@ impl TlsListener {
         Self {
             port: free_port(),
             auth_clients: config.auth_clients,
+            client_identity: config.client.is_some(),
         }
     }
 }
@@ -78,6 +81,10 @@ pub(crate) fn write_tls_files(dir: &Path, config: &TlsServerConfig) -> io::Resul
     std::fs::write(tls_dir.join("server.crt"), &config.server.cert_pem)?;
     std::fs::write(tls_dir.join("server.key"), &config.server.key_pem)?;
     std::fs::write(tls_dir.join("ca.crt"), &config.client_ca_pem)?;
+    if let Some(client) = &config.client {
+        std::fs::write(tls_dir.join("client.crt"), &client.cert_pem)?;
+        std::fs::write(tls_dir.join("client.key"), &client.key_pem)?;
+    }
     Ok(tls_dir)
 }
 
@@ -316,6 +323,12 @@ impl RedisServer {
                             "--tls-auth-clients",
                             if tls.auth_clients { "yes" } else { "no" },
                         ]);
+                    if tls.client_identity {
+                        cmd.arg("--tls-client-cert-file")
+                            .arg(tls_dir.join("client.crt"))
+                            .arg("--tls-client-key-file")
+                            .arg(tls_dir.join("client.key"));
+                    }
                 }
             }
         }

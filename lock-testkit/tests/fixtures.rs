@@ -248,6 +248,10 @@ fn invalid_fixture_arguments_are_rejected() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     let err = RedisSentinel::start("my master").unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let err = RedisCluster::start_tls(3, 0, &TlsServerConfig::new(cert, &ca)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     let err = RedisServer::start_with(&["--no-such-directive", "1"]).unwrap_err();
     assert!(err.to_string().contains("exited early"), "{err}");
     assert!(err.to_string().contains("no-such-directive"), "{err}");
@@ -606,6 +610,54 @@ fn tls_sentinel_replicates_and_fails_over_over_tls() {
             .chain(sentinel.sentinels()),
     );
     drop(sentinel);
+    owned.assert_gone();
+}
+
+/// A TLS cluster: every node has a TLS port and `tls-cluster yes` / `tls-replication yes`;
+/// the fixture's plaintext probes see plaintext ports, the seeds are the primaries' TLS URLs,
+/// the replicas replicate over TLS, and everything is gone after drop.
+#[test]
+fn tls_cluster_is_created_with_tls_bus_and_replication() {
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let config = TlsServerConfig::new(cert, &ca).with_client_identity(ca.client_cert("node"));
+    let cluster = RedisCluster::start_tls(3, 1, &config).expect("start TLS cluster fixture");
+    let primaries = cluster.current_primaries().unwrap();
+    assert_eq!(primaries.len(), 3);
+    let seeds = cluster.tls_urls();
+    let expected: Vec<String> = primaries.iter().map(|p| p.tls_url()).collect();
+    assert_eq!(seeds, expected);
+    for node in cluster.nodes() {
+        for (name, want) in [("tls-cluster", "yes"), ("tls-replication", "yes")] {
+            let conf: Vec<String> = node.cmd(&["CONFIG", "GET", name]);
+            assert_eq!(conf, [name.to_owned(), want.to_owned()]);
+        }
+        let bus: Vec<String> = node.cmd(&["CONFIG", "GET", "cluster-port"]);
+        assert_eq!(bus[1], (node.port() + 10000).to_string());
+    }
+    // A replica replicates from its primary's TLS port.
+    let replica = cluster
+        .topology()
+        .unwrap()
+        .into_iter()
+        .find(|n| !n.primary)
+        .unwrap();
+    let replica = &cluster.nodes()[cluster.index_of_port(replica.port).unwrap()];
+    let info: String = replica.cmd(&["INFO", "replication"]);
+    let master_port: u16 = info_field(&info, "master_port").unwrap().parse().unwrap();
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .any(|n| n.tls_port() == Some(master_port)),
+        "replica replicates from {master_port}, not a TLS port"
+    );
+    assert_eq!(
+        info_field(&info, "master_link_status").as_deref(),
+        Some("up")
+    );
+    let owned = Owned::of(cluster.nodes());
+    drop(cluster);
     owned.assert_gone();
 }
 
