@@ -98,7 +98,9 @@
 //! *and* connect to the primary they name over TLS (the command connection and the pub/sub
 //! connection, which follow failovers), with the same certificates. Such a deployment runs
 //! its servers and sentinels with `tls-port` and `tls-replication yes`, so that the sentinels
-//! report the primary's TLS port. When the process has no default
+//! report the primary's TLS port. A cluster is seeded with `rediss://` URLs and its nodes run
+//! with `tls-cluster yes`, so that they name each other's TLS ports (in `CLUSTER SLOTS` and in
+//! `MOVED`/`ASK` redirects) to TLS clients. When the process has no default
 //! rustls `CryptoProvider` yet, building a TLS locker installs `ring`'s as the default; an
 //! application that installed its own keeps it.
 //!
