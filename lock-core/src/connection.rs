@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 /// Timeouts shared by every connection of a locker.
@@ -78,17 +78,9 @@ impl Connection {
         Ok(Self::Cluster(connection))
     }
 
-    pub(crate) async fn sentinel(
-        master: &str,
-        sentinels: &[String],
-        timeouts: Timeouts,
-    ) -> RedisResult<Self> {
-        let client = SentinelClient::build(
-            sentinels.iter().map(String::as_str).collect(),
-            master,
-            None,
-            SentinelServerType::Master,
-        )?;
+    /// The primary that `client` (a [`SentinelClient`] for a master) names, followed across
+    /// failovers.
+    pub(crate) async fn sentinel(client: SentinelClient, timeouts: Timeouts) -> RedisResult<Self> {
         let primary = SentinelPrimary::connect(client, timeouts).await?;
         let primary = Arc::new(primary);
         // Errors are not the only sign of a failover: after a manual `SENTINEL FAILOVER` the old

@@ -111,7 +111,8 @@ pub enum ConfigError {
     MissingUrl,
     /// TLS settings that cannot be used: a PEM without a usable certificate or key, a client
     /// key that does not belong to its certificate, TLS settings for a plaintext `redis://`
-    /// URL, or TLS with a topology that does not support it.
+    /// URL, or sentinel URLs that mix `redis://` and `rediss://` (or `rediss://` sentinels
+    /// with different credentials).
     #[error("invalid TLS settings ({what}): {reason}")]
     Tls {
         /// What was rejected, e.g. `"root certificate PEM"`, `"client key PEM"`, `"url"`.

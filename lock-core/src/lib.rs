@@ -93,8 +93,14 @@
 //! `rediss://redis.internal:6380`. By default the system trust store is used; a private CA and,
 //! for servers with `tls-auth-clients yes`, a client certificate are given with
 //! [`LockerBuilder::tls`] and [`TlsConfig`]. The settings cover every connection of the locker:
-//! commands, the waiters' pub/sub connection, each RedLock node, each Cluster node (Sentinel
-//! with TLS is not supported yet and is refused by `build()`). When the process has no default
+//! commands, the waiters' pub/sub connection, each RedLock node, each Cluster node, and with
+//! Sentinel both sides: `rediss://` sentinel URLs make the locker ask the sentinels over TLS
+//! *and* connect to the primary they name over TLS (the command connection and the pub/sub
+//! connection, which follow failovers), with the same certificates. Such a deployment runs
+//! its servers and sentinels with `tls-port` and `tls-replication yes`, so that the sentinels
+//! report the primary's TLS port. A cluster is seeded with `rediss://` URLs and its nodes run
+//! with `tls-cluster yes`, so that they name each other's TLS ports (in `CLUSTER SLOTS` and in
+//! `MOVED`/`ASK` redirects) to TLS clients. When the process has no default
 //! rustls `CryptoProvider` yet, building a TLS locker installs `ring`'s as the default; an
 //! application that installed its own keeps it.
 //!

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -345,6 +346,13 @@ impl LockerBuilder {
     /// for the primary named `master`, asks again after connection errors or `READONLY` and
     /// every second, so it follows failovers, manual ones included (where the old primary keeps
     /// answering for a while).
+    ///
+    /// With `rediss://` sentinel URLs, the sentinels are asked over TLS and the primary is
+    /// connected over TLS too, at the address the sentinels report (so the servers and the
+    /// sentinels need `tls-port` and `tls-replication yes`); both are verified with the
+    /// [`tls`](Self::tls) settings, or the system trust store without them. All URLs must then
+    /// be `rediss://` and carry the same credentials (redis-rs applies one set to every
+    /// sentinel); anything else is a [`ConfigError::Tls`] from [`build`](Self::build).
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -462,10 +470,11 @@ impl LockerBuilder {
     /// Certificates for `rediss://` URLs: a private CA to trust instead of the system trust
     /// store, and a client certificate for servers with `tls-auth-clients yes`. Applies to
     /// every connection of the locker: the command connection, the pub/sub connection of the
-    /// waiters, every RedLock node and every Cluster node.
+    /// waiters, every RedLock node, every Cluster node, and with [`sentinel`](Self::sentinel)
+    /// the connections to the sentinels and to the primary they name.
     ///
     /// `rediss://` URLs work without this (verified against the system trust store); with it,
-    /// every URL must be `rediss://`. Not supported with [`sentinel`](Self::sentinel).
+    /// every URL (sentinel URLs included) must be `rediss://`.
     ///
     /// # Examples
     ///
@@ -614,6 +623,79 @@ fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client
         .collect()
 }
 
+/// A Sentinel client for `master`. With `rediss://` sentinel URLs, the sentinels are asked
+/// over TLS and the primary they name is connected over TLS as well, both verified with the
+/// configured certificates (or the system trust store); with `redis://` URLs, everything is
+/// plaintext.
+fn sentinel_client(
+    master: &str,
+    sentinels: &[String],
+    tls: Option<&TlsConfig>,
+) -> Result<SentinelClient, ConfigError> {
+    // `open` refuses `redis://` URLs when TLS settings are given.
+    let opened = sentinels
+        .iter()
+        .map(|url| open(url, tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    let secure = opened.iter().filter(|c| is_tls_url(c)).count();
+    let unsupported = |reason: &str| ConfigError::Tls {
+        what: "topology",
+        reason: reason.to_owned(),
+    };
+    let build_error = |e: redis::RedisError| ConfigError::Tls {
+        what: "sentinel",
+        reason: e.to_string(),
+    };
+    if secure == 0 {
+        return SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            master,
+            None,
+            SentinelServerType::Master,
+        )
+        .map_err(ConfigError::Url);
+    }
+    if secure != opened.len() {
+        return Err(unsupported(
+            "sentinel urls mix `redis://` and `rediss://`; use `rediss://` for all of them",
+        ));
+    }
+    // The builder takes one set of credentials for all sentinels.
+    let credentials = |c: &redis::Client| {
+        let info = c.get_connection_info().redis_settings();
+        (
+            info.username().map(str::to_owned),
+            info.password().map(str::to_owned),
+        )
+    };
+    let (username, password) = credentials(&opened[0]);
+    if opened[1..]
+        .iter()
+        .any(|c| credentials(c) != (username.clone(), password.clone()))
+    {
+        return Err(unsupported(
+            "with `rediss://` sentinels, every sentinel url must carry the same username and password",
+        ));
+    }
+    // Each address carries its TLS parameters (the certificates) from `open`.
+    let addrs = opened
+        .iter()
+        .map(|c| c.get_connection_info().addr().clone());
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
+        .map_err(build_error)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+    if let Some(username) = username {
+        builder = builder.set_client_to_sentinel_username(username);
+    }
+    if let Some(password) = password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(tls) = tls {
+        builder = builder.set_client_to_redis_certificates(tls.certificates());
+    }
+    builder.build().map_err(build_error)
+}
+
 /// Connects the command side and describes where release notifications come from.
 async fn connect(
     topology: Topology,
@@ -648,15 +730,8 @@ async fn connect(
             if sentinels.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
-            let sentinel_clients = clients(&sentinels, None)?;
-            if tls.is_some() || sentinel_clients.iter().any(is_tls_url) {
-                return Err(ConfigError::Tls {
-                    what: "topology",
-                    reason: "TLS is not supported with Sentinel yet".to_owned(),
-                }
-                .into());
-            }
-            let conn = Connection::sentinel(&master, &sentinels, timeouts)
+            let client = sentinel_client(&master, &sentinels, tls)?;
+            let conn = Connection::sentinel(client, timeouts)
                 .await
                 .map_err(backend)?;
             let Connection::Sentinel(primary) = &conn else {

@@ -20,6 +20,9 @@ use crate::error::ConfigError;
 /// `rediss://redis.internal:6380` a DNS SAN `redis.internal` (the subject's common name is not
 /// consulted).
 ///
+/// The same certificates are used for every connection of a locker: with Sentinel, for the
+/// sentinels and for the primary they name, so one CA (or a bundle of CAs) must vouch for both.
+///
 /// All PEM text is parsed by [`LockerBuilder::build`](crate::LockerBuilder::build) before any
 /// connection is made; a malformed certificate or key is a [`ConfigError::Tls`]. `Debug`
 /// prints neither certificates nor the key.

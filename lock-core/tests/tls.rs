@@ -8,7 +8,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use lock_core::{ConfigError, LockError, Locker, TlsConfig};
-use lock_testkit::{CertAndKey, RedisServer, TestCa, TlsServerConfig, Validity};
+use lock_testkit::{
+    CertAndKey, RedisCluster, RedisSentinel, RedisServer, TestCa, TlsServerConfig, Validity,
+};
 
 /// Connect limit of the failing connects.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -392,28 +394,389 @@ async fn redlock_over_tls() {
     }
 }
 
-/// Sentinel has no TLS support in the kit yet: TLS settings or `rediss://` sentinels are a
-/// configuration error (rather than a silently plaintext connection to the primary).
-#[tokio::test]
-async fn sentinel_with_tls_is_refused_as_configuration() {
+/// A TLS Sentinel deployment (replication and monitoring over TLS, see
+/// `RedisSentinel::start_tls`) with a private CA.
+fn tls_sentinel() -> (TestCa, RedisSentinel) {
     let ca = TestCa::new("lock-kit test CA");
-    for builder in [
-        Locker::builder().sentinel("mymaster", ["rediss://127.0.0.1:26379"]),
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let sentinel = RedisSentinel::start_tls("locks", &TlsServerConfig::new(cert, &ca))
+        .expect("start a TLS sentinel deployment");
+    (ca, sentinel)
+}
+
+/// A locker that asks the sentinels over TLS (`rediss://`), with a 30 s fallback retry so that
+/// only a release message can wake a waiter within the test.
+async fn tls_sentinel_locker(ca: &TestCa, sentinel: &RedisSentinel) -> Locker {
+    Locker::builder()
+        .sentinel(sentinel.master_name(), sentinel.sentinel_tls_urls())
+        .tls(trusting(ca))
+        .fallback_retry(Duration::from_secs(30))
+        .build()
+        .await
+        .expect("connect through the TLS sentinels")
+}
+
+/// `server` has at least `at_least` connections on its TLS port, and every pub/sub
+/// connection (flag `P`) is one of them.
+fn assert_on_tls(server: &RedisServer, at_least: usize) {
+    let clients: String = server.cmd(&["CLIENT", "LIST"]);
+    let tls_port = format!(" laddr=127.0.0.1:{} ", server.tls_port().unwrap());
+    let on_tls = clients.lines().filter(|l| l.contains(&tls_port)).count();
+    assert!(on_tls >= at_least, "{on_tls} on the TLS port: {clients}");
+    for line in clients.lines().filter(|l| l.contains(" flags=P ")) {
+        assert!(
+            line.contains(&tls_port),
+            "a pub/sub connection off the TLS port: {line}"
+        );
+    }
+}
+
+/// Waits (at most 5 s) until `server` has a subscribed channel.
+async fn wait_for_subscription(server: &RedisServer) {
+    let subscribed = Instant::now();
+    while server.pubsub_channels().is_empty() {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(5),
+            "no subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sentinel over TLS: the lockers ask the sentinels on their TLS ports and connect to the
+/// primary's TLS port (command and pub/sub connections); acquire, contention and release work,
+/// and a waiter is woken by the release message (30 s fallback retry and lease: only the
+/// message can wake it within 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_locks_and_wakes_waiters() {
+    let (ca, sentinel) = tls_sentinel();
+    let master = sentinel.master();
+    let holder = tls_sentinel_locker(&ca, &sentinel).await;
+    let waiter = tls_sentinel_locker(&ca, &sentinel).await;
+
+    let guard = holder.lock("stls-key").await.unwrap();
+    assert_eq!(master.keys("lock:*:lock:stls-key").len(), 1);
+    assert!(holder.is_locked("stls-key").await.unwrap());
+    assert!(waiter
+        .lock("stls-key")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_busy());
+
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let g = waiter
+                .lock("stls-key")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            let token = g.fencing_token();
+            g.release().await.unwrap();
+            (at, token)
+        }
+    });
+    wait_for_subscription(master).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let first_token = guard.fencing_token();
+
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (woken_at, token) = waiting.await.unwrap();
+    let woken = woken_at - released;
+    eprintln!("waiter woken over TLS sentinel after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    assert!(token > first_token, "{token} after {first_token}");
+    assert!(!holder.is_locked("stls-key").await.unwrap());
+
+    // The lockers' connections go to the TLS port (the sentinels name no other): two command
+    // connections and the waiter's pub/sub connection at least (the sentinels' and the
+    // replica's links are TLS too, but not counted).
+    assert_on_tls(master, 3);
+    common::assert_nothing_left(master, &[&holder, &waiter]).await;
+}
+
+/// Sentinel over TLS across a failover: after the primary is killed and the replica promoted,
+/// the existing locker follows the new primary (asking the sentinels over TLS again) and a new
+/// lock is granted there, a new locker connects to it over TLS, contention holds, and a waiter
+/// on the new primary is woken by the release message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_follows_a_failover() {
+    let (ca, mut sentinel) = tls_sentinel();
+    let holder = tls_sentinel_locker(&ca, &sentinel).await;
+    holder
+        .lock("before")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    let old = sentinel.kill_primary();
+    let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_ne!(old, new);
+    assert_eq!(new, sentinel.replica().tls_port().unwrap());
+    let master = sentinel.master();
+
+    // The holder's connection to the old primary is dead; it asks the sentinels again (after
+    // the error, or by its 1 s poll) and locks on the new primary.
+    let started = Instant::now();
+    let guard = loop {
+        match holder.lock("after").wait(Duration::ZERO).await {
+            Ok(guard) => break guard,
+            Err(e) => {
+                assert!(!e.is_busy(), "{e:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "no lock on the new primary after 10 s: {e:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    eprintln!(
+        "first lock on the new primary after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(master.keys("lock:*:lock:after").len(), 1);
+
+    let other = tls_sentinel_locker(&ca, &sentinel).await;
+    assert!(other
+        .lock("after")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err()
+        .is_busy());
+    let waiting = tokio::spawn({
+        let other = other.clone();
+        async move {
+            let g = other
+                .lock("after")
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    wait_for_subscription(master).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let woken = waiting.await.unwrap() - released;
+    eprintln!("waiter woken on the new primary after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+
+    // The new locker's command and pub/sub connections at least (the holder's pub/sub
+    // connection may still be reconnecting).
+    assert_on_tls(master, 2);
+    common::assert_nothing_left(master, &[&holder, &other]).await;
+}
+
+/// TLS sentinels are verified too: a locker that trusts another CA cannot ask them for the
+/// primary, and fails promptly with [`LockError::Tls`] (`UnknownIssuer`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sentinels_with_an_untrusted_certificate_are_refused() {
+    let (_ca, sentinel) = tls_sentinel();
+    let other = TestCa::new("another CA");
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
         Locker::builder()
-            .sentinel("mymaster", ["redis://127.0.0.1:26379"])
-            .tls(trusting(&ca)),
-    ] {
+            .sentinel(sentinel.master_name(), sentinel.sentinel_tls_urls())
+            .tls(trusting(&other))
+            .connect_timeout(CONNECT)
+            .build(),
+    )
+    .await
+    .expect("connect hung for 30 s");
+    let err = result.expect_err("an untrusted sentinel must be refused");
+    let elapsed = started.elapsed();
+    eprintln!("refused after {elapsed:?}: {}", chain(&err));
+    assert_tls_error(&err, elapsed, "UnknownIssuer");
+    // Nothing reached the primary.
+    common::assert_nothing_left(sentinel.master(), &[]).await;
+}
+
+/// The ports in `CLUSTER NODES` as seen over a connection to `url` (TLS when `rediss://`,
+/// verified with `ca`), and the redirect a node on `url` gives for a key of another shard.
+async fn cluster_view(url: &str, ca: &TestCa, foreign_key: &str) -> (Vec<u16>, String) {
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: Some(ca.cert_pem().into_bytes()),
+    };
+    let client = redis::Client::build_with_tls(url, certs).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut ports: Vec<u16> = nodes
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter_map(|addr| addr.split('@').next()?.rsplit(':').next()?.parse().ok())
+        .collect();
+    ports.sort_unstable();
+    let err = redis::cmd("GET")
+        .arg(foreign_key)
+        .query_async::<Option<String>>(&mut conn)
+        .await
+        .unwrap_err();
+    let (to, _slot) = err.redirect_node().expect("a MOVED redirect");
+    (ports, to.to_owned())
+}
+
+/// Cluster over TLS (3 primaries, TLS ports, `tls-cluster yes`): the nodes describe the cluster
+/// with their TLS ports to TLS clients (`CLUSTER NODES`, `MOVED`); the lockers, seeded with
+/// `rediss://` URLs only, take locks on every shard, contention holds on each, and a waiter is
+/// woken by the release message (30 s fallback retry) over a TLS pub/sub connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_over_tls_locks_every_shard_and_wakes_waiters() {
+    let ca = TestCa::new("lock-kit test CA");
+    let config = TlsServerConfig::new(ca.server_cert(&["127.0.0.1"], Validity::Current), &ca)
+        .with_client_identity(ca.client_cert("cluster node"));
+    let cluster = RedisCluster::start_tls(3, 0, &config).expect("start a TLS cluster");
+    let connect = || {
+        Locker::builder()
+            .cluster(cluster.tls_urls())
+            .tls(trusting(&ca))
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+    };
+    let a = connect().await.unwrap();
+    let b = connect().await.unwrap();
+
+    // Over TLS, every node is known by its TLS port, redirects included.
+    let primaries = cluster.current_primaries().unwrap();
+    let mut tls_ports: Vec<u16> = primaries.iter().map(|p| p.tls_port().unwrap()).collect();
+    tls_ports.sort_unstable();
+    let first = primaries[0];
+    let foreign = (0..)
+        .map(|i| format!("probe-{i}"))
+        .find(|k| cluster.primary_for_key(k).unwrap().port() != first.port())
+        .unwrap();
+    let owner_tls = cluster
+        .primary_for_key(&foreign)
+        .unwrap()
+        .tls_port()
+        .unwrap();
+    let (ports, moved_to) = cluster_view(&first.tls_url(), &ca, &foreign).await;
+    assert_eq!(ports, tls_ports);
+    assert_eq!(moved_to, format!("127.0.0.1:{owner_tls}"));
+
+    // Locks on every shard, each contended.
+    let keys: Vec<String> = (0..12).map(|i| format!("shard-{i}")).collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(a.lock(key.as_str()).await.unwrap());
+    }
+    let mut shards: Vec<u16> = cluster
+        .keys("lock:*:lock:shard-*")
+        .unwrap()
+        .iter()
+        .map(|name| cluster.primary_for_key(name).unwrap().port())
+        .collect();
+    assert_eq!(shards.len(), keys.len());
+    shards.sort_unstable();
+    shards.dedup();
+    assert_eq!(shards.len(), 3, "locks on every primary");
+    for key in &keys {
+        assert!(b
+            .lock(key.as_str())
+            .wait(Duration::ZERO)
+            .await
+            .unwrap_err()
+            .is_busy());
+    }
+
+    // A waiter is woken by the release message.
+    let held = guards.pop().unwrap();
+    let key = held.key().to_owned();
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let g = b.lock(key).wait(Duration::from_secs(20)).await.unwrap();
+            let at = Instant::now();
+            g.release().await.unwrap();
+            at
+        }
+    });
+    let subscribed = Instant::now();
+    while primaries.iter().all(|p| p.pubsub_channels().is_empty()) {
+        assert!(
+            subscribed.elapsed() < Duration::from_secs(5),
+            "no subscription"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let woken = waiting.await.unwrap() - released;
+    eprintln!("waiter woken over TLS cluster after {woken:?}");
+    assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    // Both lockers' command connections reach every primary on its TLS port, and every
+    // pub/sub connection is a TLS one.
+    for primary in &primaries {
+        assert_on_tls(primary, 2);
+    }
+    common::assert_cluster_clean(&cluster, &[&a, &b]).await;
+}
+
+/// What Sentinel with TLS cannot do is a configuration error before any connection: sentinel
+/// URLs that mix `redis://` and `rediss://` (is the primary TLS or not?), TLS settings with a
+/// `redis://` sentinel, and `rediss://` sentinels with different credentials (redis-rs takes
+/// one set for all sentinels when their connections carry certificates).
+#[tokio::test]
+async fn sentinel_tls_misconfigurations_are_refused() {
+    let ca = TestCa::new("lock-kit test CA");
+    let cases = [
+        (
+            Locker::builder().sentinel(
+                "mymaster",
+                ["rediss://127.0.0.1:26379", "redis://127.0.0.1:26380"],
+            ),
+            "topology",
+        ),
+        (
+            Locker::builder()
+                .sentinel("mymaster", ["redis://127.0.0.1:26379"])
+                .tls(trusting(&ca)),
+            "url",
+        ),
+        (
+            Locker::builder()
+                .sentinel(
+                    "mymaster",
+                    [
+                        "rediss://:one@127.0.0.1:26379",
+                        "rediss://:two@127.0.0.1:26380",
+                    ],
+                )
+                .tls(trusting(&ca)),
+            "topology",
+        ),
+    ];
+    for (builder, expect) in cases {
         let err = builder.build().await.unwrap_err();
         assert!(
             matches!(
                 &err,
-                LockError::Config(ConfigError::Tls {
-                    what: "topology",
-                    ..
-                })
+                LockError::Config(ConfigError::Tls { what, .. }) if *what == expect
             ),
             "{err:?}"
         );
+        assert!(!err.to_string().contains("one@") && !err.to_string().contains("two@"));
     }
     // No leak check: no server and no locker (every build is refused).
 }

@@ -5,7 +5,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::probe::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
-use crate::server::{free_cluster_port, Kind, Persistence, RedisServer};
+use crate::server::{
+    free_cluster_port, write_tls_files, Kind, Persistence, RedisServer, TlsListener, BUS_OFFSET,
+};
+use crate::tls::TlsServerConfig;
 
 /// Number of hash slots in a Redis Cluster.
 pub const CLUSTER_SLOTS: u16 = 16384;
@@ -163,6 +166,62 @@ impl RedisCluster {
     /// `InvalidInput` for zero primaries; otherwise when a process cannot be started, the
     /// creation fails, or the cluster is not up in time. Nodes already started are killed.
     pub fn start(primaries: usize, replicas_per_primary: usize) -> io::Result<Self> {
+        Self::start_inner(primaries, replicas_per_primary, None)
+    }
+
+    /// Like [`start`](Self::start), but every node also listens on a TLS port (presenting
+    /// `config.server`, give it an IP SAN `127.0.0.1`) and runs with `--tls-cluster yes` (the
+    /// cluster bus is TLS) and `--tls-replication yes` (replicas replicate over TLS).
+    ///
+    /// With `tls-cluster yes` a node describes the cluster (`CLUSTER SLOTS`, `CLUSTER NODES`,
+    /// `MOVED`/`ASK` redirects) with TLS ports to clients connected over TLS, and with
+    /// plaintext ports to plaintext clients. The fixture itself, its probes and
+    /// [`topology`](Self::topology) use the plaintext ports, so every helper works unchanged and
+    /// speaks of plaintext ports; code under test is given [`tls_urls`](Self::tls_urls). Each
+    /// node's bus port is set to its plaintext port + 10000 (`--cluster-port`).
+    ///
+    /// The TLS cluster bus requires a client certificate from every node, whatever
+    /// `auth_clients` says, and refuses the server certificate (issued for server
+    /// authentication only): `config` needs a client identity
+    /// ([`TlsServerConfig::with_client_identity`]), which the nodes also present to their
+    /// primaries when replicating.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `config` has no client identity; otherwise as for
+    /// [`start`](Self::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_testkit::{RedisCluster, TestCa, TlsServerConfig, Validity};
+    ///
+    /// let ca = TestCa::new("test CA");
+    /// let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    /// let config = TlsServerConfig::new(cert, &ca).with_client_identity(ca.client_cert("node"));
+    /// let cluster = RedisCluster::start_tls(3, 0, &config).unwrap();
+    /// let seeds = cluster.tls_urls(); // rediss://127.0.0.1:<tls port>/ of the primaries
+    /// # drop(seeds);
+    /// ```
+    pub fn start_tls(
+        primaries: usize,
+        replicas_per_primary: usize,
+        config: &TlsServerConfig,
+    ) -> io::Result<Self> {
+        if config.client.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a TLS cluster bus needs a client certificate: TlsServerConfig::with_client_identity",
+            ));
+        }
+        Self::start_inner(primaries, replicas_per_primary, Some(config))
+    }
+
+    fn start_inner(
+        primaries: usize,
+        replicas_per_primary: usize,
+        tls: Option<&TlsServerConfig>,
+    ) -> io::Result<Self> {
         if primaries == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -174,7 +233,8 @@ impl RedisCluster {
         for _ in 0..total {
             let port = free_cluster_port();
             let conf = format!("nodes-{port}.conf");
-            let args = [
+            let bus = (port + BUS_OFFSET).to_string();
+            let mut args = vec![
                 "--cluster-enabled",
                 "yes",
                 "--cluster-node-timeout",
@@ -182,9 +242,30 @@ impl RedisCluster {
                 "--cluster-config-file",
                 conf.as_str(),
             ];
-            nodes.push(RedisServer::launch(port, &args, Persistence::None, |_| {
-                Ok(Kind::Server)
-            })?);
+            if tls.is_some() {
+                // With `tls-cluster yes` the bus port would follow the TLS port.
+                args.extend([
+                    "--cluster-port",
+                    bus.as_str(),
+                    "--tls-cluster",
+                    "yes",
+                    "--tls-replication",
+                    "yes",
+                ]);
+            }
+            let listener = tls.map(TlsListener::for_config);
+            nodes.push(RedisServer::launch_inner(
+                port,
+                &args,
+                Persistence::None,
+                listener,
+                |dir| {
+                    if let Some(config) = tls {
+                        write_tls_files(dir, config)?;
+                    }
+                    Ok(Kind::Server)
+                },
+            )?);
         }
         for node in &mut nodes {
             node.wait_ready(probe::READY_TIMEOUT)?;
@@ -429,6 +510,20 @@ impl RedisCluster {
     /// seed URLs for a cluster client. They do not follow later failovers.
     pub fn urls(&self) -> Vec<String> {
         self.primaries.iter().map(|&p| probe::url(p)).collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` of the primaries as created (ordered by their first
+    /// slot), for a cluster started with [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// If the cluster was started without TLS.
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.primaries
+            .iter()
+            .filter_map(|&p| self.nodes.iter().find(|n| n.port() == p))
+            .map(RedisServer::tls_url)
+            .collect()
     }
 
     /// `redis://127.0.0.1:<port>/` of every node, primaries and replicas, in start order.

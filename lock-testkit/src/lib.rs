@@ -13,7 +13,9 @@
 //! | [`RedisServer::start_tls`] | one server with a TLS port, certificates from [`TestCa`] | ~10 ms plus key generation |
 //! | [`RedisServers`] | `n` independent masters (RedLock) | ~40 ms for 5 |
 //! | [`RedisSentinel`] | primary + replica + 3 sentinels | 2.1–3.2 s (sentinel discovery) |
+//! | [`RedisSentinel::start_tls`] | the same, replication and monitoring over TLS, TLS ports for clients | ~2.2 s |
 //! | [`RedisCluster`] | `n` primaries × `r` replicas | ~2.1 s for 3 × 1 or 2 × 1 (a cluster node waits 2 s before it reports `ok`) |
+//! | [`RedisCluster::start_tls`] | the same with TLS ports, TLS cluster bus and replication | ~2.1 s |
 //! | [`FaultProxy`] | TCP proxy with pass / delay / hole / drop / reset / refuse | < 1 ms |
 //!
 //! Failovers with these settings take about 2.3 s (sentinel) and 2.2–2.8 s (cluster).

@@ -1,10 +1,11 @@
-//! [`RedisSentinel`]: a primary, one replica and three sentinels.
+//! [`RedisSentinel`]: a primary, one replica and three sentinels, in plaintext or over TLS.
 
 use std::io;
 use std::time::{Duration, Instant};
 
 use crate::probe::{self, info_field, query, POLL_TIMEOUT, QUERY_TIMEOUT};
-use crate::server::{free_port, Kind, Persistence, RedisServer};
+use crate::server::{free_port, write_tls_files, Kind, Persistence, RedisServer, TlsListener};
+use crate::tls::TlsServerConfig;
 
 /// How long [`RedisSentinel::start`] waits for replication and the sentinels' quorum.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -62,6 +63,44 @@ impl RedisSentinel {
     /// process cannot be started or the deployment is not ready in time. Processes already
     /// started are killed.
     pub fn start(master_name: &str) -> io::Result<Self> {
+        Self::start_inner(master_name, None)
+    }
+
+    /// Like [`start`](Self::start), but the whole deployment speaks TLS: the primary and the
+    /// replica get a TLS port (with `--tls-replication yes`, so the replica replicates over
+    /// TLS from the primary's TLS port), and the sentinels get a TLS port and
+    /// `tls-replication yes`, so they monitor the servers, and talk to each other, over TLS.
+    /// Every process presents `config.server` (give it an IP SAN `127.0.0.1`) and trusts
+    /// `config.client_ca_pem`.
+    ///
+    /// The sentinels monitor the TLS ports, so they report TLS ports as the master's address
+    /// ([`known_master_port`](Self::known_master_port),
+    /// [`current_master_port`](Self::current_master_port) and
+    /// [`wait_for_failover`](Self::wait_for_failover) return TLS ports; compare them with
+    /// [`RedisServer::tls_port`]). Every process keeps its plaintext port on loopback for the
+    /// fixture's own probes and the assertion helpers; code under test is given
+    /// [`sentinel_tls_urls`](Self::sentinel_tls_urls).
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_testkit::{RedisSentinel, TestCa, TlsServerConfig, Validity};
+    ///
+    /// let ca = TestCa::new("test CA");
+    /// let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    /// let sentinel = RedisSentinel::start_tls("mymaster", &TlsServerConfig::new(cert, &ca)).unwrap();
+    /// let urls = sentinel.sentinel_tls_urls(); // rediss://127.0.0.1:<port>/ of each sentinel
+    /// # drop(urls);
+    /// ```
+    pub fn start_tls(master_name: &str, config: &TlsServerConfig) -> io::Result<Self> {
+        Self::start_inner(master_name, Some(config))
+    }
+
+    fn start_inner(master_name: &str, tls: Option<&TlsServerConfig>) -> io::Result<Self> {
         if master_name.is_empty() || master_name.contains(|c: char| c.is_whitespace() || c == '"') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -69,16 +108,27 @@ impl RedisSentinel {
             ));
         }
         let deadline = Instant::now() + START_TIMEOUT;
-        let primary_port = free_port();
+        let server = |port: u16, extra: &[&str]| {
+            let listener = tls.map(TlsListener::for_config);
+            RedisServer::launch_inner(port, extra, Persistence::None, listener, |dir| {
+                if let Some(config) = tls {
+                    write_tls_files(dir, config)?;
+                }
+                Ok(Kind::Server)
+            })
+        };
+        let tls_replication: &[&str] = if tls.is_some() {
+            &["--tls-replication", "yes"]
+        } else {
+            &[]
+        };
+        let mut primary = server(free_port(), tls_replication)?;
+        // The port the sentinels monitor and the replica replicates from.
+        let primary_port = advertised(&primary);
         let primary_port_arg = primary_port.to_string();
-        let mut primary =
-            RedisServer::launch(primary_port, &[], Persistence::None, |_| Ok(Kind::Server))?;
-        let mut replica = RedisServer::launch(
-            free_port(),
-            &["--replicaof", "127.0.0.1", &primary_port_arg],
-            Persistence::None,
-            |_| Ok(Kind::Server),
-        )?;
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &primary_port_arg];
+        replica_args.extend_from_slice(tls_replication);
+        let mut replica = server(free_port(), &replica_args)?;
         primary.wait_ready(probe::READY_TIMEOUT)?;
         replica.wait_ready(probe::READY_TIMEOUT)?;
         wait_link(
@@ -90,23 +140,48 @@ impl RedisSentinel {
         let mut sentinels = Vec::with_capacity(SENTINELS);
         for _ in 0..SENTINELS {
             let port = free_port();
-            sentinels.push(RedisServer::launch(port, &[], Persistence::None, |dir| {
-                let conf = dir.join("sentinel.conf");
-                let text = format!(
-                    "port {port}\n\
-                     bind 127.0.0.1\n\
-                     daemonize no\n\
-                     dir \"{dir}\"\n\
-                     sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
-                     sentinel down-after-milliseconds {name} 1000\n\
-                     sentinel failover-timeout {name} 3000\n\
-                     sentinel parallel-syncs {name} 1\n",
-                    dir = dir.display(),
-                    name = master_name,
-                );
-                std::fs::write(&conf, text)?;
-                Ok(Kind::Sentinel { conf })
-            })?);
+            let listener = tls.map(TlsListener::for_config);
+            sentinels.push(RedisServer::launch_inner(
+                port,
+                &[],
+                Persistence::None,
+                listener,
+                |dir| {
+                    let conf = dir.join("sentinel.conf");
+                    let mut text = format!(
+                        "port {port}\n\
+                         bind 127.0.0.1\n\
+                         daemonize no\n\
+                         dir \"{dir}\"\n",
+                        dir = dir.display(),
+                    );
+                    if let (Some(config), Some(listener)) = (tls, listener) {
+                        let tls_dir = write_tls_files(dir, config)?;
+                        text.push_str(&format!(
+                            "tls-port {tls_port}\n\
+                             tls-cert-file \"{cert}\"\n\
+                             tls-key-file \"{key}\"\n\
+                             tls-ca-cert-file \"{ca}\"\n\
+                             tls-auth-clients {auth}\n\
+                             tls-replication yes\n",
+                            tls_port = listener.port,
+                            cert = tls_dir.join("server.crt").display(),
+                            key = tls_dir.join("server.key").display(),
+                            ca = tls_dir.join("ca.crt").display(),
+                            auth = if listener.auth_clients { "yes" } else { "no" },
+                        ));
+                    }
+                    text.push_str(&format!(
+                        "sentinel monitor {name} 127.0.0.1 {primary_port} 2\n\
+                         sentinel down-after-milliseconds {name} 1000\n\
+                         sentinel failover-timeout {name} 3000\n\
+                         sentinel parallel-syncs {name} 1\n",
+                        name = master_name,
+                    ));
+                    std::fs::write(&conf, text)?;
+                    Ok(Kind::Sentinel { conf })
+                },
+            )?);
         }
         for sentinel in &mut sentinels {
             sentinel.wait_ready(probe::READY_TIMEOUT)?;
@@ -124,7 +199,7 @@ impl RedisSentinel {
 
     fn wait_quorum(&self, timeout: Duration) -> io::Result<()> {
         let name = self.master_name.as_str();
-        let replica_port = self.replica.port().to_string();
+        let replica_port = advertised(&self.replica).to_string();
         probe::wait_until(timeout, "the sentinels' quorum", || {
             for sentinel in &self.sentinels {
                 let port = sentinel.port();
@@ -155,9 +230,19 @@ impl RedisSentinel {
         })
     }
 
-    /// `redis://127.0.0.1:<port>/` of the three sentinels.
+    /// `redis://127.0.0.1:<port>/` of the three sentinels (their plaintext ports).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// `rediss://127.0.0.1:<tls port>/` of the three sentinels, for a deployment started with
+    /// [`start_tls`](Self::start_tls).
+    ///
+    /// # Panics
+    ///
+    /// If the deployment was started without TLS.
+    pub fn sentinel_tls_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::tls_url).collect()
     }
 
     /// The master name the sentinels monitor.
@@ -196,7 +281,9 @@ impl RedisSentinel {
     }
 
     /// The port of the current master as the fixture knows it: the primary's at start, the
-    /// promoted node's after [`wait_for_failover`](Self::wait_for_failover).
+    /// promoted node's after [`wait_for_failover`](Self::wait_for_failover). This is the port
+    /// the sentinels report: the TLS port for a deployment started with
+    /// [`start_tls`](Self::start_tls).
     pub fn known_master_port(&self) -> u16 {
         self.master_port
     }
@@ -209,15 +296,16 @@ impl RedisSentinel {
 
     /// The server the fixture knows as current replica (the other one of the pair).
     pub fn current_replica(&self) -> &RedisServer {
-        if self.primary.port() == self.master_port {
+        if advertised(&self.primary) == self.master_port {
             &self.replica
         } else {
             &self.primary
         }
     }
 
+    /// The server the sentinels know under `port` (see [`advertised`]).
     fn server_on(&self, port: u16) -> &RedisServer {
-        if self.replica.port() == port {
+        if advertised(&self.replica) == port {
             &self.replica
         } else {
             &self.primary
@@ -225,7 +313,8 @@ impl RedisSentinel {
     }
 
     /// Asks the sentinels (the first running, unpaused one that answers) for the master's
-    /// port with `SENTINEL GET-MASTER-ADDR-BY-NAME`.
+    /// port with `SENTINEL GET-MASTER-ADDR-BY-NAME` (a TLS port for a deployment started with
+    /// [`start_tls`](Self::start_tls)).
     ///
     /// # Errors
     ///
@@ -260,10 +349,10 @@ impl RedisSentinel {
     }
 
     /// Kills the current master (see [`known_master_port`](Self::known_master_port)) with
-    /// SIGKILL and returns its port.
+    /// SIGKILL and returns its port (as the sentinels know it).
     pub fn kill_primary(&mut self) -> u16 {
         let port = self.master_port;
-        if self.primary.port() == port {
+        if advertised(&self.primary) == port {
             self.primary.kill9();
         } else {
             self.replica.kill9();
@@ -295,7 +384,11 @@ impl RedisSentinel {
             if first == old {
                 return Err(format!("sentinels still report {old}"));
             }
-            match probe::role(first).as_deref() {
+            let server = [&self.primary, &self.replica]
+                .into_iter()
+                .find(|s| advertised(s) == first)
+                .ok_or_else(|| format!("sentinels report an unknown port {first}"))?;
+            match probe::role(server.port()).as_deref() {
                 Some("master") => {
                     promoted = first;
                     Ok(())
@@ -358,6 +451,13 @@ impl RedisSentinel {
         .map_err(|e| probe::io_err("CONFIG SET masterauth", e))?;
         wait_link(replica, "up", LINK_TIMEOUT)
     }
+}
+
+/// The port the sentinels know a server by: its TLS port when it has one (the sentinels of a
+/// TLS deployment monitor the TLS ports, and a replica with `tls-replication yes` announces its
+/// TLS port), else its plaintext port.
+fn advertised(server: &RedisServer) -> u16 {
+    server.tls_port().unwrap_or(server.port())
 }
 
 /// The value after `name` in a flat `[name, value, name, value, ...]` reply.

@@ -55,9 +55,37 @@ pub struct RedisServer {
 
 /// The TLS port of a server and whether it requires client certificates.
 #[derive(Debug, Clone, Copy)]
-struct TlsListener {
-    port: u16,
-    auth_clients: bool,
+pub(crate) struct TlsListener {
+    pub(crate) port: u16,
+    pub(crate) auth_clients: bool,
+    /// Whether `client.crt` / `client.key` are written (`--tls-client-cert-file`).
+    pub(crate) client_identity: bool,
+}
+
+impl TlsListener {
+    /// A listener on a free port, as `config` asks.
+    pub(crate) fn for_config(config: &TlsServerConfig) -> Self {
+        Self {
+            port: free_port(),
+            auth_clients: config.auth_clients,
+            client_identity: config.client.is_some(),
+        }
+    }
+}
+
+/// Writes `config`'s certificate, key and CA into `tls/` of a server's directory and returns
+/// that directory.
+pub(crate) fn write_tls_files(dir: &Path, config: &TlsServerConfig) -> io::Result<PathBuf> {
+    let tls_dir = dir.join(TLS_DIR);
+    std::fs::create_dir_all(&tls_dir)?;
+    std::fs::write(tls_dir.join("server.crt"), &config.server.cert_pem)?;
+    std::fs::write(tls_dir.join("server.key"), &config.server.key_pem)?;
+    std::fs::write(tls_dir.join("ca.crt"), &config.client_ca_pem)?;
+    if let Some(client) = &config.client {
+        std::fs::write(tls_dir.join("client.crt"), &client.cert_pem)?;
+        std::fs::write(tls_dir.join("client.key"), &client.key_pem)?;
+    }
+    Ok(tls_dir)
 }
 
 /// Where a TLS server's certificate files live, inside its temporary directory.
@@ -189,21 +217,14 @@ impl RedisServer {
     /// let url = server.tls_url(); // rediss://127.0.0.1:<free port>/
     /// ```
     pub fn start_tls(config: &TlsServerConfig) -> io::Result<Self> {
-        let tls = TlsListener {
-            port: free_port(),
-            auth_clients: config.auth_clients,
-        };
+        let tls = TlsListener::for_config(config);
         let mut server = Self::launch_inner(
             free_port(),
             &[],
             Persistence::None,
             Some(tls),
             |dir: &Path| {
-                let tls_dir = dir.join(TLS_DIR);
-                std::fs::create_dir_all(&tls_dir)?;
-                std::fs::write(tls_dir.join("server.crt"), &config.server.cert_pem)?;
-                std::fs::write(tls_dir.join("server.key"), &config.server.key_pem)?;
-                std::fs::write(tls_dir.join("ca.crt"), &config.client_ca_pem)?;
+                write_tls_files(dir, config)?;
                 Ok(Kind::Server)
             },
         )?;
@@ -224,7 +245,9 @@ impl RedisServer {
         Self::launch_inner(port, extra, persistence, None, kind)
     }
 
-    fn launch_inner(
+    /// [`launch`](Self::launch) with an optional TLS listener (for [`Kind::Server`], the TLS
+    /// arguments are added; a sentinel's config file must carry its own TLS settings).
+    pub(crate) fn launch_inner(
         port: u16,
         extra: &[&str],
         persistence: Persistence,
@@ -300,6 +323,12 @@ impl RedisServer {
                             "--tls-auth-clients",
                             if tls.auth_clients { "yes" } else { "no" },
                         ]);
+                    if tls.client_identity {
+                        cmd.arg("--tls-client-cert-file")
+                            .arg(tls_dir.join("client.crt"))
+                            .arg("--tls-client-key-file")
+                            .arg(tls_dir.join("client.key"));
+                    }
                 }
             }
         }

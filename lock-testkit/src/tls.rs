@@ -143,6 +143,11 @@ pub struct TlsServerConfig {
     pub client_ca_pem: String,
     /// `--tls-auth-clients yes`: a client without a certificate from `client_ca_pem` is refused.
     pub auth_clients: bool,
+    /// The certificate the server presents when it connects to other servers itself
+    /// (`--tls-client-cert-file`, `--tls-client-key-file`); without one it presents `server`.
+    /// A TLS cluster bus (`tls-cluster yes`) always requires a client certificate, and
+    /// `server` (issued for server authentication only) is refused there.
+    pub client: Option<CertAndKey>,
 }
 
 impl TlsServerConfig {
@@ -152,7 +157,15 @@ impl TlsServerConfig {
             server,
             client_ca_pem: ca.cert_pem(),
             auth_clients: false,
+            client: None,
         }
+    }
+
+    /// Presents `client` (e.g. [`TestCa::client_cert`]) when the server connects to other
+    /// servers: replication, the cluster bus.
+    pub fn with_client_identity(mut self, client: CertAndKey) -> Self {
+        self.client = Some(client);
+        self
     }
 
     /// Requires client certificates issued by the CA (mutual TLS).

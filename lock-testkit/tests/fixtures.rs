@@ -248,6 +248,10 @@ fn invalid_fixture_arguments_are_rejected() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     let err = RedisSentinel::start("my master").unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let err = RedisCluster::start_tls(3, 0, &TlsServerConfig::new(cert, &ca)).unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     let err = RedisServer::start_with(&["--no-such-directive", "1"]).unwrap_err();
     assert!(err.to_string().contains("exited early"), "{err}");
     assert!(err.to_string().contains("no-such-directive"), "{err}");
@@ -540,6 +544,120 @@ fn tls_server_listens_on_its_own_port_and_cleans_up() {
     assert!(RedisServer::start().unwrap().tls_port().is_none());
     let owned = Owned::of([&server]);
     drop(server);
+    owned.assert_gone();
+}
+
+/// A TLS Sentinel deployment: replication and the sentinels' monitoring run over TLS (the
+/// sentinels report TLS ports), a failover promotes the replica, and everything is gone after
+/// drop.
+#[test]
+fn tls_sentinel_replicates_and_fails_over_over_tls() {
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let started = Instant::now();
+    let mut sentinel = RedisSentinel::start_tls("tlsmaster", &TlsServerConfig::new(cert, &ca))
+        .expect("start TLS sentinel fixture");
+    eprintln!("TLS sentinel 1+1+3 up in {:?}", started.elapsed());
+    let primary_tls = sentinel.primary().tls_port().unwrap();
+    let replica_tls = sentinel.replica().tls_port().unwrap();
+    assert_eq!(sentinel.current_master_port().unwrap(), primary_tls);
+    assert_eq!(sentinel.known_master_port(), primary_tls);
+    let urls = sentinel.sentinel_tls_urls();
+    assert_eq!(urls.len(), 3);
+    for (url, s) in urls.iter().zip(sentinel.sentinels()) {
+        assert_eq!(
+            *url,
+            format!("rediss://127.0.0.1:{}/", s.tls_port().unwrap())
+        );
+        // The sentinel monitors the TLS ports (which speak nothing but TLS) and sees both
+        // servers: its own connections to them are TLS.
+        let master: Vec<String> = s.cmd(&["SENTINEL", "MASTER", "tlsmaster"]);
+        let port = master
+            .chunks_exact(2)
+            .find(|p| p[0] == "port")
+            .map(|p| p[1].clone());
+        assert_eq!(port, Some(primary_tls.to_string()));
+        let flags = master
+            .chunks_exact(2)
+            .find(|p| p[0] == "flags")
+            .map(|p| p[1].clone());
+        assert_eq!(flags.as_deref(), Some("master"));
+    }
+    // The replica replicates from the primary's TLS port.
+    let info: String = sentinel.replica().cmd(&["INFO", "replication"]);
+    assert_eq!(
+        info_field(&info, "master_port"),
+        Some(primary_tls.to_string())
+    );
+    assert_eq!(
+        info_field(&info, "master_link_status").as_deref(),
+        Some("up")
+    );
+    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    assert_eq!(acked, 1);
+
+    assert_eq!(sentinel.kill_primary(), primary_tls);
+    let new_master = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
+    assert_eq!(new_master, replica_tls);
+    assert_eq!(sentinel.master().port(), sentinel.replica().port());
+    let before: Option<String> = sentinel.master().cmd(&["GET", "before"]);
+    assert_eq!(before.as_deref(), Some("1"));
+
+    let owned = Owned::of(
+        [sentinel.primary(), sentinel.replica()]
+            .into_iter()
+            .chain(sentinel.sentinels()),
+    );
+    drop(sentinel);
+    owned.assert_gone();
+}
+
+/// A TLS cluster: every node has a TLS port and `tls-cluster yes` / `tls-replication yes`;
+/// the fixture's plaintext probes see plaintext ports, the seeds are the primaries' TLS URLs,
+/// the replicas replicate over TLS, and everything is gone after drop.
+#[test]
+fn tls_cluster_is_created_with_tls_bus_and_replication() {
+    let ca = TestCa::new("fixture CA");
+    let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
+    let config = TlsServerConfig::new(cert, &ca).with_client_identity(ca.client_cert("node"));
+    let cluster = RedisCluster::start_tls(3, 1, &config).expect("start TLS cluster fixture");
+    let primaries = cluster.current_primaries().unwrap();
+    assert_eq!(primaries.len(), 3);
+    let seeds = cluster.tls_urls();
+    let expected: Vec<String> = primaries.iter().map(|p| p.tls_url()).collect();
+    assert_eq!(seeds, expected);
+    for node in cluster.nodes() {
+        for (name, want) in [("tls-cluster", "yes"), ("tls-replication", "yes")] {
+            let conf: Vec<String> = node.cmd(&["CONFIG", "GET", name]);
+            assert_eq!(conf, [name.to_owned(), want.to_owned()]);
+        }
+        let bus: Vec<String> = node.cmd(&["CONFIG", "GET", "cluster-port"]);
+        assert_eq!(bus[1], (node.port() + 10000).to_string());
+    }
+    // A replica replicates from its primary's TLS port.
+    let replica = cluster
+        .topology()
+        .unwrap()
+        .into_iter()
+        .find(|n| !n.primary)
+        .unwrap();
+    let replica = &cluster.nodes()[cluster.index_of_port(replica.port).unwrap()];
+    let info: String = replica.cmd(&["INFO", "replication"]);
+    let master_port: u16 = info_field(&info, "master_port").unwrap().parse().unwrap();
+    assert!(
+        cluster
+            .nodes()
+            .iter()
+            .any(|n| n.tls_port() == Some(master_port)),
+        "replica replicates from {master_port}, not a TLS port"
+    );
+    assert_eq!(
+        info_field(&info, "master_link_status").as_deref(),
+        Some("up")
+    );
+    let owned = Owned::of(cluster.nodes());
+    drop(cluster);
     owned.assert_gone();
 }
 
