@@ -371,9 +371,15 @@ async fn redlock_over_tls() {
     let a = connect().await.unwrap();
     let b = connect().await.unwrap();
     let guard = a.lock("k").await.unwrap();
-    for server in &servers {
-        assert_eq!(server.keys("lock:*:lock:k").len(), 1);
-    }
+    // The grant is decided by the first majority; the last node's answer may still be on its
+    // way, so wait for it rather than read it at once.
+    let on_every_node = common::eventually(Duration::from_secs(2), || {
+        servers
+            .iter()
+            .all(|server| server.keys("lock:*:lock:k").len() == 1)
+    })
+    .await;
+    assert!(on_every_node, "the lock key is on every TLS node");
     assert!(b
         .lock("k")
         .wait(Duration::ZERO)
