@@ -479,6 +479,14 @@ async fn cluster_slot_migration_of_a_held_lock_is_followed() {
     common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
 }
 
+/// The Redis name of the lock of `k` on a RedLock node, from its fence key (written by the
+/// node's grant, which may land just after the majority decided).
+async fn redlock_lock_name(server: &lock_testkit::RedisServer) -> String {
+    let fence = || server.keys("lock:*:fence:k");
+    assert!(common::eventually(Duration::from_secs(2), || !fence().is_empty()).await);
+    fence()[0].replace(":fence:", ":lock:")
+}
+
 /// F20, documented caveat: a RedLock node restarted without persistence forgets the locks it
 /// granted, and a second client can then assemble a majority: two holders. Run RedLock nodes
 /// with AOF (or keep a restarted node out for one lease); fencing tokens still increase.
@@ -496,8 +504,7 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
     let b = Locker::builder().redlock(urls).build().await.unwrap();
     // Learn the lock's Redis name, then pre-hold it on nodes 3 and 4 so A's majority is 0,1,2.
     a.lock("k").await.unwrap().release().await.unwrap();
-    let name: String =
-        servers[0].cmd::<Vec<String>>(&["KEYS", "lock:*:fence:k"])[0].replace(":fence:", ":lock:");
+    let name = redlock_lock_name(&servers[0]).await;
     for s in &servers[3..] {
         let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
     }
@@ -557,8 +564,7 @@ async fn redlock_restart_guard_prevents_the_second_holder() {
     warm_up.release().await.unwrap();
 
     // The F20 set-up: A's majority is nodes 0, 1, 2.
-    let name: String =
-        servers[0].cmd::<Vec<String>>(&["KEYS", "lock:*:fence:k"])[0].replace(":fence:", ":lock:");
+    let name = redlock_lock_name(&servers[0]).await;
     for s in &servers[3..] {
         let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
     }
