@@ -134,6 +134,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod builder;
 mod connection;
 mod error;
 mod guard;
@@ -146,6 +147,7 @@ mod scripts;
 mod store;
 mod template;
 mod tls;
+mod topology;
 mod waiters;
 mod watchdog;
 
@@ -157,10 +159,11 @@ pub mod __private {
 mod private;
 
 pub use acquire::{Acquire, AcquireFuture};
+pub use builder::LockerBuilder;
 pub use error::{ConfigError, InvalidKeyReason, LockError};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
-pub use locker::{Locker, LockerBuilder, MAX_LEASE};
+pub use locker::{Locker, MAX_LEASE};
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.

@@ -1,0 +1,377 @@
+//! [`LockerBuilder`]: the settings of a [`Locker`], their validation, and `build`.
+
+use std::time::Duration;
+
+use crate::connection::Timeouts;
+use crate::error::{ConfigError, LockError};
+use crate::key;
+use crate::locker::{Locker, Settings, MAX_LEASE};
+use crate::store::{MinReplicas, RestartGuard};
+use crate::tls::TlsConfig;
+use crate::topology::{connect, redact, Topology};
+
+/// Configures and connects a [`Locker`].
+///
+/// | setting | default |
+/// |---|---|
+/// | [`prefix`](Self::prefix) | `"lock:"` |
+/// | [`watchdog_lease`](Self::watchdog_lease) | 30 s, renewed every 10 s |
+/// | [`default_wait`](Self::default_wait) | 30 s |
+/// | [`max_hold`](Self::max_hold) | none |
+/// | [`fence_retention`](Self::fence_retention) | 1 hour |
+/// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) |
+/// | [`connect_timeout`](Self::connect_timeout) | 5 s |
+/// | [`command_timeout`](Self::command_timeout) | 3 s |
+/// | [`min_replicas`](Self::min_replicas) | none |
+/// | [`restart_guard`](Self::restart_guard) | none (RedLock only) |
+/// | [`tls`](Self::tls) | system trust store for `rediss://` URLs |
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_core::Locker;
+///
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// let locker = Locker::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .prefix("shop:lock:")
+///     .watchdog_lease(Duration::from_secs(10))
+///     .build()
+///     .await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `.build().await`"]
+pub struct LockerBuilder {
+    topology: Option<Topology>,
+    settings: Settings,
+    connect_timeout: Duration,
+    min_replicas: Option<MinReplicas>,
+    restart_guard: Option<Duration>,
+    tls: Option<TlsConfig>,
+}
+
+impl std::fmt::Debug for LockerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // URLs may carry passwords: only their redacted form is ever printed.
+        let urls: Vec<String> = match &self.topology {
+            None => Vec::new(),
+            Some(Topology::Single(url)) => vec![redact(url)],
+            Some(Topology::Cluster(urls) | Topology::RedLock(urls)) => {
+                urls.iter().map(|u| redact(u)).collect()
+            }
+            Some(Topology::Sentinel { sentinels, .. }) => {
+                sentinels.iter().map(|u| redact(u)).collect()
+            }
+        };
+        f.debug_struct("LockerBuilder")
+            .field("urls", &urls)
+            .field("settings", &self.settings)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("min_replicas", &self.min_replicas)
+            .field("restart_guard", &self.restart_guard)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl Default for LockerBuilder {
+    fn default() -> Self {
+        Self {
+            topology: None,
+            min_replicas: None,
+            restart_guard: None,
+            tls: None,
+            settings: Settings {
+                prefix: "lock:".to_owned(),
+                watchdog_lease: Duration::from_secs(30),
+                default_wait: Duration::from_secs(30),
+                max_hold: None,
+                fence_retention: Duration::from_secs(3600),
+                fallback_retry: Duration::from_secs(1),
+                command_timeout: Duration::from_secs(3),
+            },
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl LockerBuilder {
+    /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
+    /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.topology = Some(Topology::Single(url.into()));
+        self
+    }
+
+    /// A Redis Cluster, reached through any of these seed nodes. Every lock's keys and release
+    /// channel share one slot (the kit's own hash tag); MOVED/ASK redirections and slot
+    /// migrations are followed by the client; the watchdog sends its renewals to every node
+    /// at once. Release messages are published cluster-wide, so the one subscriber connection
+    /// may sit on any node.
+    pub fn cluster<I, S>(mut self, seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// A primary monitored by Sentinel: the locker asks the sentinels (`redis://host:26379`)
+    /// for the primary named `master`, asks again after connection errors or `READONLY` and
+    /// every second, so it follows failovers, manual ones included (where the old primary keeps
+    /// answering for a while).
+    ///
+    /// With `rediss://` sentinel URLs, the sentinels are asked over TLS and the primary is
+    /// connected over TLS too, at the address the sentinels report (so the servers and the
+    /// sentinels need `tls-port` and `tls-replication yes`); both are verified with the
+    /// [`tls`](Self::tls) settings, or the system trust store without them. All URLs must then
+    /// be `rediss://` and carry the same credentials (redis-rs applies one set to every
+    /// sentinel); anything else is a [`ConfigError::Tls`] from [`build`](Self::build).
+    pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::Sentinel {
+            master: master.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
+    /// RedLock over independent primaries (at least 3; 5 is the usual choice): a lock is held
+    /// when a majority granted it within its validity (lease minus elapsed time minus a drift
+    /// allowance of 1 % plus 2 ms). Failed or partial acquires are undone on every node; renewal
+    /// and release need a majority too. Fencing tokens stay strictly increasing: the largest
+    /// token of the granting majority is written back to all of its nodes before the lock is
+    /// handed out, and any later majority shares a node with it.
+    pub fn redlock<I, S>(mut self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topology = Some(Topology::RedLock(
+            nodes.into_iter().map(Into::into).collect(),
+        ));
+        self
+    }
+
+    /// RedLock's delayed-restart guard: a node whose data set is younger than `guard` grants
+    /// no lock. A node restarted without persistence (or flushed) has forgotten the locks it
+    /// granted; without the guard, another client could assemble a majority with it while the
+    /// first holder's lease still runs on the other nodes. Set `guard` to at least the longest
+    /// lease any client uses on these nodes (the watchdog lease, fixed leases).
+    ///
+    /// The kit notices a new data set by a per-node epoch key (`<prefix>node-epoch`, no TTL) that
+    /// it writes at the first acquire: a restart with AOF keeps it and costs no availability,
+    /// but nodes seen for the first time (a new deployment) also refuse locks for `guard`.
+    /// Off by default; RedLock only.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::Locker;
+    ///
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .redlock(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .watchdog_lease(Duration::from_secs(10))
+    ///     .restart_guard(Duration::from_secs(10))
+    ///     .build()
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn restart_guard(mut self, guard: Duration) -> Self {
+        self.restart_guard = Some(guard);
+        self
+    }
+
+    /// After each acquire, `WAIT replicas timeout`: if fewer replicas acknowledged the lock key,
+    /// release it again and fail with [`LockError::NotReplicated`]. This narrows the window in
+    /// which a failover to a replica that never saw the key grants the lock twice. For single,
+    /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
+    /// connection: while a replica lags, other commands of this locker queue behind it for up
+    /// to `timeout`.
+    pub fn min_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
+        self.min_replicas = Some(MinReplicas { replicas, timeout });
+        self
+    }
+
+    /// Prefix of every Redis key and channel the locker uses (no `{` or `}`, at most 128 bytes).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.settings.prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks acquired without an explicit `.lease(..)`; the watchdog renews them every
+    /// third of it while their guard lives. At least 30 ms.
+    pub fn watchdog_lease(mut self, lease: Duration) -> Self {
+        self.settings.watchdog_lease = lease;
+        self
+    }
+
+    /// How long `lock(..)` waits when the acquire sets no `.wait(..)`.
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.settings.default_wait = wait;
+        self
+    }
+
+    /// Stop renewing a watchdog lock after it has been held this long (the guard then reports
+    /// lost when its last lease ends), so a hung holder cannot keep a key forever. Off by
+    /// default; `.max_hold(..)` on an acquire overrides it.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.settings.max_hold = Some(max);
+        self
+    }
+
+    /// How long a key's fencing counter outlives its last acquire (at least twice the lease).
+    /// Tokens stay increasing after the counter expired as long as the Redis server's clock
+    /// does not step back by more than this.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.settings.fence_retention = retention;
+        self
+    }
+
+    /// Safety-net retry interval of a waiter that got no release notification (lost message,
+    /// pub/sub unavailable). Waiters also retry when the holder's TTL runs out.
+    pub fn fallback_retry(mut self, interval: Duration) -> Self {
+        self.settings.fallback_retry = interval;
+        self
+    }
+
+    /// Certificates for `rediss://` URLs: a private CA to trust instead of the system trust
+    /// store, and a client certificate for servers with `tls-auth-clients yes`. Applies to
+    /// every connection of the locker: the command connection, the pub/sub connection of the
+    /// waiters, every RedLock node, every Cluster node, and with [`sentinel`](Self::sentinel)
+    /// the connections to the sentinels and to the primary they name.
+    ///
+    /// `rediss://` URLs work without this (verified against the system trust store); with it,
+    /// every URL (sentinel URLs included) must be `rediss://`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::{Locker, TlsConfig};
+    ///
+    /// # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .url("rediss://127.0.0.1:6380")
+    ///     .tls(TlsConfig::new().root_certificate_pem(ca_pem))
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn tls(mut self, config: TlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
+    /// Limit for establishing a connection (TCP, and the TLS handshake for `rediss://`).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Limit for one Redis command's reply.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.command_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings, connects, and starts the background tasks.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease, unusable
+    /// TLS settings (all checked before any connection is made);
+    /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout;
+    /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
+    /// certificate, refused client certificate).
+    pub async fn build(self) -> Result<Locker, LockError> {
+        let Self {
+            topology,
+            settings,
+            connect_timeout,
+            min_replicas,
+            restart_guard,
+            tls,
+        } = self;
+        let topology = topology.ok_or(ConfigError::MissingUrl)?;
+        if let Some(tls) = &tls {
+            tls.validate()?;
+        }
+        if !key::valid_prefix(&settings.prefix) {
+            return Err(ConfigError::Prefix {
+                prefix: settings.prefix,
+            }
+            .into());
+        }
+        let lease = settings.watchdog_lease;
+        if lease < Duration::from_millis(30) || lease > MAX_LEASE {
+            return Err(ConfigError::WatchdogLease { lease }.into());
+        }
+        let timeouts = Timeouts {
+            connect: connect_timeout,
+            command: settings.command_timeout,
+        };
+        let restart_guard = match restart_guard {
+            None => None,
+            Some(_) if !matches!(topology, Topology::RedLock(_)) => {
+                return Err(ConfigError::RestartGuardWithoutRedLock.into());
+            }
+            Some(guard) if guard < Duration::from_millis(1) || guard > MAX_LEASE => {
+                return Err(ConfigError::RestartGuard { guard }.into());
+            }
+            Some(guard) => Some(RestartGuard {
+                epoch_key: format!("{}node-epoch", settings.prefix),
+                guard,
+            }),
+        };
+        let (store, pubsub) = connect(
+            topology,
+            timeouts,
+            min_replicas,
+            restart_guard,
+            tls.as_ref(),
+        )
+        .await?;
+        Ok(Locker::start(store, pubsub, settings, timeouts).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_debug_output() {
+        assert_eq!(
+            redact("redis://app:hunter2@db:6379/0"),
+            "redis://app:***@db:6379/0"
+        );
+        assert_eq!(redact("redis://:hunter2@db"), "redis://:***@db");
+        assert_eq!(redact("redis://db:6379"), "redis://db:6379");
+        let builder = Locker::builder().url("redis://app:hunter2@db:6379/0");
+        assert!(!format!("{builder:?}").contains("hunter2"));
+        let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);
+        assert!(!format!("{builder:?}").contains("s3cret"));
+        let builder = Locker::builder()
+            .url("rediss://app:hunter2@db:6380/")
+            .tls(TlsConfig::new().client_identity_pem("CERT", "PRIVATE-KEY-TEXT"));
+        let debug = format!("{builder:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
+            "{debug}"
+        );
+    }
+}

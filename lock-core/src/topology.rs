@@ -1,0 +1,231 @@
+//! Where the locks live ([`Topology`]) and how a locker connects to it: clients with the TLS
+//! settings, the command connection, and where release notifications come from.
+
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+
+use crate::connection::{Connection, Timeouts};
+use crate::error::{ConfigError, LockError};
+use crate::store::{MinReplicas, RestartGuard, Store};
+use crate::tls::{self, TlsConfig};
+use crate::waiters::PubSubSource;
+
+/// Where the locks live.
+#[derive(Clone)]
+pub(crate) enum Topology {
+    Single(String),
+    Cluster(Vec<String>),
+    Sentinel {
+        master: String,
+        sentinels: Vec<String>,
+    },
+    RedLock(Vec<String>),
+}
+
+/// A client for `url`, with the TLS settings when there are any.
+fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
+    let client = redis::Client::open(url).map_err(ConfigError::Url)?;
+    let secure = is_tls_url(&client);
+    if secure {
+        tls::ensure_crypto_provider();
+    }
+    match tls {
+        None => Ok(client),
+        Some(_) if !secure => Err(ConfigError::Tls {
+            what: "url",
+            reason: format!("TLS settings need `rediss://` urls, got {}", redact(url)),
+        }),
+        Some(tls) => {
+            redis::Client::build_with_tls(url, tls.certificates()).map_err(|e| ConfigError::Tls {
+                what: "certificates",
+                reason: e.to_string(),
+            })
+        }
+    }
+}
+
+fn is_tls_url(client: &redis::Client) -> bool {
+    matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    )
+}
+
+fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client>, LockError> {
+    urls.iter()
+        .map(|u| open(u, tls).map_err(LockError::from))
+        .collect()
+}
+
+/// A Sentinel client for `master`. With `rediss://` sentinel URLs, the sentinels are asked
+/// over TLS and the primary they name is connected over TLS as well, both verified with the
+/// configured certificates (or the system trust store); with `redis://` URLs, everything is
+/// plaintext.
+fn sentinel_client(
+    master: &str,
+    sentinels: &[String],
+    tls: Option<&TlsConfig>,
+) -> Result<SentinelClient, ConfigError> {
+    // `open` refuses `redis://` URLs when TLS settings are given.
+    let opened = sentinels
+        .iter()
+        .map(|url| open(url, tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    let secure = opened.iter().filter(|c| is_tls_url(c)).count();
+    let unsupported = |reason: &str| ConfigError::Tls {
+        what: "topology",
+        reason: reason.to_owned(),
+    };
+    let build_error = |e: redis::RedisError| ConfigError::Tls {
+        what: "sentinel",
+        reason: e.to_string(),
+    };
+    if secure == 0 {
+        return SentinelClient::build(
+            sentinels.iter().map(String::as_str).collect(),
+            master,
+            None,
+            SentinelServerType::Master,
+        )
+        .map_err(ConfigError::Url);
+    }
+    if secure != opened.len() {
+        return Err(unsupported(
+            "sentinel urls mix `redis://` and `rediss://`; use `rediss://` for all of them",
+        ));
+    }
+    // The builder takes one set of credentials for all sentinels.
+    let credentials = |c: &redis::Client| {
+        let info = c.get_connection_info().redis_settings();
+        (
+            info.username().map(str::to_owned),
+            info.password().map(str::to_owned),
+        )
+    };
+    let (username, password) = credentials(&opened[0]);
+    if opened[1..]
+        .iter()
+        .any(|c| credentials(c) != (username.clone(), password.clone()))
+    {
+        return Err(unsupported(
+            "with `rediss://` sentinels, every sentinel url must carry the same username and password",
+        ));
+    }
+    // Each address carries its TLS parameters (the certificates) from `open`.
+    let addrs = opened
+        .iter()
+        .map(|c| c.get_connection_info().addr().clone());
+    let mut builder = SentinelClientBuilder::new(addrs, master, SentinelServerType::Master)
+        .map_err(build_error)?
+        .set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+    if let Some(username) = username {
+        builder = builder.set_client_to_sentinel_username(username);
+    }
+    if let Some(password) = password {
+        builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(tls) = tls {
+        builder = builder.set_client_to_redis_certificates(tls.certificates());
+    }
+    builder.build().map_err(build_error)
+}
+
+/// Connects the command side and describes where release notifications come from.
+pub(crate) async fn connect(
+    topology: Topology,
+    timeouts: Timeouts,
+    min_replicas: Option<MinReplicas>,
+    restart_guard: Option<RestartGuard>,
+    tls: Option<&TlsConfig>,
+) -> Result<(Store, PubSubSource), LockError> {
+    let backend = |e| LockError::backend("", e);
+    Ok(match topology {
+        Topology::Single(url) => {
+            let client = open(&url, tls)?;
+            let conn = Connection::single(client.clone(), timeouts)
+                .await
+                .map_err(backend)?;
+            (
+                Store::One { conn, min_replicas },
+                PubSubSource::Nodes(vec![client]),
+            )
+        }
+        Topology::Cluster(seeds) => {
+            if seeds.is_empty() {
+                return Err(ConfigError::MissingUrl.into());
+            }
+            let pubsub = PubSubSource::Nodes(clients(&seeds, tls)?);
+            let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
+                .await
+                .map_err(backend)?;
+            (Store::One { conn, min_replicas }, pubsub)
+        }
+        Topology::Sentinel { master, sentinels } => {
+            if sentinels.is_empty() {
+                return Err(ConfigError::MissingUrl.into());
+            }
+            let client = sentinel_client(&master, &sentinels, tls)?;
+            let conn = Connection::sentinel(client, timeouts)
+                .await
+                .map_err(backend)?;
+            let Connection::Sentinel(primary) = &conn else {
+                unreachable!("Connection::sentinel returns a Sentinel connection")
+            };
+            let pubsub = PubSubSource::Sentinel(primary.clone());
+            (Store::One { conn, min_replicas }, pubsub)
+        }
+        Topology::RedLock(urls) => {
+            if urls.len() < 3 {
+                return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
+            }
+            if min_replicas.is_some() {
+                return Err(ConfigError::MinReplicasWithRedLock.into());
+            }
+            let clients = clients(&urls, tls)?;
+            // Nodes that are down at start-up are connected lazily: RedLock must start with a
+            // majority up, not all of them.
+            let mut nodes = Vec::new();
+            let mut up = 0;
+            for client in &clients {
+                let conn = match Connection::single(client.clone(), timeouts).await {
+                    Ok(conn) => {
+                        up += 1;
+                        conn
+                    }
+                    Err(_) => Connection::lazy(client.clone(), timeouts).map_err(backend)?,
+                };
+                nodes.push(conn);
+            }
+            if up < urls.len() / 2 + 1 {
+                return Err(LockError::backend(
+                    "",
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionRefused,
+                        "fewer than a majority of RedLock nodes are reachable",
+                    )),
+                ));
+            }
+            let store = Store::Quorum {
+                nodes,
+                timeout: timeouts.command,
+                restart_guard,
+            };
+            (store, PubSubSource::Nodes(clients))
+        }
+    })
+}
+
+/// `redis://user:secret@host/` becomes `redis://user:***@host/`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let host_start = rest.find('/').unwrap_or(rest.len());
+    match rest[..host_start].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
