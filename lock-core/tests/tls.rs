@@ -437,18 +437,6 @@ fn assert_on_tls(server: &RedisServer, at_least: usize) {
     }
 }
 
-/// Waits (at most 5 s) until `server` has a subscribed channel.
-async fn wait_for_subscription(server: &RedisServer) {
-    let subscribed = Instant::now();
-    while server.pubsub_channels().is_empty() {
-        assert!(
-            subscribed.elapsed() < Duration::from_secs(5),
-            "no subscription"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Sentinel over TLS: the lockers ask the sentinels on their TLS ports and connect to the
 /// primary's TLS port (command and pub/sub connections); acquire, contention and release work,
 /// and a waiter is woken by the release message (30 s fallback retry and lease: only the
@@ -470,30 +458,13 @@ async fn sentinel_over_tls_locks_and_wakes_waiters() {
         .unwrap_err()
         .is_busy());
 
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let g = waiter
-                .lock("stls-key")
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            let token = g.fencing_token();
-            g.release().await.unwrap();
-            (at, token)
-        }
-    });
-    wait_for_subscription(master).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
     let first_token = guard.fencing_token();
-
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let (woken_at, token) = waiting.await.unwrap();
-    let woken = woken_at - released;
-    eprintln!("waiter woken over TLS sentinel after {woken:?}");
+    let (woken, token) =
+        common::wake_up_after_release(guard, &waiter, || !master.pubsub_channels().is_empty())
+            .await;
+    lock_testkit::figure(&format!(
+        "TLS Sentinel: waiter woken by the release message after {woken:?} (fallback 30 s)"
+    ));
     assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
     assert!(token > first_token, "{token} after {first_token}");
     assert!(!holder.is_locked("stls-key").await.unwrap());
@@ -556,26 +527,11 @@ async fn sentinel_over_tls_follows_a_failover() {
         .await
         .unwrap_err()
         .is_busy());
-    let waiting = tokio::spawn({
-        let other = other.clone();
-        async move {
-            let g = other
-                .lock("after")
-                .wait(Duration::from_secs(20))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
-    wait_for_subscription(master).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let woken = waiting.await.unwrap() - released;
-    eprintln!("waiter woken on the new primary after {woken:?}");
+    let (woken, _) =
+        common::wake_up_after_release(guard, &other, || !master.pubsub_channels().is_empty()).await;
+    lock_testkit::figure(&format!(
+        "TLS Sentinel after failover: waiter woken by the release message after {woken:?}"
+    ));
     assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
 
     // The new locker's command and pub/sub connections at least (the holder's pub/sub
@@ -703,30 +659,11 @@ async fn cluster_over_tls_locks_every_shard_and_wakes_waiters() {
 
     // A waiter is woken by the release message.
     let held = guards.pop().unwrap();
-    let key = held.key().to_owned();
-    let waiting = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let g = b.lock(key).wait(Duration::from_secs(20)).await.unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
-    let subscribed = Instant::now();
-    while primaries.iter().all(|p| p.pubsub_channels().is_empty()) {
-        assert!(
-            subscribed.elapsed() < Duration::from_secs(5),
-            "no subscription"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!waiting.is_finished(), "the waiter got a held lock");
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let woken = waiting.await.unwrap() - released;
-    eprintln!("waiter woken over TLS cluster after {woken:?}");
+    let subscribed = || primaries.iter().any(|p| !p.pubsub_channels().is_empty());
+    let (woken, _) = common::wake_up_after_release(held, &b, subscribed).await;
+    lock_testkit::figure(&format!(
+        "TLS Cluster: waiter woken by the release message after {woken:?} (fallback 30 s)"
+    ));
     assert!(woken < Duration::from_secs(2), "woken after {woken:?}");
     for g in guards {
         g.release().await.unwrap();

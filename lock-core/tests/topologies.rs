@@ -85,20 +85,11 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
 
     // Waking: b waits on a key a holds; the release message reaches it through the cluster.
     let held = guards.pop().unwrap();
-    let key = held.key().to_owned();
-    let waiter = tokio::spawn({
-        let b = b.clone();
-        async move {
-            let g = b.lock(key).wait(Duration::from_secs(20)).await.unwrap();
-            let at = Instant::now();
-            g.release().await.unwrap();
-            at
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let woken = waiter.await.unwrap() - released;
+    let subscribed = || {
+        let primaries = cluster.current_primaries().unwrap();
+        primaries.iter().any(|p| !p.pubsub_channels().is_empty())
+    };
+    let (woken, _) = common::wake_up_after_release(held, &b, subscribed).await;
     assert!(
         woken < Duration::from_secs(2),
         "woken after {woken:?} (fallback is 30 s)"

@@ -153,3 +153,44 @@ pub async fn assert_cluster_clean(cluster: &lock_testkit::RedisCluster, lockers:
         }
     }
 }
+
+/// How a waiter in another locker learns of a release: `waiter` waits for `guard`'s key (give
+/// its locker a long fallback retry, so that only the release message can wake it quickly).
+/// Once `subscribed` says its subscription is on the server, and 200 ms later it is still
+/// waiting, the guard is released. Returns the time from the release to the waiter's acquire,
+/// and the waiter's fencing token.
+pub async fn wake_up_after_release(
+    guard: LockGuard,
+    waiter: &Locker,
+    subscribed: impl Fn() -> bool,
+) -> (Duration, u64) {
+    let key = guard.key().to_owned();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let g = waiter
+                .lock(key)
+                .wait(Duration::from_secs(20))
+                .await
+                .unwrap();
+            let at = std::time::Instant::now();
+            let token = g.fencing_token();
+            g.release().await.unwrap();
+            (at, token)
+        }
+    });
+    let started = std::time::Instant::now();
+    while !subscribed() {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the waiter never subscribed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiting.is_finished(), "the waiter got a held lock");
+    let released = std::time::Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, token) = waiting.await.unwrap();
+    (acquired - released, token)
+}
