@@ -33,6 +33,10 @@ pub(crate) struct Released {
     /// Waiters listened on the release channel (they are in other lockers: this locker's own
     /// waiters queue locally and do not subscribe while the key is held here).
     pub(crate) others_waiting: bool,
+    /// Not `ours`, but only because a retried call (the first one's reply was lost) found the
+    /// key held by another token: the first call may have deleted ours and told a waiter, who
+    /// took it. A holder whose lease was confirmed when it sent the release knows that it did.
+    pub(crate) retried_taken: bool,
 }
 
 /// What one renewal learned about one lock.
@@ -206,8 +210,13 @@ impl Store {
                     return Ok(Released {
                         ours: true,
                         others_waiting,
+                        retried_taken: false,
                     });
                 }
+                let ours_or_taken = replies
+                    .iter()
+                    .filter(|r| matches!(r, Ok(r) if r.ours || r.retried_taken))
+                    .count();
                 let no = replies
                     .iter()
                     .filter(|r| matches!(r, Ok(r) if !r.ours))
@@ -220,6 +229,7 @@ impl Store {
                 Ok(Released {
                     ours: false,
                     others_waiting,
+                    retried_taken: ours_or_taken >= quorum,
                 })
             }
         }
@@ -511,7 +521,10 @@ async fn acquire_on(
 async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
     // Compare-and-delete is idempotent, so a call that met a dropped connection is sent again
     // (the connection manager reconnects meanwhile) instead of leaving the key for its lease.
-    // If the first call did run, the retry finds the key absent: that is our own delete.
+    // If the first call did run, the retry finds the key absent: that is our own delete. Or,
+    // when a waiter was told and took the lock meanwhile, held by another token
+    // (`retried_taken`): the holder knows whether that was after its own delete (see
+    // `LockGuard::release`).
     let mut tries = 0;
     let released: i64 = retry_dropped(|| {
         tries += 1;
@@ -528,6 +541,7 @@ async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> Red
     .await?;
     Ok(Released {
         ours: released >= 1 || (released == -1 && tries > 1),
+        retried_taken: released == 0 && tries > 1,
         others_waiting: released == 2,
     })
 }

@@ -346,6 +346,45 @@ async fn a_release_whose_reply_is_lost_is_not_a_false_loss() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
+/// The same with contention: the release ran and told the waiters, another client took the
+/// lock, then the reply was lost. The retry finds the other client's token; the holder's lease
+/// was confirmed when it sent the release, so the key it finds taken was taken after its own
+/// delete: `release()` reports success, not a loss (the soak's "unexplained" losses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_is_lost_after_a_takeover_is_not_a_false_loss() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    let other = Locker::connect(&server.url()).await.unwrap();
+    holder.lock("warm").await.unwrap().release().await.unwrap();
+    let guard = holder
+        .lock("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let release = tokio::spawn(async move { guard.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock_key(&server, "r").is_none(),
+        "the release ran on the server"
+    );
+    // Another client takes the lock before the holder hears back.
+    let taken = other.lock("r").wait(Duration::ZERO).await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = release.await.unwrap();
+    assert!(
+        released.is_ok(),
+        "release() of a lock it did release, then taken by another: {released:?}"
+    );
+    assert!(taken.is_held(), "the other client's lock was left alone");
+    assert!(lock_key(&server, "r").is_some());
+    taken.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
 /// reachable throughout): no false loss.
 ///
