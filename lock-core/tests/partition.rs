@@ -317,25 +317,7 @@ async fn f8_release_right_after_a_connection_reset_succeeds() {
 async fn a_release_whose_reply_is_lost_is_not_a_false_loss() {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
-    // Load the scripts first, so that the release is one EVALSHA.
-    holder.lock("warm").await.unwrap().release().await.unwrap();
-    // A fixed lease: no renewal traffic on the connection.
-    let guard = holder
-        .lock("r")
-        .lease(Duration::from_secs(5))
-        .await
-        .unwrap();
-    // Requests reach Redis after 200 ms, replies come back 200 ms later.
-    proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
-        .await;
-    let release = tokio::spawn(async move { guard.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        lock_key(&server, "r").is_none(),
-        "the release ran on the server"
-    );
+    let (holder, release) = release_with_reply_in_flight(&server, &proxy).await;
     // The reply is still in the proxy: cut the connection.
     proxy.set_mode(ProxyMode::Reset).await;
     let released = release.await.unwrap();
@@ -354,23 +336,8 @@ async fn a_release_whose_reply_is_lost_is_not_a_false_loss() {
 async fn a_release_whose_reply_is_lost_after_a_takeover_is_not_a_false_loss() {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
     let other = Locker::connect(&server.url()).await.unwrap();
-    holder.lock("warm").await.unwrap().release().await.unwrap();
-    let guard = holder
-        .lock("r")
-        .lease(Duration::from_secs(5))
-        .await
-        .unwrap();
-    proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
-        .await;
-    let release = tokio::spawn(async move { guard.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        lock_key(&server, "r").is_none(),
-        "the release ran on the server"
-    );
+    let (holder, release) = release_with_reply_in_flight(&server, &proxy).await;
     // Another client takes the lock before the holder hears back.
     let taken = other.lock("r").wait(Duration::ZERO).await.unwrap();
     proxy.set_mode(ProxyMode::Reset).await;
@@ -383,6 +350,37 @@ async fn a_release_whose_reply_is_lost_after_a_takeover_is_not_a_false_loss() {
     assert!(lock_key(&server, "r").is_some());
     taken.release().await.unwrap();
     common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
+/// A holder behind `proxy` releases `r` (fixed 5 s lease: no renewal traffic on the
+/// connection) while the proxy delays everything by 200 ms each way; returns once the release
+/// has run on the server and its reply is still in the proxy. Returns the holder and the
+/// release in flight.
+async fn release_with_reply_in_flight(
+    server: &lock_testkit::RedisServer,
+    proxy: &FaultProxy,
+) -> (
+    Locker,
+    tokio::task::JoinHandle<Result<(), lock_core::LockError>>,
+) {
+    let holder = proxied_locker(proxy, Duration::from_secs(5)).await;
+    // Load the scripts first, so that the release is one EVALSHA.
+    holder.lock("warm").await.unwrap().release().await.unwrap();
+    let guard = holder
+        .lock("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let release = tokio::spawn(async move { guard.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock_key(server, "r").is_none(),
+        "the release ran on the server"
+    );
+    (holder, release)
 }
 
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
