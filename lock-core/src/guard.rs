@@ -174,10 +174,8 @@ impl LockGuard {
             held.slot.released(released.others_waiting);
         }
         drop(held.take_permit());
-        // `was_lost` includes the confirmed lease having run out: a guard that is not lost
-        // sent its release while the key was certainly its own, so a retry that finds it
-        // taken by another token was taken after this release's own first call deleted it.
-        match result.map(|r| r.ours || r.retried_taken) {
+        // `was_lost` includes the confirmed lease having run out.
+        match result.map(|r| r.was_ours(!was_lost)) {
             Ok(true) if !was_lost => {
                 tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
                 Ok(())

@@ -39,6 +39,16 @@ pub(crate) struct Released {
     pub(crate) retried_taken: bool,
 }
 
+impl Released {
+    /// Whether this release ended a lock that was ours, for a holder that knew, when it sent
+    /// the release, whether its confirmed lease was still running (`valid_at_send`). A holder
+    /// whose lease was running held the key then, so a retry that finds it taken by another
+    /// token was taken after this release's own first call deleted it.
+    pub(crate) fn was_ours(&self, valid_at_send: bool) -> bool {
+        self.ours || (self.retried_taken && valid_at_send)
+    }
+}
+
 /// What one renewal learned about one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
