@@ -790,10 +790,19 @@ fn chaos_soak() {
     }
     let all_pattern = format!("{PREFIX}*");
     let all_deadline = Instant::now() + LEASE * 2 + Duration::from_secs(1);
-    let mut all_keys = soak.lock_server.keys(&all_pattern);
+    // Release latches and waiting flags expire by themselves (seconds); everything else the
+    // kit writes must be gone.
+    let lasting = || -> Vec<String> {
+        soak.lock_server
+            .keys(&all_pattern)
+            .into_iter()
+            .filter(|k| !k.contains(":unlocked:") && !k.contains(":waiting:"))
+            .collect()
+    };
+    let mut all_keys = lasting();
     while !all_keys.is_empty() && Instant::now() < all_deadline {
         std::thread::sleep(Duration::from_millis(50));
-        all_keys = soak.lock_server.keys(&all_pattern);
+        all_keys = lasting();
     }
 
     // The verdict.
