@@ -57,17 +57,21 @@
 //! `control_without_the_lock_the_oracle_sees_double_holders` runs two workers for 2 s with
 //! every tenth section entered without the lock, and checks that the oracle reports it.
 
+#[path = "common/sections.rs"]
+mod sections;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use lock_core::Locker;
 use lock_testkit::oracle::{monotonic_ns, Interval, Oracle, Outcome};
 use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 use rand::Rng;
+use sections::{cycles, long_holds, percentile, WorkerStats, Workload, BUCKETS};
 
 /// Worker processes.
 const WORKERS: usize = 4;
@@ -152,32 +156,6 @@ impl WorkerConfig {
     }
 }
 
-/// Acquire latencies in quarter-octave buckets of microseconds.
-const BUCKETS: usize = 112;
-
-fn bucket(d: Duration) -> usize {
-    let us = d.as_micros().max(1) as f64;
-    ((us.log2() * 4.0) as usize).min(BUCKETS - 1)
-}
-
-fn bucket_upper(b: usize) -> Duration {
-    Duration::from_micros(2f64.powf((b + 1) as f64 / 4.0) as u64)
-}
-
-#[derive(Default)]
-struct WorkerStats {
-    cycles: AtomicU64,
-    completed: AtomicU64,
-    lost: AtomicU64,
-    release_failed: AtomicU64,
-    busy: AtomicU64,
-    acquire_errors: AtomicU64,
-    writes: AtomicU64,
-    writes_rejected: AtomicU64,
-    resets: AtomicU64,
-    latency: Mutex<Vec<u64>>,
-}
-
 /// The worker side. Does nothing unless started by `chaos_soak`.
 #[test]
 #[ignore = "run as a child process by chaos_soak"]
@@ -228,10 +206,7 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     let oracle = Oracle::connect(&config.referee, &config.run, &config.worker)
         .await
         .unwrap();
-    let stats = Arc::new(WorkerStats {
-        latency: Mutex::new(vec![0; BUCKETS]),
-        ..WorkerStats::default()
-    });
+    let stats = WorkerStats::new();
 
     // Proxy resets on the parent's request.
     let control = {
@@ -262,17 +237,25 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     };
 
     println!("READY {}", config.worker);
-    let (until, unlocked_every) = (config.until, config.unlocked_every);
+    let until = config.until;
+    let workload = Workload {
+        keys: KEYS,
+        hold_keys: HOLD_KEYS,
+        hold_ms: HOLD_MS,
+        wait: WAIT,
+        unlocked_every: config.unlocked_every,
+    };
     let mut tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (locker, oracle, stats) = (locker.clone(), oracle.clone(), stats.clone());
-            tokio::spawn(async move { cycles(locker, oracle, stats, until, unlocked_every).await })
+            let workload = workload.clone();
+            tokio::spawn(async move { cycles(locker, oracle, stats, until, workload).await })
         })
         .collect();
-    if unlocked_every == 0 {
+    if config.unlocked_every == 0 {
         let (locker, oracle, stats) = (locker.clone(), oracle.clone(), stats.clone());
         tasks.push(tokio::spawn(async move {
-            long_holds(locker, oracle, stats, until).await
+            long_holds(locker, oracle, stats, until, workload).await
         }));
     }
     for task in tasks {
@@ -317,176 +300,6 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
         hist.join(","),
     );
     (locker, proxy)
-}
-
-/// One task's lock cycles until `until`.
-async fn cycles(
-    locker: Locker,
-    oracle: Oracle,
-    stats: Arc<WorkerStats>,
-    until: u64,
-    unlocked_every: u64,
-) {
-    let mut n = 0u64;
-    while monotonic_ns() < until {
-        n += 1;
-        let (key, write, work) = {
-            let mut rng = rand::rng();
-            (
-                format!("k{}", rng.random_range(0..KEYS)),
-                rng.random_ratio(1, 4),
-                rng.random_range(0..8u8),
-            )
-        };
-        if unlocked_every > 0 && n % unlocked_every == 0 {
-            // The control's broken client: no lock, a made-up token.
-            let mut entry = oracle.enter(&key, 1, || true).await.expect("referee");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            oracle.write(&entry).await.expect("referee");
-            entry.observe(|| true);
-            oracle.leave(&mut entry).await.expect("referee");
-            oracle
-                .finish(entry, Outcome::Completed)
-                .await
-                .expect("referee");
-            continue;
-        }
-        let started = Instant::now();
-        let guard = match locker.lock(key.as_str()).wait(WAIT).await {
-            Ok(guard) => guard,
-            Err(e) if e.is_busy() => {
-                stats.busy.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            Err(_) => {
-                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
-        let mut entry = oracle
-            .enter(&key, guard.fencing_token(), || guard.is_held())
-            .await
-            .expect("referee enter");
-
-        // The critical section's work, abandoned when the lock is reported lost.
-        let lost_inside = tokio::select! {
-            biased;
-            () = guard.lost() => true,
-            () = async {
-                match work {
-                    0 => tokio::time::sleep(Duration::from_millis(1)).await,
-                    1 => tokio::time::sleep(Duration::from_micros(200)).await,
-                    _ => tokio::task::yield_now().await,
-                }
-            } => false,
-        };
-        if lost_inside {
-            entry.mark_lost();
-        }
-        // Every fourth section writes to the fenced resource, and so does every holder that
-        // finds its lock gone here: a holder paused just before its write sends it when it
-        // resumes, before it could look (Kleppmann). The fence must reject those.
-        let stale = !entry.observe(|| guard.is_held());
-        if write || stale {
-            let accepted = oracle.write(&entry).await.expect("referee write");
-            stats.writes.fetch_add(1, Ordering::Relaxed);
-            if !accepted {
-                stats.writes_rejected.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        entry.observe(|| guard.is_held());
-        oracle.leave(&mut entry).await.expect("referee leave");
-        let outcome = match guard.release().await {
-            _ if entry.lost_at().is_some() => Outcome::Lost,
-            Ok(()) => Outcome::Completed,
-            Err(e) if e.is_lost() => Outcome::Lost,
-            Err(_) => Outcome::ReleaseFailed,
-        };
-        let counter = match outcome {
-            Outcome::Completed => &stats.completed,
-            Outcome::Lost => &stats.lost,
-            _ => &stats.release_failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        stats.cycles.fetch_add(1, Ordering::Relaxed);
-        oracle.finish(entry, outcome).await.expect("referee finish");
-    }
-}
-
-/// One task's long sections until `until`: a lock on `h0` or `h1` held for 0.3-2 s (past the
-/// lease, so the watchdog renews it), confirming `is_held()` every 10 ms and writing to the
-/// fenced resource every 100 ms, as a holder that checks its lock before each step of a long
-/// job. A loss ends the section (after one more write, which the fence must reject).
-async fn long_holds(locker: Locker, oracle: Oracle, stats: Arc<WorkerStats>, until: u64) {
-    while monotonic_ns() < until {
-        let (key, hold) = {
-            let mut rng = rand::rng();
-            (
-                format!("h{}", rng.random_range(0..HOLD_KEYS)),
-                Duration::from_millis(rng.random_range(HOLD_MS)),
-            )
-        };
-        let started = Instant::now();
-        let guard = match locker.lock(key.as_str()).wait(WAIT).await {
-            Ok(guard) => guard,
-            Err(e) if e.is_busy() => {
-                stats.busy.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            Err(_) => {
-                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
-        let mut entry = oracle
-            .enter(&key, guard.fencing_token(), || guard.is_held())
-            .await
-            .expect("referee enter");
-        let held_since = Instant::now();
-        let mut step = 0u64;
-        while held_since.elapsed() < hold {
-            let lost = tokio::select! {
-                biased;
-                () = guard.lost() => true,
-                () = tokio::time::sleep(Duration::from_millis(10)) => false,
-            };
-            if lost {
-                entry.mark_lost();
-            }
-            step += 1;
-            let held = entry.observe(|| guard.is_held());
-            if !held || step % 10 == 0 {
-                let accepted = oracle.write(&entry).await.expect("referee write");
-                stats.writes.fetch_add(1, Ordering::Relaxed);
-                if !accepted {
-                    stats.writes_rejected.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if !held {
-                break;
-            }
-        }
-        entry.observe(|| guard.is_held());
-        oracle.leave(&mut entry).await.expect("referee leave");
-        let outcome = match guard.release().await {
-            _ if entry.lost_at().is_some() => Outcome::Lost,
-            Ok(()) => Outcome::Completed,
-            Err(e) if e.is_lost() => Outcome::Lost,
-            Err(_) => Outcome::ReleaseFailed,
-        };
-        let counter = match outcome {
-            Outcome::Completed => &stats.completed,
-            Outcome::Lost => &stats.lost,
-            _ => &stats.release_failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        stats.cycles.fetch_add(1, Ordering::Relaxed);
-        oracle.finish(entry, outcome).await.expect("referee finish");
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -746,22 +559,6 @@ fn children() -> Vec<(u32, char, String)> {
 
 fn ms(ns: u64) -> u64 {
     ns / 1_000_000
-}
-
-fn percentile(hist: &[u64], p: f64) -> Duration {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return Duration::ZERO;
-    }
-    let rank = ((total as f64) * p).ceil() as u64;
-    let mut seen = 0;
-    for (b, n) in hist.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            return bucket_upper(b);
-        }
-    }
-    bucket_upper(BUCKETS - 1)
 }
 
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
