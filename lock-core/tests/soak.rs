@@ -5,6 +5,13 @@
 //! of its section (a holder paused just before its write sends it when it resumes): the stale
 //! writes the fence must reject.
 //!
+//! One more task per worker runs long sections on two other keys (`h0`, `h1`): it holds the
+//! lock 0.3-2 s (past the 1 s lease, so the watchdog renews it), confirms `is_held()` every
+//! 10 ms and writes through the fence every 100 ms, while the long-section tasks of the other
+//! workers wait for the same keys. Short sections rarely span a lock server restart; these
+//! do, so a restart that lets a waiter in while a holder still believes it holds shows up as
+//! an overlap.
+//!
 //! One worker reaches the lock server through its own in-process `FaultProxy`, the others
 //! directly: the proxy adds about 2.5 ms to every round trip (in `Pass` mode each chunk waits
 //! for the next 1 ms timer tick), which would throttle the whole soak if every worker used it.
@@ -16,40 +23,68 @@
 //!   connection) on the lock server;
 //! - SIGSTOP of the lock server for 150-400 ms (less than half the lease);
 //! - SIGSTOP of a worker for 1.2-2 s (longer than the lease: its locks expire and pass on),
-//!   sent when the referee sees one of its tasks inside a critical section.
+//!   sent when the referee sees one of its tasks inside a critical section;
+//! - a restart of the lock server without persistence (`dump.rdb` removed first: it comes
+//!   back empty, every lock forgotten);
+//! - a restart of the lock server from an older snapshot (`SAVE` 0.2-1.5 s before the
+//!   restart: it comes back with the keys of that moment whose TTL has not passed, locks
+//!   released since included, and without every lock taken since).
+//!
+//! The two restarts (`LOCK_SOAK_RESTARTS`) need the workers' lockers to run with
+//! `restart_guard(LEASE)` (`LOCK_SOAK_RESTART_GUARD`): a restarted server then grants no lock
+//! until the ones it forgot have expired, and their holders learn the loss at their next
+//! renewal first. Without the guard, waiters get the forgotten locks at once.
 //!
 //! The double-holder oracle (`lock_testkit::oracle`) runs on a separate referee server. At the
 //! end: no unsignalled overlap, no unexplained occupancy collision, no fence regression, no
 //! stale write accepted, every section finished (completed, lost, release failed, or killed
-//! with its process), no key left under the prefix, no pub/sub channel left, no child process
-//! left. One line starting with `SOAK:` gives the figures (`--nocapture` to see it).
+//! with its process), no key left under the prefix (but the restart guard's `node-epoch`), no
+//! pub/sub channel left, no child process left. Stricter for restarts: every overlap a restart
+//! caused (the older holder entered before the restarted server answered, the younger after
+//! the restart began, the older was neither paused nor killed) must be signalled in time,
+//! i.e. the older holder's `lost()` fired, `is_held()` said false or its release said `Lost`
+//! no later than the younger one entered (the oracle would call a later signal "late", which
+//! it accepts for paused holders only); and no section may release with `Ok` a lock that a
+//! restart without persistence wiped. One line starting with `SOAK:` gives the figures
+//! (`--nocapture` to see it).
 //!
 //! `LOCK_SOAK_SECS` sets the run time (default 60 s); `LOCK_SOAK_SECS=1800` for a long run
 //! (in `--release` it runs several times more cycles per second). `LOCK_SOAK_VERBOSE=1` prints
-//! the workers' counters, the fault timeline, losses no pause explains and the widest overlaps
-//! (also printed when the oracle finds a violation).
+//! the workers' counters, the fault timeline, losses no pause or restart explains, the widest
+//! overlaps, the long sections around each restart and the overlaps restarts caused (also
+//! printed when the oracle finds a violation).
 //!
 //! `control_without_the_lock_the_oracle_sees_double_holders` runs two workers for 2 s with
 //! every tenth section entered without the lock, and checks that the oracle reports it.
+
+#[path = "common/sections.rs"]
+mod sections;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use lock_core::Locker;
 use lock_testkit::oracle::{monotonic_ns, Interval, Oracle, Outcome};
 use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 use rand::Rng;
+use sections::{cycles, long_holds, percentile, WorkerStats, Workload, BUCKETS};
 
 /// Worker processes.
 const WORKERS: usize = 4;
 /// Tasks per worker.
 const TASKS: usize = 16;
-/// Lock keys.
+/// Lock keys of the short sections (`k0`..`k7`).
 const KEYS: usize = 8;
+/// Lock keys of the long sections (`h0`, `h1`): one task per worker holds one of them for
+/// 0.3-2 s at a time, checking `is_held()` every 10 ms, so that a lock server restart falls
+/// inside a section while holders of other processes wait for the same key.
+const HOLD_KEYS: usize = 2;
+/// How long a long section holds its lock, in milliseconds.
+const HOLD_MS: std::ops::RangeInclusive<u64> = 300..=2000;
 /// The watchdog lease: short, so that pauses and kills matter.
 const LEASE: Duration = Duration::from_secs(1);
 /// Workers that reach the lock server through their `FaultProxy` (the others connect
@@ -60,6 +95,13 @@ const PROXIED: usize = 1;
 const PREFIX: &str = "soak:";
 /// Longest wait of one acquire.
 const WAIT: Duration = Duration::from_secs(5);
+/// Whether the chaos monkey restarts the lock server (without persistence, and from an older
+/// snapshot); `LOCK_SOAK_RESTARTS=0|1` overrides it.
+const RESTARTS: bool = true;
+/// Whether the workers' lockers run with `restart_guard(LEASE)`, so that a restarted lock
+/// server grants nothing until the locks it forgot have expired; `LOCK_SOAK_RESTART_GUARD=0|1`
+/// overrides it.
+const RESTART_GUARD: bool = true;
 
 const ENV_ROLE: &str = "LOCK_SOAK_ROLE";
 const ENV_LOCK_PORT: &str = "LOCK_SOAK_LOCK_PORT";
@@ -69,6 +111,7 @@ const ENV_WORKER: &str = "LOCK_SOAK_WORKER";
 const ENV_UNTIL: &str = "LOCK_SOAK_UNTIL";
 const ENV_VIA_PROXY: &str = "LOCK_SOAK_VIA_PROXY";
 const ENV_UNLOCKED_EVERY: &str = "LOCK_SOAK_UNLOCKED_EVERY";
+const ENV_RESTART_GUARD: &str = "LOCK_SOAK_WORKER_RESTART_GUARD";
 
 /// The list through which the parent asks a worker to reset its proxy.
 fn control_list(run: &str, worker: &str) -> String {
@@ -90,6 +133,8 @@ struct WorkerConfig {
     via_proxy: bool,
     /// For the control test: every n-th cycle of a task enters without the lock (0: never).
     unlocked_every: u64,
+    /// Whether the locker runs with `restart_guard(LEASE)`.
+    restart_guard: bool,
 }
 
 impl WorkerConfig {
@@ -106,34 +151,9 @@ impl WorkerConfig {
             until: var(ENV_UNTIL).parse().unwrap(),
             via_proxy: var(ENV_VIA_PROXY) == "1",
             unlocked_every: var(ENV_UNLOCKED_EVERY).parse().unwrap(),
+            restart_guard: var(ENV_RESTART_GUARD) == "1",
         })
     }
-}
-
-/// Acquire latencies in quarter-octave buckets of microseconds.
-const BUCKETS: usize = 112;
-
-fn bucket(d: Duration) -> usize {
-    let us = d.as_micros().max(1) as f64;
-    ((us.log2() * 4.0) as usize).min(BUCKETS - 1)
-}
-
-fn bucket_upper(b: usize) -> Duration {
-    Duration::from_micros(2f64.powf((b + 1) as f64 / 4.0) as u64)
-}
-
-#[derive(Default)]
-struct WorkerStats {
-    cycles: AtomicU64,
-    completed: AtomicU64,
-    lost: AtomicU64,
-    release_failed: AtomicU64,
-    busy: AtomicU64,
-    acquire_errors: AtomicU64,
-    writes: AtomicU64,
-    writes_rejected: AtomicU64,
-    resets: AtomicU64,
-    latency: Mutex<Vec<u64>>,
 }
 
 /// The worker side. Does nothing unless started by `chaos_soak`.
@@ -162,22 +182,31 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     } else {
         format!("redis://127.0.0.1:{}/", config.lock_port)
     };
-    let locker = Locker::builder()
-        .url(url)
-        .prefix(PREFIX)
-        .watchdog_lease(LEASE)
-        .command_timeout(LEASE)
-        .fence_retention(LEASE * 2)
-        .build()
-        .await
-        .unwrap();
+    // The lock server may be restarting right now (a worker respawned just before a restart
+    // fault): keep trying for a while.
+    let started = Instant::now();
+    let locker = loop {
+        let mut builder = Locker::builder()
+            .url(url.as_str())
+            .prefix(PREFIX)
+            .watchdog_lease(LEASE)
+            .command_timeout(LEASE)
+            .fence_retention(LEASE * 2);
+        if config.restart_guard {
+            builder = builder.restart_guard(LEASE);
+        }
+        match builder.build().await {
+            Ok(locker) => break locker,
+            Err(e) if started.elapsed() < Duration::from_secs(10) && e.is_backend() => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("worker {}: cannot build its locker: {e}", config.worker),
+        }
+    };
     let oracle = Oracle::connect(&config.referee, &config.run, &config.worker)
         .await
         .unwrap();
-    let stats = Arc::new(WorkerStats {
-        latency: Mutex::new(vec![0; BUCKETS]),
-        ..WorkerStats::default()
-    });
+    let stats = WorkerStats::new();
 
     // Proxy resets on the parent's request.
     let control = {
@@ -208,13 +237,27 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     };
 
     println!("READY {}", config.worker);
-    let (until, unlocked_every) = (config.until, config.unlocked_every);
-    let tasks: Vec<_> = (0..TASKS)
+    let until = config.until;
+    let workload = Workload {
+        keys: KEYS,
+        hold_keys: HOLD_KEYS,
+        hold_ms: HOLD_MS,
+        wait: WAIT,
+        unlocked_every: config.unlocked_every,
+    };
+    let mut tasks: Vec<_> = (0..TASKS)
         .map(|_| {
             let (locker, oracle, stats) = (locker.clone(), oracle.clone(), stats.clone());
-            tokio::spawn(async move { cycles(locker, oracle, stats, until, unlocked_every).await })
+            let workload = workload.clone();
+            tokio::spawn(async move { cycles(locker, oracle, stats, until, workload).await })
         })
         .collect();
+    if config.unlocked_every == 0 {
+        let (locker, oracle, stats) = (locker.clone(), oracle.clone(), stats.clone());
+        tasks.push(tokio::spawn(async move {
+            long_holds(locker, oracle, stats, until, workload).await
+        }));
+    }
     for task in tasks {
         task.await.expect("a worker task panicked");
     }
@@ -259,102 +302,6 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     (locker, proxy)
 }
 
-/// One task's lock cycles until `until`.
-async fn cycles(
-    locker: Locker,
-    oracle: Oracle,
-    stats: Arc<WorkerStats>,
-    until: u64,
-    unlocked_every: u64,
-) {
-    let mut n = 0u64;
-    while monotonic_ns() < until {
-        n += 1;
-        let (key, write, work) = {
-            let mut rng = rand::rng();
-            (
-                format!("k{}", rng.random_range(0..KEYS)),
-                rng.random_ratio(1, 4),
-                rng.random_range(0..8u8),
-            )
-        };
-        if unlocked_every > 0 && n % unlocked_every == 0 {
-            // The control's broken client: no lock, a made-up token.
-            let mut entry = oracle.enter(&key, 1, || true).await.expect("referee");
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            oracle.write(&entry).await.expect("referee");
-            entry.observe(|| true);
-            oracle.leave(&mut entry).await.expect("referee");
-            oracle
-                .finish(entry, Outcome::Completed)
-                .await
-                .expect("referee");
-            continue;
-        }
-        let started = Instant::now();
-        let guard = match locker.lock(key.as_str()).wait(WAIT).await {
-            Ok(guard) => guard,
-            Err(e) if e.is_busy() => {
-                stats.busy.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            Err(_) => {
-                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
-        let mut entry = oracle
-            .enter(&key, guard.fencing_token(), || guard.is_held())
-            .await
-            .expect("referee enter");
-
-        // The critical section's work, abandoned when the lock is reported lost.
-        let lost_inside = tokio::select! {
-            biased;
-            () = guard.lost() => true,
-            () = async {
-                match work {
-                    0 => tokio::time::sleep(Duration::from_millis(1)).await,
-                    1 => tokio::time::sleep(Duration::from_micros(200)).await,
-                    _ => tokio::task::yield_now().await,
-                }
-            } => false,
-        };
-        if lost_inside {
-            entry.mark_lost();
-        }
-        // Every fourth section writes to the fenced resource, and so does every holder that
-        // finds its lock gone here: a holder paused just before its write sends it when it
-        // resumes, before it could look (Kleppmann). The fence must reject those.
-        let stale = !entry.observe(|| guard.is_held());
-        if write || stale {
-            let accepted = oracle.write(&entry).await.expect("referee write");
-            stats.writes.fetch_add(1, Ordering::Relaxed);
-            if !accepted {
-                stats.writes_rejected.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        entry.observe(|| guard.is_held());
-        oracle.leave(&mut entry).await.expect("referee leave");
-        let outcome = match guard.release().await {
-            _ if entry.lost_at().is_some() => Outcome::Lost,
-            Ok(()) => Outcome::Completed,
-            Err(e) if e.is_lost() => Outcome::Lost,
-            Err(_) => Outcome::ReleaseFailed,
-        };
-        let counter = match outcome {
-            Outcome::Completed => &stats.completed,
-            Outcome::Lost => &stats.lost,
-            _ => &stats.release_failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        stats.cycles.fetch_add(1, Ordering::Relaxed);
-        oracle.finish(entry, outcome).await.expect("referee finish");
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Parent side
 // ---------------------------------------------------------------------------------------
@@ -393,6 +340,8 @@ struct Soak {
     generation: usize,
     proxied: usize,
     unlocked_every: u64,
+    /// Whether the workers' lockers run with `restart_guard(LEASE)`.
+    restart_guard: bool,
     /// Every worker PID ever started.
     spawned: Vec<u32>,
 }
@@ -412,6 +361,7 @@ impl Soak {
             generation: 0,
             proxied,
             unlocked_every,
+            restart_guard: false,
             spawned: Vec::new(),
         }
     }
@@ -446,6 +396,10 @@ impl Soak {
             .env(ENV_UNTIL, self.until.to_string())
             .env(ENV_VIA_PROXY, if slot < self.proxied { "1" } else { "0" })
             .env(ENV_UNLOCKED_EVERY, self.unlocked_every.to_string())
+            .env(
+                ENV_RESTART_GUARD,
+                if self.restart_guard { "1" } else { "0" },
+            )
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -537,6 +491,31 @@ struct Faults {
     worker_pauses: u64,
     /// Worker pauses sent while the referee saw one of its tasks inside a section.
     worker_pauses_inside: u64,
+    /// Lock server restarts without persistence (it comes back empty).
+    restarts_empty: u64,
+    /// Lock server restarts from a snapshot taken 0.2-1.5 s before.
+    restarts_snapshot: u64,
+    /// Lock keys found right after the snapshot restarts, summed.
+    snapshot_locks_back: u64,
+}
+
+/// A lock server restart, `CLOCK_MONOTONIC` ns: from before the stop to the restarted server
+/// answering.
+struct Restart {
+    begin: u64,
+    end: u64,
+    /// Whether the server came back empty (no snapshot to load).
+    empty: bool,
+}
+
+/// A boolean knob from the environment (`0` or `1`), `default` when unset.
+fn flag(name: &str, default: bool) -> bool {
+    match std::env::var(name).as_deref() {
+        Err(_) => default,
+        Ok("1") => true,
+        Ok("0") => false,
+        Ok(other) => panic!("{name} is 0 or 1, not {other:?}"),
+    }
 }
 
 /// A worker SIGSTOP window, `CLOCK_MONOTONIC` ns.
@@ -582,22 +561,6 @@ fn ms(ns: u64) -> u64 {
     ns / 1_000_000
 }
 
-fn percentile(hist: &[u64], p: f64) -> Duration {
-    let total: u64 = hist.iter().sum();
-    if total == 0 {
-        return Duration::ZERO;
-    }
-    let rank = ((total as f64) * p).ceil() as u64;
-    let mut seen = 0;
-    for (b, n) in hist.iter().enumerate() {
-        seen += n;
-        if seen >= rank {
-            return bucket_upper(b);
-        }
-    }
-    bucket_upper(BUCKETS - 1)
-}
-
 fn field<'a>(line: &'a str, name: &str) -> &'a str {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
@@ -623,9 +586,12 @@ fn chaos_soak() {
         .ok()
         .map(|s| s.parse().expect("LOCK_SOAK_PROXIED is a number"))
         .unwrap_or(PROXIED);
+    let restarts = flag("LOCK_SOAK_RESTARTS", RESTARTS);
+    let restart_guard = flag("LOCK_SOAK_RESTART_GUARD", RESTART_GUARD);
     let run = format!("soak{}", std::process::id());
     let started_ns = monotonic_ns();
     let mut soak = Soak::new(run.clone(), secs, proxied, 0);
+    soak.restart_guard = restart_guard;
     let oracle = rt
         .block_on(Oracle::connect(&soak.referee.url(), &run, "parent"))
         .unwrap();
@@ -642,15 +608,28 @@ fn chaos_soak() {
     // The chaos monkey.
     let mut faults = Faults::default();
     let mut pauses: Vec<Pause> = Vec::new();
+    let mut restart_windows: Vec<Restart> = Vec::new();
     let mut timeline: Vec<(u64, u8)> = Vec::new();
     let chaos_end = soak.until.saturating_sub(3_000_000_000);
+    let kinds = if restarts { 7 } else { 5 };
     loop {
         let gap = Duration::from_millis(rand::rng().random_range(1000..=3000));
-        soak.pump_until(Instant::now() + gap);
+        let mut kind = rand::rng().random_range(0..kinds);
+        if kind == 6 {
+            // The snapshot the server will come back from: taken 200 ms to 1.5 s before the
+            // restart, so some of its locks are still within their lease when it reloads.
+            let age = Duration::from_millis(rand::rng().random_range(200..=1500)).min(gap);
+            soak.pump_until(Instant::now() + (gap - age));
+            soak.lock_server
+                .snapshot()
+                .expect("SAVE on the lock server");
+            soak.pump_until(Instant::now() + age);
+        } else {
+            soak.pump_until(Instant::now() + gap);
+        }
         if monotonic_ns() >= chaos_end {
             break;
         }
-        let mut kind = rand::rng().random_range(0..5u8);
         if kind == 1 && soak.pick(soak.proxied).is_none() {
             kind = 2; // no proxied worker up: kill connections on the server instead
         }
@@ -703,7 +682,7 @@ fn chaos_soak() {
                 soak.lock_server.resume();
                 faults.redis_pauses += 1;
             }
-            _ => {
+            4 => {
                 let Some(slot) = soak.pick(WORKERS) else {
                     continue;
                 };
@@ -733,6 +712,33 @@ fn chaos_soak() {
                 });
                 faults.worker_pauses += 1;
             }
+            _ => {
+                // A restart of the lock server: without persistence (no dump.rdb: it comes back
+                // empty), or from the snapshot taken just before (it comes back with the keys
+                // of that moment whose TTL has not passed, and without everything since).
+                if kind == 5 {
+                    soak.lock_server
+                        .discard_snapshot()
+                        .expect("remove dump.rdb");
+                }
+                let begin = monotonic_ns();
+                soak.lock_server.restart().expect("restart the lock server");
+                let end = monotonic_ns();
+                restart_windows.push(Restart {
+                    begin,
+                    end,
+                    empty: kind == 5,
+                });
+                if kind == 5 {
+                    faults.restarts_empty += 1;
+                } else {
+                    // Lock keys right after the restart: with the restart guard nobody can
+                    // take a lock yet, so these are the snapshot's locks that came back.
+                    let back = soak.lock_server.keys(&format!("{PREFIX}*:lock:*")).len();
+                    faults.snapshot_locks_back += back as u64;
+                    faults.restarts_snapshot += 1;
+                }
+            }
         }
     }
 
@@ -758,8 +764,9 @@ fn chaos_soak() {
     // The release channels of the soak's keys (`<prefix>{<sha1 tag>}:released:<key>`, see
     // the lock-core docs) have no subscriber left.
     let release_channels: Vec<String> = (0..KEYS)
-        .map(|k| {
-            let key = format!("k{k}");
+        .map(|k| format!("k{k}"))
+        .chain((0..HOLD_KEYS).map(|k| format!("h{k}")))
+        .map(|key| {
             let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
             format!("{PREFIX}{{{}}}:released:{key}", &digest[..16])
         })
@@ -790,19 +797,20 @@ fn chaos_soak() {
     }
     let all_pattern = format!("{PREFIX}*");
     let all_deadline = Instant::now() + LEASE * 2 + Duration::from_secs(1);
-    // Release latches and waiting flags expire by themselves (seconds); everything else the
+    // Release latches and waiting flags expire by themselves (seconds), and the restart
+    // guard's epoch key (`<prefix>node-epoch`) has no expiry by design; everything else the
     // kit writes must be gone.
-    let lasting = || -> Vec<String> {
-        soak.lock_server
-            .keys(&all_pattern)
-            .into_iter()
-            .filter(|k| !k.contains(":unlocked:") && !k.contains(":waiting:"))
-            .collect()
+    let remaining = || -> Vec<String> {
+        let mut keys = soak.lock_server.keys(&all_pattern);
+        keys.retain(|k| {
+            !k.ends_with("node-epoch") && !k.contains(":unlocked:") && !k.contains(":waiting:")
+        });
+        keys
     };
-    let mut all_keys = lasting();
+    let mut all_keys = remaining();
     while !all_keys.is_empty() && Instant::now() < all_deadline {
         std::thread::sleep(Duration::from_millis(50));
-        all_keys = lasting();
+        all_keys = remaining();
     }
 
     // The verdict.
@@ -826,20 +834,101 @@ fn chaos_soak() {
             }
         }
     }
-    let unexplained: Vec<&Interval> = intervals
-        .iter()
-        .filter(|iv| iv.outcome == Outcome::Lost)
+    // Loss detection after a lock server restart: sections entered before the restarted
+    // server answered and lost after it went down, from the moment it answered again.
+    let mut detect_after_restart: Vec<u64> = Vec::new();
+    for r in &restart_windows {
+        for iv in &intervals {
+            if let Some(lost) = iv.lost_at {
+                if iv.t_enter < r.end && lost >= r.begin {
+                    detect_after_restart.push(lost.saturating_sub(r.end));
+                }
+            }
+        }
+    }
+    let lease_ns = LEASE.as_nanos() as u64;
+    let paused = |iv: &Interval, lost: u64| {
+        let worker = iv.id.split('#').next().unwrap_or("");
+        pauses
+            .iter()
+            .any(|p| p.worker == worker && p.stopped <= lost && iv.t_enter <= p.resumed + lease_ns)
+    };
+    let restarted = |iv: &Interval, lost: u64| {
+        restart_windows
+            .iter()
+            .any(|r| r.begin <= lost && iv.t_enter <= r.end + lease_ns)
+    };
+    let lost_sections = intervals.iter().filter(|iv| iv.outcome == Outcome::Lost);
+    let restart_losses = lost_sections
+        .clone()
         .filter(|iv| {
-            let worker = iv.id.split('#').next().unwrap_or("");
             let lost = iv.lost_at.unwrap_or(iv.t_exit);
-            !pauses.iter().any(|p| {
-                p.worker == worker
-                    && p.stopped <= lost
-                    && iv.t_enter <= p.resumed + LEASE.as_nanos() as u64
-            })
+            !paused(iv, lost) && restarted(iv, lost)
+        })
+        .count();
+    let unexplained: Vec<&Interval> = lost_sections
+        .filter(|iv| {
+            let lost = iv.lost_at.unwrap_or(iv.t_exit);
+            !paused(iv, lost) && !restarted(iv, lost)
         })
         .collect();
     let unexplained_losses = unexplained.len();
+    // Overlaps a restart caused: the older holder entered before the restarted server answered,
+    // the younger one after the restart began, and the older one's process was neither paused
+    // nor killed meanwhile. A restart does not stall the holder, so such an overlap counts as
+    // signalled only if the older holder had learned of the loss by the time the younger one
+    // entered (lost() fired, is_held() false, or its release said Lost).
+    let mut restart_overlaps: Vec<(&Interval, &Interval)> = Vec::new();
+    {
+        let mut per_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
+        for iv in &intervals {
+            per_key.entry(iv.key.as_str()).or_default().push(iv);
+        }
+        for list in per_key.values_mut() {
+            list.sort_by_key(|iv| iv.t_enter);
+            for (i, a) in list.iter().enumerate() {
+                for b in list[i + 1..].iter().take_while(|b| b.t_enter < a.t_exit) {
+                    let (older, younger) = if (a.fence, a.t_enter) <= (b.fence, b.t_enter) {
+                        (*a, *b)
+                    } else {
+                        (*b, *a)
+                    };
+                    let worker = older.id.split('#').next().unwrap_or("");
+                    let stalled = older.outcome == Outcome::Killed
+                        || pauses.iter().any(|p| {
+                            p.worker == worker
+                                && p.stopped <= younger.t_enter.max(older.t_exit)
+                                && p.resumed >= older.t_enter
+                        });
+                    let by_restart = restart_windows
+                        .iter()
+                        .any(|r| older.t_enter <= r.end && r.begin <= younger.t_enter);
+                    if by_restart && !stalled {
+                        restart_overlaps.push((older, younger));
+                    }
+                }
+            }
+        }
+    }
+    let restart_overlaps_unsignalled: Vec<&(&Interval, &Interval)> = restart_overlaps
+        .iter()
+        .filter(|(older, younger)| older.lost_at.is_none_or(|l| l > younger.t_enter))
+        .collect();
+    // Sections that held a lock across a restart without persistence and still released it
+    // with Ok: the server had forgotten the key, so that Ok was wrong.
+    let completed_across_empty_restart: Vec<&Interval> = intervals
+        .iter()
+        .filter(|iv| iv.outcome == Outcome::Completed)
+        .filter(|iv| {
+            restart_windows
+                .iter()
+                .any(|r| r.empty && iv.t_enter < r.begin && iv.t_exit > r.end)
+        })
+        .collect();
+    let long_sections = intervals
+        .iter()
+        .filter(|iv| iv.key.starts_with('h'))
+        .count();
     // The fault timeline and every loss no pause explains, on failure or on request.
     if std::env::var("LOCK_SOAK_VERBOSE").is_ok() || !report.is_clean() {
         for line in &drained {
@@ -854,6 +943,64 @@ fn chaos_soak() {
                 p.worker,
                 ms(p.stopped - started_ns),
                 ms(p.resumed - started_ns)
+            );
+        }
+        eprintln!("times in ms from the start, CLOCK_MONOTONIC {started_ns} ns");
+        for r in &restart_windows {
+            eprintln!(
+                "restart {}..{}",
+                ms(r.begin - started_ns),
+                ms(r.end - started_ns)
+            );
+            // The sections of a long-hold key open across the restart, and the next ones.
+            for key in (0..HOLD_KEYS).map(|k| format!("h{k}")) {
+                let mut list: Vec<&Interval> = intervals
+                    .iter()
+                    .filter(|iv| iv.key == key && iv.t_exit > r.begin)
+                    .collect();
+                list.sort_by_key(|iv| iv.t_enter);
+                for iv in list.iter().take(3) {
+                    eprintln!(
+                        "  {} {} fence {} enter {} exit {} last_held {:?} lost {:?} {:?}",
+                        iv.key,
+                        iv.id,
+                        iv.fence,
+                        ms(iv.t_enter - started_ns),
+                        ms(iv.t_exit - started_ns),
+                        iv.last_held.map(|l| ms(l - started_ns)),
+                        iv.lost_at.map(|l| ms(l - started_ns)),
+                        iv.outcome,
+                    );
+                }
+            }
+        }
+        for v in &report.violations {
+            eprintln!("violation {v}");
+        }
+        let at = |t: Option<u64>| t.map(|t| ms(t.saturating_sub(started_ns)));
+        for (older, younger) in &restart_overlaps_unsignalled {
+            eprintln!(
+                "restart overlap not signalled in time on {}: {} (fence {}, enter {}, last_held {:?}, lost {:?}, exit {}, {:?}) and {} (fence {}, enter {})",
+                older.key,
+                older.id,
+                older.fence,
+                ms(older.t_enter - started_ns),
+                at(older.last_held),
+                at(older.lost_at),
+                ms(older.t_exit - started_ns),
+                older.outcome,
+                younger.id,
+                younger.fence,
+                ms(younger.t_enter - started_ns),
+            );
+        }
+        for iv in &completed_across_empty_restart {
+            eprintln!(
+                "released Ok across an empty restart: {} {} enter {} exit {}",
+                iv.id,
+                iv.key,
+                ms(iv.t_enter - started_ns),
+                ms(iv.t_exit - started_ns),
             );
         }
 
@@ -913,16 +1060,19 @@ fn chaos_soak() {
     }
     let stale_total = report.stale_attempted;
     lock_testkit::figure(&format!(
-        "SOAK: secs={elapsed_s:.1} workers={WORKERS}x{TASKS} (proxied {}) keys={KEYS} lease={}ms cycles={} cycles_per_s={:.0} completed={} lost={} release_failed={} killed_in_section={} \
+        "SOAK: secs={elapsed_s:.1} workers={WORKERS}x{TASKS}+1 (proxied {}) keys={KEYS}+{HOLD_KEYS} lease={}ms restart_guard={} cycles={} cycles_per_s={:.0} long_sections={long_sections} completed={} lost={} release_failed={} killed_in_section={} \
          faults: worker_sigkill={} proxy_reset={} client_kill_normal={} client_kill_pubsub={} redis_sigstop={} worker_sigstop={} (aimed_inside={}) \
+         redis_restart_empty={} redis_restart_snapshot={} (locks_back={}) \
+         | restart_overlaps={} not_signalled_in_time={} released_ok_across_empty_restart={} \
          | overlaps={} signalled={} late_signalled={} unsignalled={} max_late_signal={}ms \
          occupancy_collisions={} occupancy_violations={} fence_regressions={} late_claims={} \
          | writes={} accepted={} stale_attempted={stale_total} stale_rejected={} stale_accepted={} \
-         | loss_detect_after_sigcont: n={} max={}ms unexplained_losses={unexplained_losses} \
+         | loss_detect_after_sigcont: n={} max={}ms after_restart: n={} max={}ms restart_losses={restart_losses} unexplained_losses={unexplained_losses} \
          | acquire p50={:?} p99={:?} busy={} acquire_errors={} \
          | leftover: lock_keys={} keys={} channels={} numpat={numpat} numsub={numsub_total} children={}",
         soak.proxied,
         LEASE.as_millis(),
+        if restart_guard { "on" } else { "off" },
         report.cycles,
         report.cycles as f64 / elapsed_s,
         report.completed,
@@ -936,6 +1086,12 @@ fn chaos_soak() {
         faults.redis_pauses,
         faults.worker_pauses,
         faults.worker_pauses_inside,
+        faults.restarts_empty,
+        faults.restarts_snapshot,
+        faults.snapshot_locks_back,
+        restart_overlaps.len(),
+        restart_overlaps_unsignalled.len(),
+        completed_across_empty_restart.len(),
         report.overlaps,
         report.signalled_overlaps,
         report.late_signalled_overlaps,
@@ -951,6 +1107,8 @@ fn chaos_soak() {
         report.stale_accepted,
         detect_after_cont.len(),
         detect_after_cont.iter().copied().max().map_or(0, ms),
+        detect_after_restart.len(),
+        detect_after_restart.iter().copied().max().map_or(0, ms),
         percentile(&hist, 0.5),
         percentile(&hist, 0.99),
         sums["busy"],
@@ -967,6 +1125,17 @@ fn chaos_soak() {
         report.violations
     );
     assert_eq!(report.unsignalled_overlaps, 0);
+    assert!(
+        restart_overlaps_unsignalled.is_empty(),
+        "{} of {} overlaps caused by a restart were not signalled in time (LOCK_SOAK_VERBOSE=1 lists them)",
+        restart_overlaps_unsignalled.len(),
+        restart_overlaps.len()
+    );
+    assert!(
+        completed_across_empty_restart.is_empty(),
+        "{} sections released Ok a lock that a restart without persistence had wiped",
+        completed_across_empty_restart.len()
+    );
     assert_eq!(report.occupancy_violations, 0);
     assert_eq!(report.stale_accepted, 0);
     // Every section entered was finished: completed, lost, release failed, or killed.

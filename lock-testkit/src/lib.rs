@@ -39,6 +39,7 @@ mod proxy;
 mod sentinel;
 mod server;
 mod servers;
+mod snapshot;
 mod tls;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};

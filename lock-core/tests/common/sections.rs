@@ -1,0 +1,258 @@
+//! The lock cycles of the chaos soaks (`soak.rs`, `soak_sentinel.rs`): short sections on
+//! `k0`.. and long ones on `h0`.., each through the double-holder oracle.
+#![allow(dead_code, unreachable_pub)]
+
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lock_core::Locker;
+use lock_testkit::oracle::{monotonic_ns, Oracle, Outcome};
+use rand::Rng;
+
+/// What the tasks of a worker lock, and how.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Lock keys of the short sections: `k0`..
+    pub keys: usize,
+    /// Lock keys of the long sections: `h0`..
+    pub hold_keys: usize,
+    /// How long a long section holds its lock, in milliseconds.
+    pub hold_ms: RangeInclusive<u64>,
+    /// Longest wait of one acquire.
+    pub wait: Duration,
+    /// For the control: every n-th short cycle of a task enters without the lock (0: never).
+    pub unlocked_every: u64,
+}
+
+/// Acquire latencies in quarter-octave buckets of microseconds.
+pub const BUCKETS: usize = 112;
+
+pub fn bucket(d: Duration) -> usize {
+    let us = d.as_micros().max(1) as f64;
+    ((us.log2() * 4.0) as usize).min(BUCKETS - 1)
+}
+
+pub fn bucket_upper(b: usize) -> Duration {
+    Duration::from_micros(2f64.powf((b + 1) as f64 / 4.0) as u64)
+}
+
+/// A worker's counters, shared by its tasks.
+#[derive(Default)]
+pub struct WorkerStats {
+    pub cycles: AtomicU64,
+    pub completed: AtomicU64,
+    pub lost: AtomicU64,
+    pub release_failed: AtomicU64,
+    pub busy: AtomicU64,
+    pub acquire_errors: AtomicU64,
+    pub writes: AtomicU64,
+    pub writes_rejected: AtomicU64,
+    pub resets: AtomicU64,
+    pub latency: Mutex<Vec<u64>>,
+}
+
+impl WorkerStats {
+    /// Zero counters and an empty latency histogram.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            latency: Mutex::new(vec![0; BUCKETS]),
+            ..Self::default()
+        })
+    }
+}
+
+/// One task's lock cycles until `until`.
+pub async fn cycles(
+    locker: Locker,
+    oracle: Oracle,
+    stats: Arc<WorkerStats>,
+    until: u64,
+    workload: Workload,
+) {
+    let unlocked_every = workload.unlocked_every;
+    let mut n = 0u64;
+    while monotonic_ns() < until {
+        n += 1;
+        let (key, write, work) = {
+            let mut rng = rand::rng();
+            (
+                format!("k{}", rng.random_range(0..workload.keys)),
+                rng.random_ratio(1, 4),
+                rng.random_range(0..8u8),
+            )
+        };
+        if unlocked_every > 0 && n % unlocked_every == 0 {
+            // The control's broken client: no lock, a made-up token.
+            let mut entry = oracle.enter(&key, 1, || true).await.expect("referee");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            oracle.write(&entry).await.expect("referee");
+            entry.observe(|| true);
+            oracle.leave(&mut entry).await.expect("referee");
+            oracle
+                .finish(entry, Outcome::Completed)
+                .await
+                .expect("referee");
+            continue;
+        }
+        let started = Instant::now();
+        let guard = match locker.lock(key.as_str()).wait(workload.wait).await {
+            Ok(guard) => guard,
+            Err(e) if e.is_busy() => {
+                stats.busy.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Err(_) => {
+                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
+        let mut entry = oracle
+            .enter(&key, guard.fencing_token(), || guard.is_held())
+            .await
+            .expect("referee enter");
+
+        // The critical section's work, abandoned when the lock is reported lost.
+        let lost_inside = tokio::select! {
+            biased;
+            () = guard.lost() => true,
+            () = async {
+                match work {
+                    0 => tokio::time::sleep(Duration::from_millis(1)).await,
+                    1 => tokio::time::sleep(Duration::from_micros(200)).await,
+                    _ => tokio::task::yield_now().await,
+                }
+            } => false,
+        };
+        if lost_inside {
+            entry.mark_lost();
+        }
+        // Every fourth section writes to the fenced resource, and so does every holder that
+        // finds its lock gone here: a holder paused just before its write sends it when it
+        // resumes, before it could look (Kleppmann). The fence must reject those.
+        let stale = !entry.observe(|| guard.is_held());
+        if write || stale {
+            let accepted = oracle.write(&entry).await.expect("referee write");
+            stats.writes.fetch_add(1, Ordering::Relaxed);
+            if !accepted {
+                stats.writes_rejected.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        entry.observe(|| guard.is_held());
+        oracle.leave(&mut entry).await.expect("referee leave");
+        let outcome = match guard.release().await {
+            _ if entry.lost_at().is_some() => Outcome::Lost,
+            Ok(()) => Outcome::Completed,
+            Err(e) if e.is_lost() => Outcome::Lost,
+            Err(_) => Outcome::ReleaseFailed,
+        };
+        let counter = match outcome {
+            Outcome::Completed => &stats.completed,
+            Outcome::Lost => &stats.lost,
+            _ => &stats.release_failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        stats.cycles.fetch_add(1, Ordering::Relaxed);
+        oracle.finish(entry, outcome).await.expect("referee finish");
+    }
+}
+
+/// One task's long sections until `until`: a lock on `h0` or `h1` held for 0.3-2 s (past the
+/// lease, so the watchdog renews it), confirming `is_held()` every 10 ms and writing to the
+/// fenced resource every 100 ms, as a holder that checks its lock before each step of a long
+/// job. A loss ends the section (after one more write, which the fence must reject).
+pub async fn long_holds(
+    locker: Locker,
+    oracle: Oracle,
+    stats: Arc<WorkerStats>,
+    until: u64,
+    workload: Workload,
+) {
+    while monotonic_ns() < until {
+        let (key, hold) = {
+            let mut rng = rand::rng();
+            (
+                format!("h{}", rng.random_range(0..workload.hold_keys)),
+                Duration::from_millis(rng.random_range(workload.hold_ms.clone())),
+            )
+        };
+        let started = Instant::now();
+        let guard = match locker.lock(key.as_str()).wait(workload.wait).await {
+            Ok(guard) => guard,
+            Err(e) if e.is_busy() => {
+                stats.busy.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            Err(_) => {
+                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
+        let mut entry = oracle
+            .enter(&key, guard.fencing_token(), || guard.is_held())
+            .await
+            .expect("referee enter");
+        let held_since = Instant::now();
+        let mut step = 0u64;
+        while held_since.elapsed() < hold {
+            let lost = tokio::select! {
+                biased;
+                () = guard.lost() => true,
+                () = tokio::time::sleep(Duration::from_millis(10)) => false,
+            };
+            if lost {
+                entry.mark_lost();
+            }
+            step += 1;
+            let held = entry.observe(|| guard.is_held());
+            if !held || step % 10 == 0 {
+                let accepted = oracle.write(&entry).await.expect("referee write");
+                stats.writes.fetch_add(1, Ordering::Relaxed);
+                if !accepted {
+                    stats.writes_rejected.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if !held {
+                break;
+            }
+        }
+        entry.observe(|| guard.is_held());
+        oracle.leave(&mut entry).await.expect("referee leave");
+        let outcome = match guard.release().await {
+            _ if entry.lost_at().is_some() => Outcome::Lost,
+            Ok(()) => Outcome::Completed,
+            Err(e) if e.is_lost() => Outcome::Lost,
+            Err(_) => Outcome::ReleaseFailed,
+        };
+        let counter = match outcome {
+            Outcome::Completed => &stats.completed,
+            Outcome::Lost => &stats.lost,
+            _ => &stats.release_failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        stats.cycles.fetch_add(1, Ordering::Relaxed);
+        oracle.finish(entry, outcome).await.expect("referee finish");
+    }
+}
+
+/// The upper bound of the bucket holding the `p` quantile of `hist`.
+pub fn percentile(hist: &[u64], p: f64) -> Duration {
+    let total: u64 = hist.iter().sum();
+    if total == 0 {
+        return Duration::ZERO;
+    }
+    let rank = ((total as f64) * p).ceil() as u64;
+    let mut seen = 0;
+    for (b, n) in hist.iter().enumerate() {
+        seen += n;
+        if seen >= rank {
+            return bucket_upper(b);
+        }
+    }
+    bucket_upper(BUCKETS - 1)
+}
