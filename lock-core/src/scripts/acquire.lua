@@ -48,9 +48,10 @@ if KEYS[3] then
     epoch = now
   elseif seen_run ~= run_id then
     -- Restarted since the epoch was written: what it loaded may lack later locks. The guard
-    -- runs from the start of this process (uptime rounds down, so this is never earlier
-    -- than the real start).
-    epoch = now - uptime * 1000000
+    -- runs from the start of this process. uptime_in_seconds counts wall-clock second
+    -- boundaries crossed, so it can exceed the real uptime by almost a second: one second
+    -- less keeps the epoch from being earlier than the real start.
+    epoch = now - math.max(uptime - 1, 0) * 1000000
   end
   if seen_run ~= run_id or tonumber(seen_epoch or '') ~= epoch then
     redis.call('SET', KEYS[3], run_id .. ':' .. string.format('%.0f', epoch))
