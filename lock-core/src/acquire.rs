@@ -149,13 +149,18 @@ impl Acquire {
         let lease = self.lease.unwrap_or(settings.watchdog_lease);
         let wait = self.wait.unwrap_or(settings.default_wait);
         let deadline = started.checked_add(wait.min(MAX_LEASE * 100));
+        // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
+        // replicas) after the start when the wait is shorter: a zero wait still gets one try.
+        let one_try = settings.command_timeout + inner.store.replica_wait();
+        let bound = deadline.map(|d| d.max(started + one_try));
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
         let slot = inner.registry.slot(&self.key);
 
-        // Reentrant acquire: no Redis round trip.
+        // Reentrant acquire: no Redis round trip. Not once the outer guard was seen in another
+        // task: it may have been moved there and be in use (see "Reentrancy" in the crate docs).
         if let Some(held) = slot.holder().as_ref() {
-            if held.owner == owner {
+            if held.reentrant_for(owner) {
                 if held.is_lost() {
                     return Err(LockError::Lost { key: self.key });
                 }
@@ -191,7 +196,7 @@ impl Acquire {
         }
         let keys = inner.keys(&self.key);
         let (token, fence, sent_at) = self
-            .acquire_in_redis(&keys, lease, wait.is_zero(), deadline, started)
+            .acquire_in_redis(&keys, lease, wait.is_zero(), (deadline, bound), started)
             .await?;
         let held = Arc::new(Held::new(
             inner.next_id(),
@@ -226,14 +231,14 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline. Returns the winning token, the fencing token and when the winning command
-    /// was sent.
+    /// the deadline (Redis calls until `bound`). Returns the winning token, the fencing token
+    /// and when the winning command was sent.
     async fn acquire_in_redis(
         &self,
         keys: &RedisKeys,
         lease: Duration,
         try_once: bool,
-        deadline: Option<Instant>,
+        (deadline, bound): (Option<Instant>, Option<Instant>),
         started: Instant,
     ) -> Result<(String, u64, Instant), LockError> {
         let inner = &self.locker.inner;
@@ -254,8 +259,16 @@ impl Acquire {
             }
             let sent_at = Instant::now();
             ghost.armed = true;
+            // Another locker's release holds back its own next acquirer for us while we wait:
+            // the flag lives as long as we may wait, or until our next try renews it.
+            let flag = if try_once {
+                Duration::ZERO
+            } else {
+                let retry = inner.settings.fallback_retry * 3;
+                deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
+            };
             let attempt = self
-                .attempt(keys, &mut ghost.token, lease, deadline)
+                .attempt(keys, &mut ghost.token, (lease, flag), bound)
                 .await?;
             ghost.armed = false;
             let ttl = match attempt {
@@ -302,16 +315,17 @@ impl Acquire {
         }
     }
 
-    /// One acquire call, retried on connection errors and transient server states while the
-    /// deadline allows: with the same token (the acquire script is idempotent per token) on one
+    /// One acquire call, retried on connection errors and transient server states while
+    /// `bound` allows: with the same token (the acquire script is idempotent per token) on one
     /// Redis; with a fresh token on a RedLock quorum, whose undo of a failed try runs in the
-    /// background and must not hit the next try.
+    /// background and must not hit the next try. Every call ends by `bound`: one still running
+    /// then is abandoned (its possible grant is removed by the ghost clean-up).
     async fn attempt(
         &self,
         keys: &RedisKeys,
         token: &mut String,
-        lease: Duration,
-        deadline: Option<Instant>,
+        (lease, flag): (Duration, Duration),
+        bound: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.locker.inner;
         let retention = inner.settings.fence_retention.max(lease * 2);
@@ -322,7 +336,13 @@ impl Acquire {
             if tries > 1 && inner.store.is_quorum() {
                 *token = new_token();
             }
-            let reply = inner.store.acquire(keys, token, lease, retention).await;
+            let call = inner.store.acquire(keys, token, lease, retention, flag);
+            let reply = match bound {
+                Some(bound) => tokio::time::timeout_at(bound, call)
+                    .await
+                    .unwrap_or_else(|_| Err(past_deadline())),
+                None => call.await,
+            };
             match reply {
                 Ok(Outcome::Acquired { fence }) => return Ok(Attempt::Acquired { fence }),
                 Ok(Outcome::Held { ttl }) => return Ok(Attempt::Held { ttl }),
@@ -335,8 +355,8 @@ impl Acquire {
                 }
                 Err(error) => {
                     let retry_at = Instant::now() + backoff;
-                    let in_time = deadline.is_none_or(|d| retry_at < d);
-                    if is_transient(&error) && (tries < 2 || in_time) {
+                    let in_time = bound.is_none_or(|b| retry_at < b);
+                    if is_transient(&error) && in_time {
                         tracing::debug!(%error, "acquire failed; retrying");
                         tokio::time::sleep_until(retry_at).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -362,6 +382,14 @@ fn is_transient(error: &redis::RedisError) -> bool {
             error.code(),
             Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
         )
+}
+
+/// The error of a Redis call cut at the acquire's deadline.
+fn past_deadline() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "redis did not answer before the acquire's deadline",
+    ))
 }
 
 /// Cleans up after an acquire command whose outcome is unknown (it failed or was cancelled

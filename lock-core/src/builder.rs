@@ -23,7 +23,7 @@ use crate::topology::{connect, redact, Topology};
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s |
 /// | [`command_timeout`](Self::command_timeout) | 3 s |
 /// | [`min_replicas`](Self::min_replicas) | none |
-/// | [`restart_guard`](Self::restart_guard) | none (RedLock only) |
+/// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs |
 ///
 /// # Examples
@@ -162,16 +162,25 @@ impl LockerBuilder {
         self
     }
 
-    /// RedLock's delayed-restart guard: a node whose data set is younger than `guard` grants
-    /// no lock. A node restarted without persistence (or flushed) has forgotten the locks it
-    /// granted; without the guard, another client could assemble a majority with it while the
-    /// first holder's lease still runs on the other nodes. Set `guard` to at least the longest
-    /// lease any client uses on these nodes (the watchdog lease, fixed leases).
+    /// The delayed-restart guard: a server whose data set is younger than `guard` grants no
+    /// lock. A server that restarted has forgotten the locks granted after its last persisted
+    /// write (without persistence: all of them; from an RDB snapshot, the default: those since
+    /// the snapshot). Without the guard another client is granted such a lock while its first
+    /// holder still believes it holds it, and learns otherwise only at its next renewal (or,
+    /// with a fixed lease, never). With the guard, the restarted server refuses every acquire
+    /// (acquirers wait, as for a held lock) until the forgotten leases have surely run out,
+    /// and holders learn of the loss from their renewals first. For RedLock it keeps a
+    /// restarted node from voting twice. Set `guard` to at least the longest lease any client
+    /// uses on these servers (the watchdog lease, fixed leases).
     ///
-    /// The kit notices a new data set by a per-node epoch key (`<prefix>node-epoch`, no TTL) that
-    /// it writes at the first acquire: a restart with AOF keeps it and costs no availability,
-    /// but nodes seen for the first time (a new deployment) also refuse locks for `guard`.
-    /// Off by default; RedLock only.
+    /// The kit notices a restart by the server's `run_id`, which changes at every start
+    /// whatever the server loaded, kept in an epoch key (`<prefix>node-epoch`, no TTL) with the
+    /// time the data set began; a missing epoch key (a new or flushed server) also starts the
+    /// guard. So every restart costs `guard` of availability, with or without persistence, and
+    /// so does a server seen for the first time. Off by default; a single server, Sentinel's
+    /// primary (a restart of the same process; a failover is covered by
+    /// [`min_replicas`](Self::min_replicas) instead) and RedLock nodes, not Cluster (one epoch
+    /// per shard would be needed).
     ///
     /// # Examples
     ///
@@ -326,8 +335,8 @@ impl LockerBuilder {
         };
         let restart_guard = match restart_guard {
             None => None,
-            Some(_) if !matches!(topology, Topology::RedLock(_)) => {
-                return Err(ConfigError::RestartGuardWithoutRedLock.into());
+            Some(_) if matches!(topology, Topology::Cluster(_)) => {
+                return Err(ConfigError::RestartGuardInCluster.into());
             }
             Some(guard) if guard < Duration::from_millis(1) || guard > MAX_LEASE => {
                 return Err(ConfigError::RestartGuard { guard }.into());

@@ -180,7 +180,8 @@ impl SentinelPrimary {
             .clone()
     }
 
-    fn generation(&self) -> u64 {
+    /// Counts the switches to a new primary.
+    pub(crate) fn generation(&self) -> u64 {
         self.current
             .read()
             .unwrap_or_else(PoisonError::into_inner)

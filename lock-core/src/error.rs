@@ -147,10 +147,9 @@ pub enum ConfigError {
     /// `min_replicas` applies to primary-replica topologies, not to RedLock.
     #[error("min_replicas does not apply to redlock (its nodes are independent primaries)")]
     MinReplicasWithRedLock,
-    /// `restart_guard` protects RedLock nodes; other topologies keep their data across a
-    /// failover by replication instead.
-    #[error("restart_guard applies to redlock only")]
-    RestartGuardWithoutRedLock,
+    /// `restart_guard` keeps one epoch per server; a cluster would need one per shard.
+    #[error("restart_guard applies to a single server, Sentinel or redlock, not to a cluster")]
+    RestartGuardInCluster,
     /// A restart guard of zero or beyond what Redis accepts as a lease.
     #[error("invalid restart guard {guard:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
     RestartGuard {

@@ -68,6 +68,7 @@ impl LockGuard {
 
     /// The user's key.
     pub fn key(&self) -> &str {
+        self.held.touched();
         &self.held.key
     }
 
@@ -76,18 +77,21 @@ impl LockGuard {
     /// resource you protect and let it reject writes that carry a smaller token than one it has
     /// already seen: that stops a holder that lost its lock without knowing it.
     pub fn fencing_token(&self) -> u64 {
+        self.held.touched();
         self.held.fence
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its
     /// last confirmed lease has not run out. No Redis round trip.
     pub fn is_held(&self) -> bool {
+        self.held.touched();
         !self.held.is_lost()
     }
 
     /// How long the lock is certainly ours without a further renewal (local estimate, with a
     /// safety margin for clock drift).
     pub fn remaining(&self) -> Duration {
+        self.held.touched();
         self.held
             .valid_until()
             .saturating_duration_since(Instant::now())
@@ -101,6 +105,7 @@ impl LockGuard {
     ///
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
+        self.held.touched();
         self.held.lost().await;
     }
 
@@ -112,6 +117,7 @@ impl LockGuard {
     /// [`LockError::Lost`] when the lock is no longer ours, [`LockError::Config`] for a
     /// duration under 1 ms, [`LockError::Backend`] when Redis fails.
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
+        self.held.touched();
         if by < Duration::from_millis(1) || by > MAX_LEASE {
             return Err(ConfigError::Extend { by }.into());
         }
@@ -152,9 +158,15 @@ impl LockGuard {
     /// holds someone else's token, is left untouched); [`LockError::Backend`] when Redis
     /// failed, in which case the key expires with its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
+        self.held.touched();
         self.released = true;
         if let Unhold::Nested = self.unhold() {
-            return Ok(());
+            // The outer guard releases the key; a nested guard still reports a lost lock.
+            return if self.held.is_lost() {
+                Err(self.lost_error())
+            } else {
+                Ok(())
+            };
         }
         let held = &self.held;
         let was_lost = held.is_lost();
@@ -175,7 +187,7 @@ impl LockGuard {
         }
         drop(held.take_permit());
         // `was_lost` includes the confirmed lease having run out.
-        match result.map(|r| r.was_ours(!was_lost)) {
+        match result.map(|r| r.ours) {
             Ok(true) if !was_lost => {
                 tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
                 Ok(())
@@ -219,6 +231,7 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
+        self.held.touched();
         if let Unhold::Outermost = self.unhold() {
             // Never blocks, never panics, with or without a runtime.
             let _ = self

@@ -7,8 +7,10 @@
 //! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring after the retention |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release |
+//! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
+//! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
 //!
-//! The kit writes the `{h}` hash tag itself, so all three share one cluster slot whatever
+//! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
 //! leave the prefix: every name starts with it.
 
@@ -26,6 +28,9 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
+    pub(crate) waiting: String,
+    /// The release latches' common beginning; the token completes it.
+    unlocked: String,
 }
 
 impl RedisKeys {
@@ -36,7 +41,14 @@ impl RedisKeys {
             lock: format!("{prefix}{{{tag}}}:lock:{key}"),
             fence: format!("{prefix}{{{tag}}}:fence:{key}"),
             channel: format!("{prefix}{{{tag}}}:released:{key}"),
+            waiting: format!("{prefix}{{{tag}}}:waiting:{key}"),
+            unlocked: format!("{prefix}{{{tag}}}:unlocked:"),
         }
+    }
+
+    /// The release latch of `token` (see `scripts/release.lua`).
+    pub(crate) fn latch(&self, token: &str) -> String {
+        format!("{}{token}", self.unlocked)
     }
 }
 
@@ -74,6 +86,9 @@ mod tests {
         };
         assert_eq!(tag(&keys.lock), tag(&keys.fence));
         assert_eq!(tag(&keys.lock), tag(&keys.channel));
+        assert_eq!(tag(&keys.lock), tag(&keys.waiting));
+        assert_eq!(tag(&keys.lock), tag(&keys.latch("t0k")));
+        assert!(keys.latch("t0k").ends_with(":unlocked:t0k"));
         assert_eq!(tag(&keys.lock).len(), 16);
         assert!(keys.lock.starts_with("lock:{"));
         assert!(keys.lock.ends_with(":lock:a}x{b"));

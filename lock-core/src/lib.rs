@@ -27,9 +27,8 @@
 //!   renewal act only when the key still holds that token.
 //! - **Reentrant per task.** A task holding a key that asks for it again gets a nested guard at
 //!   once, without a Redis round trip; the key is released with the outermost guard. The owner
-//!   is the tokio task (or, outside any task, the thread running `block_on`). Sharp edge:
-//!   futures joined inside one task (`join!`, `select!`) are one owner, so they do not exclude
-//!   each other; a task spawned by the holder is another owner and waits.
+//!   is the tokio task (or, outside any task, the thread running `block_on`). See
+//!   [Reentrancy](#reentrancy) for its two sharp edges.
 //! - **Waiting without polling.** A waiter subscribes to the key's release channel (one pub/sub
 //!   connection per [`Locker`] for all keys) and sleeps until a release message, the holder's
 //!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
@@ -41,6 +40,35 @@
 //!   last confirmed lease ends (monotonic clock, 1 % safety margin), marks the guard lost:
 //!   [`LockGuard::lost`] resolves and [`LockGuard::release`] returns [`LockError::Lost`].
 //! - **Fencing tokens.** See below.
+//!
+//! # Reentrancy
+//!
+//! Reentrancy follows the task that acquired the lock, not the guard value. Two consequences:
+//!
+//! - Futures joined inside one task (`join!`, `select!`) are one owner, so they do not exclude
+//!   each other; a task spawned by the holder is another owner and waits.
+//! - A guard moved into another task keeps the lock, but the acquiring task no longer holds
+//!   it. As soon as the guard is used there (any method, or dropped there), the kit notices,
+//!   logs a warning once, and the acquiring task's next `lock()` of that key waits for the
+//!   guard like any other task's. Before the guard is touched in the new task the kit cannot
+//!   see the move: a `lock()` of the same key by the acquiring task in that window still gets
+//!   a nested guard at once. So do not call `lock()` again for a key whose guard you handed
+//!   to another task; release first, or let the other task acquire for itself.
+//!
+//! ```no_run
+//! # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+//! let guard = locker.lock("report:9").await?;
+//! let worker = tokio::spawn(async move {
+//!     let token = guard.fencing_token(); // used here: the lock now belongs to this task
+//!     // ... write with `token` ...
+//!     guard.release().await
+//! });
+//! // This waits until the worker released (a nested guard if the worker had not touched it).
+//! let again = locker.lock("report:9").await?;
+//! # drop(again); let _ = worker.await;
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Fencing tokens
 //!
@@ -60,12 +88,19 @@
 //!
 //! For a user key `k`, with `h` the first 16 hex digits of SHA-1(`k`) and `p` the prefix
 //! (`lock:` by default): `p{h}:lock:k` (string, the holder's token), `p{h}:fence:k` (string,
-//! the last fencing token) and the channel `p{h}:released:k`. Commands: `EVALSHA`, `EVAL`,
-//! `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`; inside scripts `SET`, `GET`,
-//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`. A minimal ACL:
+//! the last fencing token), `p{h}:waiting:k` (string with a TTL: another locker waits),
+//! `p{h}:unlocked:<token>` (string with a TTL of a few seconds: the release latch that tells a
+//! retried release that its first try ran), `pnode-epoch` (with
+//! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
+//! set began) and the channel `p{h}:released:k`. Commands: `EVALSHA`, `EVAL`, `SCRIPT LOAD`,
+//! `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
+//! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
+//! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
+//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard). A minimal ACL:
 //! `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists +subscribe
-//! +unsubscribe +ping +set +get +del +pexpire +pttl +time +type +publish`. Without channel
-//! rights locks still work; waiters then rely on TTLs and the fallback retry.
+//! +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type +publish
+//! +info`. Without channel rights locks still work; waiters then rely on TTLs and the fallback
+//! retry.
 //!
 //! # Topologies and what each guarantees
 //!
@@ -77,10 +112,10 @@
 //!
 //! | topology | primary fails | network partition | process pause past the lease | clock jump |
 //! |---|---|---|---|---|
-//! | single server | locks unavailable until it is back; without AOF every lock is gone and holders learn it at the next renewal | the cut-off holder reports lost when its confirmed lease runs out (monotonic clock); others acquire after the TTL | another holder may enter; the paused one learns it at its next renewal; fencing tokens reject its writes | client: none (monotonic clock); server: TTLs follow the server's clock, a jump forward expires locks early |
+//! | single server | locks unavailable until it is back; a restart forgets the locks taken since the last persisted write (all of them without persistence): holders learn it at the next renewal (a release says `Lost`), and without [`restart_guard`](LockerBuilder::restart_guard) another client may be granted such a lock before that | the cut-off holder reports lost when its confirmed lease runs out (monotonic clock); others acquire after the TTL | another holder may enter; the paused one learns it at its next renewal; fencing tokens reject its writes | client: none (monotonic clock); server: TTLs follow the server's clock, a jump forward expires locks early |
 //! | Sentinel | failover in about 2 s; a lock not yet replicated is lost and can be granted twice (holders learn it at the next renewal); `min_replicas(1, ..)` refuses unreplicated acquires and narrows, not closes, the window (`WAIT` is best effort) | as single; a partitioned old primary may keep accepting writes for seconds after a failover | as single | as single |
 //! | Cluster | per-shard failover in 2–3 s (other shards answer `CLUSTERDOWN` for about 1 s); the same replication window as Sentinel, per shard; `min_replicas` applies per shard | as Sentinel, per shard | as single | as single |
-//! | RedLock (N independent primaries) | survives the loss of a minority of nodes; a node restarted without persistence may vote again for a lock it forgot, unless [`restart_guard`](LockerBuilder::restart_guard) is set (or nodes run with AOF) | a client needs a majority; a minority side cannot acquire | another holder may enter after the validity; fencing tokens still increase (write-back to the majority) | a server clock jump forward on a majority of nodes can expire a lock early; RedLock assumes bounded drift |
+//! | RedLock (N independent primaries) | survives the loss of a minority of nodes; a node restarted without persistence may vote again for a lock it forgot, unless [`restart_guard`](LockerBuilder::restart_guard) is set (it notices every restart by the server's `run_id`, also one from an old RDB snapshot; AOF with `appendfsync always` alone also keeps what the node granted) | a client needs a majority; a minority side cannot acquire | another holder may enter after the validity; fencing tokens still increase (write-back to the majority) | a server clock jump forward on a majority of nodes can expire a lock early; RedLock assumes bounded drift |
 //!
 //! None of them makes a Redis lock a substitute for a fencing token or a database constraint
 //! where a double holder would corrupt data.

@@ -34,9 +34,8 @@ pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
             tokio::spawn(async move {
                 match job {
                     ReleaseJob::Held(held) => {
-                        let valid_at_send = !held.is_lost();
                         match store.release(&held.keys, &held.token).await {
-                            Ok(r) if r.was_ours(valid_at_send) => {
+                            Ok(r) if r.ours => {
                                 held.slot.released(r.others_waiting);
                                 tracing::debug!(key = %held.key, "lock released (dropped guard)")
                             }

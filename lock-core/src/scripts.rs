@@ -25,3 +25,66 @@ pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
 /// `scripts/raise_fence.lua`: raise a fence counter to a token (RedLock write-back).
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
+
+/// One call of a script as a plain `EVALSHA` command, for where the call must be a command of
+/// its own (in a pipeline with `WAIT`); `redis::ScriptInvocation` does not hand out its command.
+pub(crate) struct ScriptCall {
+    script: &'static Script,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl ScriptCall {
+    pub(crate) fn new(script: &'static Script) -> Self {
+        Self {
+            script,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Adds `KEYS[n]`.
+    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
+        key.write_redis_args(&mut self.keys);
+        self
+    }
+
+    /// Adds `ARGV[n]`.
+    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
+        arg.write_redis_args(&mut self.args);
+        self
+    }
+
+    /// The `EVALSHA` command.
+    pub(crate) fn command(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&*self.keys)
+            .arg(&*self.args);
+        cmd
+    }
+
+    /// Loads the script into the server's cache (after `NOSCRIPT`).
+    pub(crate) async fn load(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<()> {
+        self.script.load_async(conn).await.map(drop)
+    }
+
+    /// Runs the call, loading the script first when the server does not have it.
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> redis::RedisResult<T> {
+        let cmd = self.command();
+        match cmd.query_async(conn).await {
+            Err(error) if error.code() == Some("NOSCRIPT") => {
+                self.load(conn).await?;
+                cmd.query_async(conn).await
+            }
+            other => other,
+        }
+    }
+}

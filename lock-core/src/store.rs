@@ -5,13 +5,14 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::connection::Connection;
 use crate::key::RedisKeys;
-use crate::scripts;
+use crate::scripts::{self, ScriptCall};
 use crate::watchdog::lease_ms;
 
 /// The answer to one acquire.
@@ -28,24 +29,22 @@ pub(crate) enum Outcome {
 /// The answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Released {
-    /// The lock held our token and is now deleted (on a majority, for RedLock).
+    /// This release deleted the lock while it held our token (on a majority, for RedLock):
+    /// now, or in an earlier try whose reply was lost, as the try's latch proves. `false` means
+    /// the lock had been lost before any try of this release ran.
     pub(crate) ours: bool,
-    /// Waiters listened on the release channel (they are in other lockers: this locker's own
-    /// waiters queue locally and do not subscribe while the key is held here).
+    /// Another locker flagged that it waits for this lock (and was told on the release
+    /// channel). This locker's own waiters queue locally and never flag.
     pub(crate) others_waiting: bool,
-    /// Not `ours`, but only because a retried call (the first one's reply was lost) found the
-    /// key held by another token: the first call may have deleted ours and told a waiter, who
-    /// took it. A holder whose lease was confirmed when it sent the release knows that it did.
-    pub(crate) retried_taken: bool,
 }
 
 impl Released {
-    /// Whether this release ended a lock that was ours, for a holder that knew, when it sent
-    /// the release, whether its confirmed lease was still running (`valid_at_send`). A holder
-    /// whose lease was running held the key then, so a retry that finds it taken by another
-    /// token was taken after this release's own first call deleted it.
-    pub(crate) fn was_ours(&self, valid_at_send: bool) -> bool {
-        self.ours || (self.retried_taken && valid_at_send)
+    /// Decodes `scripts/release.lua`'s answer.
+    fn from_reply(reply: i64) -> Self {
+        Self {
+            ours: (1..=4).contains(&reply),
+            others_waiting: reply == 2 || reply == 4,
+        }
     }
 }
 
@@ -84,6 +83,9 @@ pub(crate) enum Store {
     One {
         conn: Connection,
         min_replicas: Option<MinReplicas>,
+        restart_guard: Option<RestartGuard>,
+        /// How long a release's latch lives.
+        latch: Duration,
     },
     /// RedLock over independent primaries: a lock is held when a majority holds it.
     Quorum {
@@ -91,7 +93,15 @@ pub(crate) enum Store {
         /// Per-node limit of one call.
         timeout: Duration,
         restart_guard: Option<RestartGuard>,
+        /// How long a release's latch lives.
+        latch: Duration,
     },
+}
+
+/// How long a release's latch lives for a given command timeout: past every retry of the
+/// release (at most three tries of one command timeout each, plus the pauses between them).
+pub(crate) fn latch_ttl(command_timeout: Duration) -> Duration {
+    (command_timeout * 4).max(Duration::from_secs(10))
 }
 
 /// Most keys renewed by one script call.
@@ -121,14 +131,31 @@ impl Store {
                 .arg("maxmemory-policy")
                 .query_async(&mut conn)
                 .await;
-            if let Ok(pair) = reply {
-                if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
-                    tracing::warn!(
-                        %policy,
-                        "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
-                    );
+            match reply {
+                Ok(pair) => {
+                    if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
+                        tracing::warn!(
+                            %policy,
+                            "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
+                        );
+                    }
                 }
+                Err(error) => tracing::debug!(
+                    %error,
+                    "cannot read maxmemory-policy (grant +config|get to check it); not checked"
+                ),
             }
+        }
+    }
+
+    /// How long `min_replicas` lets an acquire wait for acknowledgements (zero without it).
+    pub(crate) fn replica_wait(&self) -> Duration {
+        match self {
+            Self::One {
+                min_replicas: Some(min),
+                ..
+            } => min.timeout,
+            _ => Duration::ZERO,
         }
     }
 
@@ -141,27 +168,43 @@ impl Store {
         nodes.len() / 2 + 1
     }
 
-    /// Tries once to take the lock.
+    /// Tries once to take the lock. `flag` is how long the caller will wait if the lock is
+    /// held (zero: it will not), for the waiting flag.
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
         token: &str,
         lease: Duration,
         retention: Duration,
+        flag: Duration,
     ) -> RedisResult<Outcome> {
+        let call = AcquireCall {
+            lease,
+            retention,
+            flag,
+        };
         match self {
-            Self::One { conn, min_replicas } => {
+            Self::One {
+                conn,
+                min_replicas,
+                restart_guard,
+                latch,
+            } => {
                 let mut conn = conn.clone();
-                let outcome = acquire_on(&mut conn, keys, token, lease, retention, None).await?;
-                match (outcome, min_replicas) {
-                    (Outcome::Acquired { .. }, Some(min)) => {
-                        let acked = wait_for_replicas(&mut conn, &keys.lock, *min).await?;
-                        if acked >= min.replicas {
-                            Ok(outcome)
-                        } else {
-                            release_on(&mut conn, keys, token).await?;
-                            Ok(Outcome::NotReplicated { acked })
-                        }
+                let invocation = call.invocation(keys, token, restart_guard.as_ref());
+                let Some(min) = min_replicas else {
+                    return acquire_on(&mut conn, &invocation).await;
+                };
+                // WAIT counts the writes of the connection it is sent on: sent in one pipeline
+                // with the script, it follows the script's own write on the same connection,
+                // even if the connection is replaced between two calls (a retry after a reset
+                // then re-applies the lease, a write, instead of writing nothing).
+                let (reply, acked) = with_wait(&mut conn, &invocation, &keys.lock, *min).await?;
+                let outcome = decode_acquire(reply)?;
+                match outcome {
+                    Outcome::Acquired { .. } if acked < min.replicas => {
+                        release_on(&mut conn, keys, token, *latch).await?;
+                        Ok(Outcome::NotReplicated { acked })
                     }
                     _ => Ok(outcome),
                 }
@@ -170,25 +213,29 @@ impl Store {
                 nodes,
                 timeout,
                 restart_guard,
+                latch,
             } => {
                 // RedLock: a node's answer is only worth waiting for a small part of the lease.
                 let per_node = (lease / 50).clamp(Duration::from_millis(10), *timeout);
                 let attempt = QuorumAttempt {
-                    lease,
-                    retention,
+                    call,
                     per_node,
                     restart_guard: restart_guard.as_ref(),
+                    latch: *latch,
                 };
                 quorum_acquire(nodes, keys, token, attempt).await
             }
         }
     }
 
-    /// Releases the lock if it holds `token`; `true` when it was ours (on a quorum, for RedLock).
+    /// Releases the lock if it holds `token`; see [`Released`].
     pub(crate) async fn release(&self, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
         match self {
-            Self::One { conn, .. } => release_on(&mut conn.clone(), keys, token).await,
-            Self::Quorum { nodes, .. } => {
+            Self::One { conn, latch, .. } => {
+                release_on(&mut conn.clone(), keys, token, *latch).await
+            }
+            Self::Quorum { nodes, latch, .. } => {
+                let latch = *latch;
                 // Every node gets the release (in its own task, so a dead node cannot hold up
                 // the answer); the answer is decided by the first majority.
                 let quorum = Self::quorum(nodes);
@@ -197,7 +244,9 @@ impl Store {
                     nodes.iter().map(|node| {
                         let mut conn = node.clone();
                         let (keys, token) = (keys.clone(), token.to_owned());
-                        tokio::spawn(async move { release_on(&mut conn, &keys, &token).await })
+                        tokio::spawn(
+                            async move { release_on(&mut conn, &keys, &token, latch).await },
+                        )
                     }),
                     |done: &[RedisResult<Released>]| {
                         let yes = done.iter().filter(|r| matches!(r, Ok(r) if r.ours)).count();
@@ -220,13 +269,8 @@ impl Store {
                     return Ok(Released {
                         ours: true,
                         others_waiting,
-                        retried_taken: false,
                     });
                 }
-                let ours_or_taken = replies
-                    .iter()
-                    .filter(|r| matches!(r, Ok(r) if r.ours || r.retried_taken))
-                    .count();
                 let no = replies
                     .iter()
                     .filter(|r| matches!(r, Ok(r) if !r.ours))
@@ -239,7 +283,6 @@ impl Store {
                 Ok(Released {
                     ours: false,
                     others_waiting,
-                    retried_taken: ours_or_taken >= quorum,
                 })
             }
         }
@@ -357,14 +400,46 @@ async fn gather<T: Send + 'static>(
     done
 }
 
+/// The arguments of one acquire script call.
+#[derive(Debug, Clone, Copy)]
+struct AcquireCall {
+    lease: Duration,
+    retention: Duration,
+    /// Life of the waiting flag; zero when the caller will not wait.
+    flag: Duration,
+}
+
+impl AcquireCall {
+    fn invocation(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        restart_guard: Option<&RestartGuard>,
+    ) -> ScriptCall {
+        let mut invocation = ScriptCall::new(&scripts::ACQUIRE);
+        invocation
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(lease_ms(self.lease))
+            .arg(lease_ms(self.retention))
+            .arg(u64::try_from(self.flag.as_millis()).unwrap_or(u64::MAX))
+            .arg(&keys.waiting);
+        if let Some(guard) = restart_guard {
+            invocation.key(&guard.epoch_key).arg(lease_ms(guard.guard));
+        }
+        invocation
+    }
+}
+
 /// The settings of one RedLock acquire.
 #[derive(Debug, Clone, Copy)]
 struct QuorumAttempt<'a> {
-    lease: Duration,
-    retention: Duration,
+    call: AcquireCall,
     /// Limit of one node's answer.
     per_node: Duration,
     restart_guard: Option<&'a RestartGuard>,
+    latch: Duration,
 }
 
 /// What the acquiring caller decided, for the per-node tasks of a RedLock acquire.
@@ -386,11 +461,14 @@ async fn quorum_acquire(
     attempt: QuorumAttempt<'_>,
 ) -> RedisResult<Outcome> {
     let QuorumAttempt {
-        lease,
-        retention,
+        call,
         per_node,
         restart_guard,
+        latch,
     } = attempt;
+    let AcquireCall {
+        lease, retention, ..
+    } = call;
     let started = Instant::now();
     let quorum = nodes.len() / 2 + 1;
     let total = nodes.len();
@@ -401,19 +479,10 @@ async fn quorum_acquire(
         let restart_guard = restart_guard.cloned();
         let mut verdict = verdict_rx.clone();
         tokio::spawn(async move {
-            let reply = tokio::time::timeout(
-                per_node,
-                acquire_on(
-                    &mut conn,
-                    &keys,
-                    &token,
-                    lease,
-                    retention,
-                    restart_guard.as_ref(),
-                ),
-            )
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
+            let invocation = call.invocation(&keys, &token, restart_guard.as_ref());
+            let reply = tokio::time::timeout(per_node, acquire_on(&mut conn, &invocation))
+                .await
+                .unwrap_or_else(|_| Err(timed_out()));
             let granted_or_unknown = !matches!(reply, Ok(Outcome::Held { .. }));
             let answer = (conn.clone(), reply);
             if granted_or_unknown {
@@ -425,7 +494,7 @@ async fn quorum_acquire(
                         .await
                         .map(|v| *v);
                     if !matches!(decided, Ok(Verdict::Keep)) {
-                        let _ = release_on(&mut conn, &keys, &token).await;
+                        let _ = release_on(&mut conn, &keys, &token, latch).await;
                     }
                 });
             }
@@ -484,7 +553,7 @@ async fn quorum_acquire(
     // so a failed acquire returns with no grant of ours left on any node that answered.
     join_all(won.iter().map(|(conn, _)| {
         let mut conn = conn.clone();
-        async move { release_on(&mut conn, keys, token).await }
+        async move { release_on(&mut conn, keys, token, latch).await }
     }))
     .await;
     match first_error {
@@ -493,31 +562,20 @@ async fn quorum_acquire(
     }
 }
 
-async fn acquire_on(
-    conn: &mut Connection,
-    keys: &RedisKeys,
-    token: &str,
-    lease: Duration,
-    retention: Duration,
-    restart_guard: Option<&RestartGuard>,
-) -> RedisResult<Outcome> {
-    let mut invocation = scripts::ACQUIRE.key(&keys.lock);
-    invocation
-        .key(&keys.fence)
-        .arg(token)
-        .arg(lease_ms(lease))
-        .arg(lease_ms(retention));
-    if let Some(guard) = restart_guard {
-        invocation.key(&guard.epoch_key).arg(lease_ms(guard.guard));
-    }
-    let (answer, value): (i64, i64) = invocation.invoke_async(conn).await?;
+/// One acquire script call on one logical Redis.
+async fn acquire_on(conn: &mut Connection, invocation: &ScriptCall) -> RedisResult<Outcome> {
+    decode_acquire(invocation.invoke(conn).await?)
+}
+
+/// Decodes `scripts/acquire.lua`'s answer.
+fn decode_acquire((answer, value): (i64, i64)) -> RedisResult<Outcome> {
     Ok(match answer {
         1 => Outcome::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
         },
         2 => {
             // The node may have forgotten a lock it granted: it votes for nobody until then.
-            tracing::debug!(young_ms = value, "redlock node within its restart guard");
+            tracing::debug!(young_ms = value, "node within its restart guard");
             Outcome::Held {
                 ttl: u64::try_from(value).ok().map(Duration::from_millis),
             }
@@ -528,32 +586,34 @@ async fn acquire_on(
     })
 }
 
-async fn release_on(conn: &mut Connection, keys: &RedisKeys, token: &str) -> RedisResult<Released> {
+async fn release_on(
+    conn: &mut Connection,
+    keys: &RedisKeys,
+    token: &str,
+    latch: Duration,
+) -> RedisResult<Released> {
     // Compare-and-delete is idempotent, so a call that met a dropped connection is sent again
     // (the connection manager reconnects meanwhile) instead of leaving the key for its lease.
-    // If the first call did run, the retry finds the key absent: that is our own delete. Or,
-    // when a waiter was told and took the lock meanwhile, held by another token
-    // (`retried_taken`): the holder knows whether that was after its own delete (see
-    // `LockGuard::release`).
-    let mut tries = 0;
+    // Whether the first call ran is unknown; the latch it leaves when it deletes the key tells
+    // the retry (see `scripts/release.lua`).
+    let latch_key = keys.latch(token);
     let released: i64 = retry_dropped(|| {
-        tries += 1;
         let mut conn = conn.clone();
+        let latch_key = &latch_key;
         async move {
             scripts::RELEASE
                 .key(&keys.lock)
                 .arg(token)
                 .arg(&keys.channel)
+                .arg(lease_ms(latch))
+                .arg(latch_key)
+                .arg(&keys.waiting)
                 .invoke_async(&mut conn)
                 .await
         }
     })
     .await?;
-    Ok(Released {
-        ours: released >= 1 || (released == -1 && tries > 1),
-        retried_taken: released == 0 && tries > 1,
-        others_waiting: released == 2,
-    })
+    Ok(Released::from_reply(released))
 }
 
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
@@ -576,22 +636,60 @@ where
     result
 }
 
-/// `WAIT replicas timeout` on the node that holds `lock_key`, on the connection that wrote it.
-async fn wait_for_replicas(
+/// Runs a script and `WAIT replicas timeout` in one pipeline on the connection of the node that
+/// holds `lock_key`, so that WAIT counts the replicas of the script's writes; returns the
+/// script's reply and the number of replicas that acknowledged.
+async fn with_wait<T: redis::FromRedisValue>(
     conn: &mut Connection,
+    invocation: &ScriptCall,
     lock_key: &str,
     min: MinReplicas,
-) -> RedisResult<u64> {
+) -> RedisResult<(T, u64)> {
     let mut wait = redis::cmd("WAIT");
     wait.arg(min.replicas).arg(lease_ms(min.timeout));
-    match conn {
-        Connection::Cluster(cluster) => {
-            let route = Route::with_key(lock_key, SlotAddr::Master);
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-            let value = cluster.route_command(wait, routing).await?;
-            redis::from_redis_value(value).map_err(Into::into)
+    let mut loaded = false;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.add_command(invocation.command())
+            .add_command(wait.clone());
+        let values = match conn {
+            Connection::Cluster(cluster) => {
+                let route = Route::with_key(lock_key, SlotAddr::Master);
+                cluster
+                    .route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
+            }
+            _ => conn.req_packed_commands(&pipe, 0, 2).await,
+        };
+        // The script's error may come back for the whole pipeline or as its first reply.
+        let values = match values {
+            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
+                invocation.load(conn).await?;
+                loaded = true;
+                continue;
+            }
+            other => other?,
+        };
+        let mut values = values.into_iter();
+        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "short reply to a script and WAIT pipeline",
+            )));
+        };
+        match reply.extract_error() {
+            // The script cache was flushed (or the server restarted): load it and send both
+            // again; the WAIT that ran alone counted nothing of ours.
+            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
+                invocation.load(conn).await?;
+                loaded = true;
+            }
+            Err(error) => return Err(error),
+            Ok(reply) => {
+                let acked: u64 = redis::from_redis_value(acked.extract_error()?)?;
+                return Ok((redis::from_redis_value(reply)?, acked));
+            }
         }
-        _ => wait.query_async(conn).await,
     }
 }
 
@@ -603,22 +701,23 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
     let calls = locks.chunks(size).map(|chunk| {
         let conn = conn.clone();
         async move {
-            let mut invocation = scripts::RENEW.prepare_invoke();
+            let mut invocation = ScriptCall::new(&scripts::RENEW);
             invocation.arg(lease_ms(lease));
             for (key, token) in chunk {
                 invocation.key(*key).arg(*token);
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
             // the next tick, so connection resets do not eat into the lease.
-            let flags: RedisResult<Vec<i64>> =
-                retry_dropped(|| {
-                    let mut conn = conn.clone();
-                    let invocation = &invocation;
-                    async move { invocation.invoke_async(&mut conn).await }
-                })
-                .await;
+            let flags: RedisResult<Vec<i64>> = retry_dropped(|| {
+                let mut conn = conn.clone();
+                let invocation = &invocation;
+                async move { invocation.invoke(&mut conn).await }
+            })
+            .await;
             match flags {
-                Ok(flags) if flags.len() == chunk.len() => flags.into_iter().map(|f| Some(f == 1)).collect(),
+                Ok(flags) if flags.len() == chunk.len() => {
+                    flags.into_iter().map(|f| Some(f == 1)).collect()
+                }
                 Ok(_) => vec![None; chunk.len()],
                 Err(error) => {
                     tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");

@@ -5,7 +5,7 @@ use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType}
 
 use crate::connection::{Connection, Timeouts};
 use crate::error::{ConfigError, LockError};
-use crate::store::{MinReplicas, RestartGuard, Store};
+use crate::store::{latch_ttl, MinReplicas, RestartGuard, Store};
 use crate::tls::{self, TlsConfig};
 use crate::waiters::PubSubSource;
 
@@ -138,6 +138,7 @@ pub(crate) async fn connect(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend("", e);
+    let latch = latch_ttl(timeouts.command);
     Ok(match topology {
         Topology::Single(url) => {
             let client = open(&url, tls)?;
@@ -145,7 +146,12 @@ pub(crate) async fn connect(
                 .await
                 .map_err(backend)?;
             (
-                Store::One { conn, min_replicas },
+                Store::One {
+                    conn,
+                    min_replicas,
+                    restart_guard,
+                    latch,
+                },
                 PubSubSource::Nodes(vec![client]),
             )
         }
@@ -157,7 +163,13 @@ pub(crate) async fn connect(
             let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
                 .await
                 .map_err(backend)?;
-            (Store::One { conn, min_replicas }, pubsub)
+            let store = Store::One {
+                conn,
+                min_replicas,
+                restart_guard: None,
+                latch,
+            };
+            (store, pubsub)
         }
         Topology::Sentinel { master, sentinels } => {
             if sentinels.is_empty() {
@@ -171,7 +183,13 @@ pub(crate) async fn connect(
                 unreachable!("Connection::sentinel returns a Sentinel connection")
             };
             let pubsub = PubSubSource::Sentinel(primary.clone());
-            (Store::One { conn, min_replicas }, pubsub)
+            let store = Store::One {
+                conn,
+                min_replicas,
+                restart_guard,
+                latch,
+            };
+            (store, pubsub)
         }
         Topology::RedLock(urls) => {
             if urls.len() < 3 {
@@ -208,6 +226,7 @@ pub(crate) async fn connect(
                 nodes,
                 timeout: timeouts.command,
                 restart_guard,
+                latch,
             };
             (store, PubSubSource::Nodes(clients))
         }

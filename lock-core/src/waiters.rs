@@ -30,6 +30,16 @@ pub(crate) enum PubSubSource {
 }
 
 impl PubSubSource {
+    /// Which primary the command side follows now (Sentinel); the subscriber reconnects when
+    /// it changes, so that it follows a failover even when its own connection stays up (after
+    /// a manual failover the old primary keeps answering as a replica).
+    fn generation(&self) -> u64 {
+        match self {
+            Self::Nodes(_) => 0,
+            Self::Sentinel(primary) => primary.generation(),
+        }
+    }
+
     async fn client(&self, attempt: usize) -> redis::RedisResult<redis::Client> {
         match self {
             Self::Nodes(clients) => Ok(clients[attempt % clients.len()].clone()),
@@ -157,6 +167,7 @@ async fn listen(
     let mut backoff = Duration::from_millis(20);
     let mut attempt = 0;
     loop {
+        let generation = source.generation();
         let connect = async {
             let client = source.client(attempt).await?;
             client.get_async_pubsub().await
@@ -188,6 +199,8 @@ async fn listen(
             }
         };
         backoff = Duration::from_millis(20);
+        // Queued SUBSCRIBEs of channels that exist now are covered by the one below; those of
+        // channels added after this snapshot stay queued and are sent (and settled) in turn.
         while commands.try_recv().is_ok() {}
         let live: Vec<String> = shared.channels().keys().cloned().collect();
         if !live.is_empty() {
@@ -197,7 +210,10 @@ async fn listen(
                 Err(_) => continue,
             }
         }
-        settle_all(&shared);
+        // Only the channels just subscribed are settled: a channel added meanwhile must not be
+        // reported subscribed before its own SUBSCRIBE is sent, or its waiter could miss the
+        // release that comes in between.
+        settle(&shared, &live);
         wake_all(&shared);
 
         let mut sweep = tokio::time::interval(LINGER / 2);
@@ -205,6 +221,10 @@ async fn listen(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = sweep.tick() => {
+                    if source.generation() != generation {
+                        tracing::debug!("the primary changed; moving the subscriber connection");
+                        break;
+                    }
                     let idle = expire_idle(&shared);
                     if !idle.is_empty()
                         && !report(tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await, "unsubscribe")
@@ -275,6 +295,15 @@ fn expire_idle(shared: &Shared) -> Vec<String> {
     expired
 }
 
+fn settle(shared: &Shared, names: &[String]) {
+    let channels = shared.channels();
+    for name in names {
+        if let Some(entry) = channels.get(name) {
+            entry.settled.send_replace(true);
+        }
+    }
+}
+
 fn settle_all(shared: &Shared) {
     for entry in shared.channels().values() {
         entry.settled.send_replace(true);
@@ -284,5 +313,67 @@ fn settle_all(shared: &Shared) {
 fn wake_all(shared: &Shared) {
     for entry in shared.channels().values() {
         entry.notify.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
+
+    fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+        let (_, count): (String, i64) = server.cmd(&["PUBSUB", "NUMSUB", channel]);
+        count
+    }
+
+    async fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < limit {
+            if cond() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        cond()
+    }
+
+    /// A channel added while the listener re-subscribes after a reconnect is reported
+    /// subscribed only once its own SUBSCRIBE reached the server (before the fix, together
+    /// with the channels being re-subscribed: its waiter could then miss a release).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_channel_added_during_resubscription_settles_only_once_subscribed() {
+        let server = RedisServer::start().unwrap();
+        let proxy = FaultProxy::start(server.port()).await.unwrap();
+        let client = redis::Client::open(proxy.url()).unwrap();
+        let shutdown = CancellationToken::new();
+        let limit = Duration::from_secs(5);
+        let timeouts = Timeouts {
+            connect: limit,
+            command: limit,
+        };
+        let waiters = Waiters::start(
+            PubSubSource::Nodes(vec![client]),
+            timeouts,
+            shutdown.clone(),
+        );
+        let a = waiters.subscribe("p:a", limit).await;
+        assert_eq!(subscribers(&server, "p:a"), 1);
+
+        // Every chunk through the proxy now takes 300 ms each way; the subscriber reconnects.
+        proxy
+            .set_mode(ProxyMode::Delay(Duration::from_millis(300)))
+            .await;
+        let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+        assert!(until(limit, || subscribers(&server, "p:a") == 0).await);
+        // The re-subscription of `p:a` reached the server; its reply is on its way back.
+        assert!(until(limit, || subscribers(&server, "p:a") == 1).await);
+        let b = waiters.subscribe("p:b", limit).await;
+        assert_eq!(
+            subscribers(&server, "p:b"),
+            1,
+            "p:b was reported subscribed before its SUBSCRIBE reached the server"
+        );
+        drop((a, b));
+        shutdown.cancel();
     }
 }

@@ -425,7 +425,7 @@ async fn impossible_leases_are_refused_before_sending() {
 async fn a_misplaced_or_empty_restart_guard_is_a_config_error() {
     let closed = "redis://127.0.0.1:1/";
     let err = Locker::builder()
-        .url(closed)
+        .cluster([closed])
         .restart_guard(Duration::from_secs(1))
         .build()
         .await
@@ -433,7 +433,7 @@ async fn a_misplaced_or_empty_restart_guard_is_a_config_error() {
     assert!(
         matches!(
             err,
-            LockError::Config(lock_core::ConfigError::RestartGuardWithoutRedLock)
+            LockError::Config(lock_core::ConfigError::RestartGuardInCluster)
         ),
         "{err:?}"
     );

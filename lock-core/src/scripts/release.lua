@@ -1,28 +1,48 @@
--- Release the lock if, and only if, it is still held by the caller's token, and tell waiters.
+-- Release the lock if, and only if, it is still held by the caller's token; leave a latch that
+-- proves it; tell waiters.
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of this lock key
+-- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
+-- ARGV[4]  the release latch of this token (`..:unlocked:<token>`)
+-- ARGV[5]  the waiting flag of this lock key (set by acquirers of other lockers that found it
+--          held, see acquire.lua)
 --
--- Returns -1 when the key is absent, 0 when it holds another token or is of another type (never
--- ours, left alone), 1 when the key was deleted and nobody listened on the channel, 2 when it
--- was deleted and waiters (in other processes) were told. Absent and foreign are told apart so
--- that a retried release whose first reply was lost can tell "already deleted by us" from
--- "taken over".
+-- ARGV[4] and ARGV[5] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
+-- not declared as KEYS because they usually do not exist: while a Cluster slot migrates, a
+-- command whose declared keys exist only in part is refused with TRYAGAIN until it ends.
+--
+-- Returns
+--   1  deleted now; no other locker flagged that it waits
+--   2  deleted now; another locker waits (it was told on the channel)
+--   3  not held, but the latch says an earlier call with this token deleted it (a retry whose
+--      first reply was lost); nobody waited then
+--   4  as 3, and another locker waited then
+--  -1  the key is absent and no latch: the lock was lost (expired, deleted, or forgotten by a
+--      restart) before any release of ours ran
+--   0  the key holds another token, or is of another type, and no latch: lost, left alone
+--
+-- The latch is how a retried release tells "my first try ran" from "my first try never reached
+-- Redis". Without it a retry that finds the key absent or taken could not know whether this
+-- release deleted it or the lock had been lost before: a lost lock would be reported released.
 --
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
 -- back to the holder's TTL and the safety-net retry.
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
-if ok and not current then
-  return -1
-end
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local told = redis.pcall('PUBLISH', ARGV[2], '1')
-  if type(told) == 'number' and told > 0 then
-    return 2
-  end
-  return 1
+  local waited = redis.call('DEL', ARGV[5])
+  redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
+  redis.pcall('PUBLISH', ARGV[2], '1')
+  return waited + 1
+end
+local latch = redis.call('GET', ARGV[4])
+if latch then
+  return tonumber(latch) + 2
+end
+if ok and not current then
+  return -1
 end
 return 0
