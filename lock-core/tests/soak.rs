@@ -97,11 +97,12 @@ const PREFIX: &str = "soak:";
 const WAIT: Duration = Duration::from_secs(5);
 /// Whether the chaos monkey restarts the lock server (without persistence, and from an older
 /// snapshot); `LOCK_SOAK_RESTARTS=0|1` overrides it.
-const RESTARTS: bool = false;
+const RESTARTS: bool = true;
 /// Whether the workers' lockers run with `restart_guard(LEASE)`, so that a restarted lock
 /// server grants nothing until the locks it forgot have expired; `LOCK_SOAK_RESTART_GUARD=0|1`
-/// overrides it.
-const RESTART_GUARD: bool = false;
+/// overrides it (`LOCK_SOAK_RESTART_GUARD=0` shows what the guard prevents: the run fails with
+/// overlaps that restarts caused and nobody was told about).
+const RESTART_GUARD: bool = true;
 
 const ENV_ROLE: &str = "LOCK_SOAK_ROLE";
 const ENV_LOCK_PORT: &str = "LOCK_SOAK_LOCK_PORT";
