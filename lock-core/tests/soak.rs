@@ -798,21 +798,20 @@ fn chaos_soak() {
     }
     let all_pattern = format!("{PREFIX}*");
     let all_deadline = Instant::now() + LEASE * 2 + Duration::from_secs(1);
-    // Release latches and waiting flags expire by themselves (seconds); the restart guard's
-    // epoch key (`<prefix>node-epoch`) has no expiry by design; everything else the kit
-    // writes must be gone.
-    let lasting = || -> Vec<String> {
-        soak.lock_server
-            .keys(&all_pattern)
-            .into_iter()
-            .filter(|k| !k.contains(":unlocked:") && !k.contains(":waiting:"))
-            .filter(|k| !k.ends_with("node-epoch"))
-            .collect()
+    // Release latches and waiting flags expire by themselves (seconds), and the restart
+    // guard's epoch key (`<prefix>node-epoch`) has no expiry by design; everything else the
+    // kit writes must be gone.
+    let remaining = || -> Vec<String> {
+        let mut keys = soak.lock_server.keys(&all_pattern);
+        keys.retain(|k| {
+            !k.ends_with("node-epoch") && !k.contains(":unlocked:") && !k.contains(":waiting:")
+        });
+        keys
     };
-    let mut all_keys = lasting();
+    let mut all_keys = remaining();
     while !all_keys.is_empty() && Instant::now() < all_deadline {
         std::thread::sleep(Duration::from_millis(50));
-        all_keys = lasting();
+        all_keys = remaining();
     }
 
     // The verdict.
