@@ -100,7 +100,8 @@ const WAIT: Duration = Duration::from_secs(5);
 const RESTARTS: bool = true;
 /// Whether the workers' lockers run with `restart_guard(LEASE)`, so that a restarted lock
 /// server grants nothing until the locks it forgot have expired; `LOCK_SOAK_RESTART_GUARD=0|1`
-/// overrides it.
+/// overrides it (`LOCK_SOAK_RESTART_GUARD=0` shows what the guard prevents: the run fails with
+/// overlaps that restarts caused and nobody was told about).
 const RESTART_GUARD: bool = true;
 
 const ENV_ROLE: &str = "LOCK_SOAK_ROLE";
