@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::connection::timed_out;
 use crate::error::{ConfigError, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Held, LeaseMode};
@@ -149,10 +150,6 @@ impl Acquire {
         let lease = self.lease.unwrap_or(settings.watchdog_lease);
         let wait = self.wait.unwrap_or(settings.default_wait);
         let deadline = started.checked_add(wait.min(MAX_LEASE * 100));
-        // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
-        // replicas) after the start when the wait is shorter: a zero wait still gets one try.
-        let one_try = settings.command_timeout + inner.store.replica_wait();
-        let bound = deadline.map(|d| d.max(started + one_try));
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
         let slot = inner.registry.slot(&self.key);
@@ -196,7 +193,7 @@ impl Acquire {
         }
         let keys = inner.keys(&self.key);
         let (token, fence, sent_at) = self
-            .acquire_in_redis(&keys, lease, wait.is_zero(), (deadline, bound), started)
+            .acquire_in_redis(&keys, lease, wait.is_zero(), deadline, started)
             .await?;
         let held = Arc::new(Held::new(
             inner.next_id(),
@@ -231,17 +228,25 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline (Redis calls until `bound`). Returns the winning token, the fencing token
+    /// the deadline (its Redis calls until a bound derived from it). Returns the winning token, the fencing token
     /// and when the winning command was sent.
     async fn acquire_in_redis(
         &self,
         keys: &RedisKeys,
         lease: Duration,
         try_once: bool,
-        (deadline, bound): (Option<Instant>, Option<Instant>),
+        deadline: Option<Instant>,
         started: Instant,
     ) -> Result<(String, u64, Instant), LockError> {
         let inner = &self.locker.inner;
+        // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
+        // replicas) after the start when the wait is shorter: a zero wait still gets one try.
+        let replica_wait = inner
+            .store
+            .min_replicas()
+            .map_or(Duration::ZERO, |m| m.timeout);
+        let one_try = inner.settings.command_timeout + replica_wait;
+        let bound = deadline.map(|d| d.max(started + one_try));
         let mut ghost = GhostGuard {
             locker: &self.locker,
             keys,
@@ -268,7 +273,7 @@ impl Acquire {
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
             let attempt = self
-                .attempt(keys, &mut ghost.token, (lease, flag), bound)
+                .attempt(keys, &mut ghost.token, lease, flag, bound)
                 .await?;
             ghost.armed = false;
             let ttl = match attempt {
@@ -324,7 +329,8 @@ impl Acquire {
         &self,
         keys: &RedisKeys,
         token: &mut String,
-        (lease, flag): (Duration, Duration),
+        lease: Duration,
+        flag: Duration,
         bound: Option<Instant>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.locker.inner;
@@ -340,7 +346,11 @@ impl Acquire {
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
                     .await
-                    .unwrap_or_else(|_| Err(past_deadline())),
+                    .unwrap_or_else(|_| {
+                        Err(timed_out(
+                            "redis did not answer before the acquire's deadline",
+                        ))
+                    }),
                 None => call.await,
             };
             match reply {
@@ -350,7 +360,7 @@ impl Acquire {
                     return Err(LockError::NotReplicated {
                         key: self.key.clone(),
                         acked,
-                        wanted: inner.store.min_replicas().unwrap_or(0),
+                        wanted: inner.store.min_replicas().map_or(0, |m| m.replicas),
                     })
                 }
                 Err(error) => {
@@ -382,14 +392,6 @@ fn is_transient(error: &redis::RedisError) -> bool {
             error.code(),
             Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
         )
-}
-
-/// The error of a Redis call cut at the acquire's deadline.
-fn past_deadline() -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "redis did not answer before the acquire's deadline",
-    ))
 }
 
 /// Cleans up after an acquire command whose outcome is unknown (it failed or was cancelled

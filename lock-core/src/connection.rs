@@ -259,7 +259,8 @@ impl SentinelPrimary {
     }
 }
 
-fn timed_out(what: &'static str) -> redis::RedisError {
+/// A timeout the kit imposed (not one of redis-rs's), as a Redis I/O error.
+pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 

@@ -73,18 +73,14 @@ impl ScriptCall {
         self.script.load_async(conn).await.map(drop)
     }
 
-    /// Runs the call, loading the script first when the server does not have it.
+    /// Runs the call alone, through `redis::ScriptInvocation` (which loads the script when the
+    /// server answers NOSCRIPT).
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
     ) -> redis::RedisResult<T> {
-        let cmd = self.command();
-        match cmd.query_async(conn).await {
-            Err(error) if error.code() == Some("NOSCRIPT") => {
-                self.load(conn).await?;
-                cmd.query_async(conn).await
-            }
-            other => other,
-        }
+        let mut invocation = self.script.prepare_invoke();
+        invocation.key(&self.keys).arg(&self.args);
+        invocation.invoke_async(conn).await
     }
 }

@@ -10,7 +10,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::RedisResult;
 use tokio::time::Instant;
 
-use crate::connection::Connection;
+use crate::connection::{timed_out, Connection};
 use crate::key::RedisKeys;
 use crate::scripts::{self, ScriptCall};
 use crate::watchdog::lease_ms;
@@ -109,9 +109,9 @@ pub(crate) const BATCH: usize = 500;
 
 impl Store {
     /// The `min_replicas` requirement, if any.
-    pub(crate) fn min_replicas(&self) -> Option<u64> {
+    pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
         match self {
-            Self::One { min_replicas, .. } => min_replicas.map(|m| m.replicas),
+            Self::One { min_replicas, .. } => *min_replicas,
             Self::Quorum { .. } => None,
         }
     }
@@ -145,17 +145,6 @@ impl Store {
                     "cannot read maxmemory-policy (grant +config|get to check it); not checked"
                 ),
             }
-        }
-    }
-
-    /// How long `min_replicas` lets an acquire wait for acknowledgements (zero without it).
-    pub(crate) fn replica_wait(&self) -> Duration {
-        match self {
-            Self::One {
-                min_replicas: Some(min),
-                ..
-            } => min.timeout,
-            _ => Duration::ZERO,
         }
     }
 
@@ -200,7 +189,7 @@ impl Store {
                 // even if the connection is replaced between two calls (a retry after a reset
                 // then re-applies the lease, a write, instead of writing nothing).
                 let (reply, acked) = with_wait(&mut conn, &invocation, &keys.lock, *min).await?;
-                let outcome = decode_acquire(reply)?;
+                let outcome = decode_acquire(reply);
                 match outcome {
                     Outcome::Acquired { .. } if acked < min.replicas => {
                         release_on(&mut conn, keys, token, *latch).await?;
@@ -482,7 +471,7 @@ async fn quorum_acquire(
             let invocation = call.invocation(&keys, &token, restart_guard.as_ref());
             let reply = tokio::time::timeout(per_node, acquire_on(&mut conn, &invocation))
                 .await
-                .unwrap_or_else(|_| Err(timed_out()));
+                .unwrap_or_else(|_| Err(timed_out("redlock node did not answer in time")));
             let granted_or_unknown = !matches!(reply, Ok(Outcome::Held { .. }));
             let answer = (conn.clone(), reply);
             if granted_or_unknown {
@@ -564,12 +553,12 @@ async fn quorum_acquire(
 
 /// One acquire script call on one logical Redis.
 async fn acquire_on(conn: &mut Connection, invocation: &ScriptCall) -> RedisResult<Outcome> {
-    decode_acquire(invocation.invoke(conn).await?)
+    Ok(decode_acquire(invocation.invoke(conn).await?))
 }
 
 /// Decodes `scripts/acquire.lua`'s answer.
-fn decode_acquire((answer, value): (i64, i64)) -> RedisResult<Outcome> {
-    Ok(match answer {
+fn decode_acquire((answer, value): (i64, i64)) -> Outcome {
+    match answer {
         1 => Outcome::Acquired {
             fence: u64::try_from(value).unwrap_or(0),
         },
@@ -583,7 +572,7 @@ fn decode_acquire((answer, value): (i64, i64)) -> RedisResult<Outcome> {
         _ => Outcome::Held {
             ttl: u64::try_from(value).ok().map(Duration::from_millis),
         },
-    })
+    }
 }
 
 async fn release_on(
@@ -661,23 +650,18 @@ async fn with_wait<T: redis::FromRedisValue>(
             }
             _ => conn.req_packed_commands(&pipe, 0, 2).await,
         };
-        // The script's error may come back for the whole pipeline or as its first reply.
-        let values = match values {
-            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
-                invocation.load(conn).await?;
-                loaded = true;
-                continue;
+        // The script's error comes back for the whole pipeline or as its own reply.
+        let replies = values.and_then(|values| {
+            let mut values = values.into_iter();
+            match (values.next(), values.next()) {
+                (Some(reply), Some(acked)) => Ok((reply.extract_error()?, acked)),
+                _ => Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "short reply to a script and WAIT pipeline",
+                ))),
             }
-            other => other?,
-        };
-        let mut values = values.into_iter();
-        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "short reply to a script and WAIT pipeline",
-            )));
-        };
-        match reply.extract_error() {
+        });
+        match replies {
             // The script cache was flushed (or the server restarted): load it and send both
             // again; the WAIT that ran alone counted nothing of ours.
             Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
@@ -685,7 +669,7 @@ async fn with_wait<T: redis::FromRedisValue>(
                 loaded = true;
             }
             Err(error) => return Err(error),
-            Ok(reply) => {
+            Ok((reply, acked)) => {
                 let acked: u64 = redis::from_redis_value(acked.extract_error()?)?;
                 return Ok((redis::from_redis_value(reply)?, acked));
             }
@@ -701,7 +685,7 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
     let calls = locks.chunks(size).map(|chunk| {
         let conn = conn.clone();
         async move {
-            let mut invocation = ScriptCall::new(&scripts::RENEW);
+            let mut invocation = scripts::RENEW.prepare_invoke();
             invocation.arg(lease_ms(lease));
             for (key, token) in chunk {
                 invocation.key(*key).arg(*token);
@@ -711,7 +695,7 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
             let flags: RedisResult<Vec<i64>> = retry_dropped(|| {
                 let mut conn = conn.clone();
                 let invocation = &invocation;
-                async move { invocation.invoke(&mut conn).await }
+                async move { invocation.invoke_async(&mut conn).await }
             })
             .await;
             match flags {
@@ -727,11 +711,4 @@ async fn renew_on(conn: &Connection, locks: &[(&str, &str)], lease: Duration) ->
         }
     });
     join_all(calls).await.into_iter().flatten().collect()
-}
-
-fn timed_out() -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "redlock node did not answer in time",
-    ))
 }

@@ -60,12 +60,8 @@ async fn a_release_retried_after_a_restart_reports_lost_when_nobody_holds_it() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
-/// S2: `WAIT` counts the writes of its own connection. The acquire's connection is reset
-/// while `WAIT` waits for a stalled replica; the retry on the new connection finds the key
-/// already ours. Before the fix it wrote nothing there, `WAIT` counted the stalled replica at
-/// once and the acquire returned `Ok` without replication.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn min_replicas_is_not_bypassed_by_a_retry_on_a_new_connection() {
+/// A primary and one replica whose link is up.
+async fn primary_with_replica() -> (RedisServer, RedisServer) {
     let primary = server();
     let replica = server();
     let _: () = replica.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
@@ -74,6 +70,16 @@ async fn min_replicas_is_not_bypassed_by_a_retry_on_a_new_connection() {
         info.contains("master_link_status:up")
     };
     assert!(eventually(Duration::from_secs(10), linked).await);
+    (primary, replica)
+}
+
+/// S2: `WAIT` counts the writes of its own connection. The acquire's connection is reset
+/// while `WAIT` waits for a stalled replica; the retry on the new connection finds the key
+/// already ours. Before the fix it wrote nothing there, `WAIT` counted the stalled replica at
+/// once and the acquire returned `Ok` without replication.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_is_not_bypassed_by_a_retry_on_a_new_connection() {
+    let (primary, replica) = primary_with_replica().await;
     let proxy = FaultProxy::start(primary.port()).await.unwrap();
     let locker = Locker::builder()
         .url(proxy.url())
@@ -435,14 +441,7 @@ async fn the_subscriber_follows_a_manual_sentinel_failover() {
 /// the pipeline sent again, and renewals keep the lock alive.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn min_replicas_acquire_and_renewal_survive_a_script_flush() {
-    let primary = server();
-    let replica = server();
-    let _: () = replica.cmd(&["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
-    let linked = || {
-        let info: String = replica.cmd(&["INFO", "replication"]);
-        info.contains("master_link_status:up")
-    };
-    assert!(eventually(Duration::from_secs(10), linked).await);
+    let (primary, _replica) = primary_with_replica().await;
     let lease = Duration::from_millis(1500);
     let locker = Locker::builder()
         .url(primary.url())

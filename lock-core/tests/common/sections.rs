@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_core::Locker;
-use lock_testkit::oracle::{monotonic_ns, Oracle, Outcome};
+use lock_core::{LockGuard, Locker};
+use lock_testkit::oracle::{monotonic_ns, Entry, Oracle, Outcome};
 use rand::Rng;
 
 /// What the tasks of a worker lock, and how.
@@ -63,6 +63,36 @@ impl WorkerStats {
     }
 }
 
+/// Acquires `key` and enters the oracle with the guard's fencing token; `None` (counted as
+/// busy or as an acquire error) when the lock was not had.
+async fn acquire_and_enter(
+    locker: &Locker,
+    oracle: &Oracle,
+    stats: &WorkerStats,
+    key: &str,
+    workload: &Workload,
+) -> Option<(LockGuard, Entry)> {
+    let started = Instant::now();
+    let guard = match locker.lock(key).wait(workload.wait).await {
+        Ok(guard) => guard,
+        Err(e) if e.is_busy() => {
+            stats.busy.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Err(_) => {
+            stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            return None;
+        }
+    };
+    stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
+    let entry = oracle
+        .enter(key, guard.fencing_token(), || guard.is_held())
+        .await
+        .expect("referee enter");
+    Some((guard, entry))
+}
+
 /// One task's lock cycles until `until`.
 pub async fn cycles(
     locker: Locker,
@@ -96,24 +126,11 @@ pub async fn cycles(
                 .expect("referee");
             continue;
         }
-        let started = Instant::now();
-        let guard = match locker.lock(key.as_str()).wait(workload.wait).await {
-            Ok(guard) => guard,
-            Err(e) if e.is_busy() => {
-                stats.busy.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            Err(_) => {
-                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
+        let Some((guard, mut entry)) =
+            acquire_and_enter(&locker, &oracle, &stats, &key, &workload).await
+        else {
+            continue;
         };
-        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
-        let mut entry = oracle
-            .enter(&key, guard.fencing_token(), || guard.is_held())
-            .await
-            .expect("referee enter");
 
         // The critical section's work, abandoned when the lock is reported lost.
         let lost_inside = tokio::select! {
@@ -179,24 +196,11 @@ pub async fn long_holds(
                 Duration::from_millis(rng.random_range(workload.hold_ms.clone())),
             )
         };
-        let started = Instant::now();
-        let guard = match locker.lock(key.as_str()).wait(workload.wait).await {
-            Ok(guard) => guard,
-            Err(e) if e.is_busy() => {
-                stats.busy.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            Err(_) => {
-                stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
+        let Some((guard, mut entry)) =
+            acquire_and_enter(&locker, &oracle, &stats, &key, &workload).await
+        else {
+            continue;
         };
-        stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
-        let mut entry = oracle
-            .enter(&key, guard.fencing_token(), || guard.is_held())
-            .await
-            .expect("referee enter");
         let held_since = Instant::now();
         let mut step = 0u64;
         while held_since.elapsed() < hold {
