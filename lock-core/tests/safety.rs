@@ -114,6 +114,33 @@ async fn min_replicas_is_not_bypassed_by_a_retry_on_a_new_connection() {
     common::assert_nothing_left(&primary, &[&locker]).await;
 }
 
+/// S2, the other half: the first pipeline never reaches Redis (the connection was reset just
+/// before; the first command on it fails as dropped). The retry on the new connection runs the
+/// script and WAIT afresh; with a healthy replica the lock is granted, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_acquire_retried_after_an_unsent_first_try_is_granted() {
+    let (primary, _replica) = primary_with_replica().await;
+    let proxy = FaultProxy::start(primary.port()).await.unwrap();
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .min_replicas(1, Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let guard = locker.lock("k").wait(Duration::ZERO).await.unwrap();
+    assert_eq!(
+        keys(&primary, "lock:")
+            .iter()
+            .filter(|k| k.contains(":lock:"))
+            .count(),
+        1
+    );
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&primary, &[&locker]).await;
+}
+
 /// S3: a RedLock node that restarts from an older RDB snapshot (Redis's default persistence:
 /// any crash) keeps its epoch key but loses the locks granted since the snapshot. Before the
 /// fix the guard never started for it, and a second client assembled a majority with it while
