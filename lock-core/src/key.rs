@@ -28,9 +28,9 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     pub(crate) fence: String,
     pub(crate) channel: String,
-    pub(crate) waiting: String,
-    /// The release latches' common beginning; the token completes it.
-    unlocked: String,
+    /// Length of `p{h}` at the start of `lock`: the names used only now and then (waiting flag,
+    /// release latch) are built from it when needed rather than kept with every held lock.
+    tagged: usize,
 }
 
 impl RedisKeys {
@@ -41,14 +41,19 @@ impl RedisKeys {
             lock: format!("{prefix}{{{tag}}}:lock:{key}"),
             fence: format!("{prefix}{{{tag}}}:fence:{key}"),
             channel: format!("{prefix}{{{tag}}}:released:{key}"),
-            waiting: format!("{prefix}{{{tag}}}:waiting:{key}"),
-            unlocked: format!("{prefix}{{{tag}}}:unlocked:"),
+            tagged: prefix.len() + tag.len() + 2,
         }
+    }
+
+    /// The waiting flag of this key (see `scripts/acquire.lua`).
+    pub(crate) fn waiting(&self) -> String {
+        let (tagged, rest) = self.lock.split_at(self.tagged);
+        format!("{tagged}:waiting:{}", &rest[":lock:".len()..])
     }
 
     /// The release latch of `token` (see `scripts/release.lua`).
     pub(crate) fn latch(&self, token: &str) -> String {
-        format!("{}{token}", self.unlocked)
+        format!("{}:unlocked:{token}", &self.lock[..self.tagged])
     }
 }
 
@@ -86,9 +91,15 @@ mod tests {
         };
         assert_eq!(tag(&keys.lock), tag(&keys.fence));
         assert_eq!(tag(&keys.lock), tag(&keys.channel));
-        assert_eq!(tag(&keys.lock), tag(&keys.waiting));
+        assert_eq!(tag(&keys.lock), tag(&keys.waiting()));
         assert_eq!(tag(&keys.lock), tag(&keys.latch("t0k")));
-        assert!(keys.latch("t0k").ends_with(":unlocked:t0k"));
+        assert!(
+            keys.latch("t0k").starts_with("lock:{")
+                && keys.latch("t0k").ends_with("}:unlocked:t0k")
+        );
+        assert!(
+            keys.waiting().starts_with("lock:{") && keys.waiting().ends_with("}:waiting:a}x{b")
+        );
         assert_eq!(tag(&keys.lock).len(), 16);
         assert!(keys.lock.starts_with("lock:{"));
         assert!(keys.lock.ends_with(":lock:a}x{b"));

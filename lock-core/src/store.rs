@@ -413,7 +413,7 @@ impl AcquireCall {
             .arg(lease_ms(self.lease))
             .arg(lease_ms(self.retention))
             .arg(u64::try_from(self.flag.as_millis()).unwrap_or(u64::MAX))
-            .arg(&keys.waiting);
+            .arg(keys.waiting());
         if let Some(guard) = restart_guard {
             invocation.key(&guard.epoch_key).arg(lease_ms(guard.guard));
         }
@@ -586,9 +586,10 @@ async fn release_on(
     // Whether the first call ran is unknown; the latch it leaves when it deletes the key tells
     // the retry (see `scripts/release.lua`).
     let latch_key = keys.latch(token);
+    let waiting = keys.waiting();
     let released: i64 = retry_dropped(|| {
         let mut conn = conn.clone();
-        let latch_key = &latch_key;
+        let (latch_key, waiting) = (&latch_key, &waiting);
         async move {
             scripts::RELEASE
                 .key(&keys.lock)
@@ -596,7 +597,7 @@ async fn release_on(
                 .arg(&keys.channel)
                 .arg(lease_ms(latch))
                 .arg(latch_key)
-                .arg(&keys.waiting)
+                .arg(waiting)
                 .invoke_async(&mut conn)
                 .await
         }
