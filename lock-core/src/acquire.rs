@@ -2,22 +2,22 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::connection::timed_out;
-use crate::error::{ConfigError, LockError};
+use crate::backend_error::BackendError;
+use crate::error::{DurationSetting, LockError};
 use crate::guard::LockGuard;
-use crate::held::{Held, LeaseMode};
+use crate::held::{Grant, LeaseMode, Terms};
 use crate::key::{self, RedisKeys};
-use crate::locker::{Locker, MAX_LEASE};
-use crate::reentrancy::Owner;
-use crate::release::ReleaseJob;
-use crate::store::Outcome;
+use crate::limits::{self, WAIT_FOREVER};
+use crate::locker::Locker;
+use crate::owner::Owner;
+use crate::release::{Attempt, ReleaseOnDrop};
+use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
 
 /// An acquisition of one lock, configured with builder methods and started by `.await`.
@@ -126,10 +126,10 @@ impl IntoFuture for Acquire {
     }
 }
 
-/// The outcome of one acquire attempt in Redis.
-enum Attempt {
-    Acquired { fence: u64 },
-    Held { ttl: Option<Duration> },
+/// The outcome of one acquire try in Redis (after its retries).
+enum Try {
+    Won { fence: u64 },
+    Busy { ttl: Option<Duration> },
 }
 
 impl Acquire {
@@ -139,32 +139,16 @@ impl Acquire {
         let inner = &self.locker.inner;
         let settings = &inner.settings;
         let mode = match self.lease {
-            Some(lease) if lease < Duration::from_millis(1) || lease > MAX_LEASE => {
-                return Err(ConfigError::Lease { lease }.into());
-            }
-            Some(_) => LeaseMode::Fixed,
-            None => LeaseMode::Watchdog {
-                lease: settings.watchdog_lease,
-            },
+            Some(lease) => LeaseMode::Fixed(limits::check_lease(DurationSetting::Lease, lease)?),
+            None => LeaseMode::Watchdog(settings.watchdog_lease),
         };
-        let lease = self.lease.unwrap_or(settings.watchdog_lease);
         let wait = self.wait.unwrap_or(settings.default_wait);
-        let deadline = started.checked_add(wait.min(MAX_LEASE * 100));
+        let deadline = started.checked_add(wait.min(WAIT_FOREVER));
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
-        let slot = inner.registry.slot(&self.key);
-
-        // Reentrant acquire: no Redis round trip. Not once the outer guard was seen in another
-        // task: it may have been moved there and be in use (see "Reentrancy" in the crate docs).
-        if let Some(held) = slot.holder().as_ref() {
-            if held.reentrant_for(owner) {
-                if held.is_lost() {
-                    return Err(LockError::Lost { key: self.key });
-                }
-                held.depth.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                tracing::trace!(depth = held.depth(), "reentrant acquire");
-                return Ok(LockGuard::new(self.locker.clone(), held.clone()));
-            }
+        let slot = inner.local.slot(&self.key);
+        if let Some(reentered) = inner.local.reenter(&slot, owner) {
+            return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
         }
 
         // The local queue: one task per key per process contends in Redis, first come first served.
@@ -181,7 +165,7 @@ impl Acquire {
         let Some(permit) = permit else {
             let holder_ttl = slot
                 .holder()
-                .as_ref()
+                .upgrade()
                 .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
             return Err(self.busy(started, holder_ttl));
         };
@@ -192,27 +176,23 @@ impl Acquire {
             tokio::time::sleep_until(until).await;
         }
         let keys = inner.keys(&self.key);
-        let (token, fence, sent_at) = self
-            .acquire_in_redis(&keys, lease, wait.is_zero(), deadline, started)
+        let grant = self
+            .acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
             .await?;
-        let held = Arc::new(Held::new(
-            inner.next_id(),
-            self.key.clone(),
-            keys,
-            token,
-            fence,
+        let fence = grant.fence;
+        let terms = Terms {
             owner,
             mode,
-            lease,
-            sent_at,
-            self.max_hold.or(settings.max_hold),
-            permit,
+            max_hold: self.max_hold.or(settings.max_hold),
+        };
+        let held = inner.local.register(
+            inner.next_id(),
+            self.key.clone(),
+            terms,
+            grant,
             slot,
-        ));
-        *held.slot.holder() = Some(held.clone());
-        if let LeaseMode::Watchdog { .. } = mode {
-            inner.watchdog.insert(held.clone());
-        }
+            permit,
+        );
         tracing::debug!(fence, waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
     }
@@ -228,16 +208,15 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline (its Redis calls until a bound derived from it). Returns the winning token, the fencing token
-    /// and when the winning command was sent.
+    /// the deadline (its Redis calls until a bound derived from it).
     async fn acquire_in_redis(
         &self,
-        keys: &RedisKeys,
+        keys: RedisKeys,
         lease: Duration,
         try_once: bool,
         deadline: Option<Instant>,
         started: Instant,
-    ) -> Result<(String, u64, Instant), LockError> {
+    ) -> Result<Grant, LockError> {
         let inner = &self.locker.inner;
         // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
         // replicas) after the start when the wait is shorter: a zero wait still gets one try.
@@ -247,12 +226,11 @@ impl Acquire {
             .map_or(Duration::ZERO, |m| m.timeout);
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
-        let mut ghost = GhostGuard {
-            locker: &self.locker,
-            keys,
+        let attempt = Attempt {
+            keys: &keys,
             token: new_token(),
-            armed: false,
         };
+        let mut pending = ReleaseOnDrop::new(&inner.releaser, attempt);
         let mut subscription: Option<Subscription> = None;
         loop {
             let notify = subscription.as_ref().map(|s| s.notify.clone());
@@ -263,7 +241,7 @@ impl Acquire {
                 n.as_mut().enable();
             }
             let sent_at = Instant::now();
-            ghost.armed = true;
+            pending.arm();
             // Another locker's release holds back its own next acquirer for us while we wait:
             // the flag lives as long as we may wait, or until our next try renews it.
             let flag = if try_once {
@@ -272,24 +250,31 @@ impl Acquire {
                 let retry = inner.settings.fallback_retry * 3;
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
-            let attempt = self
-                .attempt(keys, &mut ghost.token, lease, flag, bound)
+            let tried = self
+                .try_once(&mut pending.pending, lease, flag, bound)
                 .await?;
-            ghost.armed = false;
-            let ttl = match attempt {
-                Attempt::Acquired { fence } => {
-                    return Ok((std::mem::take(&mut ghost.token), fence, sent_at))
+            pending.disarm();
+            let ttl = match tried {
+                Try::Won { fence } => {
+                    let token = std::mem::take(&mut pending.pending.token);
+                    drop(pending);
+                    return Ok(Grant {
+                        keys,
+                        token,
+                        fence,
+                        sent_at,
+                    });
                 }
-                Attempt::Held { ttl } => ttl,
+                Try::Busy { ttl } => ttl,
             };
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if try_once || remaining.is_some_and(|r| r.is_zero()) {
                 return Err(self.busy(started, ttl));
             }
-            if inner.store.is_quorum() {
+            if inner.store.is_redlock() {
                 // A failed quorum try is undone in the background under its token.
-                ghost.token = new_token();
+                pending.pending.token = new_token();
             }
             if subscription.is_none() {
                 let limit = inner
@@ -324,38 +309,41 @@ impl Acquire {
     /// `bound` allows: with the same token (the acquire script is idempotent per token) on one
     /// Redis; with a fresh token on a RedLock quorum, whose undo of a failed try runs in the
     /// background and must not hit the next try. Every call ends by `bound`: one still running
-    /// then is abandoned (its possible grant is removed by the ghost clean-up).
-    async fn attempt(
+    /// then is abandoned (the background releaser removes what it may still take).
+    async fn try_once(
         &self,
-        keys: &RedisKeys,
-        token: &mut String,
+        attempt: &mut Attempt<'_>,
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
-    ) -> Result<Attempt, LockError> {
+    ) -> Result<Try, LockError> {
         let inner = &self.locker.inner;
-        let retention = inner.settings.fence_retention.max(lease * 2);
+        let args = AcquireArgs {
+            lease,
+            retention: inner.settings.fence_retention.max(lease * 2),
+            flag,
+        };
         let mut backoff = Duration::from_millis(20);
         let mut tries = 0;
         loop {
             tries += 1;
-            if tries > 1 && inner.store.is_quorum() {
-                *token = new_token();
+            if tries > 1 && inner.store.is_redlock() {
+                attempt.token = new_token();
             }
-            let call = inner.store.acquire(keys, token, lease, retention, flag);
+            let call = inner.store.acquire(attempt.keys, &attempt.token, args);
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
                     .await
                     .unwrap_or_else(|_| {
-                        Err(timed_out(
+                        Err(BackendError::timed_out(
                             "redis did not answer before the acquire's deadline",
                         ))
                     }),
                 None => call.await,
             };
             match reply {
-                Ok(Outcome::Acquired { fence }) => return Ok(Attempt::Acquired { fence }),
-                Ok(Outcome::Held { ttl }) => return Ok(Attempt::Held { ttl }),
+                Ok(Outcome::Acquired { fence }) => return Ok(Try::Won { fence }),
+                Ok(Outcome::Busy { ttl }) => return Ok(Try::Busy { ttl }),
                 Ok(Outcome::NotReplicated { acked }) => {
                     return Err(LockError::NotReplicated {
                         key: self.key.clone(),
@@ -366,50 +354,15 @@ impl Acquire {
                 Err(error) => {
                     let retry_at = Instant::now() + backoff;
                     let in_time = bound.is_none_or(|b| retry_at < b);
-                    if is_transient(&error) && in_time {
+                    if error.is_transient() && in_time {
                         tracing::debug!(%error, "acquire failed; retrying");
                         tokio::time::sleep_until(retry_at).await;
                         backoff = (backoff * 2).min(Duration::from_secs(1));
                         continue;
                     }
-                    return Err(LockError::backend(&self.key, error));
+                    return Err(LockError::backend(Some(&self.key), error));
                 }
             }
-        }
-    }
-}
-
-/// Errors after which the same attempt may succeed: lost connections, timeouts, a server that
-/// is loading, busy with a script, or a cluster in transition (MOVED/ASK/TRYAGAIN/CLUSTERDOWN
-/// that outlasted the cluster client's own retries).
-fn is_transient(error: &redis::RedisError) -> bool {
-    error.is_io_error()
-        || error.is_connection_dropped()
-        || error.is_timeout()
-        || error.is_connection_refusal()
-        || error.is_cluster_error()
-        || matches!(
-            error.code(),
-            Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
-        )
-}
-
-/// Cleans up after an acquire command whose outcome is unknown (it failed or was cancelled
-/// while in flight): it may still run on the server and take the lock.
-struct GhostGuard<'a> {
-    locker: &'a Locker,
-    keys: &'a RedisKeys,
-    token: String,
-    armed: bool,
-}
-
-impl Drop for GhostGuard<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = self.locker.inner.releaser.send(ReleaseJob::Ghost {
-                keys: self.keys.clone(),
-                token: std::mem::take(&mut self.token),
-            });
         }
     }
 }

@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use crate::connection::Timeouts;
-use crate::error::{ConfigError, LockError};
+use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::key;
-use crate::locker::{Locker, Settings, MAX_LEASE};
+use crate::limits::{self, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::locker::{Locker, Settings};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
 use crate::topology::{connect, redact, Topology};
@@ -58,7 +59,7 @@ impl std::fmt::Debug for LockerBuilder {
         // URLs may carry passwords: only their redacted form is ever printed.
         let urls: Vec<String> = match &self.topology {
             None => Vec::new(),
-            Some(Topology::Single(url)) => vec![redact(url)],
+            Some(Topology::Server(url)) => vec![redact(url)],
             Some(Topology::Cluster(urls) | Topology::RedLock(urls)) => {
                 urls.iter().map(|u| redact(u)).collect()
             }
@@ -102,7 +103,7 @@ impl LockerBuilder {
     /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
     /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.topology = Some(Topology::Single(url.into()));
+        self.topology = Some(Topology::Server(url.into()));
         self
     }
 
@@ -325,10 +326,12 @@ impl LockerBuilder {
             }
             .into());
         }
-        let lease = settings.watchdog_lease;
-        if lease < Duration::from_millis(30) || lease > MAX_LEASE {
-            return Err(ConfigError::WatchdogLease { lease }.into());
-        }
+        limits::check(
+            DurationSetting::WatchdogLease,
+            settings.watchdog_lease,
+            MIN_WATCHDOG_LEASE,
+            MAX_LEASE,
+        )?;
         let timeouts = Timeouts {
             connect: connect_timeout,
             command: settings.command_timeout,
@@ -338,12 +341,9 @@ impl LockerBuilder {
             Some(_) if matches!(topology, Topology::Cluster(_)) => {
                 return Err(ConfigError::RestartGuardInCluster.into());
             }
-            Some(guard) if guard < Duration::from_millis(1) || guard > MAX_LEASE => {
-                return Err(ConfigError::RestartGuard { guard }.into());
-            }
             Some(guard) => Some(RestartGuard {
                 epoch_key: format!("{}node-epoch", settings.prefix),
-                guard,
+                guard: limits::check_lease(DurationSetting::RestartGuard, guard)?,
             }),
         };
         let (store, pubsub) = connect(

@@ -1,13 +1,17 @@
 //! Connections to one logical Redis deployment (a single server, a cluster, or the primary
 //! that Sentinel names), behind one [`ConnectionLike`] so every script call is written once.
 
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::backend_error::BackendError;
 
 /// Timeouts shared by every connection of a locker.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +34,7 @@ impl Timeouts {
 #[derive(Clone)]
 pub(crate) enum Connection {
     /// One server (or a fixed primary).
-    Single(ConnectionManager),
+    Server(ConnectionManager),
     /// A Redis Cluster: commands are routed by their first key; MOVED/ASK are followed.
     Cluster(ClusterConnection),
     /// The primary that Sentinel names, re-resolved after connection errors and `READONLY`.
@@ -40,7 +44,7 @@ pub(crate) enum Connection {
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Self::Single(_) => "Connection::Single",
+            Self::Server(_) => "Connection::Server",
             Self::Cluster(_) => "Connection::Cluster",
             Self::Sentinel(_) => "Connection::Sentinel",
         })
@@ -48,21 +52,28 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    pub(crate) async fn single(client: redis::Client, timeouts: Timeouts) -> RedisResult<Self> {
-        let manager = ConnectionManager::new_with_config(client, timeouts.manager_config()).await?;
-        Ok(Self::Single(manager))
+    pub(crate) async fn server(
+        client: redis::Client,
+        timeouts: Timeouts,
+    ) -> Result<Self, BackendError> {
+        let manager = ConnectionManager::new_with_config(client, timeouts.manager_config())
+            .await
+            .map_err(BackendError::redis)?;
+        Ok(Self::Server(manager))
     }
 
     /// A connection that is established on first use (a RedLock node down at start-up).
-    pub(crate) fn lazy(client: redis::Client, timeouts: Timeouts) -> RedisResult<Self> {
-        ConnectionManager::new_lazy_with_config(client, timeouts.manager_config()).map(Self::Single)
+    pub(crate) fn lazy(client: redis::Client, timeouts: Timeouts) -> Result<Self, BackendError> {
+        ConnectionManager::new_lazy_with_config(client, timeouts.manager_config())
+            .map(Self::Server)
+            .map_err(BackendError::redis)
     }
 
     pub(crate) async fn cluster(
         urls: &[String],
         timeouts: Timeouts,
         certificates: Option<redis::TlsCertificates>,
-    ) -> RedisResult<Self> {
+    ) -> Result<Self, BackendError> {
         let mut builder =
             redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
                 .connection_timeout(timeouts.connect)
@@ -71,23 +82,12 @@ impl Connection {
         if let Some(certificates) = certificates {
             builder = builder.certs(certificates);
         }
-        let client = builder.build()?;
+        let client = builder.build().map_err(BackendError::redis)?;
         let connection = tokio::time::timeout(timeouts.connect, client.get_async_connection())
             .await
-            .map_err(|_| timed_out("connecting to the cluster"))??;
+            .map_err(|_| BackendError::timed_out("connecting to the cluster"))?
+            .map_err(BackendError::redis)?;
         Ok(Self::Cluster(connection))
-    }
-
-    /// The primary that `client` (a [`SentinelClient`] for a master) names, followed across
-    /// failovers.
-    pub(crate) async fn sentinel(client: SentinelClient, timeouts: Timeouts) -> RedisResult<Self> {
-        let primary = SentinelPrimary::connect(client, timeouts).await?;
-        let primary = Arc::new(primary);
-        // Errors are not the only sign of a failover: after a manual `SENTINEL FAILOVER` the old
-        // primary keeps answering (and accepting renewals) for seconds, while the lock key on
-        // the new primary runs out. So Sentinel is asked every second as well.
-        tokio::spawn(SentinelPrimary::watch(Arc::downgrade(&primary)));
-        Ok(Self::Sentinel(primary))
     }
 
     /// Whether multi-key scripts must stay within one hash slot.
@@ -99,7 +99,7 @@ impl Connection {
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Self::Single(c) => c.req_packed_command(cmd),
+            Self::Server(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
             Self::Sentinel(p) => {
                 let primary = p.clone();
@@ -120,7 +120,7 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Self::Server(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
             Self::Sentinel(p) => {
                 let primary = p.clone();
@@ -136,7 +136,7 @@ impl ConnectionLike for Connection {
 
     fn get_db(&self) -> i64 {
         match self {
-            Self::Single(c) => c.get_db(),
+            Self::Server(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
             Self::Sentinel(p) => p.current().get_db(),
         }
@@ -146,9 +146,17 @@ impl ConnectionLike for Connection {
 /// The current primary of a Sentinel-monitored deployment.
 pub(crate) struct SentinelPrimary {
     sentinel: tokio::sync::Mutex<SentinelClient>,
-    /// The connection, its generation, and the address it goes to.
-    current: RwLock<(ConnectionManager, u64, String)>,
+    current: RwLock<Primary>,
     timeouts: Timeouts,
+}
+
+/// The primary a [`SentinelPrimary`] is connected to now.
+struct Primary {
+    conn: ConnectionManager,
+    /// Counts the switches to a new primary.
+    generation: u64,
+    /// Where it is, to notice a move.
+    addr: String,
 }
 
 /// How often Sentinel is asked whether the primary moved.
@@ -159,33 +167,43 @@ fn address(client: &redis::Client) -> String {
 }
 
 impl SentinelPrimary {
-    async fn connect(mut sentinel: SentinelClient, timeouts: Timeouts) -> RedisResult<Self> {
+    /// Connects to the primary that `sentinel` (a [`SentinelClient`] for a master) names, and
+    /// follows it across failovers.
+    pub(crate) async fn connect(
+        mut sentinel: SentinelClient,
+        timeouts: Timeouts,
+    ) -> Result<Arc<Self>, BackendError> {
         let client = tokio::time::timeout(timeouts.connect, sentinel.async_get_client())
             .await
-            .map_err(|_| timed_out("asking Sentinel for the primary"))??;
+            .map_err(|_| BackendError::timed_out("asking Sentinel for the primary"))?
+            .map_err(BackendError::redis)?;
         let addr = address(&client);
-        let manager = ConnectionManager::new_with_config(client, timeouts.manager_config()).await?;
-        Ok(Self {
+        let conn = ConnectionManager::new_with_config(client, timeouts.manager_config())
+            .await
+            .map_err(BackendError::redis)?;
+        let primary = Arc::new(Self {
             sentinel: tokio::sync::Mutex::new(sentinel),
-            current: RwLock::new((manager, 0, addr)),
+            current: RwLock::new(Primary {
+                conn,
+                generation: 0,
+                addr,
+            }),
             timeouts,
-        })
+        });
+        // Errors are not the only sign of a failover: after a manual `SENTINEL FAILOVER` the old
+        // primary keeps answering (and accepting renewals) for seconds, while the lock key on
+        // the new primary runs out. So Sentinel is asked every second as well.
+        tokio::spawn(Self::watch(Arc::downgrade(&primary)));
+        Ok(primary)
     }
 
     fn current(&self) -> ConnectionManager {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .0
-            .clone()
+        self.current.read().conn.clone()
     }
 
     /// Counts the switches to a new primary.
     pub(crate) fn generation(&self) -> u64 {
-        self.current
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1
+        self.current.read().generation
     }
 
     /// After an error that suggests a failover, asks Sentinel for the primary again.
@@ -202,11 +220,12 @@ impl SentinelPrimary {
     }
 
     /// A client for the current primary (for the pub/sub connection).
-    pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
+    pub(crate) async fn client(&self) -> Result<redis::Client, BackendError> {
         let mut sentinel = self.sentinel.lock().await;
         tokio::time::timeout(self.timeouts.connect, sentinel.async_get_client())
             .await
-            .map_err(|_| timed_out("asking Sentinel for the primary"))?
+            .map_err(|_| BackendError::timed_out("asking Sentinel for the primary"))?
+            .map_err(BackendError::redis)
     }
 
     async fn refresh(&self) {
@@ -227,17 +246,17 @@ impl SentinelPrimary {
                 _ => return,
             };
         let addr = address(&client);
-        let moved = {
-            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
-            current.2 != addr
-        };
+        let moved = self.current.read().addr != addr;
         if if_moved && !moved {
             return;
         }
         match ConnectionManager::new_with_config(client, self.timeouts.manager_config()).await {
-            Ok(manager) => {
-                let mut current = self.current.write().unwrap_or_else(PoisonError::into_inner);
-                *current = (manager, seen + 1, addr.clone());
+            Ok(conn) => {
+                *self.current.write() = Primary {
+                    conn,
+                    generation: seen + 1,
+                    addr: addr.clone(),
+                };
                 tracing::info!(primary = %addr, "following the primary named by Sentinel");
             }
             Err(error) => tracing::debug!(%error, "primary named by Sentinel is not reachable yet"),
@@ -257,11 +276,6 @@ impl SentinelPrimary {
             primary.switch(true).await;
         }
     }
-}
-
-/// A timeout the kit imposed (not one of redis-rs's), as a Redis I/O error.
-pub(crate) fn timed_out(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, what))
 }
 
 impl std::fmt::Debug for SentinelPrimary {

@@ -1,6 +1,9 @@
 //! The error type of every fallible operation of the kit.
 
+use std::fmt;
 use std::time::Duration;
+
+use crate::backend_error::BackendError;
 
 /// Why a lock operation failed.
 ///
@@ -46,13 +49,13 @@ pub enum LockError {
         key: String,
     },
     /// Redis was unreachable, timed out, or answered with an error.
-    #[error("redis error on lock `{key}`: {source}")]
+    #[error("redis error{}: {source}", OnKey(key))]
     Backend {
-        /// The user's key, or `""` for operations that concern no single key.
-        key: String,
-        /// The error of the Redis client.
+        /// The user's key; `None` for operations that concern no single key (connecting).
+        key: Option<String>,
+        /// What went wrong.
         #[source]
-        source: redis::RedisError,
+        source: BackendError,
     },
     /// A TLS connection to Redis failed: the server's certificate is not trusted, has expired
     /// or does not name the host of the URL, the server refused the client certificate (or its
@@ -62,13 +65,13 @@ pub enum LockError {
     ///
     /// A plaintext `redis://` client talking to a TLS port is not this error: the server just
     /// closes the connection, which arrives as [`Backend`](Self::Backend).
-    #[error("TLS connection to redis failed: {source}")]
+    #[error("TLS connection to redis failed{}: {source}", OnKey(key))]
     Tls {
-        /// The user's key, or `""` for the connect.
-        key: String,
-        /// The error of the Redis client; its chain holds the rustls error.
+        /// The user's key; `None` for the connect.
+        key: Option<String>,
+        /// What went wrong; its chain of sources holds the TLS library's error.
         #[source]
-        source: redis::RedisError,
+        source: BackendError,
     },
     /// The lock was acquired but fewer replicas than `min_replicas` acknowledged it within the
     /// timeout, so it was released again (fail closed).
@@ -105,7 +108,7 @@ pub enum InvalidKeyReason {
 pub enum ConfigError {
     /// The Redis URL does not parse.
     #[error("invalid redis url: {0}")]
-    Url(#[source] redis::RedisError),
+    Url(#[source] BackendError),
     /// No Redis URL was given to the builder.
     #[error("no redis url: call .url(..) on the builder")]
     MissingUrl,
@@ -126,17 +129,17 @@ pub enum ConfigError {
         /// The rejected prefix.
         prefix: String,
     },
-    /// A lease below one millisecond, or above what Redis accepts.
-    #[error("invalid lease {lease:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
-    Lease {
-        /// The rejected lease.
-        lease: Duration,
-    },
-    /// A watchdog lease too short to be renewed in time (under 30 ms) or too long for Redis.
-    #[error("invalid watchdog lease {lease:?}: it must be between 30 ms and {max:?}", max = crate::MAX_LEASE)]
-    WatchdogLease {
-        /// The rejected lease.
-        lease: Duration,
+    /// A duration setting or argument outside its range.
+    #[error("invalid {setting} {value:?}: it must be between {min:?} and {max:?}")]
+    OutOfRange {
+        /// Which setting.
+        setting: DurationSetting,
+        /// The rejected value.
+        value: Duration,
+        /// The smallest value accepted.
+        min: Duration,
+        /// The largest value accepted.
+        max: Duration,
     },
     /// RedLock needs at least 3 independent nodes.
     #[error("redlock needs at least 3 nodes, got {count}")]
@@ -150,18 +153,43 @@ pub enum ConfigError {
     /// `restart_guard` keeps one epoch per server; a cluster would need one per shard.
     #[error("restart_guard applies to a single server, Sentinel or redlock, not to a cluster")]
     RestartGuardInCluster,
-    /// A restart guard of zero or beyond what Redis accepts as a lease.
-    #[error("invalid restart guard {guard:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
-    RestartGuard {
-        /// The rejected guard.
-        guard: Duration,
-    },
-    /// An extension of a lease by zero or by more than Redis accepts.
-    #[error("invalid extension {by:?}: it must be between 1 ms and {max:?}", max = crate::MAX_LEASE)]
-    Extend {
-        /// The rejected extension.
-        by: Duration,
-    },
+}
+
+/// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DurationSetting {
+    /// A fixed lease ([`Acquire::lease`](crate::Acquire::lease)).
+    Lease,
+    /// [`LockerBuilder::watchdog_lease`](crate::LockerBuilder::watchdog_lease).
+    WatchdogLease,
+    /// [`LockerBuilder::restart_guard`](crate::LockerBuilder::restart_guard).
+    RestartGuard,
+    /// [`LockGuard::extend`](crate::LockGuard::extend).
+    Extension,
+}
+
+impl fmt::Display for DurationSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Lease => "lease",
+            Self::WatchdogLease => "watchdog lease",
+            Self::RestartGuard => "restart guard",
+            Self::Extension => "extension",
+        })
+    }
+}
+
+/// ` on lock `k`` when there is a key.
+struct OnKey<'a>(&'a Option<String>);
+
+impl fmt::Display for OnKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(key) => write!(f, " on lock `{key}`"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl LockError {
@@ -193,6 +221,14 @@ impl LockError {
         matches!(self, Self::Backend { source, .. } if source.is_timeout())
     }
 
+    /// The backend failure behind a [`Backend`](Self::Backend) or [`Tls`](Self::Tls) error.
+    pub fn backend_error(&self) -> Option<&BackendError> {
+        match self {
+            Self::Backend { source, .. } | Self::Tls { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
     /// For [`Busy`](Self::Busy): how long the current holder's lease still runs, a sensible
     /// hint for a `Retry-After` header.
     pub fn retry_after(&self) -> Option<Duration> {
@@ -210,26 +246,23 @@ impl LockError {
             | Self::InvalidKey { key, .. }
             | Self::WrongType { key }
             | Self::NotReplicated { key, .. } => Some(key),
-            Self::Backend { key, .. } | Self::Tls { key, .. } if !key.is_empty() => Some(key),
-            _ => None,
+            Self::Backend { key, .. } | Self::Tls { key, .. } => key.as_deref(),
+            Self::Config(_) | Self::NotConfigured => None,
         }
     }
 
-    pub(crate) fn backend(key: &str, source: redis::RedisError) -> Self {
-        if source.code() == Some("WRONGTYPE") {
-            return Self::WrongType {
-                key: key.to_owned(),
-            };
-        }
-        if crate::tls::is_tls_error(&source) {
-            return Self::Tls {
-                key: key.to_owned(),
-                source,
-            };
-        }
-        Self::Backend {
-            key: key.to_owned(),
-            source,
+    /// The error for a backend failure on `key` (`None`: no single key): [`WrongType`],
+    /// [`Tls`] or [`Backend`].
+    ///
+    /// [`WrongType`]: Self::WrongType
+    /// [`Tls`]: Self::Tls
+    /// [`Backend`]: Self::Backend
+    pub(crate) fn backend(key: Option<&str>, source: BackendError) -> Self {
+        let key = key.map(str::to_owned);
+        match key {
+            Some(key) if source.is_wrong_type() => Self::WrongType { key },
+            key if source.is_tls() => Self::Tls { key, source },
+            key => Self::Backend { key, source },
         }
     }
 }

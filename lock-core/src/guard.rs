@@ -1,15 +1,17 @@
 //! [`LockGuard`]: proof of holding a lock, and the way to give it back.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::error::{ConfigError, LockError};
-use crate::held::{Held, LeaseMode};
-use crate::locker::{Locker, MAX_LEASE};
-use crate::release::ReleaseJob;
+use crate::backend_error::BackendError;
+use crate::error::{DurationSetting, LockError};
+use crate::held::HeldLock;
+use crate::limits;
+use crate::local::Leave;
+use crate::locker::Locker;
+use crate::release::{self, ReleaseJob, ReleaseOnDrop};
 use crate::store::Renewal;
 
 /// A held lock. Release it with [`release`](Self::release); dropping it releases in the
@@ -36,29 +38,23 @@ use crate::store::Renewal;
 #[clippy::has_significant_drop]
 pub struct LockGuard {
     locker: Locker,
-    held: Arc<Held>,
+    held: Arc<HeldLock>,
     released: bool,
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.held.key)
-            .field("fencing_token", &self.held.fence)
+            .field("key", &self.held.key())
+            .field("fencing_token", &self.held.fence())
             .field("depth", &self.held.depth())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
 }
 
-/// What giving up one guard means for the lock.
-enum Unhold {
-    Nested,
-    Outermost,
-}
-
 impl LockGuard {
-    pub(crate) fn new(locker: Locker, held: Arc<Held>) -> Self {
+    pub(crate) fn new(locker: Locker, held: Arc<HeldLock>) -> Self {
         Self {
             locker,
             held,
@@ -69,7 +65,7 @@ impl LockGuard {
     /// The user's key.
     pub fn key(&self) -> &str {
         self.held.touched();
-        &self.held.key
+        self.held.key()
     }
 
     /// The fencing token of this acquisition: strictly greater than every token issued before
@@ -78,7 +74,7 @@ impl LockGuard {
     /// already seen: that stops a holder that lost its lock without knowing it.
     pub fn fencing_token(&self) -> u64 {
         self.held.touched();
-        self.held.fence
+        self.held.fence()
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its
@@ -118,14 +114,12 @@ impl LockGuard {
     /// duration under 1 ms, [`LockError::Backend`] when Redis fails.
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
         self.held.touched();
-        if by < Duration::from_millis(1) || by > MAX_LEASE {
-            return Err(ConfigError::Extend { by }.into());
-        }
+        limits::check_lease(DurationSetting::Extension, by)?;
         if self.held.is_lost() {
-            return Err(self.lost_error());
+            return Err(self.held.lost_error());
         }
         let sent_at = Instant::now();
-        let pair = [(self.held.keys.lock.as_str(), self.held.token.as_str())];
+        let pair = [(self.held.keys().lock.as_str(), self.held.token())];
         match self.locker.inner.store.renew(&pair, by).await.first() {
             Some(Renewal::Renewed) => {
                 self.held.confirm_extension(sent_at, by);
@@ -134,14 +128,12 @@ impl LockGuard {
             Some(Renewal::NotOurs) => {
                 self.held
                     .mark_lost("extension found another owner or no key");
-                Err(self.lost_error())
+                Err(self.held.lost_error())
             }
-            _ => Err(LockError::Backend {
-                key: self.held.key.clone(),
-                source: redis::RedisError::from(std::io::Error::other(
-                    "the extension got no decisive answer from redis",
-                )),
-            }),
+            Some(Renewal::Unknown) | None => Err(LockError::backend(
+                Some(self.held.key()),
+                BackendError::undecided("the extension got no decisive answer from redis"),
+            )),
         }
     }
 
@@ -160,69 +152,21 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.held.touched();
         self.released = true;
-        if let Unhold::Nested = self.unhold() {
+        let inner = &self.locker.inner;
+        if let Leave::Nested = inner.local.leave(&self.held) {
             // The outer guard releases the key; a nested guard still reports a lost lock.
             return if self.held.is_lost() {
-                Err(self.lost_error())
+                Err(self.held.lost_error())
             } else {
                 Ok(())
             };
         }
-        let held = &self.held;
-        let was_lost = held.is_lost();
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
-        let mut pending = PendingRelease {
-            locker: &self.locker,
-            held: Some(held.clone()),
-        };
-        let result = self
-            .locker
-            .inner
-            .store
-            .release(&held.keys, &held.token)
-            .await;
-        pending.held = None;
-        if let Ok(released) = &result {
-            held.slot.released(released.others_waiting);
-        }
-        drop(held.take_permit());
-        // `was_lost` includes the confirmed lease having run out.
-        match result.map(|r| r.ours) {
-            Ok(true) if !was_lost => {
-                tracing::debug!(key = %held.key, held_for = ?held.acquired_at.elapsed(), "lock released");
-                Ok(())
-            }
-            // Already lost before the release: that is the answer, whatever the clean-up met.
-            Ok(_) | Err(_) if was_lost => Err(self.lost_error()),
-            Ok(_) => {
-                held.mark_lost("released after it had been lost");
-                Err(self.lost_error())
-            }
-            Err(error) => Err(LockError::backend(&held.key, error)),
-        }
-    }
-
-    fn lost_error(&self) -> LockError {
-        LockError::Lost {
-            key: self.held.key.clone(),
-        }
-    }
-
-    /// Gives up this guard's share of the lock; on the outermost one the lock stops being
-    /// renewed and reentrant.
-    fn unhold(&self) -> Unhold {
-        let mut holder = self.held.slot.holder();
-        if self.held.depth.fetch_sub(1, Ordering::AcqRel) > 1 {
-            return Unhold::Nested;
-        }
-        if holder.as_ref().is_some_and(|h| Arc::ptr_eq(h, &self.held)) {
-            *holder = None;
-        }
-        drop(holder);
-        if let LeaseMode::Watchdog { .. } = self.held.mode {
-            self.locker.inner.watchdog.remove(self.held.id);
-        }
-        Unhold::Outermost
+        let mut pending = ReleaseOnDrop::new(&inner.releaser, self.held.clone());
+        pending.arm();
+        let result = release::release_held(&inner.store, &self.held).await;
+        pending.disarm();
+        result
     }
 }
 
@@ -232,27 +176,13 @@ impl Drop for LockGuard {
             return;
         }
         self.held.touched();
-        if let Unhold::Outermost = self.unhold() {
+        if let Leave::Outermost = self.locker.inner.local.leave(&self.held) {
             // Never blocks, never panics, with or without a runtime.
             let _ = self
                 .locker
                 .inner
                 .releaser
-                .send(ReleaseJob::Held(self.held.clone()));
-        }
-    }
-}
-
-/// Hands an interrupted release to the background releaser.
-struct PendingRelease<'a> {
-    locker: &'a Locker,
-    held: Option<Arc<Held>>,
-}
-
-impl Drop for PendingRelease<'_> {
-    fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            let _ = self.locker.inner.releaser.send(ReleaseJob::Held(held));
+                .send(ReleaseJob::Dropped(self.held.clone()));
         }
     }
 }

@@ -1,50 +1,74 @@
-//! The shared state of one held lock: its token, fencing token, nesting count, validity
-//! clock and lost signal. Every nested [`LockGuard`](crate::LockGuard) of one acquisition
-//! points at the same `Held`.
+//! [`HeldLock`]: the shared state of one held lock: what Redis granted (token, fencing token),
+//! the nesting depth, the validity clock, the lost signal and the local queue place. Every
+//! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `HeldLock`.
+//! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::LockError;
 use crate::key::RedisKeys;
-use crate::reentrancy::{Owner, SlotRef};
+use crate::owner::Owner;
+use crate::slot::SlotRef;
 
 /// How a held lock's lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseMode {
     /// Renewed by the watchdog with this lease until released (or until `max_hold`).
-    Watchdog { lease: Duration },
+    Watchdog(Duration),
     /// A fixed lease, never renewed.
-    Fixed,
+    Fixed(Duration),
 }
 
+impl LeaseMode {
+    pub(crate) fn lease(self) -> Duration {
+        match self {
+            Self::Watchdog(lease) | Self::Fixed(lease) => lease,
+        }
+    }
+}
+
+/// What Redis granted.
 #[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) id: u64,
-    pub(crate) key: String,
+pub(crate) struct Grant {
     pub(crate) keys: RedisKeys,
     pub(crate) token: String,
     pub(crate) fence: u64,
+    /// When the winning command was sent: the lease counts from there.
+    pub(crate) sent_at: Instant,
+}
+
+/// What the acquirer asked for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
     pub(crate) owner: Owner,
     pub(crate) mode: LeaseMode,
-    pub(crate) acquired_at: Instant,
     pub(crate) max_hold: Option<Duration>,
+}
+
+#[derive(Debug)]
+pub(crate) struct HeldLock {
+    id: u64,
+    key: String,
+    grant: Grant,
+    terms: Terms,
     /// Nested guards alive (1 for a plain acquisition).
-    pub(crate) depth: AtomicUsize,
+    depth: AtomicUsize,
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
     validity: Mutex<Validity>,
-    /// A guard of this lock was used by a task other than `owner`: the lock is no longer
-    /// reentrant for `owner` (it may have been handed to that task, which may still be inside).
+    /// A guard of this lock was used by a task other than its owner: the lock is no longer
+    /// reentrant for the owner (it may have been handed to that task, which may still be inside).
     escaped: AtomicBool,
     lost: CancellationToken,
-    /// The local queue permit, returned after the Redis release completed.
-    pub(crate) permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The local queue place, given back after the Redis release completed or when lost.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps the key's slot registered while the lock lives.
-    pub(crate) slot: SlotRef,
+    slot: SlotRef,
 }
 
 /// The validity clock of a held lock.
@@ -57,39 +81,33 @@ struct Validity {
 }
 
 /// Part of a lease treated as unsafe: clock drift between client and server, plus scheduling.
-pub(crate) fn safety_margin(lease: Duration) -> Duration {
+fn safety_margin(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(1)
 }
 
-impl Held {
-    #[allow(clippy::too_many_arguments)]
+/// The end of a lease confirmed for a command sent at `sent_at`, with the safety margin.
+fn confirmed_until(sent_at: Instant, lease: Duration) -> Instant {
+    sent_at + lease.saturating_sub(safety_margin(lease))
+}
+
+impl HeldLock {
     pub(crate) fn new(
         id: u64,
         key: String,
-        keys: RedisKeys,
-        token: String,
-        fence: u64,
-        owner: Owner,
-        mode: LeaseMode,
-        lease: Duration,
-        sent_at: Instant,
-        max_hold: Option<Duration>,
-        permit: OwnedSemaphorePermit,
+        terms: Terms,
+        grant: Grant,
         slot: SlotRef,
+        permit: OwnedSemaphorePermit,
     ) -> Self {
+        let until = confirmed_until(grant.sent_at, terms.mode.lease());
         Self {
             id,
             key,
-            keys,
-            token,
-            fence,
-            owner,
-            mode,
-            acquired_at: sent_at,
-            max_hold,
+            grant,
+            terms,
             depth: AtomicUsize::new(1),
             validity: Mutex::new(Validity {
-                until: sent_at + lease.saturating_sub(safety_margin(lease)),
+                until,
                 extended_at: None,
             }),
             escaped: AtomicBool::new(false),
@@ -99,12 +117,62 @@ impl Held {
         }
     }
 
-    fn validity(&self) -> std::sync::MutexGuard<'_, Validity> {
-        self.validity.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The user's key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub(crate) fn keys(&self) -> &RedisKeys {
+        &self.grant.keys
+    }
+
+    pub(crate) fn token(&self) -> &str {
+        &self.grant.token
+    }
+
+    pub(crate) fn fence(&self) -> u64 {
+        self.grant.fence
+    }
+
+    pub(crate) fn mode(&self) -> LeaseMode {
+        self.terms.mode
+    }
+
+    pub(crate) fn slot(&self) -> &SlotRef {
+        &self.slot
+    }
+
+    pub(crate) fn depth(&self) -> usize {
+        self.depth.load(Ordering::Acquire)
+    }
+
+    /// One more nested guard (under the slot's holder lock).
+    pub(crate) fn nest(&self) {
+        self.depth.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// One guard fewer (under the slot's holder lock); `true` when it was the outermost.
+    pub(crate) fn unnest(&self) -> bool {
+        self.depth.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// How long the lock has been held.
+    pub(crate) fn held_for(&self) -> Duration {
+        self.grant.sent_at.elapsed()
+    }
+
+    pub(crate) fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            key: self.key.clone(),
+        }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.validity().until
+        self.validity.lock().until
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
@@ -112,31 +180,28 @@ impl Held {
     /// before the last extension is ignored: it may have run before that extension in Redis
     /// and been overwritten by it.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
-        let mut validity = self.validity();
+        let mut validity = self.validity.lock();
         if validity.extended_at.is_some_and(|at| sent_at < at) {
             return;
         }
-        let new = sent_at + lease.saturating_sub(safety_margin(lease));
-        if new > validity.until {
-            validity.until = new;
-        }
+        validity.until = validity.until.max(confirmed_until(sent_at, lease));
     }
 
     /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
     /// unless a later extension was recorded already.
     pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration) {
-        let mut validity = self.validity();
+        let mut validity = self.validity.lock();
         if validity.extended_at.is_some_and(|at| sent_at < at) {
             return;
         }
-        validity.until = sent_at + by.saturating_sub(safety_margin(by));
+        validity.until = confirmed_until(sent_at, by);
         validity.extended_at = Some(sent_at);
     }
 
     /// Notes that a guard of this lock is used in the current task; when that is not the
     /// owner, the lock stops being reentrant for the owner (once, with a warning).
     pub(crate) fn touched(&self) {
-        if self.escaped.load(Ordering::Relaxed) || Owner::current() == self.owner {
+        if self.escaped.load(Ordering::Relaxed) || Owner::current() == self.terms.owner {
             return;
         }
         if !self.escaped.swap(true, Ordering::AcqRel) {
@@ -150,7 +215,7 @@ impl Held {
 
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
-        self.owner == owner && !self.escaped.load(Ordering::Acquire)
+        self.terms.owner == owner && !self.escaped.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -163,9 +228,9 @@ impl Held {
     /// noticed yet).
     pub(crate) fn mark_lost(&self, why: &'static str) {
         if !self.lost.is_cancelled() {
-            tracing::warn!(key = %self.key, fence = self.fence, reason = why, "lock lost");
+            tracing::warn!(key = %self.key, fence = self.fence(), reason = why, "lock lost");
             self.lost.cancel();
-            drop(self.take_permit());
+            self.give_back_place();
         }
     }
 
@@ -185,59 +250,51 @@ impl Held {
         }
     }
 
-    /// Whether the watchdog should renew it now.
+    /// The lease the watchdog should renew it with now, if any.
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
-        match self.mode {
-            LeaseMode::Watchdog { lease } if !self.lost.is_cancelled() => match self.max_hold {
-                Some(max) if now >= self.acquired_at + max => None,
+        match self.terms.mode {
+            LeaseMode::Watchdog(lease) if !self.lost.is_cancelled() => match self.terms.max_hold {
+                Some(max) if now >= self.grant.sent_at + max => None,
                 _ => Some(lease),
             },
             _ => None,
         }
     }
 
-    pub(crate) fn take_permit(&self) -> Option<OwnedSemaphorePermit> {
-        self.permit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-    }
-
-    pub(crate) fn depth(&self) -> usize {
-        self.depth.load(Ordering::Acquire)
+    /// Gives the local queue place back (once).
+    pub(crate) fn give_back_place(&self) {
+        drop(self.permit.lock().take());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reentrancy::Registry;
+    use crate::slot::Slots;
 
-    fn held(registry: &Registry, lease: Duration, sent_at: Instant) -> Held {
-        let slot = registry.slot("k");
+    fn held(slots: &Slots, lease: Duration, sent_at: Instant) -> HeldLock {
+        let slot = slots.get("k");
         let permit = slot.queue.clone().try_acquire_owned().unwrap();
-        Held::new(
-            1,
-            "k".into(),
-            RedisKeys::new("p:", "k"),
-            "t".into(),
-            1,
-            Owner::current(),
-            LeaseMode::Watchdog { lease },
-            lease,
+        let terms = Terms {
+            owner: Owner::current(),
+            mode: LeaseMode::Watchdog(lease),
+            max_hold: None,
+        };
+        let grant = Grant {
+            keys: RedisKeys::new("p:", "k"),
+            token: "t".into(),
+            fence: 1,
             sent_at,
-            None,
-            permit,
-            slot,
-        )
+        };
+        HeldLock::new(1, "k".into(), terms, grant, slot, permit)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_sent_before_a_shortening_extension_does_not_undo_it() {
-        let registry = Registry::default();
+        let slots = Slots::default();
         let lease = Duration::from_secs(30);
         let t0 = Instant::now();
-        let held = held(&registry, lease, t0);
+        let held = held(&slots, lease, t0);
         // The watchdog sends a renewal at t0 + 1 s; the user shortens the lease to 2 s at
         // t0 + 2 s; the extension's answer arrives first, the renewal's answer after it.
         let renewal_sent = t0 + Duration::from_secs(1);
@@ -259,11 +316,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_lock_gives_back_its_local_place() {
-        let registry = Registry::default();
-        let held = held(&registry, Duration::from_secs(30), Instant::now());
-        assert_eq!(held.slot.queue.available_permits(), 0);
+        let slots = Slots::default();
+        let held = held(&slots, Duration::from_secs(30), Instant::now());
+        assert_eq!(held.slot().queue.available_permits(), 0);
         held.mark_lost("test");
-        assert_eq!(held.slot.queue.available_permits(), 1);
-        assert!(held.take_permit().is_none());
+        assert_eq!(held.slot().queue.available_permits(), 1);
+        held.give_back_place();
+        assert_eq!(held.slot().queue.available_permits(), 1);
     }
 }

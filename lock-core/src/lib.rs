@@ -169,16 +169,20 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
+mod backend_error;
 mod builder;
 mod connection;
 mod error;
 mod guard;
 mod held;
 mod key;
+mod limits;
+mod local;
 mod locker;
-mod reentrancy;
+mod owner;
 mod release;
 mod scripts;
+mod slot;
 mod store;
 mod template;
 mod tls;
@@ -187,18 +191,16 @@ mod waiters;
 mod watchdog;
 
 #[doc(hidden)]
-pub mod __private {
-    //! Support for generated code.
-    pub use crate::private::*;
-}
-mod private;
+pub mod __private;
 
 pub use acquire::{Acquire, AcquireFuture};
+pub use backend_error::BackendError;
 pub use builder::LockerBuilder;
-pub use error::{ConfigError, InvalidKeyReason, LockError};
+pub use error::{ConfigError, DurationSetting, InvalidKeyReason, LockError};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
-pub use locker::{Locker, MAX_LEASE};
+pub use limits::MAX_LEASE;
+pub use locker::Locker;
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.

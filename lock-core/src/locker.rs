@@ -4,7 +4,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::acquire::Acquire;
@@ -12,15 +11,11 @@ use crate::builder::LockerBuilder;
 use crate::connection::Timeouts;
 use crate::error::LockError;
 use crate::key::{self, RedisKeys};
-use crate::reentrancy::Registry;
-use crate::release::{self, ReleaseJob};
+use crate::local::LocalLocks;
+use crate::release::{self, Releaser};
 use crate::store::Store;
 use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
-
-/// The longest lease accepted (Redis takes millisecond TTLs up to `i64::MAX`; this keeps every
-/// deadline computation far from overflow).
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 static GLOBAL: OnceLock<Locker> = OnceLock::new();
 
@@ -56,7 +51,7 @@ impl std::fmt::Debug for Locker {
         f.debug_struct("Locker")
             .field("prefix", &self.inner.settings.prefix)
             .field("watchdog_lease", &self.inner.settings.watchdog_lease)
-            .field("held", &self.inner.watchdog.len())
+            .field("held", &self.inner.local.watchdog().len())
             .finish_non_exhaustive()
     }
 }
@@ -76,10 +71,9 @@ pub(crate) struct Settings {
 pub(crate) struct Inner {
     pub(crate) store: Arc<Store>,
     pub(crate) settings: Settings,
-    pub(crate) registry: Registry,
+    pub(crate) local: LocalLocks,
     pub(crate) waiters: Waiters,
-    pub(crate) watchdog: Arc<Watchdog>,
-    pub(crate) releaser: mpsc::UnboundedSender<ReleaseJob>,
+    pub(crate) releaser: Releaser,
     next_id: AtomicU64,
     _shutdown: DropGuard,
 }
@@ -130,7 +124,7 @@ impl Locker {
             .store
             .exists(&keys.lock)
             .await
-            .map_err(|e| LockError::backend(key, e))
+            .map_err(|e| LockError::backend(Some(key), e))
     }
 
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for
@@ -149,7 +143,7 @@ impl Locker {
             .store
             .force_unlock(&keys)
             .await
-            .map_err(|e| LockError::backend(key, e))?;
+            .map_err(|e| LockError::backend(Some(key), e))?;
         tracing::info!(%key, deleted, "force unlock");
         Ok(deleted)
     }
@@ -171,17 +165,21 @@ impl Locker {
 
     /// Number of locks the watchdog is keeping alive right now.
     pub fn watchdog_locks(&self) -> usize {
-        self.inner.watchdog.len()
+        self.inner.local.watchdog().len()
     }
 
     /// Renewal script calls the watchdog has sent since the locker was built.
     pub fn renewal_calls(&self) -> u64 {
-        self.inner.watchdog.renew_calls.load(Ordering::Relaxed)
+        self.inner
+            .local
+            .watchdog()
+            .renew_calls
+            .load(Ordering::Relaxed)
     }
 
     /// Number of keys with local state: held, or waited for by a task of this process.
     pub fn local_keys(&self) -> usize {
-        self.inner.registry.len()
+        self.inner.local.len()
     }
 
     /// Number of release channels the pub/sub connection is subscribed to.
@@ -223,9 +221,8 @@ impl Locker {
             inner: Arc::new(Inner {
                 store,
                 settings,
-                registry: Registry::default(),
+                local: LocalLocks::new(watchdog),
                 waiters,
-                watchdog,
                 releaser,
                 next_id: AtomicU64::new(1),
                 _shutdown: shutdown.drop_guard(),

@@ -1,31 +1,124 @@
-//! Releasing locks in Redis: the compare-and-delete call, and the background releaser that
-//! serves guards dropped without [`LockGuard::release`](crate::LockGuard::release) and
-//! acquire attempts abandoned mid-flight.
+//! Releasing locks in Redis: the one release path of a held lock, the drop-guard that hands an
+//! interrupted release to the background, and the background releaser that serves guards
+//! dropped without [`LockGuard::release`](crate::LockGuard::release) and acquire attempts
+//! abandoned mid-flight.
 //!
 //! Drop cannot await, so it sends a job over an unbounded channel; sending needs no runtime
 //! and never blocks or panics. If the runtime is gone, the job is dropped and the key expires
 //! with its lease.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::held::Held;
+use crate::error::LockError;
+use crate::held::HeldLock;
 use crate::key::RedisKeys;
+use crate::local::LocalLocks;
 use crate::store::Store;
 
 /// Work for the background releaser.
 #[derive(Debug)]
 pub(crate) enum ReleaseJob {
-    /// The outermost guard of a held lock was dropped.
-    Held(Arc<Held>),
+    /// The outermost guard of a held lock was dropped, or its release was interrupted.
+    Dropped(Arc<HeldLock>),
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
     /// out or cancelled command still runs on the server): delete the lock if it holds it.
-    Ghost { keys: RedisKeys, token: String },
+    Abandoned { keys: RedisKeys, token: String },
+}
+
+/// The sending side of the background releaser.
+pub(crate) type Releaser = mpsc::UnboundedSender<ReleaseJob>;
+
+/// Releases a lock whose outermost guard has left, and settles it locally. `Ok` only when this
+/// release deleted the key while it was still ours; `Lost` when it had been lost before (its
+/// key, if it holds someone else's token, is left untouched).
+pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), LockError> {
+    // Includes the confirmed lease having run out.
+    let was_lost = held.is_lost();
+    let result = store.release(held.keys(), held.token()).await;
+    LocalLocks::settle(held, result.as_ref().ok().map(|r| r.others_waiting));
+    match result.map(|r| r.ours) {
+        Ok(true) if !was_lost => {
+            tracing::debug!(key = %held.key(), held_for = ?held.held_for(), "lock released");
+            Ok(())
+        }
+        // Already lost before the release: that is the answer, whatever the clean-up met.
+        Ok(_) | Err(_) if was_lost => Err(held.lost_error()),
+        Ok(_) => {
+            held.mark_lost("released after it had been lost");
+            Err(held.lost_error())
+        }
+        Err(error) => Err(LockError::backend(Some(held.key()), error)),
+    }
+}
+
+/// What a [`ReleaseOnDrop`] hands to the background releaser.
+pub(crate) trait Pending {
+    fn job(&mut self) -> ReleaseJob;
+}
+
+/// A held lock whose outermost guard is being released.
+impl Pending for Arc<HeldLock> {
+    fn job(&mut self) -> ReleaseJob {
+        ReleaseJob::Dropped(self.clone())
+    }
+}
+
+/// An acquire attempt whose command may still run on the server.
+#[derive(Debug)]
+pub(crate) struct Attempt<'a> {
+    pub(crate) keys: &'a RedisKeys,
+    pub(crate) token: String,
+}
+
+impl Pending for Attempt<'_> {
+    fn job(&mut self) -> ReleaseJob {
+        ReleaseJob::Abandoned {
+            keys: self.keys.clone(),
+            token: std::mem::take(&mut self.token),
+        }
+    }
+}
+
+/// Hands a release to the background releaser when dropped while armed: the future doing it
+/// was dropped mid-call, or an acquire's outcome is unknown.
+pub(crate) struct ReleaseOnDrop<'a, P: Pending> {
+    releaser: &'a Releaser,
+    pub(crate) pending: P,
+    armed: bool,
+}
+
+impl<'a, P: Pending> ReleaseOnDrop<'a, P> {
+    /// Disarmed until [`arm`](Self::arm).
+    pub(crate) fn new(releaser: &'a Releaser, pending: P) -> Self {
+        Self {
+            releaser,
+            pending,
+            armed: false,
+        }
+    }
+
+    pub(crate) fn arm(&mut self) {
+        self.armed = true;
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl<P: Pending> Drop for ReleaseOnDrop<'_, P> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.releaser.send(self.pending.job());
+        }
+    }
 }
 
 /// Starts the releaser task; it ends when every sender is gone (the locker was dropped).
-pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
+pub(crate) fn start(store: Arc<Store>) -> Releaser {
     let (tx, mut rx) = mpsc::unbounded_channel::<ReleaseJob>();
     tokio::spawn(async move {
         while let Some(job) = rx.recv().await {
@@ -33,23 +126,18 @@ pub(crate) fn start(store: Arc<Store>) -> mpsc::UnboundedSender<ReleaseJob> {
             // Each release runs on its own so one slow call does not delay the others.
             tokio::spawn(async move {
                 match job {
-                    ReleaseJob::Held(held) => {
-                        match store.release(&held.keys, &held.token).await {
-                            Ok(r) if r.ours => {
-                                held.slot.released(r.others_waiting);
-                                tracing::debug!(key = %held.key, "lock released (dropped guard)")
-                            }
-                            Ok(_) => held.mark_lost("released after it had expired"),
-                            Err(error) => {
-                                tracing::warn!(key = %held.key, %error, "background release failed; the lock expires with its lease")
-                            }
+                    ReleaseJob::Dropped(held) => match release_held(&store, &held).await {
+                        Ok(()) => {}
+                        // Logged when it was marked lost.
+                        Err(LockError::Lost { .. }) => {}
+                        Err(error) => {
+                            tracing::warn!(key = %held.key(), %error, "background release failed; the lock expires with its lease")
                         }
-                        drop(held.take_permit());
-                    }
-                    ReleaseJob::Ghost { keys, token } => {
+                    },
+                    ReleaseJob::Abandoned { keys, token } => {
                         // The attempt's command may still be on its way: try a few times.
                         for delay in [0, 100, 500, 2000] {
-                            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                            tokio::time::sleep(Duration::from_millis(delay)).await;
                             match store.release(&keys, &token).await {
                                 Ok(r) if r.ours => {
                                     tracing::debug!(lock = %keys.lock, "removed a lock taken by an abandoned acquire");

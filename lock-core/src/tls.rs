@@ -1,9 +1,6 @@
 //! TLS for `rediss://` connections: [`TlsConfig`] (a private CA, a client identity), its
 //! validation before any connection, and the recognition of TLS failures in Redis errors.
 
-use std::error::Error as StdError;
-use std::sync::Arc;
-
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -112,7 +109,7 @@ impl TlsConfig {
     /// Parses every PEM and checks that rustls accepts them together (a key that does not
     /// belong to its certificate is refused here), without any network traffic.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| invalid("protocol versions", e.to_string()))?;
@@ -205,34 +202,6 @@ pub(crate) fn ensure_crypto_provider() {
         // Losing a race against another installer is fine: a provider is then installed.
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-}
-
-/// Whether `error` (or anything it wraps) is a TLS failure: a rejected certificate, a
-/// handshake alert, a peer that does not speak TLS, or a host name that cannot be checked.
-pub(crate) fn is_tls_error(error: &redis::RedisError) -> bool {
-    is_tls_cause(error)
-}
-
-fn is_tls_cause(error: &(dyn StdError + 'static)) -> bool {
-    if error.is::<rustls::Error>() || error.is::<rustls::pki_types::InvalidDnsNameError>() {
-        return true;
-    }
-    if let Some(io) = error.downcast_ref::<std::io::Error>() {
-        // tokio-rustls reports handshake failures as an io::Error wrapping the rustls error;
-        // io::Error::source skips the wrapped error itself, so look at it directly.
-        if let Some(inner) = io.get_ref() {
-            if is_tls_cause(inner) {
-                return true;
-            }
-        }
-    }
-    // redis-rs keeps the error it wraps behind an `Arc`.
-    if let Some(shared) = error.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
-        if is_tls_cause(shared.as_ref()) {
-            return true;
-        }
-    }
-    error.source().is_some_and(is_tls_cause)
 }
 
 #[cfg(test)]

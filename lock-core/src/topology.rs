@@ -3,16 +3,19 @@
 
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
-use crate::connection::{Connection, Timeouts};
+use crate::backend_error::BackendError;
+use crate::connection::{Connection, SentinelPrimary, Timeouts};
 use crate::error::{ConfigError, LockError};
-use crate::store::{latch_ttl, MinReplicas, RestartGuard, Store};
+use crate::store::{
+    latch_ttl, MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store,
+};
 use crate::tls::{self, TlsConfig};
 use crate::waiters::PubSubSource;
 
 /// Where the locks live.
 #[derive(Clone)]
 pub(crate) enum Topology {
-    Single(String),
+    Server(String),
     Cluster(Vec<String>),
     Sentinel {
         master: String,
@@ -23,7 +26,7 @@ pub(crate) enum Topology {
 
 /// A client for `url`, with the TLS settings when there are any.
 fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
-    let client = redis::Client::open(url).map_err(ConfigError::Url)?;
+    let client = redis::Client::open(url).map_err(|e| ConfigError::Url(BackendError::redis(e)))?;
     let secure = is_tls_url(&client);
     if secure {
         tls::ensure_crypto_provider();
@@ -86,7 +89,7 @@ fn sentinel_client(
             None,
             SentinelServerType::Master,
         )
-        .map_err(ConfigError::Url);
+        .map_err(|e| ConfigError::Url(BackendError::redis(e)));
     }
     if secure != opened.len() {
         return Err(unsupported(
@@ -137,21 +140,22 @@ pub(crate) async fn connect(
     restart_guard: Option<RestartGuard>,
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
-    let backend = |e| LockError::backend("", e);
+    let backend = |e| LockError::backend(None, e);
     let latch = latch_ttl(timeouts.command);
+    let node = |conn, restart_guard| Node {
+        conn,
+        restart_guard,
+        latch,
+    };
+    let single = |node| Store::Single(SingleStore { node, min_replicas });
     Ok(match topology {
-        Topology::Single(url) => {
+        Topology::Server(url) => {
             let client = open(&url, tls)?;
-            let conn = Connection::single(client.clone(), timeouts)
+            let conn = Connection::server(client.clone(), timeouts)
                 .await
                 .map_err(backend)?;
             (
-                Store::One {
-                    conn,
-                    min_replicas,
-                    restart_guard,
-                    latch,
-                },
+                single(node(conn, restart_guard)),
                 PubSubSource::Nodes(vec![client]),
             )
         }
@@ -163,33 +167,22 @@ pub(crate) async fn connect(
             let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
                 .await
                 .map_err(backend)?;
-            let store = Store::One {
-                conn,
-                min_replicas,
-                restart_guard: None,
-                latch,
-            };
-            (store, pubsub)
+            // The builder refuses a restart guard for a cluster.
+            (single(node(conn, None)), pubsub)
         }
         Topology::Sentinel { master, sentinels } => {
             if sentinels.is_empty() {
                 return Err(ConfigError::MissingUrl.into());
             }
             let client = sentinel_client(&master, &sentinels, tls)?;
-            let conn = Connection::sentinel(client, timeouts)
+            let primary = SentinelPrimary::connect(client, timeouts)
                 .await
                 .map_err(backend)?;
-            let Connection::Sentinel(primary) = &conn else {
-                unreachable!("Connection::sentinel returns a Sentinel connection")
-            };
-            let pubsub = PubSubSource::Sentinel(primary.clone());
-            let store = Store::One {
-                conn,
-                min_replicas,
-                restart_guard,
-                latch,
-            };
-            (store, pubsub)
+            let conn = Connection::Sentinel(primary.clone());
+            (
+                single(node(conn, restart_guard)),
+                PubSubSource::Sentinel(primary),
+            )
         }
         Topology::RedLock(urls) => {
             if urls.len() < 3 {
@@ -204,30 +197,24 @@ pub(crate) async fn connect(
             let mut nodes = Vec::new();
             let mut up = 0;
             for client in &clients {
-                let conn = match Connection::single(client.clone(), timeouts).await {
+                let conn = match Connection::server(client.clone(), timeouts).await {
                     Ok(conn) => {
                         up += 1;
                         conn
                     }
                     Err(_) => Connection::lazy(client.clone(), timeouts).map_err(backend)?,
                 };
-                nodes.push(conn);
+                nodes.push(node(conn, restart_guard.clone()));
             }
-            if up < urls.len() / 2 + 1 {
-                return Err(LockError::backend(
-                    "",
-                    redis::RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionRefused,
-                        "fewer than a majority of RedLock nodes are reachable",
-                    )),
-                ));
+            if !Quorum::of(urls.len()).carried(up) {
+                return Err(backend(BackendError::undecided(
+                    "fewer than a majority of RedLock nodes are reachable",
+                )));
             }
-            let store = Store::Quorum {
+            let store = Store::RedLock(RedLockStore {
                 nodes,
                 timeout: timeouts.command,
-                restart_guard,
-                latch,
-            };
+            });
             (store, PubSubSource::Nodes(clients))
         }
     })

@@ -9,13 +9,15 @@
 //! every live channel again and wakes every waiter, since messages may have been missed.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend_error::BackendError;
 use crate::connection::{SentinelPrimary, Timeouts};
 
 /// Where the subscriber connection goes.
@@ -40,7 +42,7 @@ impl PubSubSource {
         }
     }
 
-    async fn client(&self, attempt: usize) -> redis::RedisResult<redis::Client> {
+    async fn client(&self, attempt: usize) -> Result<redis::Client, BackendError> {
         match self {
             Self::Nodes(clients) => Ok(clients[attempt % clients.len()].clone()),
             Self::Sentinel(primary) => primary.client().await,
@@ -74,7 +76,7 @@ struct Shared {
 
 impl Shared {
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
-        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+        self.channels.lock()
     }
 }
 
@@ -170,7 +172,7 @@ async fn listen(
         let generation = source.generation();
         let connect = async {
             let client = source.client(attempt).await?;
-            client.get_async_pubsub().await
+            client.get_async_pubsub().await.map_err(BackendError::redis)
         };
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -226,10 +228,11 @@ async fn listen(
                         break;
                     }
                     let idle = expire_idle(&shared);
-                    if !idle.is_empty()
-                        && !report(tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await, "unsubscribe")
-                    {
-                        break;
+                    if !idle.is_empty() {
+                        let result = tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await;
+                        if let Link::Broken = check(result, "unsubscribe") {
+                            break;
+                        }
                     }
                 }
                 message = stream.next() => match message {
@@ -243,7 +246,7 @@ async fn listen(
                 },
                 command = commands.recv() => {
                     let Some(command) = command else { return };
-                    let ok = match command {
+                    let link = match command {
                         Command::Subscribe(channel) => {
                             let wanted = shared.channels().contains_key(&channel);
                             let result = if wanted {
@@ -254,10 +257,10 @@ async fn listen(
                             if let Some(entry) = shared.channels().get(&channel) {
                                 entry.settled.send_replace(true);
                             }
-                            report(result, "subscribe")
+                            check(result, "subscribe")
                         }
                     };
-                    if !ok {
+                    if let Link::Broken = link {
                         break;
                     }
                 }
@@ -267,17 +270,24 @@ async fn listen(
     }
 }
 
-/// Logs a failed (un)subscribe; `false` when the connection is unusable and must be replaced.
-fn report(result: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>, what: &str) -> bool {
+/// The state of the subscriber connection after a command.
+enum Link {
+    Usable,
+    /// It must be replaced.
+    Broken,
+}
+
+/// What an (un)subscribe's result says of the connection; a refusal is logged.
+fn check(result: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>, what: &str) -> Link {
     match result {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => false,
+        Ok(Ok(())) => Link::Usable,
+        Ok(Err(e)) if e.is_io_error() || e.is_connection_dropped() => Link::Broken,
         Ok(Err(e)) => {
             // NOPERM (ACL without channel rights) and the like: waiters poll instead.
             tracing::warn!(error = %e, "{what} of a release channel failed");
-            true
+            Link::Usable
         }
-        Err(_) => false,
+        Err(_) => Link::Broken,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Lease renewal for every watchdog-managed lock of one `Locker`, by one background task.
 //!
 //! Every `lease / 3` the task renews all such locks at once: one `renew.lua` call per batch of
-//! up to [`BATCH`] keys, all batches sent together on the multiplexed connection, so a tick
+//! up to `store::BATCH` keys, all batches sent together on the multiplexed connection, so a tick
 //! costs one round trip however many locks are held. A lock whose renewal reports another owner
 //! (or no key) is marked lost at once; when renewals fail (Redis unreachable), the lock turns
 //! lost by itself when its last confirmed lease runs out (see `Held::lost`). Locks past their
@@ -9,30 +9,31 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::held::Held;
-use crate::store::{Renewal, Store, BATCH};
+use crate::held::HeldLock;
+use crate::store::{Renewal, Store};
 
 /// The locks the watchdog keeps alive, and counters for tests and metrics.
 #[derive(Debug, Default)]
 pub(crate) struct Watchdog {
-    locks: Mutex<HashMap<u64, Arc<Held>>>,
+    locks: Mutex<HashMap<u64, Arc<HeldLock>>>,
     /// Renewal script calls sent so far.
     pub(crate) renew_calls: AtomicU64,
 }
 
 impl Watchdog {
-    fn locks(&self) -> MutexGuard<'_, HashMap<u64, Arc<Held>>> {
-        self.locks.lock().unwrap_or_else(PoisonError::into_inner)
+    fn locks(&self) -> MutexGuard<'_, HashMap<u64, Arc<HeldLock>>> {
+        self.locks.lock()
     }
 
-    pub(crate) fn insert(&self, held: Arc<Held>) {
-        self.locks().insert(held.id, held);
+    pub(crate) fn insert(&self, held: Arc<HeldLock>) {
+        self.locks().insert(held.id(), held);
     }
 
     pub(crate) fn remove(&self, id: u64) {
@@ -65,7 +66,7 @@ impl Watchdog {
 
     async fn tick(&self, store: &Store) {
         let now = Instant::now();
-        let mut due: HashMap<Duration, Vec<Arc<Held>>> = HashMap::new();
+        let mut due: HashMap<Duration, Vec<Arc<HeldLock>>> = HashMap::new();
         self.locks().retain(|_, held| {
             if held.is_lost() {
                 held.mark_lost("lease ran out before it was renewed");
@@ -83,12 +84,12 @@ impl Watchdog {
         // anyway. Every group is renewed at once.
         let calls = due.into_iter().map(|(lease, locks)| {
             self.renew_calls
-                .fetch_add(locks.len().div_ceil(BATCH) as u64, Ordering::Relaxed);
+                .fetch_add(Store::renew_calls(locks.len()), Ordering::Relaxed);
             async move {
                 let sent_at = Instant::now();
                 let pairs: Vec<(&str, &str)> = locks
                     .iter()
-                    .map(|h| (h.keys.lock.as_str(), h.token.as_str()))
+                    .map(|h| (h.keys().lock.as_str(), h.token()))
                     .collect();
                 let answers = store.renew(&pairs, lease).await;
                 for (held, answer) in locks.iter().zip(answers) {
@@ -96,7 +97,7 @@ impl Watchdog {
                         Renewal::Renewed => held.confirm(sent_at, lease),
                         Renewal::NotOurs => {
                             held.mark_lost("renewal found another owner or no key");
-                            self.remove(held.id);
+                            self.remove(held.id());
                         }
                         Renewal::Unknown => {}
                     }
@@ -105,9 +106,4 @@ impl Watchdog {
         });
         futures_util::future::join_all(calls).await;
     }
-}
-
-/// A lease in whole milliseconds, never 0 (`PEXPIRE 0` would delete the key).
-pub(crate) fn lease_ms(lease: Duration) -> u64 {
-    u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1)
 }

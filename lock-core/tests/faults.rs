@@ -447,7 +447,10 @@ async fn a_misplaced_or_empty_restart_guard_is_a_config_error() {
         assert!(
             matches!(
                 err,
-                LockError::Config(lock_core::ConfigError::RestartGuard { .. })
+                LockError::Config(lock_core::ConfigError::OutOfRange {
+                    setting: lock_core::DurationSetting::RestartGuard,
+                    ..
+                })
             ),
             "{guard:?}: {err:?}"
         );

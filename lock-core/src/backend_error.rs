@@ -1,0 +1,163 @@
+//! [`BackendError`]: what went wrong between the kit and Redis, and how to classify it.
+//!
+//! The Redis client is an implementation detail of the kit: its error type stays inside, so the
+//! client can change without a breaking change here. What callers need from it (a message, the
+//! chain of causes, "was it a timeout", the server's error code) is offered by methods.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+/// A failure of the Redis backend: unreachable, timed out, or an error reply.
+///
+/// Opaque on purpose; [`Display`](fmt::Display) and [`source`](StdError::source) describe it,
+/// and the methods classify it.
+#[derive(Debug)]
+pub struct BackendError {
+    repr: Repr,
+}
+
+#[derive(Debug)]
+enum Repr {
+    /// The Redis client failed, or Redis answered with an error.
+    Redis(redis::RedisError),
+    /// A limit the kit sets on a call ran out; the call may still run on the server.
+    TimedOut(&'static str),
+    /// No answer decided the question (too few RedLock nodes answered, a renewal failed).
+    Undecided(&'static str),
+}
+
+impl BackendError {
+    pub(crate) fn redis(error: redis::RedisError) -> Self {
+        Self {
+            repr: Repr::Redis(error),
+        }
+    }
+
+    /// A timeout the kit imposed (not one of the client's own).
+    pub(crate) fn timed_out(what: &'static str) -> Self {
+        Self {
+            repr: Repr::TimedOut(what),
+        }
+    }
+
+    /// No answer decided it.
+    pub(crate) fn undecided(what: &'static str) -> Self {
+        Self {
+            repr: Repr::Undecided(what),
+        }
+    }
+
+    /// `true` when a command or a connection attempt timed out.
+    pub fn is_timeout(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => e.is_timeout(),
+            Repr::TimedOut(_) => true,
+            Repr::Undecided(_) => false,
+        }
+    }
+
+    /// `true` when the connection could not be made or broke (refused, reset, closed).
+    pub fn is_connection(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => {
+                e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error()
+            }
+            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+        }
+    }
+
+    /// The error code of an error reply from the server (`"NOPERM"`, `"LOADING"`, ...).
+    pub fn code(&self) -> Option<&str> {
+        match &self.repr {
+            Repr::Redis(e) => e.code(),
+            Repr::TimedOut(_) | Repr::Undecided(_) => None,
+        }
+    }
+
+    /// Errors after which the same call may succeed: lost connections, timeouts, a server that
+    /// is loading, busy with a script, or a cluster in transition (MOVED/ASK/TRYAGAIN/
+    /// CLUSTERDOWN that outlasted the cluster client's own retries).
+    pub(crate) fn is_transient(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.is_connection_refusal()
+                    || e.is_cluster_error()
+                    || matches!(
+                        e.code(),
+                        Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+                    )
+            }
+            Repr::TimedOut(_) | Repr::Undecided(_) => true,
+        }
+    }
+
+    /// Whether a call that failed this way may be sent again at once because it surely or
+    /// probably did not run: a dropped or refused connection, not a timeout (a timed-out call
+    /// may still run). For idempotent calls.
+    pub(crate) fn is_dropped_connection(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => e.is_connection_dropped() || e.is_io_error() && !e.is_timeout(),
+            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+        }
+    }
+
+    /// Whether Redis said the key holds another type.
+    pub(crate) fn is_wrong_type(&self) -> bool {
+        self.code() == Some("WRONGTYPE")
+    }
+
+    /// Whether this is a TLS failure: a rejected certificate, a handshake alert, a peer that
+    /// does not speak TLS, or a host name that cannot be checked.
+    pub(crate) fn is_tls(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => is_tls_cause(e),
+            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            Repr::Redis(e) => fmt::Display::fmt(e, f),
+            Repr::TimedOut(what) => write!(f, "timed out: {what}"),
+            Repr::Undecided(what) => f.write_str(what),
+        }
+    }
+}
+
+impl StdError for BackendError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        // The client's message is this error's own text; its causes come next.
+        match &self.repr {
+            Repr::Redis(e) => e.source(),
+            Repr::TimedOut(_) | Repr::Undecided(_) => None,
+        }
+    }
+}
+
+fn is_tls_cause(error: &(dyn StdError + 'static)) -> bool {
+    if error.is::<rustls::Error>() || error.is::<rustls::pki_types::InvalidDnsNameError>() {
+        return true;
+    }
+    if let Some(io) = error.downcast_ref::<std::io::Error>() {
+        // tokio-rustls reports handshake failures as an io::Error wrapping the rustls error;
+        // io::Error::source skips the wrapped error itself, so look at it directly.
+        if let Some(inner) = io.get_ref() {
+            if is_tls_cause(inner) {
+                return true;
+            }
+        }
+    }
+    // redis-rs keeps the error it wraps behind an `Arc`.
+    if let Some(shared) = error.downcast_ref::<Arc<dyn StdError + Send + Sync>>() {
+        if is_tls_cause(shared.as_ref()) {
+            return true;
+        }
+    }
+    error.source().is_some_and(is_tls_cause)
+}

@@ -1,0 +1,129 @@
+//! The per-key slots of one `Locker`: for each key this process holds or waits for, a FIFO
+//! queue with one place (local waiters line up here, so only one task per process contends in
+//! Redis for a key and handoffs are first come, first served) and a reference to the current
+//! local holder (for reentrancy).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use crate::held::HeldLock;
+
+type SlotMap = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
+
+/// The per-key state shared by every local acquirer and holder of one key.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// One permit: the task holding it is the only local one that holds or contends in Redis.
+    pub(crate) queue: Arc<Semaphore>,
+    /// The current local holder, for reentrancy. Weak: the holder keeps its slot alive, not
+    /// the other way round.
+    holder: Mutex<Weak<HeldLock>>,
+    /// After a release that told waiters of other lockers, the next local acquirer holds back
+    /// until then, so those waiters get a fair chance instead of losing every race to a task
+    /// that was woken without a network hop.
+    yield_until: Mutex<Option<Instant>>,
+}
+
+impl Slot {
+    /// How long after a release with remote waiters local acquirers hold back.
+    const YIELD: Duration = Duration::from_millis(1);
+
+    /// Records whether the last release told waiters of other lockers.
+    pub(crate) fn released(&self, others_waiting: bool) {
+        *self.yield_until.lock() = others_waiting.then(|| Instant::now() + Self::YIELD);
+    }
+
+    /// Until when a local acquirer should hold back, if at all.
+    pub(crate) fn yield_until(&self) -> Option<Instant> {
+        *self.yield_until.lock()
+    }
+
+    /// The current local holder, locked: reentry and leaving happen under this lock.
+    pub(crate) fn holder(&self) -> MutexGuard<'_, Weak<HeldLock>> {
+        self.holder.lock()
+    }
+}
+
+/// The slots of one `Locker`, created on first use and dropped with their last user.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    slots: SlotMap,
+}
+
+impl Slots {
+    /// The slot of `key`, created if needed.
+    pub(crate) fn get(&self, key: &str) -> SlotRef {
+        let slot = self
+            .slots
+            .lock()
+            .entry(key.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    queue: Arc::new(Semaphore::new(1)),
+                    holder: Mutex::new(Weak::new()),
+                    yield_until: Mutex::new(None),
+                })
+            })
+            .clone();
+        SlotRef {
+            key: key.to_owned(),
+            slot,
+            slots: self.slots.clone(),
+        }
+    }
+
+    /// Number of keys with local state (held, or being waited for).
+    pub(crate) fn len(&self) -> usize {
+        self.slots.lock().len()
+    }
+}
+
+/// A counted reference to a slot; the last one removes the slot from the map.
+#[derive(Debug)]
+pub(crate) struct SlotRef {
+    key: String,
+    slot: Arc<Slot>,
+    slots: SlotMap,
+}
+
+impl std::ops::Deref for SlotRef {
+    type Target = Slot;
+
+    fn deref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+impl Drop for SlotRef {
+    fn drop(&mut self) {
+        let mut slots = self.slots.lock();
+        // Clones are only made under this mutex, so the count is exact here: the map's
+        // reference plus ours means nobody else uses the slot.
+        if Arc::strong_count(&self.slot) == 2 {
+            slots.remove(&self.key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_shared_and_removed_with_their_last_user() {
+        let slots = Slots::default();
+        let a = slots.get("k");
+        let b = slots.get("k");
+        assert!(Arc::ptr_eq(&a.queue, &b.queue));
+        assert_eq!(slots.len(), 1);
+        drop(a);
+        assert_eq!(slots.len(), 1);
+        drop(b);
+        assert_eq!(slots.len(), 0);
+    }
+}

@@ -1,0 +1,166 @@
+//! The lock operations on a topology, behind one small interface ([`Store`]): the single-server
+//! strategy (one logical Redis: a server, a cluster or a Sentinel primary) and the RedLock
+//! strategy (a majority of independent primaries), each in its own file, both built on the
+//! script calls of [`node`]. Script replies are typed in [`reply`].
+
+mod node;
+mod redlock;
+mod reply;
+mod single;
+
+use std::time::Duration;
+
+pub(crate) use node::Node;
+pub(crate) use redlock::{Quorum, RedLockStore};
+pub(crate) use reply::{AcquireReply, ReleaseReply, Renewal};
+pub(crate) use single::SingleStore;
+
+use crate::backend_error::BackendError;
+use crate::key::RedisKeys;
+
+/// Most keys renewed by one script call.
+pub(crate) const BATCH: usize = 500;
+
+/// The answer to one acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// The lock is ours, with this fencing token.
+    Acquired { fence: u64 },
+    /// Someone else holds it (or the node grants nothing yet); how long that lasts if known.
+    Busy { ttl: Option<Duration> },
+    /// Acquired, but fewer than the required replicas acknowledged; the lock was released again.
+    NotReplicated { acked: u64 },
+}
+
+impl From<AcquireReply> for Outcome {
+    fn from(reply: AcquireReply) -> Self {
+        match reply {
+            AcquireReply::Acquired { fence } => Self::Acquired { fence },
+            AcquireReply::Busy { ttl } => Self::Busy { ttl },
+            AcquireReply::Guarded { for_ms } => Self::Busy { ttl: Some(for_ms) },
+        }
+    }
+}
+
+/// The arguments of one acquire.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireArgs {
+    pub(crate) lease: Duration,
+    /// How long the fence counter outlives the acquire.
+    pub(crate) retention: Duration,
+    /// Life of the waiting flag; zero when the caller will not wait.
+    pub(crate) flag: Duration,
+}
+
+/// `WAIT` for replicas after acquiring (primary-replica topologies).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MinReplicas {
+    pub(crate) replicas: u64,
+    pub(crate) timeout: Duration,
+}
+
+/// The delayed-restart guard: a node whose data set is younger than `guard` (restarted, flushed,
+/// new) grants nothing, so locks it forgot cannot be granted twice while their lease may still
+/// run.
+#[derive(Debug, Clone)]
+pub(crate) struct RestartGuard {
+    /// The node's epoch key, under the locker's prefix.
+    pub(crate) epoch_key: String,
+    pub(crate) guard: Duration,
+}
+
+/// How long a release's latch lives for a given command timeout: past every retry of the
+/// release (at most three tries of one command timeout each, plus the pauses between them).
+pub(crate) fn latch_ttl(command_timeout: Duration) -> Duration {
+    (command_timeout * 4).max(Duration::from_secs(10))
+}
+
+/// Where locks live, and how they are taken, released and renewed there.
+#[derive(Debug)]
+pub(crate) enum Store {
+    Single(SingleStore),
+    RedLock(RedLockStore),
+}
+
+impl Store {
+    fn nodes(&self) -> &[Node] {
+        match self {
+            Self::Single(store) => std::slice::from_ref(&store.node),
+            Self::RedLock(store) => &store.nodes,
+        }
+    }
+
+    /// The `min_replicas` requirement, if any.
+    pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
+        match self {
+            Self::Single(store) => store.min_replicas,
+            Self::RedLock(_) => None,
+        }
+    }
+
+    /// Whether this is a RedLock quorum (a failed try there leaves an undo running in the
+    /// background, so the next try needs a fresh token).
+    pub(crate) fn is_redlock(&self) -> bool {
+        matches!(self, Self::RedLock(_))
+    }
+
+    /// Renewal script calls that renewing `locks` locks costs.
+    pub(crate) fn renew_calls(locks: usize) -> u64 {
+        locks.div_ceil(BATCH) as u64
+    }
+
+    pub(crate) async fn warn_on_eviction_policy(&self) {
+        for node in self.nodes() {
+            node.warn_on_eviction_policy().await;
+        }
+    }
+
+    /// Tries once to take the lock for `token`.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        args: AcquireArgs,
+    ) -> Result<Outcome, BackendError> {
+        match self {
+            Self::Single(store) => store.acquire(keys, token, args).await,
+            Self::RedLock(store) => store.acquire(keys, token, args).await,
+        }
+    }
+
+    /// Releases the lock if it holds `token`; see [`ReleaseReply`].
+    pub(crate) async fn release(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+    ) -> Result<ReleaseReply, BackendError> {
+        match self {
+            Self::Single(store) => store.release(keys, token).await,
+            Self::RedLock(store) => store.release(keys, token).await,
+        }
+    }
+
+    /// Renews `locks` (lock key, token) with `lease`; one answer per lock, in order.
+    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+        match self {
+            Self::Single(store) => store.renew(locks, lease).await,
+            Self::RedLock(store) => store.renew(locks, lease).await,
+        }
+    }
+
+    /// Whether the lock key exists (on a majority, for RedLock).
+    pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
+        match self {
+            Self::Single(store) => store.exists(lock_key).await,
+            Self::RedLock(store) => store.exists(lock_key).await,
+        }
+    }
+
+    /// Deletes the lock whoever holds it; `true` if any node had it.
+    pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
+        match self {
+            Self::Single(store) => store.force_unlock(keys).await,
+            Self::RedLock(store) => store.force_unlock(keys).await,
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The script calls on one logical Redis (a server, a cluster, a Sentinel primary): what both
+//! strategies send, the single-server one once, RedLock once per node.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::aio::ConnectionLike;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{FromRedisValue, RedisResult};
+
+use super::reply::{AcquireReply, ReleaseReply, RenewReply, Renewal};
+use super::{AcquireArgs, MinReplicas, RestartGuard, BATCH};
+use crate::backend_error::BackendError;
+use crate::connection::Connection;
+use crate::key::RedisKeys;
+use crate::limits::lease_ms;
+use crate::scripts::{self, ScriptCall};
+
+/// One Redis endpoint and the settings its calls need.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub(crate) conn: Connection,
+    pub(crate) restart_guard: Option<RestartGuard>,
+    /// How long a release's latch lives.
+    pub(crate) latch: Duration,
+}
+
+impl Node {
+    /// The acquire script call for `token`.
+    fn acquire_call(&self, keys: &RedisKeys, token: &str, args: AcquireArgs) -> ScriptCall {
+        let mut call = ScriptCall::new(&scripts::ACQUIRE);
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(lease_ms(args.lease))
+            .arg(lease_ms(args.retention))
+            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX))
+            .arg(keys.waiting());
+        if let Some(guard) = &self.restart_guard {
+            call.key(&guard.epoch_key).arg(lease_ms(guard.guard));
+        }
+        call
+    }
+
+    /// Runs the acquire script once.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        args: AcquireArgs,
+    ) -> Result<AcquireReply, BackendError> {
+        let reply = self
+            .acquire_call(keys, token, args)
+            .invoke(&mut self.conn.clone())
+            .await
+            .map_err(BackendError::redis)?;
+        if let AcquireReply::Guarded { for_ms } = reply {
+            // The node may have forgotten a lock it granted: it votes for nobody until then.
+            tracing::debug!(?for_ms, "node within its restart guard");
+        }
+        Ok(reply)
+    }
+
+    /// Runs the acquire script and `WAIT` in one pipeline: WAIT counts the writes of the
+    /// connection it is sent on, so sent together it follows the script's own write on the same
+    /// connection, even if the connection is replaced between two calls (a retry after a reset
+    /// re-applies the lease, a write, instead of writing nothing). Returns the script's reply and
+    /// the number of replicas that acknowledged.
+    pub(crate) async fn acquire_with_wait(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        args: AcquireArgs,
+        min: MinReplicas,
+    ) -> Result<(AcquireReply, u64), BackendError> {
+        let call = self.acquire_call(keys, token, args);
+        let mut conn = self.conn.clone();
+        with_wait(&mut conn, &call, &keys.lock, min)
+            .await
+            .map_err(BackendError::redis)
+    }
+
+    /// Releases the lock if it holds `token`. Compare-and-delete is idempotent, so a call that
+    /// met a dropped connection is sent again (the connection manager reconnects meanwhile)
+    /// instead of leaving the key for its lease. Whether the first call ran is unknown; the
+    /// latch it leaves when it deletes the key tells the retry (see `scripts/release.lua`).
+    pub(crate) async fn release(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+    ) -> Result<ReleaseReply, BackendError> {
+        let latch_key = keys.latch(token);
+        let waiting = keys.waiting();
+        retry_dropped(|| {
+            let mut conn = self.conn.clone();
+            let (latch_key, waiting) = (&latch_key, &waiting);
+            async move {
+                scripts::RELEASE
+                    .key(&keys.lock)
+                    .arg(token)
+                    .arg(&keys.channel)
+                    .arg(lease_ms(self.latch))
+                    .arg(latch_key)
+                    .arg(waiting)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(BackendError::redis)
+            }
+        })
+        .await
+    }
+
+    /// Renews `locks` (lock key, token); `Unknown` where the call failed.
+    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+        // In a cluster a script's keys must share a slot: every lock is its own call there (all
+        // sent at once, so each node still gets them in one pipelined write).
+        let size = if self.conn.is_cluster() { 1 } else { BATCH };
+        let calls = locks.chunks(size).map(|chunk| async move {
+            let mut invocation = scripts::RENEW.prepare_invoke();
+            invocation.arg(lease_ms(lease));
+            for (key, token) in chunk {
+                invocation.key(*key).arg(*token);
+            }
+            // Renewal is idempotent: retried at once after a dropped connection rather than at
+            // the next tick, so connection resets do not eat into the lease.
+            let reply = retry_dropped(|| {
+                let mut conn = self.conn.clone();
+                let invocation = &invocation;
+                async move {
+                    invocation
+                        .invoke_async::<RenewReply>(&mut conn)
+                        .await
+                        .map_err(BackendError::redis)
+                }
+            })
+            .await;
+            match reply {
+                Ok(RenewReply(renewals)) if renewals.len() == chunk.len() => renewals,
+                Ok(_) => vec![Renewal::Unknown; chunk.len()],
+                Err(error) => {
+                    tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
+                    vec![Renewal::Unknown; chunk.len()]
+                }
+            }
+        });
+        join_all(calls).await.into_iter().flatten().collect()
+    }
+
+    /// Raises the fence counter to at least `fence` (RedLock write-back).
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &RedisKeys,
+        fence: u64,
+        retention: Duration,
+    ) -> Result<(), BackendError> {
+        scripts::RAISE_FENCE
+            .key(&keys.fence)
+            .arg(fence)
+            .arg(lease_ms(retention))
+            .invoke_async::<i64>(&mut self.conn.clone())
+            .await
+            .map(drop)
+            .map_err(BackendError::redis)
+    }
+
+    /// Whether the lock key exists.
+    pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
+        redis::cmd("EXISTS")
+            .arg(lock_key)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(BackendError::redis)
+    }
+
+    /// Deletes the lock whoever holds it; whether there was one.
+    pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
+        scripts::FORCE_UNLOCK
+            .key(&keys.lock)
+            .arg(&keys.channel)
+            .invoke_async::<i64>(&mut self.conn.clone())
+            .await
+            .map(|deleted| deleted == 1)
+            .map_err(BackendError::redis)
+    }
+
+    /// Warns when the server may evict lock keys (`maxmemory-policy` other than `noeviction`):
+    /// an evicted lock is a silent loss, noticed only at the next renewal. Servers that refuse
+    /// `CONFIG GET` (ACL) are not checked.
+    pub(crate) async fn warn_on_eviction_policy(&self) {
+        let reply: RedisResult<Vec<String>> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match reply {
+            Ok(pair) => {
+                if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
+                    tracing::warn!(
+                        %policy,
+                        "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
+                    );
+                }
+            }
+            Err(error) => tracing::debug!(
+                %error,
+                "cannot read maxmemory-policy (grant +config|get to check it); not checked"
+            ),
+        }
+    }
+}
+
+/// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
+/// connection; for idempotent calls only.
+async fn retry_dropped<T, F, Fut>(mut call: F) -> Result<T, BackendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BackendError>>,
+{
+    let mut result = call().await;
+    for delay in [5, 50] {
+        match &result {
+            Err(e) if e.is_dropped_connection() => {
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                result = call().await;
+            }
+            _ => break,
+        }
+    }
+    result
+}
+
+/// Runs a script and `WAIT replicas timeout` in one pipeline on the connection of the node that
+/// holds `lock_key`; returns the script's reply and the number of replicas that acknowledged.
+async fn with_wait<T: FromRedisValue>(
+    conn: &mut Connection,
+    call: &ScriptCall,
+    lock_key: &str,
+    min: MinReplicas,
+) -> RedisResult<(T, u64)> {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(min.replicas).arg(lease_ms(min.timeout));
+    let mut loaded = false;
+    loop {
+        let mut pipe = redis::pipe();
+        pipe.add_command(call.command()).add_command(wait.clone());
+        let values = match conn {
+            Connection::Cluster(cluster) => {
+                let route = Route::with_key(lock_key, SlotAddr::Master);
+                cluster
+                    .route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
+                    .await
+            }
+            _ => conn.req_packed_commands(&pipe, 0, 2).await,
+        };
+        // The script's error comes back for the whole pipeline or as its own reply.
+        let replies = values.and_then(|values| {
+            let mut values = values.into_iter();
+            match (values.next(), values.next()) {
+                (Some(reply), Some(acked)) => Ok((reply.extract_error()?, acked)),
+                _ => Err(redis::RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "short reply to a script and WAIT pipeline",
+                ))),
+            }
+        });
+        match replies {
+            // The script cache was flushed (or the server restarted): load it and send both
+            // again; the WAIT that ran alone counted nothing of ours.
+            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
+                call.load(conn).await?;
+                loaded = true;
+            }
+            Err(error) => return Err(error),
+            Ok((reply, acked)) => {
+                let acked: u64 = redis::from_redis_value(acked.extract_error()?)?;
+                return Ok((redis::from_redis_value(reply)?, acked));
+            }
+        }
+    }
+}

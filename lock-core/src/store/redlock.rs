@@ -1,0 +1,295 @@
+//! The RedLock strategy: independent primaries, a lock is held when a majority holds it.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::time::Instant;
+
+use super::node::Node;
+use super::reply::{AcquireReply, ReleaseReply, Renewal};
+use super::{AcquireArgs, Outcome};
+use crate::backend_error::BackendError;
+use crate::key::RedisKeys;
+
+/// Votes of `nodes` independent nodes, decided by a majority.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Quorum {
+    nodes: usize,
+}
+
+impl Quorum {
+    pub(crate) fn of(nodes: usize) -> Self {
+        Self { nodes }
+    }
+
+    /// How many votes make a majority.
+    pub(crate) fn needed(self) -> usize {
+        self.nodes / 2 + 1
+    }
+
+    /// Whether `yes` votes carry it.
+    pub(crate) fn carried(self, yes: usize) -> bool {
+        yes >= self.needed()
+    }
+
+    /// Whether `no` votes leave too few nodes to carry it.
+    fn defeated(self, no: usize) -> bool {
+        no > self.nodes - self.needed()
+    }
+}
+
+/// Locks on a RedLock quorum.
+#[derive(Debug)]
+pub(crate) struct RedLockStore {
+    pub(crate) nodes: Vec<Node>,
+    /// Per-node limit of one call.
+    pub(crate) timeout: Duration,
+}
+
+/// What the acquiring caller decided, for the per-node tasks of an acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pending,
+    Keep,
+    Undo,
+}
+
+impl RedLockStore {
+    fn quorum(&self) -> Quorum {
+        Quorum::of(self.nodes.len())
+    }
+
+    /// Every node tries at once, each in its own task; the caller decides as soon as a majority
+    /// granted (or can no longer grant) the lock. Each node's task then undoes its own grant if
+    /// the verdict is "undo" (or the caller went away), after its acquire finished, so a late
+    /// grant is never left behind.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        args: AcquireArgs,
+    ) -> Result<Outcome, BackendError> {
+        let quorum = self.quorum();
+        // A node's answer is only worth waiting for a small part of the lease.
+        let per_node = (args.lease / 50).clamp(Duration::from_millis(10), self.timeout);
+        let started = Instant::now();
+        let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
+        let tasks = self.nodes.iter().map(|node| {
+            let node = node.clone();
+            let (keys, token) = (keys.clone(), token.to_owned());
+            let mut verdict = verdict_rx.clone();
+            tokio::spawn(async move {
+                let reply = tokio::time::timeout(per_node, node.acquire(&keys, &token, args))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(BackendError::timed_out(
+                            "redlock node did not answer in time",
+                        ))
+                    });
+                if !matches!(
+                    reply,
+                    Ok(AcquireReply::Busy { .. } | AcquireReply::Guarded { .. })
+                ) {
+                    // Granted, or unknown: undo it unless the caller keeps the lock.
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        let decided = verdict
+                            .wait_for(|v| *v != Verdict::Pending)
+                            .await
+                            .map(|v| *v);
+                        if !matches!(decided, Ok(Verdict::Keep)) {
+                            let _ = node.release(&keys, &token).await;
+                        }
+                    });
+                }
+                (node, reply)
+            })
+        });
+        let total = self.nodes.len();
+        let replies = gather(
+            tasks,
+            |done: &[(Node, Result<AcquireReply, BackendError>)]| {
+                let won = done
+                    .iter()
+                    .filter(|(_, r)| matches!(r, Ok(AcquireReply::Acquired { .. })))
+                    .count();
+                quorum.carried(won) || quorum.defeated(done.len() - won) || done.len() == total
+            },
+        )
+        .await;
+        let mut won = Vec::new();
+        let mut ttl: Option<Duration> = None;
+        let mut refused = false;
+        let mut first_error = None;
+        for (node, reply) in replies {
+            match reply {
+                Ok(AcquireReply::Acquired { fence }) => won.push((node, fence)),
+                Ok(AcquireReply::Busy { ttl: t }) => {
+                    refused = true;
+                    ttl = ttl.max(t);
+                }
+                Ok(AcquireReply::Guarded { for_ms }) => {
+                    refused = true;
+                    ttl = ttl.max(Some(for_ms));
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        // Validity: what is left of the lease after the round trips and a drift allowance.
+        let drift = args.lease / 100 + Duration::from_millis(2);
+        let in_time = || started.elapsed() + drift < args.lease;
+        if quorum.carried(won.len()) && in_time() {
+            // The largest token of the granting majority is written back to all of it, so any
+            // later majority (which shares a node with this one) issues a larger one.
+            let fence = won.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            let raised = join_all(
+                won.iter()
+                    .map(|(node, _)| node.raise_fence(keys, fence, args.retention)),
+            )
+            .await;
+            if quorum.carried(raised.iter().filter(|r| r.is_ok()).count()) && in_time() {
+                let _ = verdict_tx.send(Verdict::Keep);
+                return Ok(Outcome::Acquired { fence });
+            }
+        }
+        let _ = verdict_tx.send(Verdict::Undo);
+        // The nodes that granted are undone before answering (their tasks do it again, harmlessly),
+        // so a failed acquire returns with no grant of ours left on any node that answered.
+        join_all(won.iter().map(|(node, _)| node.release(keys, token))).await;
+        match first_error {
+            Some(error) if !refused => Err(error),
+            _ => Ok(Outcome::Busy { ttl }),
+        }
+    }
+
+    /// Every node gets the release (in its own task, so a dead node cannot hold up the
+    /// answer); the answer is decided by the first majority.
+    pub(crate) async fn release(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+    ) -> Result<ReleaseReply, BackendError> {
+        let quorum = self.quorum();
+        let total = self.nodes.len();
+        let tally = |done: &[Result<ReleaseReply, BackendError>]| {
+            let yes = done.iter().filter(|r| matches!(r, Ok(r) if r.ours)).count();
+            let no = done
+                .iter()
+                .filter(|r| matches!(r, Ok(r) if !r.ours))
+                .count();
+            (yes, no)
+        };
+        let replies = gather(
+            self.nodes.iter().map(|node| {
+                let node = node.clone();
+                let (keys, token) = (keys.clone(), token.to_owned());
+                tokio::spawn(async move { node.release(&keys, &token).await })
+            }),
+            |done| {
+                let (yes, no) = tally(done);
+                quorum.carried(yes) || quorum.defeated(no) || done.len() == total
+            },
+        )
+        .await;
+        let (yes, no) = tally(&replies);
+        let others_waiting = replies
+            .iter()
+            .any(|r| matches!(r, Ok(r) if r.others_waiting));
+        if !quorum.carried(yes) && !quorum.defeated(no) {
+            // Neither side has a majority: the errors decide nothing, so report one.
+            if let Some(Err(error)) = replies.into_iter().find(Result::is_err) {
+                return Err(error);
+            }
+        }
+        Ok(ReleaseReply {
+            ours: quorum.carried(yes),
+            others_waiting,
+        })
+    }
+
+    /// Renews on every node; a lock is renewed where a majority renewed it, lost where a
+    /// majority no longer holds it. A dead node must not hold up the tick: its answers count
+    /// as unknown.
+    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+        let per_node = join_all(self.nodes.iter().map(|node| async move {
+            tokio::time::timeout(self.timeout, node.renew(locks, lease))
+                .await
+                .unwrap_or_else(|_| vec![Renewal::Unknown; locks.len()])
+        }))
+        .await;
+        let quorum = self.quorum();
+        (0..locks.len())
+            .map(|i| {
+                let count = |want| per_node.iter().filter(|n| n[i] == want).count();
+                if quorum.carried(count(Renewal::Renewed)) {
+                    Renewal::Renewed
+                } else if quorum.defeated(count(Renewal::NotOurs)) {
+                    Renewal::NotOurs
+                } else {
+                    Renewal::Unknown
+                }
+            })
+            .collect()
+    }
+
+    /// Whether a majority has the lock key.
+    pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
+        let replies = join_all(self.nodes.iter().map(|node| node.exists(lock_key))).await;
+        let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if !self.quorum().carried(answered) {
+            if let Some(Err(e)) = replies.into_iter().find(Result::is_err) {
+                return Err(e);
+            }
+        }
+        Ok(self.quorum().carried(yes))
+    }
+
+    /// Deletes the lock on every node; `true` if any had it.
+    pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
+        let replies = join_all(self.nodes.iter().map(|node| node.force_unlock(keys))).await;
+        let any = replies.iter().any(|r| matches!(r, Ok(true)));
+        match replies.into_iter().find(Result::is_err) {
+            Some(Err(e)) if !any => Err(e),
+            _ => Ok(any),
+        }
+    }
+}
+
+/// Collects the results of spawned per-node calls until `decided` says the outcome is known;
+/// calls still running go on in the background.
+async fn gather<T: Send + 'static>(
+    calls: impl IntoIterator<Item = tokio::task::JoinHandle<T>>,
+    mut decided: impl FnMut(&[T]) -> bool,
+) -> Vec<T> {
+    let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
+    let mut done = Vec::new();
+    while let Some(result) = pending.next().await {
+        if let Ok(value) = result {
+            done.push(value);
+        }
+        if decided(&done) {
+            break;
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_majority_decides() {
+        let three = Quorum::of(3);
+        assert_eq!(three.needed(), 2);
+        assert!(three.carried(2) && !three.carried(1));
+        assert!(three.defeated(2) && !three.defeated(1));
+        let five = Quorum::of(5);
+        assert_eq!(five.needed(), 3);
+        assert!(five.defeated(3) && !five.defeated(2));
+    }
+}

@@ -1,0 +1,147 @@
+//! The scripts' replies as types: each decoded in one place, from the shape its `.lua` file
+//! documents.
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, Value};
+
+/// `scripts/acquire.lua`'s reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// `{1, fence}`: the lock is held by the caller's token, with this fencing token.
+    Acquired { fence: u64 },
+    /// `{0, pttl}`: another token holds it; its remaining lease (none when the key has no
+    /// expiry).
+    Busy { ttl: Option<Duration> },
+    /// `{2, ms}`: the node's data set is younger than the restart guard; it grants nothing for
+    /// another `ms`.
+    Guarded { for_ms: Duration },
+}
+
+impl FromRedisValue for AcquireReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let (answer, value): (i64, i64) = FromRedisValue::from_redis_value(value)?;
+        let duration = || u64::try_from(value).ok().map(Duration::from_millis);
+        Ok(match answer {
+            1 => Self::Acquired {
+                fence: u64::try_from(value).unwrap_or(0),
+            },
+            2 => Self::Guarded {
+                for_ms: duration().unwrap_or_default(),
+            },
+            0 => Self::Busy { ttl: duration() },
+            other => {
+                return Err(format!("acquire script answered {other}, expected 0, 1 or 2").into())
+            }
+        })
+    }
+}
+
+/// `scripts/release.lua`'s reply (or, for RedLock, the majority's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReleaseReply {
+    /// This release deleted the lock while it held our token (on a majority, for RedLock):
+    /// now, or in an earlier try whose reply was lost, as the try's latch proves. `false` means
+    /// the lock had been lost before any try of this release ran.
+    pub(crate) ours: bool,
+    /// Another locker flagged that it waits for this lock (and was told on the release
+    /// channel). This locker's own waiters queue locally and never flag.
+    pub(crate) others_waiting: bool,
+}
+
+impl FromRedisValue for ReleaseReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        // 1/2 deleted now, 3/4 deleted by an earlier try (the latch says so); 2 and 4 when
+        // another locker flagged it waits; -1 no key, 0 another token.
+        let reply: i64 = FromRedisValue::from_redis_value(value)?;
+        match reply {
+            -1..=4 => Ok(Self {
+                ours: reply >= 1,
+                others_waiting: reply == 2 || reply == 4,
+            }),
+            other => Err(format!("release script answered {other}, expected -1 to 4").into()),
+        }
+    }
+}
+
+/// What one renewal learned about one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The lease was extended.
+    Renewed,
+    /// The key is gone or holds another token: the lock is lost.
+    NotOurs,
+    /// No answer that decides it (Redis unreachable, no quorum either way).
+    Unknown,
+}
+
+/// `scripts/renew.lua`'s reply: one flag per lock of the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RenewReply(pub(crate) Vec<Renewal>);
+
+impl FromRedisValue for RenewReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let flags: Vec<i64> = FromRedisValue::from_redis_value(value)?;
+        let renewals = flags.into_iter().map(|flag| match flag {
+            1 => Ok(Renewal::Renewed),
+            0 => Ok(Renewal::NotOurs),
+            other => Err(ParsingError::from(format!(
+                "renew script answered {other} for a lock, expected 0 or 1"
+            ))),
+        });
+        renewals.collect::<Result<_, _>>().map(Self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int(i: i64) -> Value {
+        Value::Int(i)
+    }
+
+    #[test]
+    fn acquire_replies_decode() {
+        let decode = |a, b| AcquireReply::from_redis_value(Value::Array(vec![int(a), int(b)]));
+        assert_eq!(decode(1, 7).unwrap(), AcquireReply::Acquired { fence: 7 });
+        assert_eq!(
+            decode(0, 250).unwrap(),
+            AcquireReply::Busy {
+                ttl: Some(Duration::from_millis(250))
+            }
+        );
+        assert_eq!(decode(0, -1).unwrap(), AcquireReply::Busy { ttl: None });
+        assert_eq!(
+            decode(2, 900).unwrap(),
+            AcquireReply::Guarded {
+                for_ms: Duration::from_millis(900)
+            }
+        );
+        assert!(decode(5, 0).is_err());
+        assert!(AcquireReply::from_redis_value(int(1)).is_err());
+    }
+
+    #[test]
+    fn release_replies_decode() {
+        let decode = |i| ReleaseReply::from_redis_value(int(i));
+        let reply = |ours, others_waiting| ReleaseReply {
+            ours,
+            others_waiting,
+        };
+        assert_eq!(decode(1).unwrap(), reply(true, false));
+        assert_eq!(decode(2).unwrap(), reply(true, true));
+        assert_eq!(decode(3).unwrap(), reply(true, false));
+        assert_eq!(decode(4).unwrap(), reply(true, true));
+        assert_eq!(decode(0).unwrap(), reply(false, false));
+        assert_eq!(decode(-1).unwrap(), reply(false, false));
+        assert!(decode(5).is_err());
+    }
+
+    #[test]
+    fn renew_replies_decode() {
+        let reply = RenewReply::from_redis_value(Value::Array(vec![int(1), int(0)])).unwrap();
+        assert_eq!(reply.0, vec![Renewal::Renewed, Renewal::NotOurs]);
+        assert!(RenewReply::from_redis_value(Value::Array(vec![int(3)])).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! The single-server strategy: one logical Redis (a server, a cluster, a Sentinel primary),
+//! optionally with `WAIT` for replicas after each acquire.
+
+use std::time::Duration;
+
+use super::node::Node;
+use super::reply::{AcquireReply, ReleaseReply, Renewal};
+use super::{AcquireArgs, MinReplicas, Outcome};
+use crate::backend_error::BackendError;
+use crate::key::RedisKeys;
+
+/// Locks on one logical Redis.
+#[derive(Debug)]
+pub(crate) struct SingleStore {
+    pub(crate) node: Node,
+    pub(crate) min_replicas: Option<MinReplicas>,
+}
+
+impl SingleStore {
+    pub(crate) async fn acquire(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        args: AcquireArgs,
+    ) -> Result<Outcome, BackendError> {
+        let Some(min) = self.min_replicas else {
+            return self
+                .node
+                .acquire(keys, token, args)
+                .await
+                .map(Outcome::from);
+        };
+        let (reply, acked) = self.node.acquire_with_wait(keys, token, args, min).await?;
+        match reply {
+            AcquireReply::Acquired { .. } if acked < min.replicas => {
+                // Fail closed: a lock that did not reach the replicas is given back.
+                self.node.release(keys, token).await?;
+                Ok(Outcome::NotReplicated { acked })
+            }
+            reply => Ok(reply.into()),
+        }
+    }
+
+    pub(crate) async fn release(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+    ) -> Result<ReleaseReply, BackendError> {
+        self.node.release(keys, token).await
+    }
+
+    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+        self.node.renew(locks, lease).await
+    }
+
+    pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
+        self.node.exists(lock_key).await
+    }
+
+    pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
+        self.node.force_unlock(keys).await
+    }
+}
