@@ -11,7 +11,7 @@ use tracing::Instrument;
 use crate::backend_error::BackendError;
 use crate::error::{DurationSetting, LockError};
 use crate::guard::LockGuard;
-use crate::held::{Grant, LeaseMode, Terms};
+use crate::held::{Grant, HeldLock, LeaseMode, Terms};
 use crate::key::{self, RedisKeys};
 use crate::limits::{self, WAIT_FOREVER};
 use crate::locker::Locker;
@@ -185,7 +185,7 @@ impl Acquire {
             mode,
             max_hold: self.max_hold.or(settings.max_hold),
         };
-        let held = inner.local.register(
+        let held = HeldLock::new(
             inner.next_id(),
             self.key.clone(),
             terms,
@@ -193,6 +193,7 @@ impl Acquire {
             slot,
             permit,
         );
+        let held = inner.local.register(held);
         tracing::debug!(fence, waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
     }
@@ -230,7 +231,7 @@ impl Acquire {
             keys: &keys,
             token: new_token(),
         };
-        let mut pending = ReleaseOnDrop::new(&inner.releaser, attempt);
+        let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
         let mut subscription: Option<Subscription> = None;
         loop {
             let notify = subscription.as_ref().map(|s| s.notify.clone());
@@ -241,7 +242,7 @@ impl Acquire {
                 n.as_mut().enable();
             }
             let sent_at = Instant::now();
-            pending.arm();
+            on_drop.arm();
             // Another locker's release holds back its own next acquirer for us while we wait:
             // the flag lives as long as we may wait, or until our next try renews it.
             let flag = if try_once {
@@ -251,13 +252,13 @@ impl Acquire {
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
             let tried = self
-                .try_once(&mut pending.pending, lease, flag, bound)
+                .try_once(&mut on_drop.target, lease, flag, bound)
                 .await?;
-            pending.disarm();
+            on_drop.disarm();
             let ttl = match tried {
                 Try::Won { fence } => {
-                    let token = std::mem::take(&mut pending.pending.token);
-                    drop(pending);
+                    let token = std::mem::take(&mut on_drop.target.token);
+                    drop(on_drop);
                     return Ok(Grant {
                         keys,
                         token,
@@ -274,7 +275,7 @@ impl Acquire {
             }
             if inner.store.is_redlock() {
                 // A failed quorum try is undone in the background under its token.
-                pending.pending.token = new_token();
+                on_drop.target.token = new_token();
             }
             if subscription.is_none() {
                 let limit = inner

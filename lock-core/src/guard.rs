@@ -162,10 +162,10 @@ impl LockGuard {
             };
         }
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
-        let mut pending = ReleaseOnDrop::new(&inner.releaser, self.held.clone());
-        pending.arm();
+        let mut on_drop = ReleaseOnDrop::new(&inner.releaser, self.held.clone());
+        on_drop.arm();
         let result = release::release_held(&inner.store, &self.held).await;
-        pending.disarm();
+        on_drop.disarm();
         result
     }
 }

@@ -68,7 +68,7 @@ pub(crate) struct HeldLock {
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps the key's slot registered while the lock lives.
-    slot: SlotRef,
+    slot: SlotRef<Self>,
 }
 
 /// The validity clock of a held lock.
@@ -96,7 +96,7 @@ impl HeldLock {
         key: String,
         terms: Terms,
         grant: Grant,
-        slot: SlotRef,
+        slot: SlotRef<Self>,
         permit: OwnedSemaphorePermit,
     ) -> Self {
         let until = confirmed_until(grant.sent_at, terms.mode.lease());
@@ -142,7 +142,7 @@ impl HeldLock {
         self.terms.mode
     }
 
-    pub(crate) fn slot(&self) -> &SlotRef {
+    pub(crate) fn slot(&self) -> &SlotRef<Self> {
         &self.slot
     }
 
@@ -272,7 +272,7 @@ mod tests {
     use super::*;
     use crate::slot::Slots;
 
-    fn held(slots: &Slots, lease: Duration, sent_at: Instant) -> HeldLock {
+    fn held(slots: &Slots<HeldLock>, lease: Duration, sent_at: Instant) -> HeldLock {
         let slot = slots.get("k");
         let permit = slot.queue.clone().try_acquire_owned().unwrap();
         let terms = Terms {

@@ -8,10 +8,8 @@
 
 use std::sync::{Arc, Weak};
 
-use tokio::sync::OwnedSemaphorePermit;
-
 use crate::error::LockError;
-use crate::held::{Grant, HeldLock, LeaseMode, Terms};
+use crate::held::{HeldLock, LeaseMode};
 use crate::owner::Owner;
 use crate::slot::{SlotRef, Slots};
 use crate::watchdog::Watchdog;
@@ -19,7 +17,7 @@ use crate::watchdog::Watchdog;
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
-    slots: Slots,
+    slots: Slots<HeldLock>,
     watchdog: Arc<Watchdog>,
 }
 
@@ -41,7 +39,7 @@ impl LocalLocks {
     }
 
     /// The slot of `key`, created if needed.
-    pub(crate) fn slot(&self, key: &str) -> SlotRef {
+    pub(crate) fn slot(&self, key: &str) -> SlotRef<HeldLock> {
         self.slots.get(key)
     }
 
@@ -61,7 +59,7 @@ impl LocalLocks {
     /// be in use (see "Reentrancy" in the crate docs).
     pub(crate) fn reenter(
         &self,
-        slot: &SlotRef,
+        slot: &SlotRef<HeldLock>,
         owner: Owner,
     ) -> Option<Result<Arc<HeldLock>, LockError>> {
         let holder = slot.holder();
@@ -76,18 +74,10 @@ impl LocalLocks {
 
     /// Registers a lock Redis granted: its slot names it as the local holder, and a watchdog
     /// lock is renewed from now on.
-    pub(crate) fn register(
-        &self,
-        id: u64,
-        key: String,
-        terms: Terms,
-        grant: Grant,
-        slot: SlotRef,
-        permit: OwnedSemaphorePermit,
-    ) -> Arc<HeldLock> {
-        let held = Arc::new(HeldLock::new(id, key, terms, grant, slot, permit));
+    pub(crate) fn register(&self, held: HeldLock) -> Arc<HeldLock> {
+        let held = Arc::new(held);
         *held.slot().holder() = Arc::downgrade(&held);
-        if let LeaseMode::Watchdog(_) = terms.mode {
+        if let LeaseMode::Watchdog(_) = held.mode() {
             self.watchdog.insert(held.clone());
         }
         held

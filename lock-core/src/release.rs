@@ -86,16 +86,16 @@ impl Pending for Attempt<'_> {
 /// was dropped mid-call, or an acquire's outcome is unknown.
 pub(crate) struct ReleaseOnDrop<'a, P: Pending> {
     releaser: &'a Releaser,
-    pub(crate) pending: P,
+    pub(crate) target: P,
     armed: bool,
 }
 
 impl<'a, P: Pending> ReleaseOnDrop<'a, P> {
     /// Disarmed until [`arm`](Self::arm).
-    pub(crate) fn new(releaser: &'a Releaser, pending: P) -> Self {
+    pub(crate) fn new(releaser: &'a Releaser, target: P) -> Self {
         Self {
             releaser,
-            pending,
+            target,
             armed: false,
         }
     }
@@ -112,7 +112,7 @@ impl<'a, P: Pending> ReleaseOnDrop<'a, P> {
 impl<P: Pending> Drop for ReleaseOnDrop<'_, P> {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.releaser.send(self.pending.job());
+            let _ = self.releaser.send(self.target.job());
         }
     }
 }

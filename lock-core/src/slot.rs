@@ -11,25 +11,23 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::held::HeldLock;
+type SlotMap<H> = Arc<Mutex<HashMap<String, Arc<Slot<H>>>>>;
 
-type SlotMap = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
-
-/// The per-key state shared by every local acquirer and holder of one key.
+/// The per-key state shared by every local acquirer and holder (of type `H`) of one key.
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(crate) struct Slot<H> {
     /// One permit: the task holding it is the only local one that holds or contends in Redis.
     pub(crate) queue: Arc<Semaphore>,
     /// The current local holder, for reentrancy. Weak: the holder keeps its slot alive, not
     /// the other way round.
-    holder: Mutex<Weak<HeldLock>>,
+    holder: Mutex<Weak<H>>,
     /// After a release that told waiters of other lockers, the next local acquirer holds back
     /// until then, so those waiters get a fair chance instead of losing every race to a task
     /// that was woken without a network hop.
     yield_until: Mutex<Option<Instant>>,
 }
 
-impl Slot {
+impl<H> Slot<H> {
     /// How long after a release with remote waiters local acquirers hold back.
     const YIELD: Duration = Duration::from_millis(1);
 
@@ -44,20 +42,28 @@ impl Slot {
     }
 
     /// The current local holder, locked: reentry and leaving happen under this lock.
-    pub(crate) fn holder(&self) -> MutexGuard<'_, Weak<HeldLock>> {
+    pub(crate) fn holder(&self) -> MutexGuard<'_, Weak<H>> {
         self.holder.lock()
     }
 }
 
 /// The slots of one `Locker`, created on first use and dropped with their last user.
-#[derive(Debug, Default)]
-pub(crate) struct Slots {
-    slots: SlotMap,
+#[derive(Debug)]
+pub(crate) struct Slots<H> {
+    slots: SlotMap<H>,
 }
 
-impl Slots {
+impl<H> Default for Slots<H> {
+    fn default() -> Self {
+        Self {
+            slots: Arc::default(),
+        }
+    }
+}
+
+impl<H> Slots<H> {
     /// The slot of `key`, created if needed.
-    pub(crate) fn get(&self, key: &str) -> SlotRef {
+    pub(crate) fn get(&self, key: &str) -> SlotRef<H> {
         let slot = self
             .slots
             .lock()
@@ -85,21 +91,21 @@ impl Slots {
 
 /// A counted reference to a slot; the last one removes the slot from the map.
 #[derive(Debug)]
-pub(crate) struct SlotRef {
+pub(crate) struct SlotRef<H> {
     key: String,
-    slot: Arc<Slot>,
-    slots: SlotMap,
+    slot: Arc<Slot<H>>,
+    slots: SlotMap<H>,
 }
 
-impl std::ops::Deref for SlotRef {
-    type Target = Slot;
+impl<H> std::ops::Deref for SlotRef<H> {
+    type Target = Slot<H>;
 
-    fn deref(&self) -> &Slot {
+    fn deref(&self) -> &Slot<H> {
         &self.slot
     }
 }
 
-impl Drop for SlotRef {
+impl<H> Drop for SlotRef<H> {
     fn drop(&mut self) {
         let mut slots = self.slots.lock();
         // Clones are only made under this mutex, so the count is exact here: the map's
@@ -116,7 +122,7 @@ mod tests {
 
     #[test]
     fn slots_are_shared_and_removed_with_their_last_user() {
-        let slots = Slots::default();
+        let slots = Slots::<()>::default();
         let a = slots.get("k");
         let b = slots.get("k");
         assert!(Arc::ptr_eq(&a.queue, &b.queue));
