@@ -161,3 +161,40 @@ fn is_tls_cause(error: &(dyn StdError + 'static)) -> bool {
     }
     error.source().is_some_and(is_tls_cause)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kits_own_timeouts_are_timeouts_not_connection_errors() {
+        let error = BackendError::timed_out("redis did not answer before the acquire's deadline");
+        assert!(error.is_timeout() && error.is_transient());
+        assert!(!error.is_connection() && !error.is_dropped_connection() && !error.is_tls());
+        assert_eq!(error.code(), None);
+        assert_eq!(
+            error.to_string(),
+            "timed out: redis did not answer before the acquire's deadline"
+        );
+    }
+
+    #[test]
+    fn redis_errors_keep_their_classification() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let error = BackendError::redis(redis::RedisError::from(reset));
+        assert!(error.is_connection() && error.is_dropped_connection() && error.is_transient());
+        assert!(!error.is_timeout());
+
+        let wrong_type = redis::make_extension_error(
+            "WRONGTYPE".to_owned(),
+            Some("Operation against a key holding the wrong kind of value".to_owned()),
+        );
+        let error = BackendError::redis(wrong_type);
+        assert!(!error.is_transient());
+        let locked = crate::LockError::backend(Some("k"), error);
+        assert!(
+            matches!(locked, crate::LockError::WrongType { .. }),
+            "{locked:?}"
+        );
+    }
+}
