@@ -1,0 +1,726 @@
+//! The referee client: records the critical sections of one process on the referee server.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisResult, Script};
+
+use super::check::{check, Report};
+use super::clock::monotonic_ns;
+use super::record::{opt, parse_list, parse_opt, FencedWrite, Interval, Outcome};
+
+/// A critical section in progress: returned by [`Oracle::enter`], given back to
+/// [`Oracle::leave`] and [`Oracle::finish`].
+#[derive(Debug, Clone)]
+pub struct Entry {
+    interval: Interval,
+    left: bool,
+    fence_regression: bool,
+}
+
+impl Entry {
+    /// The interval id.
+    pub fn id(&self) -> &str {
+        &self.interval.id
+    }
+
+    /// The fencing token registered on enter.
+    pub fn fence(&self) -> u64 {
+        self.interval.fence
+    }
+
+    /// What the occupancy counter returned on enter (1 = nobody else was inside).
+    pub fn occupancy(&self) -> u64 {
+        self.interval.occupancy
+    }
+
+    /// Whether the fenced resource had already seen a token at least as high on enter: a
+    /// fence regression, or a holder entering after its lock had passed to a newer one.
+    pub fn claim_below_high_water(&self) -> bool {
+        self.fence_regression
+    }
+
+    /// When the loss was first observed, if it was.
+    pub fn lost_at(&self) -> Option<u64> {
+        self.interval.lost_at
+    }
+
+    /// The enter time (`CLOCK_MONOTONIC` ns).
+    pub fn t_enter(&self) -> u64 {
+        self.interval.t_enter
+    }
+
+    /// Records a check of the lock, e.g. `entry.observe(|| guard.is_held())`: a `true` answer
+    /// is a confirmation (stamped before the call), a `false` one the observation of a loss
+    /// (stamped after it). Returns the answer.
+    pub fn observe(&mut self, held: impl FnOnce() -> bool) -> bool {
+        let before = monotonic_ns();
+        if held() {
+            self.interval.last_held = Some(before);
+            true
+        } else {
+            self.mark_lost();
+            false
+        }
+    }
+
+    /// Records that the holder learned now that the lock was lost (the first call counts).
+    pub fn mark_lost(&mut self) {
+        if self.interval.lost_at.is_none() {
+            self.interval.lost_at = Some(monotonic_ns());
+        }
+    }
+}
+
+/// Takes a lock-scoped view of the referee's keys for one run.
+#[derive(Debug, Clone)]
+struct Names {
+    ns: String,
+}
+
+impl Names {
+    fn occ(&self, key: &str) -> String {
+        format!("{}occ:{key}", self.ns)
+    }
+    fn occupants(&self, key: &str) -> String {
+        format!("{}occupants:{key}", self.ns)
+    }
+    fn fence(&self, key: &str) -> String {
+        format!("{}fence:{key}", self.ns)
+    }
+    fn open(&self, worker: &str) -> String {
+        format!("{}open:{worker}", self.ns)
+    }
+    fn seq(&self) -> String {
+        format!("{}seq", self.ns)
+    }
+    fn stats(&self) -> String {
+        format!("{}stats", self.ns)
+    }
+    fn log(&self) -> String {
+        format!("{}log", self.ns)
+    }
+    fn writes(&self) -> String {
+        format!("{}writes", self.ns)
+    }
+}
+
+/// Compares two decimal strings without leading zeros as numbers (exact for any length).
+const GT: &str = "local function gt(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+";
+
+/// KEYS: occ, occupants, fence, open, seq, stats. ARGV: id, fence, t_enter, key, last_held,
+/// lost_at. The open record: key, fence, t_enter, seq, occupancy, others, last_held, lost_at.
+static ENTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{GT}
+local others = table.concat(redis.call('SMEMBERS', KEYS[2]), ',')
+redis.call('SADD', KEYS[2], ARGV[1])
+local occ = redis.call('INCR', KEYS[1])
+local seq = redis.call('INCR', KEYS[5])
+redis.call('HINCRBY', KEYS[6], 'enters', 1)
+if occ > 1 then redis.call('HINCRBY', KEYS[6], 'occupancy_collisions', 1) end
+local hw = redis.call('GET', KEYS[3]) or '0'
+local regression = 0
+if gt(ARGV[2], hw) then
+  redis.call('SET', KEYS[3], ARGV[2])
+else
+  regression = 1
+  redis.call('HINCRBY', KEYS[6], 'claims_below_high_water', 1)
+end
+redis.call('HSET', KEYS[4], ARGV[1], table.concat(
+  {{ARGV[4], ARGV[2], ARGV[3], tostring(seq), tostring(occ), others, ARGV[5], ARGV[6]}}, '\\t'))
+return {{occ, seq, regression, others}}"
+    ))
+});
+
+/// KEYS: occ, occupants, open. ARGV: id, t_exit, last_held, lost_at; appended to the open
+/// record once. Idempotent.
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('DECR', KEYS[1]) end
+local v = redis.call('HGET', KEYS[3], ARGV[1])
+if v then
+  local _, tabs = string.gsub(v, '\\t', '')
+  if tabs == 7 then
+    redis.call('HSET', KEYS[3], ARGV[1], table.concat({v, ARGV[2], ARGV[3], ARGV[4]}, '\\t'))
+  end
+end
+return 1",
+    )
+});
+
+/// KEYS: open, log. ARGV: id, line.
+static FINISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        "redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return 1",
+    )
+});
+
+/// KEYS: fence, seq, writes, stats. ARGV: token, id, key.
+static WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{GT}
+local hw = redis.call('GET', KEYS[1]) or '0'
+local seq = redis.call('INCR', KEYS[2])
+local ok = 0
+if gt(hw, ARGV[1]) then
+  redis.call('HINCRBY', KEYS[4], 'writes_rejected', 1)
+else
+  ok = 1
+  if gt(ARGV[1], hw) then redis.call('SET', KEYS[1], ARGV[1]) end
+  redis.call('HINCRBY', KEYS[4], 'writes_accepted', 1)
+end
+redis.call('RPUSH', KEYS[3], table.concat({{tostring(seq), ARGV[3], ARGV[1], tostring(ok), ARGV[2]}}, '\\t'))
+return ok"
+    ))
+});
+
+/// A connection to the referee for one run, used by one process (clone it freely between
+/// its tasks).
+///
+/// # Examples
+///
+/// One critical section, as a holder of a lock-core lock would log it (`held` stands for
+/// `guard.is_held()`, `fence` for `guard.fencing_token()`):
+///
+/// ```no_run
+/// # async fn demo(fence: u64, held: impl Fn() -> bool) -> redis::RedisResult<()> {
+/// use lock_testkit::oracle::{Oracle, Outcome};
+/// use lock_testkit::RedisServer;
+///
+/// let referee = RedisServer::start().expect("redis-server");
+/// let oracle = Oracle::connect(&referee.url(), "run1", "worker-a").await?;
+/// // ... after the acquire returned:
+/// let mut entry = oracle.enter("inventory:42", fence, &held).await?;
+/// assert_eq!(entry.occupancy(), 1, "someone else is inside");
+/// let accepted = oracle.write(&entry).await?; // through the fence
+/// entry.observe(&held); // confirms (or records the loss) just before leaving
+/// oracle.leave(&mut entry).await?;
+/// // ... release the lock, then log how it went:
+/// oracle.finish(entry, Outcome::Completed).await?;
+/// let report = oracle.report().await?;
+/// assert!(report.is_clean(), "{report}");
+/// # let _ = accepted;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Oracle {
+    conn: MultiplexedConnection,
+    names: Names,
+    worker: String,
+    next: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for Oracle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Oracle")
+            .field("ns", &self.names.ns)
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+fn plain(what: &str, s: &str) {
+    assert!(
+        !s.is_empty() && !s.contains(['\t', '\n', ',', '#']),
+        "oracle {what} {s:?} must be non-empty without tabs, newlines, commas or '#'"
+    );
+}
+
+impl Oracle {
+    /// Connects to the referee at `referee_url`. Every process of one check uses the same
+    /// `run` (a namespace on the referee) and its own `worker` name.
+    ///
+    /// # Errors
+    ///
+    /// When the referee cannot be reached.
+    ///
+    /// # Panics
+    ///
+    /// When `run` or `worker` is empty or contains a tab, newline, comma or `#`.
+    pub async fn connect(referee_url: &str, run: &str, worker: &str) -> RedisResult<Self> {
+        plain("run", run);
+        plain("worker", worker);
+        // TCP_NODELAY: the tasks of a process share the connection, and with Nagle a command
+        // written while another is unacknowledged waits for the delayed ACK (~40 ms).
+        let info = redis::IntoConnectionInfo::into_connection_info(referee_url)?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info)?;
+        // The referee is never faulted, but the machine may be loaded: no short timeouts.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Self {
+            conn,
+            names: Names {
+                ns: format!("oracle:{run}:"),
+            },
+            worker: worker.to_owned(),
+            next: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    /// This process's worker name.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// Enters the critical section of `key` with the acquisition's fencing token: stamps the
+    /// enter time, checks the lock once (`held`, e.g. `|| guard.is_held()`, recorded as by
+    /// [`Entry::observe`]), increments the occupancy counter, registers the token with the
+    /// fenced resource and leaves an open record (closed by [`finish`](Self::finish), or by
+    /// [`close_worker`](Self::close_worker) if this process dies).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    ///
+    /// # Panics
+    ///
+    /// When `key` contains a tab or a newline.
+    pub async fn enter(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
+        assert!(
+            !key.is_empty() && !key.contains(['\t', '\n']),
+            "oracle keys must be non-empty without tabs or newlines: {key:?}"
+        );
+        let t_enter = monotonic_ns();
+        let (last_held, lost_at) = if held() {
+            (Some(t_enter), None)
+        } else {
+            (None, Some(monotonic_ns()))
+        };
+        let id = format!(
+            "{}#{}",
+            self.worker,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let n = &self.names;
+        let (occupancy, enter_seq, regression, others): (u64, u64, u8, String) = ENTER
+            .key(n.occ(key))
+            .key(n.occupants(key))
+            .key(n.fence(key))
+            .key(n.open(&self.worker))
+            .key(n.seq())
+            .key(n.stats())
+            .arg(&id)
+            .arg(fence)
+            .arg(t_enter)
+            .arg(key)
+            .arg(opt(last_held))
+            .arg(opt(lost_at))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(Entry {
+            interval: Interval {
+                id,
+                key: key.to_owned(),
+                fence,
+                enter_seq,
+                t_enter,
+                t_exit: t_enter,
+                last_held,
+                lost_at,
+                occupancy,
+                collided_with: parse_list(&others),
+                outcome: Outcome::Completed,
+            },
+            left: false,
+            fence_regression: regression == 1,
+        })
+    }
+
+    /// One critical section of a holder that keeps its lock throughout (tests without
+    /// faults): [`enter`](Self::enter), `work`, a fenced [`write`](Self::write),
+    /// [`leave`](Self::leave), and [`finish`](Self::finish) as [`Outcome::Completed`]. Returns
+    /// `work`'s output and whether the write was accepted. Release the lock after it returns.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn section<T>(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl Fn() -> bool,
+        work: impl std::future::Future<Output = T>,
+    ) -> RedisResult<(T, bool)> {
+        let mut entry = self.enter(key, fence, &held).await?;
+        let output = work.await;
+        entry.observe(&held);
+        let accepted = self.write(&entry).await?;
+        self.leave(&mut entry).await?;
+        self.finish(entry, Outcome::Completed).await?;
+        Ok((output, accepted))
+    }
+
+    /// A write to the fenced resource with the entry's token; `true` when it was accepted.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn write(&self, entry: &Entry) -> RedisResult<bool> {
+        let n = &self.names;
+        let key = &entry.interval.key;
+        let ok: i64 = WRITE
+            .key(n.fence(key))
+            .key(n.seq())
+            .key(n.writes())
+            .key(n.stats())
+            .arg(entry.interval.fence)
+            .arg(&entry.interval.id)
+            .arg(key)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Leaves the critical section (call it before releasing the lock): stamps the exit time
+    /// and decrements the occupancy counter. Idempotent.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn leave(&self, entry: &mut Entry) -> RedisResult<()> {
+        if entry.left {
+            return Ok(());
+        }
+        entry.interval.t_exit = monotonic_ns();
+        self.leave_on_referee(&self.worker, &entry.interval).await?;
+        entry.left = true;
+        Ok(())
+    }
+
+    /// Decrements the occupancy and records the exit time and the last observations in the
+    /// open record (for [`close_worker`](Self::close_worker), should the process die now).
+    async fn leave_on_referee(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
+        let n = &self.names;
+        let _: i64 = LEAVE
+            .key(n.occ(&interval.key))
+            .key(n.occupants(&interval.key))
+            .key(n.open(worker))
+            .arg(&interval.id)
+            .arg(interval.t_exit)
+            .arg(opt(interval.last_held))
+            .arg(opt(interval.lost_at))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Logs the finished interval (after the release) and removes its open record. Leaves
+    /// first if [`leave`](Self::leave) was not called. [`Outcome::Lost`] marks the loss now
+    /// if it was not observed before.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn finish(&self, mut entry: Entry, outcome: Outcome) -> RedisResult<Interval> {
+        self.leave(&mut entry).await?;
+        if outcome == Outcome::Lost {
+            entry.mark_lost();
+        }
+        let mut interval = entry.interval;
+        interval.outcome = outcome;
+        self.log(&self.worker, &interval).await?;
+        Ok(interval)
+    }
+
+    async fn log(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
+        let n = &self.names;
+        let _: i64 = FINISH
+            .key(n.open(worker))
+            .key(n.log())
+            .arg(&interval.id)
+            .arg(interval.to_line())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Closes every section that `worker` (a SIGKILLed process) left open: occupancy is
+    /// decremented if it had not left yet, and the interval is logged as [`Outcome::Killed`]
+    /// ending at `dead_at` (`CLOCK_MONOTONIC` ns, taken after the process was reaped) or at
+    /// its own exit stamp, with the last observations it recorded on the referee (on enter,
+    /// or on leave). Returns how many were closed.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn close_worker(&self, worker: &str, dead_at: u64) -> RedisResult<usize> {
+        let open: HashMap<String, String> = redis::cmd("HGETALL")
+            .arg(self.names.open(worker))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        for (id, value) in &open {
+            let malformed = || {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "malformed open oracle record",
+                    value.clone(),
+                ))
+            };
+            // key, fence, t_enter, seq, occupancy, others, last_held, lost_at, and after a
+            // leave: t_exit, last_held, lost_at.
+            let f: Vec<&str> = value.split('\t').collect();
+            if f.len() != 8 && f.len() != 11 {
+                return Err(malformed());
+            }
+            let num = |i: usize| f[i].parse::<u64>().map_err(|_| malformed());
+            let observed = |i: usize| parse_opt(f[i]).ok_or_else(malformed);
+            let mut interval = Interval {
+                id: id.clone(),
+                key: f[0].to_owned(),
+                fence: num(1)?,
+                enter_seq: num(3)?,
+                t_enter: num(2)?,
+                t_exit: dead_at,
+                last_held: observed(6)?,
+                lost_at: observed(7)?,
+                occupancy: num(4)?,
+                collided_with: parse_list(f[5]),
+                outcome: Outcome::Killed,
+            };
+            if f.len() == 11 {
+                interval.t_exit = num(8)?;
+                interval.last_held = observed(9)?;
+                interval.lost_at = observed(10)?;
+            } else {
+                self.leave_on_referee(worker, &interval).await?;
+            }
+            self.log(worker, &interval).await?;
+        }
+        Ok(open.len())
+    }
+
+    /// Every logged interval of the run.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed line.
+    pub async fn intervals(&self) -> RedisResult<Vec<Interval>> {
+        let lines = self.read_list(&self.names.log()).await?;
+        lines
+            .iter()
+            .map(|l| Interval::from_line(l).ok_or_else(|| malformed(l)))
+            .collect()
+    }
+
+    /// Every fenced write of the run, in sequence order.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed line.
+    pub async fn writes(&self) -> RedisResult<Vec<FencedWrite>> {
+        let lines = self.read_list(&self.names.writes()).await?;
+        lines
+            .iter()
+            .map(|l| FencedWrite::from_line(l).ok_or_else(|| malformed(l)))
+            .collect()
+    }
+
+    async fn read_list(&self, list: &str) -> RedisResult<Vec<String>> {
+        const PAGE: isize = 20_000;
+        let mut all = Vec::new();
+        let mut start = 0isize;
+        loop {
+            let page: Vec<String> = redis::cmd("LRANGE")
+                .arg(list)
+                .arg(start)
+                .arg(start + PAGE - 1)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            let n = page.len();
+            all.extend(page);
+            if n < PAGE as usize {
+                return Ok(all);
+            }
+            start += PAGE;
+        }
+    }
+
+    /// The referee's own counters: `enters`, `occupancy_collisions`, `claims_below_high_water`,
+    /// `writes_accepted`, `writes_rejected` (missing ones are 0).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn counters(&self) -> RedisResult<HashMap<String, u64>> {
+        redis::cmd("HGETALL")
+            .arg(self.names.stats())
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Sections of `worker` that are inside their critical section right now (entered, not
+    /// yet left): a fault injector can wait for one before it pauses the worker.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn inside(&self, worker: &str) -> RedisResult<usize> {
+        let open: Vec<String> = redis::cmd("HVALS")
+            .arg(self.names.open(worker))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(open.iter().filter(|v| v.split('\t').count() == 8).count())
+    }
+
+    /// Sections entered but not yet finished, over all workers of the run.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn unfinished(&self) -> RedisResult<u64> {
+        let pattern = format!("{}open:*", self.names.ns);
+        let mut cursor = 0u64;
+        let mut total = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            for key in keys {
+                let n: u64 = redis::cmd("HLEN")
+                    .arg(key)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+                total += n;
+            }
+            if next == 0 {
+                return Ok(total);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Reads the whole run back and checks it (see [`check`]); also fills in
+    /// [`Report::enters`] from the referee's counter and [`Report::unfinished`].
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn report(&self) -> RedisResult<Report> {
+        let intervals = self.intervals().await?;
+        let writes = self.writes().await?;
+        let mut report = check(&intervals, &writes);
+        let counters = self.counters().await?;
+        report.enters = counters.get("enters").copied().unwrap_or(0);
+        report.unfinished = self.unfinished().await?;
+        Ok(report)
+    }
+}
+
+fn malformed(line: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "malformed oracle log line",
+        line.to_owned(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_referee_scripts_count_occupancy_fences_and_dead_workers() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        let b = Oracle::connect(&referee.url(), "t", "b").await.unwrap();
+        let mut ea = a.enter("k", 100, || true).await.unwrap();
+        assert_eq!(ea.occupancy(), 1);
+        assert!(ea.observe(|| true));
+        assert!(a.write(&ea).await.unwrap());
+        // b enters while a is inside (a double holder) with a higher token.
+        let eb = b.enter("k", 101, || true).await.unwrap();
+        assert_eq!(eb.occupancy(), 2);
+        assert!(!eb.claim_below_high_water());
+        assert!(!a.write(&ea).await.unwrap(), "stale write rejected");
+        assert!(b.write(&eb).await.unwrap());
+        a.leave(&mut ea).await.unwrap();
+        a.leave(&mut ea).await.unwrap(); // idempotent
+        a.finish(ea, Outcome::Completed).await.unwrap();
+        // b dies inside; its section is closed by the parent.
+        assert_eq!(b.unfinished().await.unwrap(), 1);
+        assert_eq!(
+            (a.inside("a").await.unwrap(), a.inside("b").await.unwrap()),
+            (0, 1)
+        );
+        assert_eq!(a.close_worker("b", monotonic_ns()).await.unwrap(), 1);
+        assert_eq!(a.unfinished().await.unwrap(), 0);
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0);
+        // A regression: a token below the high-water mark.
+        let ec = a.enter("k", 50, || true).await.unwrap();
+        assert!(ec.claim_below_high_water());
+        a.finish(ec, Outcome::Completed).await.unwrap();
+
+        let r = a.report().await.unwrap();
+        assert_eq!((r.cycles, r.enters, r.unfinished), (3, 3, 0));
+        assert_eq!((r.completed, r.killed), (2, 1));
+        assert_eq!(r.unsignalled_overlaps, 1, "{r}");
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 1));
+        assert_eq!(
+            (r.stale_attempted, r.stale_rejected, r.stale_accepted),
+            (1, 1, 0)
+        );
+        assert_eq!(r.fence_regressions, 1);
+        let counters = a.counters().await.unwrap();
+        assert_eq!(counters["claims_below_high_water"], 1);
+        assert_eq!(counters["writes_accepted"], 2);
+        assert!(!r.is_clean());
+        // The killed section kept the check b made on enter.
+        let intervals = a.intervals().await.unwrap();
+        let killed = intervals.iter().find(|i| i.id.starts_with("b#")).unwrap();
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert!(killed.last_held.is_some() && killed.lost_at.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_worker_killed_after_leaving_keeps_its_exit_and_observations() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let parent = Oracle::connect(&referee.url(), "t", "parent")
+            .await
+            .unwrap();
+        let w = Oracle::connect(&referee.url(), "t", "w").await.unwrap();
+        let mut e = w.enter("k", 7, || true).await.unwrap();
+        e.observe(|| false); // lost before leaving
+        w.leave(&mut e).await.unwrap();
+        let (t_exit, lost_at) = (e.interval.t_exit, e.lost_at());
+        assert_eq!(w.inside("w").await.unwrap(), 0);
+        assert_eq!(w.unfinished().await.unwrap(), 1);
+        // The process dies before `finish`.
+        assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 1);
+        let intervals = parent.intervals().await.unwrap();
+        assert_eq!(intervals.len(), 1);
+        let killed = &intervals[0];
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert_eq!((killed.t_exit, killed.lost_at), (t_exit, lost_at));
+        assert!(killed.last_held.is_some());
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0, "decremented once, by the leave");
+    }
+}
