@@ -109,81 +109,11 @@ impl Names {
     }
 }
 
-/// Compares two decimal strings without leading zeros as numbers (exact for any length).
-const GT: &str = "local function gt(a, b)
-  if #a ~= #b then return #a > #b end
-  return a > b
-end
-";
-
-/// KEYS: occ, occupants, fence, open, seq, stats. ARGV: id, fence, t_enter, key, last_held,
-/// lost_at. The open record: key, fence, t_enter, seq, occupancy, others, last_held, lost_at.
-static ENTER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{GT}
-local others = table.concat(redis.call('SMEMBERS', KEYS[2]), ',')
-redis.call('SADD', KEYS[2], ARGV[1])
-local occ = redis.call('INCR', KEYS[1])
-local seq = redis.call('INCR', KEYS[5])
-redis.call('HINCRBY', KEYS[6], 'enters', 1)
-if occ > 1 then redis.call('HINCRBY', KEYS[6], 'occupancy_collisions', 1) end
-local hw = redis.call('GET', KEYS[3]) or '0'
-local regression = 0
-if gt(ARGV[2], hw) then
-  redis.call('SET', KEYS[3], ARGV[2])
-else
-  regression = 1
-  redis.call('HINCRBY', KEYS[6], 'claims_below_high_water', 1)
-end
-redis.call('HSET', KEYS[4], ARGV[1], table.concat(
-  {{ARGV[4], ARGV[2], ARGV[3], tostring(seq), tostring(occ), others, ARGV[5], ARGV[6]}}, '\\t'))
-return {{occ, seq, regression, others}}"
-    ))
-});
-
-/// KEYS: occ, occupants, open. ARGV: id, t_exit, last_held, lost_at; appended to the open
-/// record once. Idempotent.
-static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('DECR', KEYS[1]) end
-local v = redis.call('HGET', KEYS[3], ARGV[1])
-if v then
-  local _, tabs = string.gsub(v, '\\t', '')
-  if tabs == 7 then
-    redis.call('HSET', KEYS[3], ARGV[1], table.concat({v, ARGV[2], ARGV[3], ARGV[4]}, '\\t'))
-  end
-end
-return 1",
-    )
-});
-
-/// KEYS: open, log. ARGV: id, line.
-static FINISH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "redis.call('HDEL', KEYS[1], ARGV[1])
-redis.call('RPUSH', KEYS[2], ARGV[2])
-return 1",
-    )
-});
-
-/// KEYS: fence, seq, writes, stats. ARGV: token, id, key.
-static WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{GT}
-local hw = redis.call('GET', KEYS[1]) or '0'
-local seq = redis.call('INCR', KEYS[2])
-local ok = 0
-if gt(hw, ARGV[1]) then
-  redis.call('HINCRBY', KEYS[4], 'writes_rejected', 1)
-else
-  ok = 1
-  if gt(ARGV[1], hw) then redis.call('SET', KEYS[1], ARGV[1]) end
-  redis.call('HINCRBY', KEYS[4], 'writes_accepted', 1)
-end
-redis.call('RPUSH', KEYS[3], table.concat({{tostring(seq), ARGV[3], ARGV[1], tostring(ok), ARGV[2]}}, '\\t'))
-return ok"
-    ))
-});
+// The scripts, one file each; every file starts with its KEYS, ARGV and reply.
+static ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/enter.lua")));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));
+static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/finish.lua")));
+static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/write.lua")));
 
 /// A connection to the referee for one run, used by one process (clone it freely between
 /// its tasks).
