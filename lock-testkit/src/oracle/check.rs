@@ -485,4 +485,45 @@ mod tests {
         assert_eq!(r.fence_regressions, 1);
         assert!(!r.is_clean());
     }
+
+    #[test]
+    fn each_kind_of_violation_alone_fails_the_check() {
+        let mut ghost = iv("b", 11, 2, 5, 9);
+        ghost.occupancy = 2;
+        ghost.collided_with = vec!["ghost".to_owned()];
+        let cases = [
+            // Two holders inside at once, the referee's counter having missed it.
+            (
+                vec![iv("a", 10, 1, 0, 8), iv("b", 11, 2, 5, 9)],
+                vec![],
+                [1, 0, 0, 0],
+            ),
+            // A collision on the counter with a section that is not in the log.
+            (vec![iv("a", 10, 1, 0, 4), ghost], vec![], [0, 1, 0, 0]),
+            // A token that went backwards.
+            (
+                vec![iv("a", 10, 1, 0, 4), iv("b", 9, 2, 5, 9)],
+                vec![],
+                [0, 0, 1, 0],
+            ),
+            // A write with a's token accepted after b had entered.
+            (
+                vec![iv("a", 10, 1, 0, 4), iv("b", 11, 2, 5, 9)],
+                vec![write(3, 10, true)],
+                [0, 0, 0, 1],
+            ),
+        ];
+        for (log, writes, expected) in cases {
+            let r = check(&log, &writes);
+            let found = [
+                r.unsignalled_overlaps,
+                r.occupancy_violations,
+                r.fence_regressions,
+                r.stale_accepted,
+            ];
+            assert_eq!(found, expected, "{r}");
+            assert!(!r.is_clean());
+            assert_eq!(r.violations.len(), 1, "{r:?}");
+        }
+    }
 }

@@ -50,6 +50,14 @@
 //! with [`Oracle::close_worker`] (decrementing the occupancy and logging the interval as
 //! [`Outcome::Killed`]). [`Oracle::report`] reads everything back and runs [`check`].
 //!
+//! # On the referee
+//!
+//! A run's keys are under `oracle:<run>:`. Every record there is a JSON object with named
+//! fields, read into the struct of `record.rs` that defines it ([`Interval`], [`FencedWrite`]
+//! and the open sections); the Lua scripts that write them are the files in `scripts/`, each
+//! starting with its keys, arguments and reply. [`check`] needs the records only, so a log
+//! read back from the referee, or written by hand in a test, is checked the same way.
+//!
 //! # Limits
 //!
 //! Times are stamped by the holder around its own calls: `t_enter` after the acquire returned,

@@ -1,7 +1,18 @@
-//! The records the referee keeps and their stored form.
+//! The records the referee keeps, and their stored form: one JSON object per record, its
+//! fields named and typed by the struct it is read into (serde), so a record's field list is
+//! its struct and nothing else.
+//!
+//! Two records are completed by a script, which adds the fields the referee assigns to the
+//! holder's JSON object without decoding it (Lua numbers are doubles and would round 64-bit
+//! tokens and times): [`OpenSection`] is [`Entered`] plus the fields `enter.lua` adds, and a
+//! [`FencedWrite`] is a [`WriteRequest`] plus the fields `write.lua` adds.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 /// How a critical section ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Outcome {
     /// The holder finished and released the lock while still holding it.
     Completed,
@@ -16,29 +27,8 @@ pub enum Outcome {
     Killed,
 }
 
-impl Outcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Completed => "completed",
-            Self::Lost => "lost",
-            Self::ReleaseFailed => "release-failed",
-            Self::Killed => "killed",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "completed" => Self::Completed,
-            "lost" => Self::Lost,
-            "release-failed" => Self::ReleaseFailed,
-            "killed" => Self::Killed,
-            _ => return None,
-        })
-    }
-}
-
-/// One critical section, as logged on the referee.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One critical section, as logged on the referee (stored as JSON with these field names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interval {
     /// Unique id: `<worker>#<n>`.
     pub id: String,
@@ -64,75 +54,52 @@ pub struct Interval {
     pub outcome: Outcome,
 }
 
-pub(super) fn opt(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
-}
-
-pub(super) fn parse_opt(s: &str) -> Option<Option<u64>> {
-    if s == "-" {
-        Some(None)
-    } else {
-        s.parse().ok().map(Some)
-    }
-}
-
-pub(super) fn parse_list(s: &str) -> Vec<String> {
-    if s.is_empty() || s == "-" {
-        Vec::new()
-    } else {
-        s.split(',').map(str::to_owned).collect()
-    }
-}
-
 impl Interval {
-    /// The tab-separated line stored in the referee's log.
-    pub fn to_line(&self) -> String {
-        let collided = if self.collided_with.is_empty() {
-            "-".to_owned()
-        } else {
-            self.collided_with.join(",")
-        };
-        [
-            "v1",
-            &self.id,
-            &self.key,
-            &self.fence.to_string(),
-            &self.enter_seq.to_string(),
-            &self.t_enter.to_string(),
-            &self.t_exit.to_string(),
-            &opt(self.last_held),
-            &opt(self.lost_at),
-            &self.occupancy.to_string(),
-            &collided,
-            self.outcome.as_str(),
-        ]
-        .join("\t")
+    /// The interval of a section that has just been entered: it ends where it starts until
+    /// it leaves, and counts as completed until it finishes otherwise.
+    pub(super) fn open(id: String, section: OpenSection) -> Self {
+        let OpenSection {
+            entered,
+            enter_seq,
+            occupancy,
+            collided_with,
+            below_high_water: _,
+        } = section;
+        Self {
+            id,
+            key: entered.key,
+            fence: entered.fence,
+            enter_seq,
+            t_enter: entered.t_enter,
+            t_exit: entered.t_enter,
+            last_held: entered.last_held,
+            lost_at: entered.lost_at,
+            occupancy,
+            collided_with,
+            outcome: Outcome::Completed,
+        }
     }
 
-    /// Parses a line written by [`to_line`](Self::to_line).
-    pub fn from_line(line: &str) -> Option<Self> {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 12 || f[0] != "v1" {
-            return None;
+    /// What the holder recorded when it left.
+    pub(super) fn left(&self) -> Left {
+        Left {
+            t_exit: self.t_exit,
+            last_held: self.last_held,
+            lost_at: self.lost_at,
         }
-        Some(Self {
-            id: f[1].to_owned(),
-            key: f[2].to_owned(),
-            fence: f[3].parse().ok()?,
-            enter_seq: f[4].parse().ok()?,
-            t_enter: f[5].parse().ok()?,
-            t_exit: f[6].parse().ok()?,
-            last_held: parse_opt(f[7])?,
-            lost_at: parse_opt(f[8])?,
-            occupancy: f[9].parse().ok()?,
-            collided_with: parse_list(f[10]),
-            outcome: Outcome::parse(f[11])?,
-        })
+    }
+
+    /// Takes the exit and the observations recorded on leave.
+    pub(super) fn set_left(&mut self, left: Left) {
+        self.t_exit = left.t_exit;
+        self.last_held = left.last_held;
+        self.lost_at = left.lost_at;
     }
 }
 
-/// One write to the fenced resource, as logged by the script.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One write to the fenced resource, as logged by `write.lua`: the writer's `key`, `fence`
+/// and `id`, with `seq` and `accepted` added by the script.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct FencedWrite {
     /// Position in the referee's global sequence (shared with enters).
     pub seq: u64,
@@ -146,48 +113,156 @@ pub struct FencedWrite {
     pub id: String,
 }
 
-impl FencedWrite {
-    pub(super) fn from_line(line: &str) -> Option<Self> {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 5 {
-            return None;
-        }
-        Some(Self {
-            seq: f[0].parse().ok()?,
-            key: f[1].to_owned(),
-            fence: f[2].parse().ok()?,
-            accepted: f[3] == "1",
-            id: f[4].to_owned(),
-        })
-    }
+/// The writer's part of a [`FencedWrite`], sent to `write.lua`.
+#[derive(Debug, Serialize)]
+pub(super) struct WriteRequest<'a> {
+    pub(super) key: &'a str,
+    pub(super) fence: u64,
+    pub(super) id: &'a str,
+}
+
+/// What a holder knows of its section when it enters, sent to `enter.lua`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Entered {
+    pub(super) key: String,
+    pub(super) fence: u64,
+    pub(super) t_enter: u64,
+    pub(super) last_held: Option<u64>,
+    pub(super) lost_at: Option<u64>,
+}
+
+/// A section in progress as `enter.lua` stores it in `open:<worker>` and returns it: the
+/// holder's [`Entered`] and what the referee assigned.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct OpenSection {
+    #[serde(flatten)]
+    pub(super) entered: Entered,
+    /// Position of the enter in the run's sequence.
+    pub(super) enter_seq: u64,
+    /// The occupancy counter after the increment.
+    pub(super) occupancy: u64,
+    /// The sections that were inside. Absent when there were none: cjson encodes an empty
+    /// table as `{}`, not `[]`.
+    #[serde(default)]
+    pub(super) collided_with: Vec<String>,
+    /// The token was not above the fenced resource's high-water mark.
+    pub(super) below_high_water: bool,
+}
+
+/// What a holder recorded when it left, kept by `leave.lua` in `left:<worker>` until the
+/// section finishes (for [`Oracle::close_worker`](super::Oracle::close_worker)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Left {
+    pub(super) t_exit: u64,
+    pub(super) last_held: Option<u64>,
+    pub(super) lost_at: Option<u64>,
+}
+
+/// The stored form of a record.
+///
+/// # Errors
+///
+/// Never for the records of this module (their fields are plain values); the error is mapped
+/// to a client error rather than assumed away.
+pub(super) fn encode(record: &impl Serialize) -> redis::RedisResult<String> {
+    serde_json::to_string(record).map_err(|e| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "oracle record not encodable",
+            e.to_string(),
+        ))
+    })
+}
+
+/// Reads a stored record; `what` names it in the error.
+///
+/// # Errors
+///
+/// When `json` is not a `T`.
+pub(super) fn decode<T: DeserializeOwned>(what: &'static str, json: &str) -> redis::RedisResult<T> {
+    serde_json::from_str(json).map_err(|e| {
+        redis::RedisError::from((redis::ErrorKind::Client, what, format!("{e}: {json}")))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn lines_round_trip() {
-        let mut a = Interval {
+    fn interval() -> Interval {
+        Interval {
             id: "w1#7".to_owned(),
             key: "k".to_owned(),
-            fence: 1_700_000_000_123_456,
+            fence: u64::MAX,
             enter_seq: 42,
-            t_enter: 3_000_000,
-            t_exit: 4_000_000,
-            last_held: Some(3_000_000),
-            lost_at: None,
-            occupancy: 1,
-            collided_with: Vec::new(),
-            outcome: Outcome::Completed,
-        };
-        a.lost_at = Some(5);
-        a.collided_with = vec!["w2#1".to_owned(), "w3#9".to_owned()];
-        a.outcome = Outcome::ReleaseFailed;
-        assert_eq!(Interval::from_line(&a.to_line()), Some(a.clone()));
-        a.last_held = None;
+            t_enter: 1_700_000_000_123_456_789,
+            t_exit: 1_700_000_000_123_456_790,
+            last_held: None,
+            lost_at: Some(5),
+            occupancy: 2,
+            collided_with: vec!["w2#1".to_owned(), "w3#9".to_owned()],
+            outcome: Outcome::ReleaseFailed,
+        }
+    }
+
+    #[test]
+    fn intervals_round_trip_with_named_fields() {
+        let mut a = interval();
+        let json = encode(&a).expect("encodes");
+        assert!(
+            json.contains(r#""fence":18446744073709551615"#)
+                && json.contains(r#""last_held":null"#)
+                && json.contains(r#""outcome":"release-failed""#),
+            "{json}"
+        );
+        assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a.clone()));
         a.collided_with.clear();
-        assert_eq!(Interval::from_line(&a.to_line()), Some(a));
-        assert_eq!(Interval::from_line("garbage"), None);
+        a.outcome = Outcome::Killed;
+        let json = encode(&a).expect("encodes");
+        assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a));
+        assert!(decode::<Interval>("interval", "garbage").is_err());
+        assert!(decode::<Interval>("interval", r#"{"id":"w1#7"}"#).is_err());
+    }
+
+    #[test]
+    fn the_scripts_fields_complete_the_holders_records() {
+        // What enter.lua and write.lua store: the holder's object with the referee's fields
+        // appended (in any order; `collided_with` absent when empty).
+        let entered = Entered {
+            key: "k".to_owned(),
+            fence: u64::MAX,
+            t_enter: 3,
+            last_held: Some(3),
+            lost_at: None,
+        };
+        let json = encode(&entered).expect("encodes");
+        let stored = format!(
+            "{},\"below_high_water\":false,\"occupancy\":1,\"enter_seq\":7}}",
+            &json[..json.len() - 1]
+        );
+        let section: OpenSection = decode("open section", &stored).expect("decodes");
+        let iv = Interval::open("w#1".to_owned(), section);
+        assert_eq!((iv.fence, iv.enter_seq, iv.occupancy), (u64::MAX, 7, 1));
+        assert_eq!((iv.t_enter, iv.t_exit, iv.last_held), (3, 3, Some(3)));
+        assert!(iv.collided_with.is_empty());
+
+        let json = encode(&WriteRequest {
+            key: "k",
+            fence: 12,
+            id: "w#1",
+        })
+        .expect("encodes");
+        let stored = format!("{},\"accepted\":true,\"seq\":8}}", &json[..json.len() - 1]);
+        let write: FencedWrite = decode("write", &stored).expect("decodes");
+        assert_eq!(
+            write,
+            FencedWrite {
+                seq: 8,
+                key: "k".to_owned(),
+                fence: 12,
+                accepted: true,
+                id: "w#1".to_owned(),
+            }
+        );
     }
 }

@@ -11,7 +11,9 @@ use redis::{AsyncConnectionConfig, RedisResult, Script};
 
 use super::check::{check, Report};
 use super::clock::monotonic_ns;
-use super::record::{opt, parse_list, parse_opt, FencedWrite, Interval, Outcome};
+use super::record::{
+    decode, encode, Entered, FencedWrite, Interval, OpenSection, Outcome, WriteRequest,
+};
 
 /// A critical section in progress: returned by [`Oracle::enter`], given back to
 /// [`Oracle::leave`] and [`Oracle::finish`].
@@ -94,6 +96,9 @@ impl Names {
     }
     fn open(&self, worker: &str) -> String {
         format!("{}open:{worker}", self.ns)
+    }
+    fn left(&self, worker: &str) -> String {
+        format!("{}left:{worker}", self.ns)
     }
     fn seq(&self) -> String {
         format!("{}seq", self.ns)
@@ -243,8 +248,15 @@ impl Oracle {
             self.worker,
             self.next.fetch_add(1, Ordering::Relaxed)
         );
+        let entered = Entered {
+            key: key.to_owned(),
+            fence,
+            t_enter,
+            last_held,
+            lost_at,
+        };
         let n = &self.names;
-        let (occupancy, enter_seq, regression, others): (u64, u64, u8, String) = ENTER
+        let section: String = ENTER
             .key(n.occ(key))
             .key(n.occupants(key))
             .key(n.fence(key))
@@ -253,28 +265,14 @@ impl Oracle {
             .key(n.stats())
             .arg(&id)
             .arg(fence)
-            .arg(t_enter)
-            .arg(key)
-            .arg(opt(last_held))
-            .arg(opt(lost_at))
+            .arg(encode(&entered)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
+        let section: OpenSection = decode("malformed open oracle record", &section)?;
         Ok(Entry {
-            interval: Interval {
-                id,
-                key: key.to_owned(),
-                fence,
-                enter_seq,
-                t_enter,
-                t_exit: t_enter,
-                last_held,
-                lost_at,
-                occupancy,
-                collided_with: parse_list(&others),
-                outcome: Outcome::Completed,
-            },
+            fence_regression: section.below_high_water,
+            interval: Interval::open(id, section),
             left: false,
-            fence_regression: regression == 1,
         })
     }
 
@@ -316,8 +314,11 @@ impl Oracle {
             .key(n.writes())
             .key(n.stats())
             .arg(entry.interval.fence)
-            .arg(&entry.interval.id)
-            .arg(key)
+            .arg(encode(&WriteRequest {
+                key,
+                fence: entry.interval.fence,
+                id: &entry.interval.id,
+            })?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(ok == 1)
@@ -347,10 +348,9 @@ impl Oracle {
             .key(n.occ(&interval.key))
             .key(n.occupants(&interval.key))
             .key(n.open(worker))
+            .key(n.left(worker))
             .arg(&interval.id)
-            .arg(interval.t_exit)
-            .arg(opt(interval.last_held))
-            .arg(opt(interval.lost_at))
+            .arg(encode(&interval.left())?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -378,9 +378,10 @@ impl Oracle {
         let n = &self.names;
         let _: i64 = FINISH
             .key(n.open(worker))
+            .key(n.left(worker))
             .key(n.log())
             .arg(&interval.id)
-            .arg(interval.to_line())
+            .arg(encode(interval)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -394,47 +395,23 @@ impl Oracle {
     ///
     /// # Errors
     ///
-    /// When the referee fails.
+    /// When the referee fails or holds a malformed record.
     pub async fn close_worker(&self, worker: &str, dead_at: u64) -> RedisResult<usize> {
-        let open: HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(self.names.open(worker))
+        // One snapshot of both hashes: a section and its exit are written by different scripts.
+        let (open, left): (HashMap<String, String>, HashMap<String, String>) = redis::pipe()
+            .atomic()
+            .hgetall(self.names.open(worker))
+            .hgetall(self.names.left(worker))
             .query_async(&mut self.conn.clone())
             .await?;
-        for (id, value) in &open {
-            let malformed = || {
-                redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "malformed open oracle record",
-                    value.clone(),
-                ))
-            };
-            // key, fence, t_enter, seq, occupancy, others, last_held, lost_at, and after a
-            // leave: t_exit, last_held, lost_at.
-            let f: Vec<&str> = value.split('\t').collect();
-            if f.len() != 8 && f.len() != 11 {
-                return Err(malformed());
-            }
-            let num = |i: usize| f[i].parse::<u64>().map_err(|_| malformed());
-            let observed = |i: usize| parse_opt(f[i]).ok_or_else(malformed);
-            let mut interval = Interval {
-                id: id.clone(),
-                key: f[0].to_owned(),
-                fence: num(1)?,
-                enter_seq: num(3)?,
-                t_enter: num(2)?,
-                t_exit: dead_at,
-                last_held: observed(6)?,
-                lost_at: observed(7)?,
-                occupancy: num(4)?,
-                collided_with: parse_list(f[5]),
-                outcome: Outcome::Killed,
-            };
-            if f.len() == 11 {
-                interval.t_exit = num(8)?;
-                interval.last_held = observed(9)?;
-                interval.lost_at = observed(10)?;
-            } else {
-                self.leave_on_referee(worker, &interval).await?;
+        for (id, section) in &open {
+            let section: OpenSection = decode("malformed open oracle record", section)?;
+            let mut interval = Interval::open(id.clone(), section);
+            interval.outcome = Outcome::Killed;
+            interval.t_exit = dead_at;
+            match left.get(id) {
+                Some(exit) => interval.set_left(decode("malformed oracle exit record", exit)?),
+                None => self.leave_on_referee(worker, &interval).await?,
             }
             self.log(worker, &interval).await?;
         }
@@ -445,12 +422,12 @@ impl Oracle {
     ///
     /// # Errors
     ///
-    /// When the referee fails or holds a malformed line.
+    /// When the referee fails or holds a malformed record.
     pub async fn intervals(&self) -> RedisResult<Vec<Interval>> {
-        let lines = self.read_list(&self.names.log()).await?;
-        lines
+        let records = self.read_list(&self.names.log()).await?;
+        records
             .iter()
-            .map(|l| Interval::from_line(l).ok_or_else(|| malformed(l)))
+            .map(|r| decode("malformed oracle log record", r))
             .collect()
     }
 
@@ -458,12 +435,12 @@ impl Oracle {
     ///
     /// # Errors
     ///
-    /// When the referee fails or holds a malformed line.
+    /// When the referee fails or holds a malformed record.
     pub async fn writes(&self) -> RedisResult<Vec<FencedWrite>> {
-        let lines = self.read_list(&self.names.writes()).await?;
-        lines
+        let records = self.read_list(&self.names.writes()).await?;
+        records
             .iter()
-            .map(|l| FencedWrite::from_line(l).ok_or_else(|| malformed(l)))
+            .map(|r| decode("malformed oracle write record", r))
             .collect()
     }
 
@@ -507,11 +484,14 @@ impl Oracle {
     ///
     /// When the referee fails.
     pub async fn inside(&self, worker: &str) -> RedisResult<usize> {
-        let open: Vec<String> = redis::cmd("HVALS")
-            .arg(self.names.open(worker))
+        // Every exit in `left` belongs to a section in `open` (finish.lua removes both).
+        let (open, left): (usize, usize) = redis::pipe()
+            .atomic()
+            .hlen(self.names.open(worker))
+            .hlen(self.names.left(worker))
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(open.iter().filter(|v| v.split('\t').count() == 8).count())
+        Ok(open.saturating_sub(left))
     }
 
     /// Sections entered but not yet finished, over all workers of the run.
@@ -561,14 +541,6 @@ impl Oracle {
         report.unfinished = self.unfinished().await?;
         Ok(report)
     }
-}
-
-fn malformed(line: &str) -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::Client,
-        "malformed oracle log line",
-        line.to_owned(),
-    ))
 }
 
 #[cfg(test)]
@@ -652,5 +624,65 @@ mod tests {
         assert!(killed.last_held.is_some());
         let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
         assert_eq!(occ, 0, "decremented once, by the leave");
+    }
+
+    #[tokio::test]
+    async fn tokens_and_times_beyond_double_precision_pass_through_the_scripts_exactly() {
+        // 2^53 + 1 and + 2 are one double apart in Lua: the scripts compare them as decimal
+        // strings and store them inside JSON they do not decode.
+        const BIG: u64 = (1 << 53) + 1;
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        let mut ea = a.enter("k", BIG, || true).await.unwrap();
+        ea.interval.t_enter = u64::MAX - 1;
+        let eb = a.enter("k", BIG + 1, || true).await.unwrap();
+        assert!(!eb.claim_below_high_water());
+        assert!(!a.write(&ea).await.unwrap(), "stale by one");
+        assert!(a.write(&eb).await.unwrap());
+        a.finish(eb, Outcome::Completed).await.unwrap();
+        a.finish(ea, Outcome::Lost).await.unwrap();
+        let writes = a.writes().await.unwrap();
+        let fences: Vec<(u64, bool)> = writes.iter().map(|w| (w.fence, w.accepted)).collect();
+        assert_eq!(fences, [(BIG, false), (BIG + 1, true)]);
+        let intervals = a.intervals().await.unwrap();
+        assert_eq!(intervals[0].fence, BIG + 1);
+        assert_eq!(
+            (intervals[1].fence, intervals[1].t_enter),
+            (BIG, u64::MAX - 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn violations_stored_on_the_referee_fail_the_report() {
+        // A log written by hand in the stored form: b entered at 5 ms while a, never told it
+        // lost the lock, was inside until 8 ms (with the collision counted on enter); c
+        // entered with a token below b's; a then wrote with its token after b had entered,
+        // and the resource accepted it.
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let oracle = Oracle::connect(&referee.url(), "t", "main").await.unwrap();
+        let log = [
+            r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8000000,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#,
+            r#"{"id":"b#1","key":"k","fence":11,"enter_seq":2,"t_enter":5000000,"t_exit":9000000,"last_held":5000000,"lost_at":null,"occupancy":2,"collided_with":["a#1"],"outcome":"completed"}"#,
+            r#"{"id":"c#1","key":"k","fence":9,"enter_seq":4,"t_enter":10000000,"t_exit":11000000,"last_held":10000000,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#,
+        ];
+        let writes = [r#"{"key":"k","fence":10,"id":"a#1","seq":3,"accepted":true}"#];
+        for record in log {
+            let _: i64 = referee.cmd(&["RPUSH", "oracle:t:log", record]);
+        }
+        for record in writes {
+            let _: i64 = referee.cmd(&["RPUSH", "oracle:t:writes", record]);
+        }
+        let r = oracle.report().await.unwrap();
+        assert_eq!(r.cycles, 3);
+        assert_eq!((r.overlaps, r.unsignalled_overlaps), (1, 1), "{r}");
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 1));
+        assert_eq!(r.fence_regressions, 1);
+        assert_eq!((r.stale_attempted, r.stale_accepted), (1, 1));
+        assert!(!r.is_clean());
+        assert_eq!(r.violations.len(), 4, "{:?}", r.violations);
+
+        // A record the checker cannot read is an error, not a clean run.
+        let _: i64 = referee.cmd(&["RPUSH", "oracle:t:log", "a#2\tk\t12"]);
+        assert!(oracle.report().await.is_err());
     }
 }
