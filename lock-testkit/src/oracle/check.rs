@@ -1,0 +1,529 @@
+//! The offline checker: classifies a run's intervals and fenced writes into violations and
+//! reported-but-explained events.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use super::record::{FencedWrite, Interval, Outcome};
+
+/// The result of [`check`]. [`is_clean`](Self::is_clean) is the verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Intervals checked.
+    pub cycles: u64,
+    /// Enters counted by the referee (filled by [`Oracle::report`](super::Oracle::report);
+    /// [`check`] sets `cycles`).
+    pub enters: u64,
+    /// Sections entered but never finished (filled by [`Oracle::report`](super::Oracle::report)).
+    pub unfinished: u64,
+    /// Intervals per outcome.
+    pub completed: u64,
+    /// See [`Outcome::Lost`].
+    pub lost: u64,
+    /// See [`Outcome::ReleaseFailed`].
+    pub release_failed: u64,
+    /// See [`Outcome::Killed`].
+    pub killed: u64,
+    /// Pairs of intervals of one key that overlap in time.
+    pub overlaps: u64,
+    /// Overlaps where the older holder had been told it lost the lock before the younger one
+    /// entered.
+    pub signalled_overlaps: u64,
+    /// Overlaps where the older holder learned the loss later but never confirmed holding
+    /// while the younger one held (it was paused): reported, not a violation.
+    pub late_signalled_overlaps: u64,
+    /// Overlaps whose older holder was SIGKILLed without having confirmed the lock after the
+    /// younger one entered: reported, not a violation.
+    pub killed_overlaps: u64,
+    /// Violations: overlaps the older holder was not told about in time.
+    pub unsignalled_overlaps: u64,
+    /// Longest overlap of any kind.
+    pub max_overlap: Duration,
+    /// Longest late-signalled overlap: from the younger holder's enter to the older one's
+    /// loss signal.
+    pub max_late_signal: Duration,
+    /// Enters that found the occupancy counter above 0 (raw).
+    pub occupancy_collisions: u64,
+    /// Collisions not explained by the older holder having been marked lost (violations).
+    pub occupancy_violations: u64,
+    /// Acquisitions whose fencing token was not above every token entered before it, by a
+    /// holder that was never marked lost (violations).
+    pub fence_regressions: u64,
+    /// Holders that entered with a token below one entered before them and were marked lost:
+    /// they acquired first but were paused before entering (reported, not a violation).
+    pub late_claims: u64,
+    /// Writes to the fenced resource.
+    pub writes: u64,
+    /// Writes accepted.
+    pub writes_accepted: u64,
+    /// Writes carrying a token below one a newer holder had already registered.
+    pub stale_attempted: u64,
+    /// Stale writes the resource rejected.
+    pub stale_rejected: u64,
+    /// Stale writes the resource accepted (violations).
+    pub stale_accepted: u64,
+    /// Writes of the newest holder that the resource rejected (only after a fence
+    /// regression).
+    pub fresh_rejected: u64,
+    /// The first violations, described.
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    /// No unsignalled overlap, no unexplained occupancy collision, no fence regression, no
+    /// stale write accepted.
+    pub fn is_clean(&self) -> bool {
+        self.unsignalled_overlaps == 0
+            && self.occupancy_violations == 0
+            && self.fence_regressions == 0
+            && self.stale_accepted == 0
+    }
+
+    fn violation(&mut self, what: String) {
+        if self.violations.len() < 20 {
+            self.violations.push(what);
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cycles={} completed={} lost={} release_failed={} killed={} overlaps={} \
+             signalled={} late_signalled={} killed_overlaps={} unsignalled={} max_overlap={:?} \
+             max_late_signal={:?} occupancy_collisions={} occupancy_violations={} \
+             fence_regressions={} late_claims={} writes={} accepted={} stale_attempted={} stale_rejected={} \
+             stale_accepted={}",
+            self.cycles,
+            self.completed,
+            self.lost,
+            self.release_failed,
+            self.killed,
+            self.overlaps,
+            self.signalled_overlaps,
+            self.late_signalled_overlaps,
+            self.killed_overlaps,
+            self.unsignalled_overlaps,
+            self.max_overlap,
+            self.max_late_signal,
+            self.occupancy_collisions,
+            self.occupancy_violations,
+            self.fence_regressions,
+            self.late_claims,
+            self.writes,
+            self.writes_accepted,
+            self.stale_attempted,
+            self.stale_rejected,
+            self.stale_accepted,
+        )
+    }
+}
+
+/// The older (earlier acquired) of two holders of one key: the lower fencing token; on a tie
+/// (itself a regression) the earlier enter.
+fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Interval) {
+    if (a.fence, a.t_enter) <= (b.fence, b.t_enter) {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Signalled,
+    Late,
+    Killed,
+    Unsignalled,
+}
+
+fn verdict(older: &Interval, younger: &Interval) -> Verdict {
+    let confirmed_after = older.last_held.is_some_and(|h| h >= younger.t_enter);
+    match older.lost_at {
+        Some(lost) if lost <= younger.t_enter => Verdict::Signalled,
+        Some(_) if !confirmed_after => Verdict::Late,
+        None if older.outcome == Outcome::Killed && !confirmed_after => Verdict::Killed,
+        _ => Verdict::Unsignalled,
+    }
+}
+
+fn ns(d: u64) -> Duration {
+    Duration::from_nanos(d)
+}
+
+/// Checks a run offline: interval overlaps, occupancy collisions, fence monotonicity and stale
+/// writes (see the [module docs](super) for the verdicts).
+pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
+    let mut report = Report {
+        cycles: intervals.len() as u64,
+        enters: intervals.len() as u64,
+        ..Report::default()
+    };
+    let mut by_key: HashMap<&str, Vec<&Interval>> = HashMap::new();
+    let mut by_id: HashMap<&str, &Interval> = HashMap::new();
+    for iv in intervals {
+        match iv.outcome {
+            Outcome::Completed => report.completed += 1,
+            Outcome::Lost => report.lost += 1,
+            Outcome::ReleaseFailed => report.release_failed += 1,
+            Outcome::Killed => report.killed += 1,
+        }
+        by_key.entry(&iv.key).or_default().push(iv);
+        by_id.insert(&iv.id, iv);
+    }
+
+    // 1. Overlaps, per key, by a sweep over the enter times.
+    for list in by_key.values_mut() {
+        list.sort_by_key(|iv| (iv.t_enter, iv.enter_seq));
+        let mut active: Vec<&Interval> = Vec::new();
+        for &cur in list.iter() {
+            active.retain(|a| a.t_exit.max(a.t_enter) > cur.t_enter);
+            for &a in &active {
+                report.overlaps += 1;
+                let overlap = a.t_exit.min(cur.t_exit).saturating_sub(cur.t_enter);
+                report.max_overlap = report.max_overlap.max(ns(overlap));
+                let (older, younger) = older_younger(a, cur);
+                match verdict(older, younger) {
+                    Verdict::Signalled => report.signalled_overlaps += 1,
+                    Verdict::Late => {
+                        report.late_signalled_overlaps += 1;
+                        let late = older.lost_at.unwrap_or(0).saturating_sub(younger.t_enter);
+                        report.max_late_signal = report.max_late_signal.max(ns(late));
+                    }
+                    Verdict::Killed => report.killed_overlaps += 1,
+                    Verdict::Unsignalled => {
+                        report.unsignalled_overlaps += 1;
+                        report.violation(format!(
+                            "unsignalled overlap on {:?}: {} (fence {}, lost_at {:?}, last_held {:?}, {:?}) still held when {} (fence {}) entered at {}; overlap {:?}",
+                            older.key, older.id, older.fence, older.lost_at, older.last_held,
+                            older.outcome, younger.id, younger.fence, younger.t_enter, ns(overlap)
+                        ));
+                    }
+                }
+            }
+            active.push(cur);
+        }
+    }
+
+    // 2. Occupancy collisions, attributed to the older holder of each colliding pair.
+    for iv in intervals {
+        if iv.occupancy <= 1 && iv.collided_with.is_empty() {
+            continue;
+        }
+        report.occupancy_collisions += 1;
+        let explained = !iv.collided_with.is_empty()
+            && iv.collided_with.iter().all(|other| {
+                let Some(other) = by_id.get(other.as_str()) else {
+                    return false;
+                };
+                let (older, younger) = older_younger(iv, other);
+                older.lost_at.is_some()
+                    || (older.outcome == Outcome::Killed
+                        && (older.t_exit <= younger.t_enter
+                            || older.last_held.is_none_or(|h| h < younger.t_enter)))
+            });
+        if !explained {
+            report.occupancy_violations += 1;
+            report.violation(format!(
+                "occupancy {} when {} (fence {}) entered {:?}; inside: {:?}",
+                iv.occupancy, iv.id, iv.fence, iv.key, iv.collided_with
+            ));
+        }
+    }
+
+    // 3. Fencing tokens strictly increase in acquisition order, per key. The referee sees the
+    //    enters, not the acquisitions: a token at or below an earlier-entered one is a
+    //    regression unless its holder was marked lost (it acquired first, was paused before
+    //    it entered, and its lock passed on meanwhile: a late claim).
+    let mut enters_by_key: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (key, list) in &by_key {
+        let mut enters: Vec<&Interval> = list.clone();
+        enters.sort_unstable_by_key(|iv| iv.enter_seq);
+        let mut max: Option<&Interval> = None;
+        let mut running = Vec::with_capacity(enters.len());
+        for iv in enters {
+            match max {
+                Some(m) if iv.fence <= m.fence => {
+                    if iv.lost_at.is_some() {
+                        report.late_claims += 1;
+                    } else {
+                        report.fence_regressions += 1;
+                        report.violation(format!(
+                            "fence regression on {key:?}: {} entered with token {} after {} had entered with token {}",
+                            iv.id, iv.fence, m.id, m.fence
+                        ));
+                    }
+                }
+                _ => max = Some(iv),
+            }
+            running.push((iv.enter_seq, max.map_or(0, |m| m.fence)));
+        }
+        enters_by_key.insert(key, running);
+    }
+
+    // 4. Stale writes: a token below the highest registered before the write, recounted from
+    //    the log (independently of the script's decision).
+    for w in writes {
+        report.writes += 1;
+        if w.accepted {
+            report.writes_accepted += 1;
+        }
+        let newest = enters_by_key
+            .get(w.key.as_str())
+            .map(|enters| {
+                let i = enters.partition_point(|(seq, _)| *seq < w.seq);
+                if i == 0 {
+                    0
+                } else {
+                    enters[i - 1].1
+                }
+            })
+            .unwrap_or(0);
+        if w.fence < newest {
+            report.stale_attempted += 1;
+            if w.accepted {
+                report.stale_accepted += 1;
+                report.violation(format!(
+                    "stale write accepted on {:?}: token {} by {} after token {} had entered",
+                    w.key, w.fence, w.id, newest
+                ));
+            } else {
+                report.stale_rejected += 1;
+            }
+        } else if !w.accepted {
+            report.fresh_rejected += 1;
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn iv(id: &str, fence: u64, seq: u64, enter_ms: u64, exit_ms: u64) -> Interval {
+        Interval {
+            id: id.to_owned(),
+            key: "k".to_owned(),
+            fence,
+            enter_seq: seq,
+            t_enter: enter_ms * MS,
+            t_exit: exit_ms * MS,
+            last_held: Some(enter_ms * MS),
+            lost_at: None,
+            occupancy: 1,
+            collided_with: Vec::new(),
+            outcome: Outcome::Completed,
+        }
+    }
+
+    fn write(seq: u64, fence: u64, accepted: bool) -> FencedWrite {
+        FencedWrite {
+            seq,
+            key: "k".to_owned(),
+            fence,
+            accepted,
+            id: format!("w{seq}"),
+        }
+    }
+
+    #[test]
+    fn disjoint_intervals_are_clean() {
+        let log = [
+            iv("a", 10, 1, 0, 5),
+            iv("b", 11, 2, 5, 9),
+            iv("c", 12, 3, 10, 12),
+        ];
+        let r = check(&log, &[]);
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!((r.cycles, r.completed, r.overlaps), (3, 3, 0));
+    }
+
+    #[test]
+    fn an_unsignalled_overlap_is_a_violation() {
+        // b entered at 5 while a, never told it lost the lock, was inside until 8.
+        let log = [iv("a", 10, 1, 0, 8), iv("b", 11, 2, 5, 9)];
+        let r = check(&log, &[]);
+        assert_eq!(r.overlaps, 1);
+        assert_eq!(r.unsignalled_overlaps, 1);
+        assert_eq!(r.max_overlap, Duration::from_millis(3));
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("unsignalled overlap"), "{r:?}");
+    }
+
+    #[test]
+    fn an_overlap_after_the_loss_signal_is_not_a_violation() {
+        // a was told at 4 that its lock was lost, then took until 8 to leave; b entered at 5.
+        let mut a = iv("a", 10, 1, 0, 8);
+        a.lost_at = Some(4 * MS);
+        a.outcome = Outcome::Lost;
+        let log = [a, iv("b", 11, 2, 5, 9)];
+        let r = check(&log, &[]);
+        assert_eq!(
+            (r.overlaps, r.signalled_overlaps, r.unsignalled_overlaps),
+            (1, 1, 0)
+        );
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.lost, 1);
+    }
+
+    #[test]
+    fn a_late_signal_counts_only_if_the_holder_never_confirmed_after_the_takeover() {
+        // a was paused from 1 to 7: b entered at 5, a learned the loss at 7.
+        let mut a = iv("a", 10, 1, 0, 8);
+        a.last_held = Some(MS);
+        a.lost_at = Some(7 * MS);
+        a.outcome = Outcome::Lost;
+        let b = iv("b", 11, 2, 5, 9);
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.late_signalled_overlaps, r.unsignalled_overlaps), (1, 0));
+        assert_eq!(r.max_late_signal, Duration::from_millis(2));
+        assert!(r.is_clean());
+        // The same, but a confirmed holding the lock at 6, after b entered: a violation.
+        a.last_held = Some(6 * MS);
+        let r = check(&[a, b], &[]);
+        assert_eq!(r.unsignalled_overlaps, 1);
+        assert!(!r.is_clean());
+    }
+
+    #[test]
+    fn the_older_holder_is_the_lower_fence_even_if_it_stamped_its_enter_later() {
+        // a acquired first (fence 10) but was paused before stamping its enter (at 6); b
+        // acquired after a's lease ran out and entered at 5. a never confirmed holding.
+        let mut a = iv("a", 10, 2, 6, 8);
+        a.last_held = None;
+        a.lost_at = Some(7 * MS);
+        a.outcome = Outcome::Lost;
+        let b = iv("b", 11, 1, 5, 9);
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.overlaps, r.late_signalled_overlaps), (1, 1));
+        // Its enter came after b's with a lower token: a late claim, as it was marked lost.
+        assert_eq!((r.late_claims, r.fence_regressions), (1, 0));
+        assert!(r.is_clean(), "{r:?}");
+        // Not marked lost, it would be a fence regression (and an unsignalled overlap).
+        a.lost_at = None;
+        a.outcome = Outcome::Completed;
+        let r = check(&[a, b], &[]);
+        assert_eq!((r.late_claims, r.fence_regressions), (0, 1));
+    }
+
+    #[test]
+    fn occupancy_collisions_are_attributed_to_the_older_holder() {
+        let mut a = iv("a", 10, 1, 0, 8);
+        let mut b = iv("b", 11, 2, 5, 9);
+        b.occupancy = 2;
+        b.collided_with = vec!["a".to_owned()];
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 1));
+        // Later marked lost: a raw collision, not a violation.
+        a.lost_at = Some(8 * MS);
+        a.outcome = Outcome::Lost;
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 0));
+        // A killed holder whose clean-up was late (b entered after a's death): not a violation.
+        a.lost_at = None;
+        a.outcome = Outcome::Killed;
+        a.t_exit = 4 * MS;
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!(r.occupancy_violations, 0);
+        // An unknown co-occupant is a violation.
+        b.collided_with = vec!["ghost".to_owned()];
+        let r = check(&[a, b], &[]);
+        assert_eq!(r.occupancy_violations, 1);
+    }
+
+    #[test]
+    fn a_killed_holder_is_excused_only_without_a_confirmation_after_the_takeover() {
+        // a was stalled from 1 (its last check) and SIGKILLed at 8; b entered at 5.
+        let mut a = iv("a", 10, 1, 0, 8);
+        a.last_held = Some(MS);
+        a.outcome = Outcome::Killed;
+        let mut b = iv("b", 11, 2, 5, 9);
+        b.occupancy = 2;
+        b.collided_with = vec!["a".to_owned()];
+        let r = check(&[a.clone(), b.clone()], &[]);
+        assert_eq!((r.killed_overlaps, r.unsignalled_overlaps), (1, 0));
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 0));
+        assert!(r.is_clean(), "{r:?}");
+        assert_eq!(r.killed, 1);
+        // a confirmed holding at 6, after b entered, and was killed later: a violation.
+        a.last_held = Some(6 * MS);
+        let r = check(&[a, b], &[]);
+        assert_eq!((r.killed_overlaps, r.unsignalled_overlaps), (0, 1));
+        assert_eq!(r.occupancy_violations, 1);
+    }
+
+    #[test]
+    fn stale_writes_are_recounted_from_the_log() {
+        let log = [iv("a", 10, 1, 0, 4), iv("b", 11, 3, 5, 9)];
+        let writes = [
+            write(2, 10, true),  // a, before b entered: fresh
+            write(4, 11, true),  // b: fresh
+            write(5, 10, false), // a again, after b entered: stale, rejected
+        ];
+        let r = check(&log, &writes);
+        assert_eq!((r.writes, r.writes_accepted), (3, 2));
+        assert_eq!(
+            (r.stale_attempted, r.stale_rejected, r.stale_accepted),
+            (1, 1, 0)
+        );
+        assert!(r.is_clean());
+        let writes = [write(5, 10, true)];
+        let r = check(&log, &writes);
+        assert_eq!(r.stale_accepted, 1);
+        assert!(!r.is_clean());
+    }
+
+    #[test]
+    fn fence_regressions_are_found_in_acquisition_order() {
+        let log = [iv("a", 10, 1, 0, 4), iv("b", 9, 2, 5, 9)];
+        let r = check(&log, &[]);
+        assert_eq!(r.fence_regressions, 1);
+        assert!(!r.is_clean());
+    }
+
+    #[test]
+    fn each_kind_of_violation_alone_fails_the_check() {
+        let mut ghost = iv("b", 11, 2, 5, 9);
+        ghost.occupancy = 2;
+        ghost.collided_with = vec!["ghost".to_owned()];
+        let cases = [
+            // Two holders inside at once, the referee's counter having missed it.
+            (
+                vec![iv("a", 10, 1, 0, 8), iv("b", 11, 2, 5, 9)],
+                vec![],
+                [1, 0, 0, 0],
+            ),
+            // A collision on the counter with a section that is not in the log.
+            (vec![iv("a", 10, 1, 0, 4), ghost], vec![], [0, 1, 0, 0]),
+            // A token that went backwards.
+            (
+                vec![iv("a", 10, 1, 0, 4), iv("b", 9, 2, 5, 9)],
+                vec![],
+                [0, 0, 1, 0],
+            ),
+            // A write with a's token accepted after b had entered.
+            (
+                vec![iv("a", 10, 1, 0, 4), iv("b", 11, 2, 5, 9)],
+                vec![write(3, 10, true)],
+                [0, 0, 0, 1],
+            ),
+        ];
+        for (log, writes, expected) in cases {
+            let r = check(&log, &writes);
+            let found = [
+                r.unsignalled_overlaps,
+                r.occupancy_violations,
+                r.fence_regressions,
+                r.stale_accepted,
+            ];
+            assert_eq!(found, expected, "{r}");
+            assert!(!r.is_clean());
+            assert_eq!(r.violations.len(), 1, "{r:?}");
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! A double-holder oracle (RELIABILITY.md C.1): three independent checks that a lock never had
+//! two holders at once, usable by the tasks of one process and by several processes on one
+//! host at the same time.
+//!
+//! Every check lives on a separate, never-faulted **referee** `redis-server`, so faults injected
+//! into the lock server (or a holder's network) cannot hide a violation:
+//!
+//! 1. **Occupancy counter.** [`Oracle::enter`] runs `INCR occ:<key>` (it must return 1) and
+//!    [`Oracle::leave`] runs `DECR` before the lock is released. A value above 1 is a
+//!    *collision*; the ids of the holders already inside are recorded with it.
+//! 2. **Interval log.** Each critical section becomes an [`Interval`]: key, fencing token,
+//!    `CLOCK_MONOTONIC` enter and exit times (one clock for every process on the host, see
+//!    [`monotonic_ns`]), the last time the holder checked that it still held the lock, and
+//!    when it learned that it had lost it. [`check`] sorts them per key and classifies every
+//!    overlap (see below).
+//! 3. **Fenced resource.** A Lua script stands for a storage system that takes fencing tokens:
+//!    a holder's token is registered when it enters (a claim that raises the key's high-water
+//!    mark; a token not above it is a *fence regression*), and [`Oracle::write`] is accepted
+//!    only with a token at least as high as the highest one seen, i.e. only from the newest
+//!    holder. Every write is logged with a global sequence number shared with the enters, and
+//!    [`check`] recounts stale writes from that log, independently of the script's verdict.
+//!
+//! # The verdict on an overlap
+//!
+//! Two intervals of one key overlap when one enters before the other exits. Of the two, the
+//! *older* holder is the one with the lower fencing token (it acquired first), the other is the
+//! *younger*. The overlap is
+//!
+//! - **signalled** when the older holder had learned that its lock was lost no later than the
+//!   younger one entered (`lost_at <= younger.t_enter`): the kit said so in time;
+//! - **late-signalled** when the older holder did learn it, but later, and never confirmed
+//!   holding the lock (`is_held()` true) at or after the younger one entered: it was not
+//!   running in between (SIGSTOP, a long scheduling stall) - the window that only fencing
+//!   tokens close (Kleppmann), so it is reported but not a violation;
+//! - **killed** when the older holder was SIGKILLed before it could learn anything and had
+//!   not confirmed holding the lock at or after the younger one entered (its last check is
+//!   recorded on the referee on enter and on leave): a dead process is never signalled, and
+//!   one that was stalled when its lease ran out and then killed did nothing meanwhile;
+//! - **unsignalled** otherwise: the older holder never learned it lost the lock, or believed
+//!   it still held it after the younger one had entered. That is a violation.
+//!
+//! An occupancy collision is a violation under the same idea: unless the older of the two
+//! holders was marked lost, or was SIGKILLed without a confirmation after the younger one
+//! entered (or before the younger one entered, and only its clean-up was late).
+//!
+//! # Across processes
+//!
+//! Each process connects its own [`Oracle`] with the same `run` name and a distinct `worker`
+//! name. A worker that is SIGKILLed mid-section leaves its enter behind; the parent closes it
+//! with [`Oracle::close_worker`] (decrementing the occupancy and logging the interval as
+//! [`Outcome::Killed`]). [`Oracle::report`] reads everything back and runs [`check`].
+//!
+//! # On the referee
+//!
+//! A run's keys are under `oracle:<run>:`. Every record there is a JSON object with named
+//! fields, read into the struct of `record.rs` that defines it ([`Interval`], [`FencedWrite`]
+//! and the open sections); the Lua scripts that write them are the files in `scripts/`, each
+//! starting with its keys, arguments and reply. [`check`] needs the records only, so a log
+//! read back from the referee, or written by hand in a test, is checked the same way.
+//!
+//! # Limits
+//!
+//! Times are stamped by the holder around its own calls: `t_enter` after the acquire returned,
+//! `t_exit` before the release is sent, `last_held` *before* a positive `is_held()`, `lost_at`
+//! *after* the loss was observed. Pauses between a stamp and the action it describes can only
+//! shrink an interval or delay a loss, so they never make a correct lock look wrong; they can
+//! hide a violation in a window of a few instructions. A holder paused after stamping its
+//! enter but before the enter reached the referee overlaps without an occupancy collision.
+//! What a SIGKILLed holder checked is known only as of its enter or its leave.
+
+mod check;
+mod clock;
+mod record;
+mod referee;
+
+pub use check::{check, Report};
+pub use clock::monotonic_ns;
+pub use record::{FencedWrite, Interval, Outcome};
+pub use referee::{Entry, Oracle};

@@ -1,0 +1,268 @@
+//! The records the referee keeps, and their stored form: one JSON object per record, its
+//! fields named and typed by the struct it is read into (serde), so a record's field list is
+//! its struct and nothing else.
+//!
+//! Two records are completed by a script, which adds the fields the referee assigns to the
+//! holder's JSON object without decoding it (Lua numbers are doubles and would round 64-bit
+//! tokens and times): [`OpenSection`] is [`Entered`] plus the fields `enter.lua` adds, and a
+//! [`FencedWrite`] is a [`WriteRequest`] plus the fields `write.lua` adds.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// How a critical section ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The holder finished and released the lock while still holding it.
+    Completed,
+    /// The holder learned that it had lost the lock (the lost signal, `is_held()` false, or a
+    /// release answering "lost").
+    Lost,
+    /// The section ran to its end but the release failed with a backend error (the key then
+    /// expires with its lease).
+    ReleaseFailed,
+    /// The holder's process was SIGKILLed; the interval was closed by
+    /// [`Oracle::close_worker`](super::Oracle::close_worker).
+    Killed,
+}
+
+/// One critical section, as logged on the referee (stored as JSON with these field names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Interval {
+    /// Unique id: `<worker>#<n>`.
+    pub id: String,
+    /// The user's lock key.
+    pub key: String,
+    /// The fencing token of the acquisition.
+    pub fence: u64,
+    /// Position of the enter in the referee's global sequence (shared with fenced writes).
+    pub enter_seq: u64,
+    /// `CLOCK_MONOTONIC` ns, stamped after the acquire returned.
+    pub t_enter: u64,
+    /// `CLOCK_MONOTONIC` ns, stamped before leaving (before the release was sent).
+    pub t_exit: u64,
+    /// Stamped before the last `is_held()` that answered true, if any.
+    pub last_held: Option<u64>,
+    /// Stamped after the holder first observed that the lock was lost, if it did.
+    pub lost_at: Option<u64>,
+    /// What `INCR occ:<key>` returned on enter (1 unless someone else was inside).
+    pub occupancy: u64,
+    /// Ids of the holders that were inside when this one entered.
+    pub collided_with: Vec<String>,
+    /// How the section ended.
+    pub outcome: Outcome,
+}
+
+impl Interval {
+    /// The interval of a section that has just been entered: it ends where it starts until
+    /// it leaves, and counts as completed until it finishes otherwise.
+    pub(super) fn open(id: String, section: OpenSection) -> Self {
+        let OpenSection {
+            entered,
+            enter_seq,
+            occupancy,
+            collided_with,
+            below_high_water: _,
+        } = section;
+        Self {
+            id,
+            key: entered.key,
+            fence: entered.fence,
+            enter_seq,
+            t_enter: entered.t_enter,
+            t_exit: entered.t_enter,
+            last_held: entered.last_held,
+            lost_at: entered.lost_at,
+            occupancy,
+            collided_with,
+            outcome: Outcome::Completed,
+        }
+    }
+
+    /// What the holder recorded when it left.
+    pub(super) fn left(&self) -> Left {
+        Left {
+            t_exit: self.t_exit,
+            last_held: self.last_held,
+            lost_at: self.lost_at,
+        }
+    }
+
+    /// Takes the exit and the observations recorded on leave.
+    pub(super) fn set_left(&mut self, left: Left) {
+        self.t_exit = left.t_exit;
+        self.last_held = left.last_held;
+        self.lost_at = left.lost_at;
+    }
+}
+
+/// One write to the fenced resource, as logged by `write.lua`: the writer's `key`, `fence`
+/// and `id`, with `seq` and `accepted` added by the script.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct FencedWrite {
+    /// Position in the referee's global sequence (shared with enters).
+    pub seq: u64,
+    /// The user's lock key.
+    pub key: String,
+    /// The fencing token the write carried.
+    pub fence: u64,
+    /// Whether the resource accepted it.
+    pub accepted: bool,
+    /// The writer's interval id.
+    pub id: String,
+}
+
+/// The writer's part of a [`FencedWrite`], sent to `write.lua`.
+#[derive(Debug, Serialize)]
+pub(super) struct WriteRequest<'a> {
+    pub(super) key: &'a str,
+    pub(super) fence: u64,
+    pub(super) id: &'a str,
+}
+
+/// What a holder knows of its section when it enters, sent to `enter.lua`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Entered {
+    pub(super) key: String,
+    pub(super) fence: u64,
+    pub(super) t_enter: u64,
+    pub(super) last_held: Option<u64>,
+    pub(super) lost_at: Option<u64>,
+}
+
+/// A section in progress as `enter.lua` stores it in `open:<worker>` and returns it: the
+/// holder's [`Entered`] and what the referee assigned.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct OpenSection {
+    #[serde(flatten)]
+    pub(super) entered: Entered,
+    /// Position of the enter in the run's sequence.
+    pub(super) enter_seq: u64,
+    /// The occupancy counter after the increment.
+    pub(super) occupancy: u64,
+    /// The sections that were inside. Absent when there were none: cjson encodes an empty
+    /// table as `{}`, not `[]`.
+    #[serde(default)]
+    pub(super) collided_with: Vec<String>,
+    /// The token was not above the fenced resource's high-water mark.
+    pub(super) below_high_water: bool,
+}
+
+/// What a holder recorded when it left, kept by `leave.lua` in `left:<worker>` until the
+/// section finishes (for [`Oracle::close_worker`](super::Oracle::close_worker)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Left {
+    pub(super) t_exit: u64,
+    pub(super) last_held: Option<u64>,
+    pub(super) lost_at: Option<u64>,
+}
+
+/// The stored form of a record.
+///
+/// # Errors
+///
+/// Never for the records of this module (their fields are plain values); the error is mapped
+/// to a client error rather than assumed away.
+pub(super) fn encode(record: &impl Serialize) -> redis::RedisResult<String> {
+    serde_json::to_string(record).map_err(|e| {
+        redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "oracle record not encodable",
+            e.to_string(),
+        ))
+    })
+}
+
+/// Reads a stored record; `what` names it in the error.
+///
+/// # Errors
+///
+/// When `json` is not a `T`.
+pub(super) fn decode<T: DeserializeOwned>(what: &'static str, json: &str) -> redis::RedisResult<T> {
+    serde_json::from_str(json).map_err(|e| {
+        redis::RedisError::from((redis::ErrorKind::Client, what, format!("{e}: {json}")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval() -> Interval {
+        Interval {
+            id: "w1#7".to_owned(),
+            key: "k".to_owned(),
+            fence: u64::MAX,
+            enter_seq: 42,
+            t_enter: 1_700_000_000_123_456_789,
+            t_exit: 1_700_000_000_123_456_790,
+            last_held: None,
+            lost_at: Some(5),
+            occupancy: 2,
+            collided_with: vec!["w2#1".to_owned(), "w3#9".to_owned()],
+            outcome: Outcome::ReleaseFailed,
+        }
+    }
+
+    #[test]
+    fn intervals_round_trip_with_named_fields() {
+        let mut a = interval();
+        let json = encode(&a).expect("encodes");
+        assert!(
+            json.contains(r#""fence":18446744073709551615"#)
+                && json.contains(r#""last_held":null"#)
+                && json.contains(r#""outcome":"release-failed""#),
+            "{json}"
+        );
+        assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a.clone()));
+        a.collided_with.clear();
+        a.outcome = Outcome::Killed;
+        let json = encode(&a).expect("encodes");
+        assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a));
+        assert!(decode::<Interval>("interval", "garbage").is_err());
+        assert!(decode::<Interval>("interval", r#"{"id":"w1#7"}"#).is_err());
+    }
+
+    #[test]
+    fn the_scripts_fields_complete_the_holders_records() {
+        // What enter.lua and write.lua store: the holder's object with the referee's fields
+        // appended (in any order; `collided_with` absent when empty).
+        let entered = Entered {
+            key: "k".to_owned(),
+            fence: u64::MAX,
+            t_enter: 3,
+            last_held: Some(3),
+            lost_at: None,
+        };
+        let json = encode(&entered).expect("encodes");
+        let stored = format!(
+            "{},\"below_high_water\":false,\"occupancy\":1,\"enter_seq\":7}}",
+            &json[..json.len() - 1]
+        );
+        let section: OpenSection = decode("open section", &stored).expect("decodes");
+        let iv = Interval::open("w#1".to_owned(), section);
+        assert_eq!((iv.fence, iv.enter_seq, iv.occupancy), (u64::MAX, 7, 1));
+        assert_eq!((iv.t_enter, iv.t_exit, iv.last_held), (3, 3, Some(3)));
+        assert!(iv.collided_with.is_empty());
+
+        let json = encode(&WriteRequest {
+            key: "k",
+            fence: 12,
+            id: "w#1",
+        })
+        .expect("encodes");
+        let stored = format!("{},\"accepted\":true,\"seq\":8}}", &json[..json.len() - 1]);
+        let write: FencedWrite = decode("write", &stored).expect("decodes");
+        assert_eq!(
+            write,
+            FencedWrite {
+                seq: 8,
+                key: "k".to_owned(),
+                fence: 12,
+                accepted: true,
+                id: "w#1".to_owned(),
+            }
+        );
+    }
+}

@@ -1,0 +1,688 @@
+//! The referee client: records the critical sections of one process on the referee server.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisResult, Script};
+
+use super::check::{check, Report};
+use super::clock::monotonic_ns;
+use super::record::{
+    decode, encode, Entered, FencedWrite, Interval, OpenSection, Outcome, WriteRequest,
+};
+
+/// A critical section in progress: returned by [`Oracle::enter`], given back to
+/// [`Oracle::leave`] and [`Oracle::finish`].
+#[derive(Debug, Clone)]
+pub struct Entry {
+    interval: Interval,
+    left: bool,
+    fence_regression: bool,
+}
+
+impl Entry {
+    /// The interval id.
+    pub fn id(&self) -> &str {
+        &self.interval.id
+    }
+
+    /// The fencing token registered on enter.
+    pub fn fence(&self) -> u64 {
+        self.interval.fence
+    }
+
+    /// What the occupancy counter returned on enter (1 = nobody else was inside).
+    pub fn occupancy(&self) -> u64 {
+        self.interval.occupancy
+    }
+
+    /// Whether the fenced resource had already seen a token at least as high on enter: a
+    /// fence regression, or a holder entering after its lock had passed to a newer one.
+    pub fn claim_below_high_water(&self) -> bool {
+        self.fence_regression
+    }
+
+    /// When the loss was first observed, if it was.
+    pub fn lost_at(&self) -> Option<u64> {
+        self.interval.lost_at
+    }
+
+    /// The enter time (`CLOCK_MONOTONIC` ns).
+    pub fn t_enter(&self) -> u64 {
+        self.interval.t_enter
+    }
+
+    /// Records a check of the lock, e.g. `entry.observe(|| guard.is_held())`: a `true` answer
+    /// is a confirmation (stamped before the call), a `false` one the observation of a loss
+    /// (stamped after it). Returns the answer.
+    pub fn observe(&mut self, held: impl FnOnce() -> bool) -> bool {
+        let before = monotonic_ns();
+        if held() {
+            self.interval.last_held = Some(before);
+            true
+        } else {
+            self.mark_lost();
+            false
+        }
+    }
+
+    /// Records that the holder learned now that the lock was lost (the first call counts).
+    pub fn mark_lost(&mut self) {
+        if self.interval.lost_at.is_none() {
+            self.interval.lost_at = Some(monotonic_ns());
+        }
+    }
+}
+
+/// Takes a lock-scoped view of the referee's keys for one run.
+#[derive(Debug, Clone)]
+struct Names {
+    ns: String,
+}
+
+impl Names {
+    fn occ(&self, key: &str) -> String {
+        format!("{}occ:{key}", self.ns)
+    }
+    fn occupants(&self, key: &str) -> String {
+        format!("{}occupants:{key}", self.ns)
+    }
+    fn fence(&self, key: &str) -> String {
+        format!("{}fence:{key}", self.ns)
+    }
+    fn open(&self, worker: &str) -> String {
+        format!("{}open:{worker}", self.ns)
+    }
+    fn left(&self, worker: &str) -> String {
+        format!("{}left:{worker}", self.ns)
+    }
+    fn seq(&self) -> String {
+        format!("{}seq", self.ns)
+    }
+    fn stats(&self) -> String {
+        format!("{}stats", self.ns)
+    }
+    fn log(&self) -> String {
+        format!("{}log", self.ns)
+    }
+    fn writes(&self) -> String {
+        format!("{}writes", self.ns)
+    }
+}
+
+// The scripts, one file each; every file starts with its KEYS, ARGV and reply.
+static ENTER: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/enter.lua")));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/leave.lua")));
+static FINISH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/finish.lua")));
+static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/write.lua")));
+
+/// A connection to the referee for one run, used by one process (clone it freely between
+/// its tasks).
+///
+/// # Examples
+///
+/// One critical section, as a holder of a lock-core lock would log it (`held` stands for
+/// `guard.is_held()`, `fence` for `guard.fencing_token()`):
+///
+/// ```no_run
+/// # async fn demo(fence: u64, held: impl Fn() -> bool) -> redis::RedisResult<()> {
+/// use lock_testkit::oracle::{Oracle, Outcome};
+/// use lock_testkit::RedisServer;
+///
+/// let referee = RedisServer::start().expect("redis-server");
+/// let oracle = Oracle::connect(&referee.url(), "run1", "worker-a").await?;
+/// // ... after the acquire returned:
+/// let mut entry = oracle.enter("inventory:42", fence, &held).await?;
+/// assert_eq!(entry.occupancy(), 1, "someone else is inside");
+/// let accepted = oracle.write(&entry).await?; // through the fence
+/// entry.observe(&held); // confirms (or records the loss) just before leaving
+/// oracle.leave(&mut entry).await?;
+/// // ... release the lock, then log how it went:
+/// oracle.finish(entry, Outcome::Completed).await?;
+/// let report = oracle.report().await?;
+/// assert!(report.is_clean(), "{report}");
+/// # let _ = accepted;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Oracle {
+    conn: MultiplexedConnection,
+    names: Names,
+    worker: String,
+    next: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for Oracle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Oracle")
+            .field("ns", &self.names.ns)
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+fn plain(what: &str, s: &str) {
+    assert!(
+        !s.is_empty() && !s.contains(['\t', '\n', ',', '#']),
+        "oracle {what} {s:?} must be non-empty without tabs, newlines, commas or '#'"
+    );
+}
+
+impl Oracle {
+    /// Connects to the referee at `referee_url`. Every process of one check uses the same
+    /// `run` (a namespace on the referee) and its own `worker` name.
+    ///
+    /// # Errors
+    ///
+    /// When the referee cannot be reached.
+    ///
+    /// # Panics
+    ///
+    /// When `run` or `worker` is empty or contains a tab, newline, comma or `#`.
+    pub async fn connect(referee_url: &str, run: &str, worker: &str) -> RedisResult<Self> {
+        plain("run", run);
+        plain("worker", worker);
+        // TCP_NODELAY: the tasks of a process share the connection, and with Nagle a command
+        // written while another is unacknowledged waits for the delayed ACK (~40 ms).
+        let info = redis::IntoConnectionInfo::into_connection_info(referee_url)?
+            .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+        let client = redis::Client::open(info)?;
+        // The referee is never faulted, but the machine may be loaded: no short timeouts.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(Self {
+            conn,
+            names: Names {
+                ns: format!("oracle:{run}:"),
+            },
+            worker: worker.to_owned(),
+            next: Arc::new(AtomicU64::new(1)),
+        })
+    }
+
+    /// This process's worker name.
+    pub fn worker(&self) -> &str {
+        &self.worker
+    }
+
+    /// Enters the critical section of `key` with the acquisition's fencing token: stamps the
+    /// enter time, checks the lock once (`held`, e.g. `|| guard.is_held()`, recorded as by
+    /// [`Entry::observe`]), increments the occupancy counter, registers the token with the
+    /// fenced resource and leaves an open record (closed by [`finish`](Self::finish), or by
+    /// [`close_worker`](Self::close_worker) if this process dies).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    ///
+    /// # Panics
+    ///
+    /// When `key` contains a tab or a newline.
+    pub async fn enter(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
+        assert!(
+            !key.is_empty() && !key.contains(['\t', '\n']),
+            "oracle keys must be non-empty without tabs or newlines: {key:?}"
+        );
+        let t_enter = monotonic_ns();
+        let (last_held, lost_at) = if held() {
+            (Some(t_enter), None)
+        } else {
+            (None, Some(monotonic_ns()))
+        };
+        let id = format!(
+            "{}#{}",
+            self.worker,
+            self.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let entered = Entered {
+            key: key.to_owned(),
+            fence,
+            t_enter,
+            last_held,
+            lost_at,
+        };
+        let n = &self.names;
+        let section: String = ENTER
+            .key(n.occ(key))
+            .key(n.occupants(key))
+            .key(n.fence(key))
+            .key(n.open(&self.worker))
+            .key(n.seq())
+            .key(n.stats())
+            .arg(&id)
+            .arg(fence)
+            .arg(encode(&entered)?)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let section: OpenSection = decode("malformed open oracle record", &section)?;
+        Ok(Entry {
+            fence_regression: section.below_high_water,
+            interval: Interval::open(id, section),
+            left: false,
+        })
+    }
+
+    /// One critical section of a holder that keeps its lock throughout (tests without
+    /// faults): [`enter`](Self::enter), `work`, a fenced [`write`](Self::write),
+    /// [`leave`](Self::leave), and [`finish`](Self::finish) as [`Outcome::Completed`]. Returns
+    /// `work`'s output and whether the write was accepted. Release the lock after it returns.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn section<T>(
+        &self,
+        key: &str,
+        fence: u64,
+        held: impl Fn() -> bool,
+        work: impl std::future::Future<Output = T>,
+    ) -> RedisResult<(T, bool)> {
+        let mut entry = self.enter(key, fence, &held).await?;
+        let output = work.await;
+        entry.observe(&held);
+        let accepted = self.write(&entry).await?;
+        self.leave(&mut entry).await?;
+        self.finish(entry, Outcome::Completed).await?;
+        Ok((output, accepted))
+    }
+
+    /// A write to the fenced resource with the entry's token; `true` when it was accepted.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn write(&self, entry: &Entry) -> RedisResult<bool> {
+        let n = &self.names;
+        let key = &entry.interval.key;
+        let ok: i64 = WRITE
+            .key(n.fence(key))
+            .key(n.seq())
+            .key(n.writes())
+            .key(n.stats())
+            .arg(entry.interval.fence)
+            .arg(encode(&WriteRequest {
+                key,
+                fence: entry.interval.fence,
+                id: &entry.interval.id,
+            })?)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(ok == 1)
+    }
+
+    /// Leaves the critical section (call it before releasing the lock): stamps the exit time
+    /// and decrements the occupancy counter. Idempotent.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn leave(&self, entry: &mut Entry) -> RedisResult<()> {
+        if entry.left {
+            return Ok(());
+        }
+        entry.interval.t_exit = monotonic_ns();
+        self.leave_on_referee(&self.worker, &entry.interval).await?;
+        entry.left = true;
+        Ok(())
+    }
+
+    /// Decrements the occupancy and records the exit time and the last observations in the
+    /// open record (for [`close_worker`](Self::close_worker), should the process die now).
+    async fn leave_on_referee(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
+        let n = &self.names;
+        let _: i64 = LEAVE
+            .key(n.occ(&interval.key))
+            .key(n.occupants(&interval.key))
+            .key(n.open(worker))
+            .key(n.left(worker))
+            .arg(&interval.id)
+            .arg(encode(&interval.left())?)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Logs the finished interval (after the release) and removes its open record. Leaves
+    /// first if [`leave`](Self::leave) was not called. [`Outcome::Lost`] marks the loss now
+    /// if it was not observed before.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn finish(&self, mut entry: Entry, outcome: Outcome) -> RedisResult<Interval> {
+        self.leave(&mut entry).await?;
+        if outcome == Outcome::Lost {
+            entry.mark_lost();
+        }
+        let mut interval = entry.interval;
+        interval.outcome = outcome;
+        self.log(&self.worker, &interval).await?;
+        Ok(interval)
+    }
+
+    async fn log(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
+        let n = &self.names;
+        let _: i64 = FINISH
+            .key(n.open(worker))
+            .key(n.left(worker))
+            .key(n.log())
+            .arg(&interval.id)
+            .arg(encode(interval)?)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Closes every section that `worker` (a SIGKILLed process) left open: occupancy is
+    /// decremented if it had not left yet, and the interval is logged as [`Outcome::Killed`]
+    /// ending at `dead_at` (`CLOCK_MONOTONIC` ns, taken after the process was reaped) or at
+    /// its own exit stamp, with the last observations it recorded on the referee (on enter,
+    /// or on leave). Returns how many were closed.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed record.
+    pub async fn close_worker(&self, worker: &str, dead_at: u64) -> RedisResult<usize> {
+        // One snapshot of both hashes: a section and its exit are written by different scripts.
+        let (open, left): (HashMap<String, String>, HashMap<String, String>) = redis::pipe()
+            .atomic()
+            .hgetall(self.names.open(worker))
+            .hgetall(self.names.left(worker))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        for (id, section) in &open {
+            let section: OpenSection = decode("malformed open oracle record", section)?;
+            let mut interval = Interval::open(id.clone(), section);
+            interval.outcome = Outcome::Killed;
+            interval.t_exit = dead_at;
+            match left.get(id) {
+                Some(exit) => interval.set_left(decode("malformed oracle exit record", exit)?),
+                None => self.leave_on_referee(worker, &interval).await?,
+            }
+            self.log(worker, &interval).await?;
+        }
+        Ok(open.len())
+    }
+
+    /// Every logged interval of the run.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed record.
+    pub async fn intervals(&self) -> RedisResult<Vec<Interval>> {
+        let records = self.read_list(&self.names.log()).await?;
+        records
+            .iter()
+            .map(|r| decode("malformed oracle log record", r))
+            .collect()
+    }
+
+    /// Every fenced write of the run, in sequence order.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed record.
+    pub async fn writes(&self) -> RedisResult<Vec<FencedWrite>> {
+        let records = self.read_list(&self.names.writes()).await?;
+        records
+            .iter()
+            .map(|r| decode("malformed oracle write record", r))
+            .collect()
+    }
+
+    async fn read_list(&self, list: &str) -> RedisResult<Vec<String>> {
+        const PAGE: isize = 20_000;
+        let mut all = Vec::new();
+        let mut start = 0isize;
+        loop {
+            let page: Vec<String> = redis::cmd("LRANGE")
+                .arg(list)
+                .arg(start)
+                .arg(start + PAGE - 1)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            let n = page.len();
+            all.extend(page);
+            if n < PAGE as usize {
+                return Ok(all);
+            }
+            start += PAGE;
+        }
+    }
+
+    /// The referee's own counters: `enters`, `occupancy_collisions`, `claims_below_high_water`,
+    /// `writes_accepted`, `writes_rejected` (missing ones are 0).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn counters(&self) -> RedisResult<HashMap<String, u64>> {
+        redis::cmd("HGETALL")
+            .arg(self.names.stats())
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// Sections of `worker` that are inside their critical section right now (entered, not
+    /// yet left): a fault injector can wait for one before it pauses the worker.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn inside(&self, worker: &str) -> RedisResult<usize> {
+        // Every exit in `left` belongs to a section in `open` (finish.lua removes both).
+        let (open, left): (usize, usize) = redis::pipe()
+            .atomic()
+            .hlen(self.names.open(worker))
+            .hlen(self.names.left(worker))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(open.saturating_sub(left))
+    }
+
+    /// Sections entered but not yet finished, over all workers of the run.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn unfinished(&self) -> RedisResult<u64> {
+        let pattern = format!("{}open:*", self.names.ns);
+        let mut cursor = 0u64;
+        let mut total = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.conn.clone())
+                .await?;
+            for key in keys {
+                let n: u64 = redis::cmd("HLEN")
+                    .arg(key)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+                total += n;
+            }
+            if next == 0 {
+                return Ok(total);
+            }
+            cursor = next;
+        }
+    }
+
+    /// Reads the whole run back and checks it (see [`check`]); also fills in
+    /// [`Report::enters`] from the referee's counter and [`Report::unfinished`].
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn report(&self) -> RedisResult<Report> {
+        let intervals = self.intervals().await?;
+        let writes = self.writes().await?;
+        let mut report = check(&intervals, &writes);
+        let counters = self.counters().await?;
+        report.enters = counters.get("enters").copied().unwrap_or(0);
+        report.unfinished = self.unfinished().await?;
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_referee_scripts_count_occupancy_fences_and_dead_workers() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        let b = Oracle::connect(&referee.url(), "t", "b").await.unwrap();
+        let mut ea = a.enter("k", 100, || true).await.unwrap();
+        assert_eq!(ea.occupancy(), 1);
+        assert!(ea.observe(|| true));
+        assert!(a.write(&ea).await.unwrap());
+        // b enters while a is inside (a double holder) with a higher token.
+        let eb = b.enter("k", 101, || true).await.unwrap();
+        assert_eq!(eb.occupancy(), 2);
+        assert!(!eb.claim_below_high_water());
+        assert!(!a.write(&ea).await.unwrap(), "stale write rejected");
+        assert!(b.write(&eb).await.unwrap());
+        a.leave(&mut ea).await.unwrap();
+        a.leave(&mut ea).await.unwrap(); // idempotent
+        a.finish(ea, Outcome::Completed).await.unwrap();
+        // b dies inside; its section is closed by the parent.
+        assert_eq!(b.unfinished().await.unwrap(), 1);
+        assert_eq!(
+            (a.inside("a").await.unwrap(), a.inside("b").await.unwrap()),
+            (0, 1)
+        );
+        assert_eq!(a.close_worker("b", monotonic_ns()).await.unwrap(), 1);
+        assert_eq!(a.unfinished().await.unwrap(), 0);
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0);
+        // A regression: a token below the high-water mark.
+        let ec = a.enter("k", 50, || true).await.unwrap();
+        assert!(ec.claim_below_high_water());
+        a.finish(ec, Outcome::Completed).await.unwrap();
+
+        let r = a.report().await.unwrap();
+        assert_eq!((r.cycles, r.enters, r.unfinished), (3, 3, 0));
+        assert_eq!((r.completed, r.killed), (2, 1));
+        assert_eq!(r.unsignalled_overlaps, 1, "{r}");
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 1));
+        assert_eq!(
+            (r.stale_attempted, r.stale_rejected, r.stale_accepted),
+            (1, 1, 0)
+        );
+        assert_eq!(r.fence_regressions, 1);
+        let counters = a.counters().await.unwrap();
+        assert_eq!(counters["claims_below_high_water"], 1);
+        assert_eq!(counters["writes_accepted"], 2);
+        assert!(!r.is_clean());
+        // The killed section kept the check b made on enter.
+        let intervals = a.intervals().await.unwrap();
+        let killed = intervals.iter().find(|i| i.id.starts_with("b#")).unwrap();
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert!(killed.last_held.is_some() && killed.lost_at.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_worker_killed_after_leaving_keeps_its_exit_and_observations() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let parent = Oracle::connect(&referee.url(), "t", "parent")
+            .await
+            .unwrap();
+        let w = Oracle::connect(&referee.url(), "t", "w").await.unwrap();
+        let mut e = w.enter("k", 7, || true).await.unwrap();
+        e.observe(|| false); // lost before leaving
+        w.leave(&mut e).await.unwrap();
+        let (t_exit, lost_at) = (e.interval.t_exit, e.lost_at());
+        assert_eq!(w.inside("w").await.unwrap(), 0);
+        assert_eq!(w.unfinished().await.unwrap(), 1);
+        // The process dies before `finish`.
+        assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 1);
+        let intervals = parent.intervals().await.unwrap();
+        assert_eq!(intervals.len(), 1);
+        let killed = &intervals[0];
+        assert_eq!(killed.outcome, Outcome::Killed);
+        assert_eq!((killed.t_exit, killed.lost_at), (t_exit, lost_at));
+        assert!(killed.last_held.is_some());
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0, "decremented once, by the leave");
+    }
+
+    #[tokio::test]
+    async fn tokens_and_times_beyond_double_precision_pass_through_the_scripts_exactly() {
+        // 2^53 + 1 and + 2 are one double apart in Lua: the scripts compare them as decimal
+        // strings and store them inside JSON they do not decode.
+        const BIG: u64 = (1 << 53) + 1;
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        let mut ea = a.enter("k", BIG, || true).await.unwrap();
+        ea.interval.t_enter = u64::MAX - 1;
+        let eb = a.enter("k", BIG + 1, || true).await.unwrap();
+        assert!(!eb.claim_below_high_water());
+        assert!(!a.write(&ea).await.unwrap(), "stale by one");
+        assert!(a.write(&eb).await.unwrap());
+        a.finish(eb, Outcome::Completed).await.unwrap();
+        a.finish(ea, Outcome::Lost).await.unwrap();
+        let writes = a.writes().await.unwrap();
+        let fences: Vec<(u64, bool)> = writes.iter().map(|w| (w.fence, w.accepted)).collect();
+        assert_eq!(fences, [(BIG, false), (BIG + 1, true)]);
+        let intervals = a.intervals().await.unwrap();
+        assert_eq!(intervals[0].fence, BIG + 1);
+        assert_eq!(
+            (intervals[1].fence, intervals[1].t_enter),
+            (BIG, u64::MAX - 1)
+        );
+    }
+
+    #[tokio::test]
+    async fn violations_stored_on_the_referee_fail_the_report() {
+        // A log written by hand in the stored form: b entered at 5 ms while a, never told it
+        // lost the lock, was inside until 8 ms (with the collision counted on enter); c
+        // entered with a token below b's; a then wrote with its token after b had entered,
+        // and the resource accepted it.
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let oracle = Oracle::connect(&referee.url(), "t", "main").await.unwrap();
+        let log = [
+            r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8000000,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#,
+            r#"{"id":"b#1","key":"k","fence":11,"enter_seq":2,"t_enter":5000000,"t_exit":9000000,"last_held":5000000,"lost_at":null,"occupancy":2,"collided_with":["a#1"],"outcome":"completed"}"#,
+            r#"{"id":"c#1","key":"k","fence":9,"enter_seq":4,"t_enter":10000000,"t_exit":11000000,"last_held":10000000,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#,
+        ];
+        let writes = [r#"{"key":"k","fence":10,"id":"a#1","seq":3,"accepted":true}"#];
+        for record in log {
+            let _: i64 = referee.cmd(&["RPUSH", "oracle:t:log", record]);
+        }
+        for record in writes {
+            let _: i64 = referee.cmd(&["RPUSH", "oracle:t:writes", record]);
+        }
+        let r = oracle.report().await.unwrap();
+        assert_eq!(r.cycles, 3);
+        assert_eq!((r.overlaps, r.unsignalled_overlaps), (1, 1), "{r}");
+        assert_eq!((r.occupancy_collisions, r.occupancy_violations), (1, 1));
+        assert_eq!(r.fence_regressions, 1);
+        assert_eq!((r.stale_attempted, r.stale_accepted), (1, 1));
+        assert!(!r.is_clean());
+        assert_eq!(r.violations.len(), 4, "{:?}", r.violations);
+
+        // A record the checker cannot read is an error, not a clean run.
+        let _: i64 = referee.cmd(&["RPUSH", "oracle:t:log", "a#2\tk\t12"]);
+        assert!(oracle.report().await.is_err());
+    }
+}
