@@ -11,12 +11,13 @@ use http_body::Body;
 use lock_core::{AcquireFuture, LockGuard};
 use pin_project_lite::pin_project;
 use tower_service::Service;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use crate::body::LockedBody;
 use crate::extension::HeldLock;
 use crate::layer::{HoldUntil, Settings};
 use crate::reject::{Reject, Rejection};
+use crate::release::{Held, Release};
 
 pin_project! {
     /// The response future of [`DistributedLockService`](crate::DistributedLockService).
@@ -174,16 +175,16 @@ where
                         let span = this.span.clone();
                         this.state.set(State::Done);
                         return Poll::Ready(Ok(
-                            response.map(|body| LockedBody::new(body, guard, span))
+                            response.map(|body| LockedBody::new(body, Held::new(guard, span)))
                         ));
                     }
                     this.state.set(State::Releasing {
-                        release: release(guard, this.span.clone()),
+                        release: Held::new(guard, this.span.clone()).release(),
                         response: Some(response),
                     });
                 }
                 StateProj::Releasing { release, response } => {
-                    ready!(release.as_mut().poll(cx));
+                    ready!(Pin::new(release).poll(cx));
                     let response = response.take().expect("response taken once");
                     this.state.set(State::Done);
                     return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
@@ -235,43 +236,5 @@ where
             .field("state", &state)
             .field("span", &self.span)
             .finish_non_exhaustive()
-    }
-}
-
-/// A release in progress.
-pub(crate) type Release = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Releases `guard`, waiting for Redis to confirm, and logs what went wrong. A lock lost
-/// before the end of the response means another holder may have run concurrently.
-///
-/// The release runs in a task of its own and the returned future only waits for it:
-/// `LockGuard::release` must not be cancelled once started (the guard would be gone without
-/// its key being deleted, leaving the key locked until its lease ends), and the response
-/// future waiting for it can be dropped at any moment (the client hangs up).
-pub(crate) fn release(guard: LockGuard, span: Span) -> Release {
-    let release = async move {
-        match guard.release().await {
-            Ok(()) => tracing::trace!("lock released"),
-            Err(error) if error.is_lost() => tracing::warn!(
-                %error,
-                "the lock was lost before the response was complete"
-            ),
-            Err(error) => tracing::warn!(
-                %error,
-                "lock release failed: the lock expires with its lease"
-            ),
-        }
-    }
-    .instrument(span);
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            let task = runtime.spawn(release);
-            Box::pin(async move {
-                // A panic in the release task has already been reported by the runtime.
-                let _ = task.await;
-            })
-        }
-        // Not reached in practice (the acquire needed the runtime).
-        Err(_) => Box::pin(release),
     }
 }
