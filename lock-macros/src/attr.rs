@@ -1,12 +1,13 @@
-//! Parsing and validation of the attribute's options: `#[distributed_lock(key = "..", ..)]`.
+//! The attribute's options as written: `#[distributed_lock(key = "..", wait = "3s", ..)]`.
+//!
+//! Only the grammar is checked here: known option names, each at most once, each with `=` and
+//! a value of the right kind (a string literal; any expression for `locker`). What a value
+//! means (a duration, an `on_lost` word, a path, a key template) is checked in `valid.rs`.
 
-use std::time::Duration;
-
-use proc_macro2::Span;
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 mod kw {
     syn::custom_keyword!(key);
@@ -19,91 +20,53 @@ mod kw {
 /// The options in the order the docs list them, for "expected one of" messages.
 const OPTIONS: &str = "`key`, `wait`, `lease`, `locker`, `on_lost`, `crate`";
 
-/// Longest lease lock-core accepts (`lock_core::MAX_LEASE`, 365 days): a longer one is refused at
-/// run time, so it is refused here already.
-const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// What the body does when the lock is lost while it runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum OnLost {
-    Abort,
-    Continue,
-}
-
-/// The validated options of one `#[distributed_lock(..)]`.
-pub(crate) struct Options {
-    /// The key template, parsed later against the fn's parameters (see `key.rs`).
-    pub(crate) key: LitStr,
-    pub(crate) wait: Option<Duration>,
-    pub(crate) lease: Option<Duration>,
+/// The options of one `#[distributed_lock(..)]`, each as written (`None`: left out).
+pub(crate) struct Args {
+    pub(crate) key: Option<LitStr>,
+    pub(crate) wait: Option<LitStr>,
+    pub(crate) lease: Option<LitStr>,
     pub(crate) locker: Option<Expr>,
-    pub(crate) on_lost: OnLost,
-    /// Path of the lock-core crate: `::lock_core` unless `crate = ".."` says otherwise.
-    pub(crate) krate: Path,
+    pub(crate) on_lost: Option<LitStr>,
+    pub(crate) krate: Option<LitStr>,
 }
 
-impl Parse for Options {
+impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
-        let mut key = None;
-        let mut wait = None;
-        let mut lease = None;
-        let mut locker = None;
-        let mut on_lost = None;
-        let mut krate = None;
+        let mut args = Self {
+            key: None,
+            wait: None,
+            lease: None,
+            locker: None,
+            on_lost: None,
+            krate: None,
+        };
 
         while !input.is_empty() {
             if input.peek(kw::key) {
                 let kw = input.parse::<kw::key>()?;
                 let lit = string_value(&kw, input, "key = \"order:<order_id>\"")?;
-                set_once(&mut key, &kw, lit)?;
+                set_once(&mut args.key, &kw, lit)?;
             } else if input.peek(kw::wait) {
                 let kw = input.parse::<kw::wait>()?;
                 let lit = string_value(&kw, input, "wait = \"3s\"")?;
-                let value = duration(&lit, "wait")?;
-                set_once(&mut wait, &kw, value)?;
+                set_once(&mut args.wait, &kw, lit)?;
             } else if input.peek(kw::lease) {
                 let kw = input.parse::<kw::lease>()?;
                 let lit = string_value(&kw, input, "lease = \"10s\"")?;
-                let value = duration(&lit, "lease")?;
-                check_lease(&lit, value)?;
-                set_once(&mut lease, &kw, value)?;
+                set_once(&mut args.lease, &kw, lit)?;
             } else if input.peek(kw::locker) {
                 let kw = input.parse::<kw::locker>()?;
                 expect_eq(&kw, input, "locker = self.locker")?;
                 let expr = input.parse::<Expr>()?;
-                set_once(&mut locker, &kw, expr)?;
+                set_once(&mut args.locker, &kw, expr)?;
             } else if input.peek(kw::on_lost) {
                 let kw = input.parse::<kw::on_lost>()?;
                 let lit = string_value(&kw, input, "on_lost = \"abort\"")?;
-                let value = match lit.value().as_str() {
-                    "abort" => OnLost::Abort,
-                    "continue" => OnLost::Continue,
-                    other => {
-                        return Err(syn::Error::new(
-                            lit.span(),
-                            format!(
-                                "unknown `on_lost` value {other:?}: write `on_lost = \"abort\"` \
-                                 (stop the body when the lock is lost, the default) or \
-                                 `on_lost = \"continue\"` (let it finish)"
-                            ),
-                        ))
-                    }
-                };
-                set_once(&mut on_lost, &kw, value)?;
+                set_once(&mut args.on_lost, &kw, lit)?;
             } else if input.peek(Token![crate]) {
                 let kw = input.parse::<Token![crate]>()?;
                 let lit = string_value(&kw, input, "crate = \"my_lock_core\"")?;
-                let path = lit.parse::<Path>().map_err(|_| {
-                    syn::Error::new(
-                        lit.span(),
-                        format!(
-                            "`crate` expects the path of the lock-core crate, e.g. \
-                             `crate = \"my_lock_core\"`; {:?} is not a path",
-                            lit.value()
-                        ),
-                    )
-                })?;
-                set_once(&mut krate, &kw, path)?;
+                set_once(&mut args.krate, &kw, lit)?;
             } else {
                 return Err(unknown_option(input));
             }
@@ -113,22 +76,7 @@ impl Parse for Options {
             }
             input.parse::<Token![,]>()?;
         }
-
-        let Some(key) = key else {
-            return Err(syn::Error::new(
-                Span::call_site(),
-                "missing `key`: say which lock the fn takes, e.g. \
-                 `#[distributed_lock(key = \"order:<order_id>\")]` where `order_id` is a parameter",
-            ));
-        };
-        Ok(Self {
-            key,
-            wait,
-            lease,
-            locker,
-            on_lost: on_lost.unwrap_or(OnLost::Abort),
-            krate: krate.unwrap_or_else(|| syn::parse_quote!(::lock_core)),
-        })
+        Ok(args)
     }
 }
 
@@ -189,44 +137,6 @@ fn string_value<K: ToTokens>(kw: &K, input: ParseStream<'_>, example: &str) -> s
             format!("`{name}` expects a string literal: write `{example}`"),
         )),
     }
-}
-
-/// Parses a humantime duration ("3s", "250ms", "1m 30s").
-fn duration(lit: &LitStr, name: &str) -> syn::Result<Duration> {
-    humantime::parse_duration(lit.value().trim()).map_err(|error| {
-        syn::Error::new(
-            lit.span(),
-            format!(
-                "invalid `{name}` duration {:?} ({error}): write a number and a unit, \
-                 e.g. \"3s\", \"250ms\", \"1m 30s\"",
-                lit.value()
-            ),
-        )
-    })
-}
-
-fn check_lease(lit: &LitStr, lease: Duration) -> syn::Result<()> {
-    if lease < Duration::from_millis(1) {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "`lease` must be at least 1ms, got {:?}: a shorter lease expires before the body \
-                 runs; leave `lease` out to get the watchdog-renewed lease",
-                lit.value()
-            ),
-        ));
-    }
-    if lease > MAX_LEASE {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "`lease` must be at most 365 days, got {:?}; leave `lease` out to get the \
-                 watchdog-renewed lease",
-                lit.value()
-            ),
-        ));
-    }
-    Ok(())
 }
 
 /// The error for a token that starts no known option.

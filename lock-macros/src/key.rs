@@ -5,9 +5,7 @@
 //! literal text. Every error is spanned on the template literal (stable Rust cannot point inside
 //! a string literal) and quotes the offending placeholder.
 
-use proc_macro2::{Span, TokenStream};
-use quote::{quote, quote_spanned};
-use syn::{Ident, Index, LitChar, LitStr};
+use syn::{Ident, LitStr};
 
 /// The names a placeholder may start with.
 pub(crate) struct Scope {
@@ -35,21 +33,35 @@ impl Scope {
 
 /// A parsed and checked template.
 pub(crate) struct Template {
-    lit: LitStr,
-    parts: Vec<Part>,
+    /// The literal as written: its span is where errors about the key are reported.
+    pub(crate) lit: LitStr,
+    pub(crate) parts: Vec<Part>,
 }
 
-enum Part {
+#[cfg_attr(test, derive(Debug, PartialEq))]
+pub(crate) enum Part {
     Text(String),
-    Placeholder { root: Root, fields: Vec<Field> },
+    /// A value, formatted with `Display`.
+    Placeholder {
+        root: Root,
+        fields: Vec<Field>,
+        /// The first character of the text that follows, which the value's own occurrences
+        /// are escaped against so that distinct values give distinct keys (`None`: the value
+        /// ends the key).
+        boundary: Option<char>,
+    },
 }
 
-enum Root {
+#[cfg_attr(test, derive(Debug, PartialEq))]
+pub(crate) enum Root {
     SelfValue,
+    /// A parameter, spanned on the template.
     Param(Ident),
 }
 
-enum Field {
+#[cfg_attr(test, derive(Debug, PartialEq))]
+pub(crate) enum Field {
+    /// A named field, spanned on the template.
     Named(Ident),
     Index(u32),
 }
@@ -85,8 +97,7 @@ impl Template {
             let inner = &rest[..close];
             rest = &rest[close + 1..];
             if !text.is_empty() {
-                after_placeholder(&parts, &text, lit)?;
-                parts.push(Part::Text(std::mem::take(&mut text)));
+                push_text(&mut parts, std::mem::take(&mut text), lit)?;
             } else if let Some(Part::Placeholder { .. }) = parts.last() {
                 return Err(err(format!(
                     "placeholders side by side (`...><{inner}>`) in key template: two values \
@@ -98,75 +109,30 @@ impl Template {
         }
         text.push_str(rest);
         if !text.is_empty() {
-            after_placeholder(&parts, &text, lit)?;
-            parts.push(Part::Text(text));
+            push_text(&mut parts, text, lit)?;
         }
         Ok(Self {
             lit: lit.clone(),
             parts,
         })
     }
+}
 
-    /// An expression of type `String`: the key for this call. Values go through the kit's
-    /// `KeyBuilder` (under `private`), which escapes them so that distinct values give
-    /// distinct keys.
-    pub(crate) fn expr(&self, private: &TokenStream) -> TokenStream {
-        let span = self.lit.span();
-        if !self
-            .parts
-            .iter()
-            .any(|part| matches!(part, Part::Placeholder { .. }))
-        {
-            let key = LitStr::new(&self.lit.value(), span);
-            return quote!(::std::string::String::from(#key));
-        }
-        let builder = Ident::new("__lock_key_builder", Span::mixed_site());
-        let steps = self.parts.iter().enumerate().map(|(i, part)| match part {
-            Part::Text(text) => {
-                let text = LitStr::new(text, span);
-                quote!(#private::KeyBuilder::text(&mut #builder, #text);)
-            }
-            Part::Placeholder { root, fields } => {
-                let boundary = match self.parts.get(i + 1) {
-                    Some(Part::Text(text)) => match text.chars().next() {
-                        Some(c) => {
-                            let c = LitChar::new(c, span);
-                            quote!(::core::option::Option::Some(#c))
-                        }
-                        None => quote!(::core::option::Option::None),
-                    },
-                    _ => quote!(::core::option::Option::None),
-                };
-                let root = match root {
-                    Root::SelfValue => quote_spanned!(span=> self),
-                    Root::Param(ident) => quote!(#ident),
-                };
-                let fields = fields.iter().map(|field| match field {
-                    Field::Named(ident) => quote!(. #ident),
-                    Field::Index(index) => {
-                        let index = Index {
-                            index: *index,
-                            span,
-                        };
-                        quote!(. #index)
-                    }
-                });
-                // Spanned on the template: a value without `Display` is reported there.
-                quote_spanned!(span=> #private::KeyBuilder::value(&mut #builder, &(#root #(#fields)*), #boundary);)
-            }
-        });
-        quote!({
-            let mut #builder = #private::KeyBuilder::new();
-            #(#steps)*
-            #private::KeyBuilder::finish(#builder)
-        })
+/// Appends literal text, which ends the placeholder before it (if any): its first character
+/// becomes that placeholder's boundary.
+fn push_text(parts: &mut Vec<Part>, text: String, lit: &LitStr) -> syn::Result<()> {
+    if let Some(Part::Placeholder { boundary, .. }) = parts.last_mut() {
+        after_placeholder(&text, lit)?;
+        *boundary = text.chars().next();
     }
+    parts.push(Part::Text(text));
+    Ok(())
 }
 
 /// Text that follows a placeholder may not start with `\\`: the kit escapes values with it, so a
 /// value could not be told apart from the text.
-fn after_placeholder(parts: &[Part], text: &str, lit: &LitStr) -> syn::Result<()> {
-    if text.starts_with('\\') && matches!(parts.last(), Some(Part::Placeholder { .. })) {
+fn after_placeholder(text: &str, lit: &LitStr) -> syn::Result<()> {
+    if text.starts_with('\\') {
         return Err(syn::Error::new(
             lit.span(),
             format!(
@@ -241,7 +207,11 @@ fn placeholder(inner: &str, lit: &LitStr, scope: &Scope) -> syn::Result<Part> {
             return Err(invalid(&keyword_hint(segment)));
         }
     }
-    Ok(Part::Placeholder { root, fields })
+    Ok(Part::Placeholder {
+        root,
+        fields,
+        boundary: None,
+    })
 }
 
 /// `text` as an identifier (raw ones included), spanned on the template; `None` for keywords,
@@ -302,93 +272,80 @@ mod tests {
 
     fn scope(params: &[&str], has_self: bool) -> Scope {
         Scope {
-            params: params
-                .iter()
-                .map(|p| Ident::new(p, proc_macro2::Span::call_site()))
-                .collect(),
+            params: params.iter().map(|p| syn::parse_str(p).unwrap()).collect(),
             has_self,
         }
     }
 
-    /// The expansion as a string; expected token streams written as Rust code get trailing
-    /// commas from rustfmt, so `.replace(" ,)", ")")` evens those out.
-    fn expand(template: &str, scope: &Scope) -> Result<String, String> {
+    fn parse(template: &str, scope: &Scope) -> Result<Vec<Part>, String> {
         let lit = LitStr::new(template, proc_macro2::Span::call_site());
         Template::parse(&lit, scope)
-            .map(|t| t.expr(&quote!(p)).to_string())
+            .map(|t| t.parts)
             .map_err(|e| e.to_string())
     }
 
+    fn text(text: &str) -> Part {
+        Part::Text(text.to_owned())
+    }
+
+    /// `path` as in a placeholder (`order.customer.id`, `self.tenant`, `pair.0`).
+    fn value(path: &str, boundary: Option<char>) -> Part {
+        let mut segments = path.split('.');
+        let root = match segments.next() {
+            Some("self") => Root::SelfValue,
+            Some(name) => Root::Param(syn::parse_str(name).unwrap()),
+            None => unreachable!("split yields at least one segment"),
+        };
+        let fields = segments
+            .map(|segment| match segment.parse() {
+                Ok(index) => Field::Index(index),
+                Err(_) => Field::Named(syn::parse_str(segment).unwrap()),
+            })
+            .collect();
+        Part::Placeholder {
+            root,
+            fields,
+            boundary,
+        }
+    }
+
     #[test]
-    fn builds_keys_with_escaped_values() {
-        let s = scope(&["sku_id", "order", "pair"], true);
+    fn splits_text_and_values() {
+        let s = scope(&["sku_id", "order", "pair", "r#type"], true);
         assert_eq!(
-            expand("inventory:<sku_id>", &s).unwrap(),
-            quote!({
-                let mut __lock_key_builder = p::KeyBuilder::new();
-                p::KeyBuilder::text(&mut __lock_key_builder, "inventory:");
-                p::KeyBuilder::value(
-                    &mut __lock_key_builder,
-                    &(sku_id),
-                    ::core::option::Option::None,
-                );
-                p::KeyBuilder::finish(__lock_key_builder)
-            })
-            .to_string()
-            .replace(" ,)", ")")
+            parse("inventory:<sku_id>", &s).unwrap(),
+            [text("inventory:"), value("sku_id", None)]
         );
         assert_eq!(
-            expand("o:<order.customer.id>/<pair.0>-<self.tenant>", &s).unwrap(),
-            quote!({
-                let mut __lock_key_builder = p::KeyBuilder::new();
-                p::KeyBuilder::text(&mut __lock_key_builder, "o:");
-                p::KeyBuilder::value(
-                    &mut __lock_key_builder,
-                    &(order.customer.id),
-                    ::core::option::Option::Some('/'),
-                );
-                p::KeyBuilder::text(&mut __lock_key_builder, "/");
-                p::KeyBuilder::value(
-                    &mut __lock_key_builder,
-                    &(pair.0),
-                    ::core::option::Option::Some('-'),
-                );
-                p::KeyBuilder::text(&mut __lock_key_builder, "-");
-                p::KeyBuilder::value(
-                    &mut __lock_key_builder,
-                    &(self.tenant),
-                    ::core::option::Option::None,
-                );
-                p::KeyBuilder::finish(__lock_key_builder)
-            })
-            .to_string()
-            .replace(" ,)", ")")
+            parse("o:<order.customer.id>/<pair.0>-<self.tenant>", &s).unwrap(),
+            [
+                text("o:"),
+                value("order.customer.id", Some('/')),
+                text("/"),
+                value("pair.0", Some('-')),
+                text("-"),
+                value("self.tenant", None),
+            ]
+        );
+        assert_eq!(parse("fixed", &s).unwrap(), [text("fixed")]);
+        assert_eq!(
+            parse("{<<a>}:<sku_id>", &s).unwrap(),
+            [text("{<a>}:"), value("sku_id", None)]
         );
         assert_eq!(
-            expand("fixed", &s).unwrap(),
-            quote!(::std::string::String::from("fixed")).to_string()
-        );
-        assert_eq!(
-            expand("{<<a>}:<sku_id>", &s).unwrap(),
-            quote!({
-                let mut __lock_key_builder = p::KeyBuilder::new();
-                p::KeyBuilder::text(&mut __lock_key_builder, "{<a>}:");
-                p::KeyBuilder::value(
-                    &mut __lock_key_builder,
-                    &(sku_id),
-                    ::core::option::Option::None,
-                );
-                p::KeyBuilder::finish(__lock_key_builder)
-            })
-            .to_string()
-            .replace(" ,)", ")")
+            parse("<r#type>::<sku_id>", &s).unwrap(),
+            [
+                value("r#type", Some(':')),
+                text("::"),
+                value("sku_id", None)
+            ]
         );
     }
 
     #[test]
     fn reports_errors() {
         let s = scope(&["sku_id"], false);
-        let err = |t: &str| expand(t, &s).unwrap_err();
+        let err = |t: &str| parse(t, &s).unwrap_err();
         assert!(err("a:<sku_id").contains("unclosed `<`"));
         assert!(err("a:<>").contains("empty placeholder"));
         assert!(err("a:<sku>").contains("did you mean `sku_id`?"));
@@ -398,11 +355,11 @@ mod tests {
         assert!(err("a:<sku id>").contains("invalid placeholder"));
         assert!(err("").contains("empty"));
         let s = scope(&["a", "b"], false);
-        let err = |t: &str| expand(t, &s).unwrap_err();
+        let err = |t: &str| parse(t, &s).unwrap_err();
         assert!(err("k:<a><b>").contains("placeholders side by side"));
         assert!(err("k:<a>\\:<b>").contains("starts with `\\`"));
         assert!(err("k:<a>\\").contains("starts with `\\`"));
-        assert!(expand("\\k:<a>:\\<b>", &s).is_ok());
+        assert!(parse("\\k:<a>:\\<b>", &s).is_ok());
     }
 
     #[test]

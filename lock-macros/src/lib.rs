@@ -4,9 +4,15 @@
 //! `tokio` re-exports `tokio::main`): `use lock_core::distributed_lock;`. All documentation is
 //! on [`distributed_lock`].
 
+// Parse (`attr`, `item`, `key`), validate (`valid`), expand (`expand`); `ty` reads types.
 mod attr;
 mod expand;
+mod item;
 mod key;
+mod ty;
+mod valid;
+
+use proc_macro2::TokenStream;
 
 /// Runs an async fn under a distributed lock on Redis.
 ///
@@ -205,5 +211,33 @@ pub fn distributed_lock(
     attr: proc_macro::TokenStream,
     item: proc_macro::TokenStream,
 ) -> proc_macro::TokenStream {
-    expand::distributed_lock(attr.into(), item.into()).into()
+    let item = TokenStream::from(item);
+    match lock(attr.into(), item.clone()) {
+        Ok(expanded) => expanded.into(),
+        // The item stays as written, so the rest of the crate (and the IDE) still sees the fn
+        // and the macro's error is the only one.
+        Err(error) => {
+            let mut tokens = item;
+            tokens.extend(error.into_compile_error());
+            tokens.into()
+        }
+    }
+}
+
+/// Parses and checks the attribute and the fn, then expands; only the first two can fail.
+fn lock(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    // Both are parsed (and the options checked) before either error is returned, so a broken
+    // attribute on a broken item reports both.
+    let options = syn::parse2::<attr::Args>(attr).and_then(valid::options);
+    let item = syn::parse2::<item::ItemFn>(item);
+    let (options, item) = match (options, item) {
+        (Ok(options), Ok(item)) => (options, item),
+        (Err(mut first), Err(second)) => {
+            first.combine(second);
+            return Err(first);
+        }
+        (Err(error), Ok(_)) | (Ok(_), Err(error)) => return Err(error),
+    };
+    let locked = valid::locked_fn(options, &item)?;
+    Ok(expand::locked_fn(&locked))
 }

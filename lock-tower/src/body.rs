@@ -1,15 +1,14 @@
 //! [`LockedBody`]: a response body that can carry the lock until it ends.
 
 use std::fmt;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 use http_body::{Body, Frame, SizeHint};
-use lock_core::LockGuard;
 use pin_project_lite::pin_project;
-use tracing::Span;
 
-use crate::future::{release, Release};
+use crate::release::{Held, Release};
 
 pin_project! {
     /// The response body of [`DistributedLockService`](crate::DistributedLockService): the
@@ -34,10 +33,7 @@ pin_project! {
 enum BodyLock<D> {
     /// No lock: the layer released it with the response, or there was none.
     Unlocked,
-    Held {
-        guard: LockGuard,
-        span: Span,
-    },
+    Held(Held),
     /// The inner body ended; `last` is the frame to yield once released (`None`: the end).
     Releasing {
         release: Release,
@@ -47,11 +43,24 @@ enum BodyLock<D> {
     Released,
 }
 
+impl<D> BodyLock<D> {
+    /// In the `Held` state, once the inner body ended: starts the release, with `last` to
+    /// yield after it.
+    fn release(&mut self, last: Option<Frame<D>>) {
+        if let Self::Held(held) = std::mem::replace(self, Self::Released) {
+            *self = Self::Releasing {
+                release: held.release(),
+                last,
+            };
+        }
+    }
+}
+
 impl<B: Body> LockedBody<B> {
-    pub(crate) fn new(inner: B, guard: LockGuard, span: Span) -> Self {
+    pub(crate) fn new(inner: B, held: Held) -> Self {
         Self {
             inner,
-            lock: BodyLock::Held { guard, span },
+            lock: BodyLock::Held(held),
         }
     }
 
@@ -64,10 +73,7 @@ impl<B: Body> LockedBody<B> {
 
     /// Whether this body still holds the lock of its request.
     pub fn holds_lock(&self) -> bool {
-        matches!(
-            self.lock,
-            BodyLock::Held { .. } | BodyLock::Releasing { .. }
-        )
+        matches!(self.lock, BodyLock::Held(_) | BodyLock::Releasing { .. })
     }
 
     /// Unwraps the inner body, releasing the lock (in the background) if it still holds it.
@@ -90,12 +96,12 @@ impl<B: Body> Body for LockedBody<B> {
                 BodyLock::Unlocked => return this.inner.poll_frame(cx),
                 BodyLock::Released => return Poll::Ready(None),
                 BodyLock::Releasing { release, last } => {
-                    ready!(release.as_mut().poll(cx));
+                    ready!(Pin::new(release).poll(cx));
                     let last = last.take();
                     *this.lock = BodyLock::Released;
                     return Poll::Ready(last.map(Ok));
                 }
-                BodyLock::Held { .. } => {
+                BodyLock::Held(_) => {
                     let frame = ready!(this.inner.as_mut().poll_frame(cx));
                     let last = match frame {
                         Some(Ok(frame)) if this.inner.is_end_stream() => Some(frame),
@@ -107,15 +113,7 @@ impl<B: Body> Body for LockedBody<B> {
                         }
                         None => None,
                     };
-                    let BodyLock::Held { guard, span } =
-                        std::mem::replace(this.lock, BodyLock::Released)
-                    else {
-                        unreachable!("matched above")
-                    };
-                    *this.lock = BodyLock::Releasing {
-                        release: release(guard, span),
-                        last,
-                    };
+                    this.lock.release(last);
                 }
             }
         }
@@ -125,7 +123,7 @@ impl<B: Body> Body for LockedBody<B> {
         match self.lock {
             BodyLock::Unlocked => self.inner.is_end_stream(),
             // The end is reported only after the release.
-            BodyLock::Held { .. } | BodyLock::Releasing { .. } => false,
+            BodyLock::Held(_) | BodyLock::Releasing { .. } => false,
             BodyLock::Released => true,
         }
     }
@@ -155,7 +153,7 @@ impl<B: Body + fmt::Debug> fmt::Debug for LockedBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let lock = match &self.lock {
             BodyLock::Unlocked => "unlocked",
-            BodyLock::Held { .. } => "held",
+            BodyLock::Held(_) => "held",
             BodyLock::Releasing { .. } => "releasing",
             BodyLock::Released => "released",
         };

@@ -2,31 +2,33 @@
 
 use std::fmt;
 use std::future::Future;
+use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use http::{Request, Response};
 use http_body::Body;
-use lock_core::{AcquireFuture, LockGuard};
+use lock_core::{AcquireFuture, LockError, LockGuard};
 use pin_project_lite::pin_project;
 use tower_service::Service;
-use tracing::{Instrument, Span};
+use tracing::Span;
 
 use crate::body::LockedBody;
 use crate::extension::HeldLock;
 use crate::layer::{HoldUntil, Settings};
 use crate::reject::{Reject, Rejection};
+use crate::release::{Held, Release};
 
 pin_project! {
     /// The response future of [`DistributedLockService`](crate::DistributedLockService).
     ///
-    /// It owns the lock acquire, then the [`LockGuard`] alongside the inner service's future,
-    /// so the lock lives exactly as long as the response. When the inner future completes,
-    /// the lock is released and the response returned once Redis confirmed the release (with
-    /// [`HoldUntil::BodyEnd`], the guard moves into the [`LockedBody`] instead). When this
-    /// future is dropped early (client gone, timeout, panic in the handler), the guard is
-    /// dropped with it and releases in the background.
+    /// It owns the lock acquire, then the [`LockGuard`](lock_core::LockGuard) alongside the
+    /// inner service's future, so the lock lives exactly as long as the response. When the
+    /// inner future completes, the lock is released and the response returned once Redis
+    /// confirmed the release (with [`HoldUntil::BodyEnd`], the guard moves into the
+    /// [`LockedBody`] instead). When this future is dropped early (client gone, timeout, panic
+    /// in the handler), the guard is dropped with it and releases in the background.
     ///
     /// # Panics
     ///
@@ -36,37 +38,112 @@ pin_project! {
         S: Service<Request<ReqBody>>,
     {
         #[pin]
-        state: State<S, ReqBody>,
-        reject: Option<Arc<R>>,
-        settings: Settings,
+        state: State<S, ReqBody, R>,
+        // The request's `distributed_lock` span (none when unlocked), entered on every poll.
         span: Span,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<S, ReqBody>
+    enum State<S, ReqBody, R>
     where
         S: Service<Request<ReqBody>>,
     {
-        Acquiring {
-            acquire: AcquireFuture,
-            // The ready inner service and the request, taken when the acquire completes.
-            call: Option<(S, Request<ReqBody>)>,
-        },
+        // The inner service's future runs. It is pinned, so this state is polled in place.
         Calling {
             #[pin]
             future: S::Future,
-            guard: Option<LockGuard>,
+            lock: Lock,
         },
-        Releasing {
-            release: Release,
-            response: Option<S::Response>,
+        // Every other state: nothing in it is pinned, so a poll takes it by value.
+        Unpinned {
+            step: Step<S, ReqBody, R>,
         },
-        Rejected {
-            response: Option<S::Response>,
-        },
-        Done,
+    }
+}
+
+/// The lock of a request whose inner service runs.
+enum Lock {
+    /// No key, or Redis unavailable under `fail_open`.
+    Unlocked,
+    /// Released here when the response is in, or moved into the body (`HoldUntil::BodyEnd`).
+    Held(Held, HoldUntil),
+}
+
+// The acquiring state is the largest (the request and the ready service wait in it). It stays
+// inline rather than boxed, which would cost an allocation per locked request.
+#[allow(clippy::large_enum_variant)]
+enum Step<S, ReqBody, R>
+where
+    S: Service<Request<ReqBody>>,
+{
+    /// The lock is being taken.
+    Acquiring {
+        acquire: AcquireFuture,
+        call: PendingCall<S, ReqBody, R>,
+    },
+    /// The response is in; it is returned once the lock's release is confirmed.
+    Releasing {
+        release: Release,
+        response: S::Response,
+    },
+    /// Rejected before any lock was tried (the request had no key).
+    Rejected {
+        response: S::Response,
+    },
+    Done,
+}
+
+/// The call of the inner service that waits for the lock.
+struct PendingCall<S, ReqBody, R> {
+    /// The inner service that was driven to readiness.
+    service: S,
+    request: Request<ReqBody>,
+    reject: Arc<R>,
+    fail_open: bool,
+    hold_until: HoldUntil,
+}
+
+impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
+    /// Calls the inner service once the acquire is done: with the lock, or without it when
+    /// Redis is unavailable under `fail_open`. Any other failure is the rejection's response
+    /// instead.
+    fn start<ResBody>(
+        self,
+        acquired: Result<LockGuard, LockError>,
+        span: &Span,
+    ) -> Result<(S::Future, Lock), Response<ResBody>>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        R: Reject<ResBody>,
+    {
+        let Self {
+            mut service,
+            mut request,
+            reject,
+            fail_open,
+            hold_until,
+        } = self;
+        let lock = match acquired {
+            Ok(guard) => {
+                span.record("outcome", "acquired");
+                span.record("fencing_token", guard.fencing_token());
+                request.extensions_mut().insert(HeldLock::new(&guard));
+                Lock::Held(Held::new(guard, span.clone()), hold_until)
+            }
+            Err(error) if error.is_backend() && fail_open => {
+                span.record("outcome", "fail_open");
+                tracing::warn!(%error, "redis unavailable: passing the request through unlocked (fail open)");
+                Lock::Unlocked
+            }
+            Err(error) => {
+                let rejection = Rejection::from_error(error);
+                trace_rejection(span, &rejection);
+                return Err(reject.reject(rejection));
+            }
+        };
+        Ok((service.call(request), lock))
     }
 }
 
@@ -82,37 +159,34 @@ where
         settings: Settings,
         span: Span,
     ) -> Self {
-        Self {
-            state: State::Acquiring {
-                acquire,
-                call: Some((service, request)),
-            },
-            reject: Some(reject),
-            settings,
-            span,
-        }
+        let call = PendingCall {
+            service,
+            request,
+            reject,
+            fail_open: settings.fail_open,
+            hold_until: settings.hold_until,
+        };
+        Self::new(Step::Acquiring { acquire, call }, span)
     }
 
-    pub(crate) fn unlocked(future: S::Future, settings: Settings) -> Self {
+    pub(crate) fn unlocked(future: S::Future) -> Self {
         Self {
             state: State::Calling {
                 future,
-                guard: None,
+                lock: Lock::Unlocked,
             },
-            reject: None,
-            settings,
             span: Span::none(),
         }
     }
 
     pub(crate) fn rejected(response: S::Response) -> Self {
+        Self::new(Step::Rejected { response }, Span::none())
+    }
+
+    fn new(step: Step<S, ReqBody, R>, span: Span) -> Self {
         Self {
-            state: State::Rejected {
-                response: Some(response),
-            },
-            reject: None,
-            settings: Settings::default(),
-            span: Span::none(),
+            state: State::Unpinned { step },
+            span,
         }
     }
 }
@@ -130,70 +204,56 @@ where
         let _entered = this.span.enter();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Acquiring { acquire, call } => {
-                    let result = ready!(Pin::new(acquire).poll(cx));
-                    let (mut service, mut request) = call.take().expect("acquire polled once");
-                    let guard = match result {
-                        Ok(guard) => {
-                            this.span.record("outcome", "acquired");
-                            this.span.record("fencing_token", guard.fencing_token());
-                            request.extensions_mut().insert(HeldLock::new(&guard));
-                            Some(guard)
-                        }
-                        Err(error) if error.is_backend() && this.settings.fail_open => {
-                            this.span.record("outcome", "fail_open");
-                            tracing::warn!(%error, "redis unavailable: passing the request through unlocked (fail open)");
-                            None
-                        }
-                        Err(error) => {
-                            let rejection = Rejection::from_error(error);
-                            trace_rejection(this.span, &rejection);
-                            let reject = this.reject.as_ref().expect("set while acquiring");
-                            let response = reject.reject(rejection);
-                            this.state.set(State::Done);
-                            return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
-                        }
-                    };
-                    let future = service.call(request);
-                    this.state.set(State::Calling { future, guard });
-                }
-                StateProj::Calling { future, guard } => {
+                StateProj::Calling { future, lock } => {
                     let result = ready!(future.poll(cx));
-                    let guard = guard.take();
-                    let (response, guard) = match (result, guard) {
-                        (Ok(response), Some(guard)) => (response, guard),
-                        (result, guard) => {
-                            // Unlocked, or the inner service failed: nothing to wait for (a
-                            // guard is dropped here and releases in the background).
-                            drop(guard);
-                            this.state.set(State::Done);
+                    let lock = mem::replace(lock, Lock::Unlocked);
+                    // The inner future is done: drop it now.
+                    this.state.set(State::Unpinned { step: Step::Done });
+                    match (result, lock) {
+                        (Ok(response), Lock::Held(held, HoldUntil::Response)) => {
+                            let release = held.release();
+                            let step = Step::Releasing { release, response };
+                            this.state.set(State::Unpinned { step });
+                        }
+                        (Ok(response), Lock::Held(held, HoldUntil::BodyEnd)) => {
+                            let response = response.map(|body| LockedBody::new(body, held));
+                            return Poll::Ready(Ok(response));
+                        }
+                        // Unlocked, or the inner service failed: nothing to wait for (a
+                        // guard is dropped here and releases in the background).
+                        (result, _) => {
                             return Poll::Ready(result.map(|r| r.map(LockedBody::unlocked)));
                         }
-                    };
-                    if let HoldUntil::BodyEnd = this.settings.hold_until {
-                        let span = this.span.clone();
-                        this.state.set(State::Done);
-                        return Poll::Ready(Ok(
-                            response.map(|body| LockedBody::new(body, guard, span))
-                        ));
                     }
-                    this.state.set(State::Releasing {
-                        release: release(guard, this.span.clone()),
-                        response: Some(response),
-                    });
                 }
-                StateProj::Releasing { release, response } => {
-                    ready!(release.as_mut().poll(cx));
-                    let response = response.take().expect("response taken once");
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
-                }
-                StateProj::Rejected { response } => {
-                    let response = response.take().expect("rejection taken once");
-                    this.state.set(State::Done);
-                    return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
-                }
-                StateProj::Done => panic!("lock_tower::ResponseFuture polled after completion"),
+                StateProj::Unpinned { step } => match mem::replace(step, Step::Done) {
+                    Step::Acquiring { mut acquire, call } => {
+                        let Poll::Ready(acquired) = Pin::new(&mut acquire).poll(cx) else {
+                            *step = Step::Acquiring { acquire, call };
+                            return Poll::Pending;
+                        };
+                        match call.start(acquired, this.span) {
+                            Ok((future, lock)) => this.state.set(State::Calling { future, lock }),
+                            Err(rejected) => {
+                                return Poll::Ready(Ok(rejected.map(LockedBody::unlocked)));
+                            }
+                        }
+                    }
+                    Step::Releasing {
+                        mut release,
+                        response,
+                    } => {
+                        if Pin::new(&mut release).poll(cx).is_pending() {
+                            *step = Step::Releasing { release, response };
+                            return Poll::Pending;
+                        }
+                        return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
+                    }
+                    Step::Rejected { response } => {
+                        return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
+                    }
+                    Step::Done => panic!("lock_tower::ResponseFuture polled after completion"),
+                },
             }
         }
     }
@@ -224,12 +284,20 @@ where
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
-            State::Acquiring { .. } => "acquiring",
-            State::Calling { guard: Some(_), .. } => "calling (locked)",
-            State::Calling { guard: None, .. } => "calling (unlocked)",
-            State::Releasing { .. } => "releasing",
-            State::Rejected { .. } => "rejected",
-            State::Done => "done",
+            State::Calling {
+                lock: Lock::Held(..),
+                ..
+            } => "calling (locked)",
+            State::Calling {
+                lock: Lock::Unlocked,
+                ..
+            } => "calling (unlocked)",
+            State::Unpinned { step } => match step {
+                Step::Acquiring { .. } => "acquiring",
+                Step::Releasing { .. } => "releasing",
+                Step::Rejected { .. } => "rejected",
+                Step::Done => "done",
+            },
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
@@ -238,40 +306,74 @@ where
     }
 }
 
-/// A release in progress.
-pub(crate) type Release = Pin<Box<dyn Future<Output = ()> + Send>>;
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::task::Waker;
 
-/// Releases `guard`, waiting for Redis to confirm, and logs what went wrong. A lock lost
-/// before the end of the response means another holder may have run concurrently.
-///
-/// The release runs in a task of its own and the returned future only waits for it:
-/// `LockGuard::release` must not be cancelled once started (the guard would be gone without
-/// its key being deleted, leaving the key locked until its lease ends), and the response
-/// future waiting for it can be dropped at any moment (the client hangs up).
-pub(crate) fn release(guard: LockGuard, span: Span) -> Release {
-    let release = async move {
-        match guard.release().await {
-            Ok(()) => tracing::trace!("lock released"),
-            Err(error) if error.is_lost() => tracing::warn!(
-                %error,
-                "the lock was lost before the response was complete"
-            ),
-            Err(error) => tracing::warn!(
-                %error,
-                "lock release failed: the lock expires with its lease"
-            ),
+    use super::*;
+    use crate::DefaultReject;
+
+    /// Answers with the request's body.
+    struct Echo;
+
+    impl Service<Request<String>> for Echo {
+        type Response = Response<String>;
+        type Error = Infallible;
+        type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, request: Request<String>) -> Self::Future {
+            std::future::ready(Ok(Response::new(request.into_body())))
         }
     }
-    .instrument(span);
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            let task = runtime.spawn(release);
-            Box::pin(async move {
-                // A panic in the release task has already been reported by the runtime.
-                let _ = task.await;
-            })
-        }
-        // Not reached in practice (the acquire needed the runtime).
-        Err(_) => Box::pin(release),
+
+    type EchoFuture = ResponseFuture<Echo, String, DefaultReject>;
+
+    fn poll(future: &mut EchoFuture) -> Poll<Result<Response<LockedBody<String>>, Infallible>> {
+        Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn state(future: &EchoFuture) -> String {
+        let debug = format!("{future:?}");
+        debug
+            .split('"')
+            .nth(1)
+            .unwrap_or_else(|| panic!("no state in {debug}"))
+            .to_owned()
+    }
+
+    /// Once done, the future says so and panics when polled again.
+    fn assert_done(future: &mut EchoFuture) {
+        assert_eq!(state(future), "done");
+        let again = catch_unwind(AssertUnwindSafe(|| poll(future)));
+        assert!(again.is_err(), "polled after completion");
+    }
+
+    #[test]
+    fn an_unlocked_request_is_passed_through() {
+        let mut future = EchoFuture::unlocked(Echo.call(Request::new("hi".to_owned())));
+        assert_eq!(state(&future), "calling (unlocked)");
+        let Poll::Ready(Ok(response)) = poll(&mut future) else {
+            panic!("the inner future is ready");
+        };
+        assert!(!response.body().holds_lock());
+        assert_eq!(response.into_body().into_inner(), "hi");
+        assert_done(&mut future);
+    }
+
+    #[test]
+    fn a_rejection_is_answered_once() {
+        let mut future = EchoFuture::rejected(Response::new("no key".to_owned()));
+        assert_eq!(state(&future), "rejected");
+        let Poll::Ready(Ok(response)) = poll(&mut future) else {
+            panic!("a rejection is ready");
+        };
+        assert_eq!(response.into_body().into_inner(), "no key");
+        assert_done(&mut future);
     }
 }

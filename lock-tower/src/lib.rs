@@ -105,6 +105,7 @@ pub mod future;
 mod key;
 mod layer;
 mod reject;
+mod release;
 mod service;
 
 pub use body::LockedBody;

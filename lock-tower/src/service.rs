@@ -91,7 +91,7 @@ where
             return match self.settings.missing_key {
                 MissingKey::Pass => {
                     tracing::trace!("request has no lock key: passing it through unlocked");
-                    ResponseFuture::unlocked(self.inner.call(request), self.settings)
+                    ResponseFuture::unlocked(self.inner.call(request))
                 }
                 MissingKey::Reject => {
                     tracing::debug!("request has no lock key: rejected");

@@ -1,11 +1,12 @@
-//! The generated code uses absolute paths only: shadowing `lock_core`, `core`, prelude types and
-//! variants, and `format!` at the call site changes nothing.
+//! The generated code uses absolute paths only: shadowing `lock_core`, `std`, `core`, prelude
+//! types and variants, and `format!` at the call site changes nothing.
 #![deny(warnings)]
 #![allow(dead_code, non_camel_case_types, unused_imports, unused_macros)]
 
 mod shadowed {
-    use std as lock_core;
+    use ::std as lock_core;
 
+    mod std {}
     mod core {}
     mod __private {}
     struct Result;

@@ -1,0 +1,207 @@
+//! Every check that can fail once the attribute and the fn have parsed. Each turns what was
+//! written into what the expansion needs ([`Options`], [`Locked`]), so the expansion has
+//! nothing left to check and cannot fail.
+
+use std::time::Duration;
+
+use proc_macro2::Span;
+use syn::{Expr, LitStr, Path, ReturnType, Type};
+
+use crate::attr::Args;
+use crate::item::{BoxedAsync, ItemFn};
+use crate::key::Template;
+use crate::ty::{future_output, is_surely_not_result, pretty};
+
+/// Longest lease lock-core accepts (`lock_core::MAX_LEASE`, 365 days): a longer one is refused at
+/// run time, so it is refused here already.
+const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// What the body does when the lock is lost while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnLost {
+    Abort,
+    Continue,
+}
+
+/// The checked options of one `#[distributed_lock(..)]`.
+pub(crate) struct Options {
+    /// The key template, checked against the fn's parameters by [`locked_fn`].
+    pub(crate) key: LitStr,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) locker: Option<Expr>,
+    pub(crate) on_lost: OnLost,
+    /// Path of the lock-core crate: `::lock_core` unless `crate = ".."` says otherwise.
+    pub(crate) krate: Path,
+}
+
+/// A fn that can be locked, with its checked options and key.
+pub(crate) struct Locked<'a> {
+    pub(crate) options: Options,
+    pub(crate) key: Template,
+    pub(crate) item: &'a ItemFn,
+    pub(crate) body: Body<'a>,
+}
+
+/// How the fn runs asynchronously.
+pub(crate) enum Body<'a> {
+    /// `async fn f(..) -> R { body }`.
+    AsyncFn {
+        /// The declared return type.
+        ret: &'a Type,
+    },
+    /// What `#[async_trait]` makes of an `async fn`: `fn f(..) -> Pin<Box<dyn Future<Output =
+    /// R> + ..>> { ..; Box::pin(async move { body }) }`.
+    AsyncTrait {
+        boxed: BoxedAsync<'a>,
+        /// `R`, when it can be read from the signature.
+        output: Option<&'a Type>,
+        /// The declared return type (the boxed future).
+        ret: &'a Type,
+    },
+}
+
+/// Checks the options' values; they do not depend on the fn, so a broken fn does not hide
+/// their errors.
+pub(crate) fn options(args: Args) -> syn::Result<Options> {
+    let wait = args.wait.map(|lit| duration(&lit, "wait")).transpose()?;
+    let lease = args.lease.map(|lit| lease(&lit)).transpose()?;
+    let on_lost = args.on_lost.map(|lit| on_lost(&lit)).transpose()?;
+    let krate = args.krate.map(|lit| crate_path(&lit)).transpose()?;
+    let Some(key) = args.key else {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "missing `key`: say which lock the fn takes, e.g. \
+             `#[distributed_lock(key = \"order:<order_id>\")]` where `order_id` is a parameter",
+        ));
+    };
+    Ok(Options {
+        key,
+        wait,
+        lease,
+        locker: args.locker,
+        on_lost: on_lost.unwrap_or(OnLost::Abort),
+        krate: krate.unwrap_or_else(|| syn::parse_quote!(::lock_core)),
+    })
+}
+
+/// Checks that the fn can be locked (async, returns a value) and that the key template names
+/// its parameters.
+pub(crate) fn locked_fn(options: Options, item: &ItemFn) -> syn::Result<Locked<'_>> {
+    let body = body(item)?;
+    let key = Template::parse(&options.key, &item.scope())?;
+    Ok(Locked {
+        options,
+        key,
+        item,
+        body,
+    })
+}
+
+/// Parses a humantime duration ("3s", "250ms", "1m 30s").
+fn duration(lit: &LitStr, name: &str) -> syn::Result<Duration> {
+    humantime::parse_duration(lit.value().trim()).map_err(|error| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `{name}` duration {:?} ({error}): write a number and a unit, \
+                 e.g. \"3s\", \"250ms\", \"1m 30s\"",
+                lit.value()
+            ),
+        )
+    })
+}
+
+/// A duration that lock-core accepts as a lease.
+fn lease(lit: &LitStr) -> syn::Result<Duration> {
+    let lease = duration(lit, "lease")?;
+    if lease < Duration::from_millis(1) {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`lease` must be at least 1ms, got {:?}: a shorter lease expires before the body \
+                 runs; leave `lease` out to get the watchdog-renewed lease",
+                lit.value()
+            ),
+        ));
+    }
+    if lease > MAX_LEASE {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`lease` must be at most 365 days, got {:?}; leave `lease` out to get the \
+                 watchdog-renewed lease",
+                lit.value()
+            ),
+        ));
+    }
+    Ok(lease)
+}
+
+fn on_lost(lit: &LitStr) -> syn::Result<OnLost> {
+    match lit.value().as_str() {
+        "abort" => Ok(OnLost::Abort),
+        "continue" => Ok(OnLost::Continue),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown `on_lost` value {other:?}: write `on_lost = \"abort\"` (stop the body \
+                 when the lock is lost, the default) or `on_lost = \"continue\"` (let it finish)"
+            ),
+        )),
+    }
+}
+
+fn crate_path(lit: &LitStr) -> syn::Result<Path> {
+    lit.parse::<Path>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`crate` expects the path of the lock-core crate, e.g. \
+                 `crate = \"my_lock_core\"`; {:?} is not a path",
+                lit.value()
+            ),
+        )
+    })
+}
+
+/// The fn is async (or the `#[async_trait]` shape) and returns a value that can be a `Result`.
+fn body(item: &ItemFn) -> syn::Result<Body<'_>> {
+    let sig = &item.sig;
+    if sig.asyncness.is_none() {
+        if let (Some(boxed), ReturnType::Type(_, ret)) = (item.boxed_async(), &sig.output) {
+            return Ok(Body::AsyncTrait {
+                boxed,
+                output: future_output(ret),
+                ret,
+            });
+        }
+        return Err(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "`#[distributed_lock]` requires an async fn: write `async fn {}`",
+                sig.ident
+            ),
+        ));
+    }
+    match &sig.output {
+        ReturnType::Type(_, ty) if is_surely_not_result(ty) => {
+            let ty = pretty(ty);
+            Err(syn::Error::new_spanned(
+                &sig.output,
+                format!(
+                    "`#[distributed_lock]` needs a fn that returns `Result<T, E>` with \
+                     `E: From<LockError>` (the lock can fail), not `{ty}`: return e.g. \
+                     `Result<{ty}, AppError>`"
+                ),
+            ))
+        }
+        ReturnType::Type(_, ty) => Ok(Body::AsyncFn { ret: ty }),
+        ReturnType::Default => Err(syn::Error::new(
+            sig.ident.span(),
+            "`#[distributed_lock]` needs a fn that returns `Result<T, E>` with \
+             `E: From<LockError>` (the lock can fail): add a return type such as \
+             `-> Result<(), AppError>`",
+        )),
+    }
+}

@@ -1,0 +1,77 @@
+//! The end of a request's hold on its lock: [`Held`] carries the guard from the acquire to
+//! the end of the hold, wherever that ends (the response future, or the body with
+//! [`HoldUntil::BodyEnd`](crate::HoldUntil::BodyEnd)).
+//!
+//! - At the end of the hold, [`Held::release`] releases it and the [`Release`] future waits for
+//!   Redis to confirm, so the response head (or the end of the body) goes out after the key
+//!   is free.
+//! - Dropped early (response future or body dropped, an error frame), `Held` drops the guard,
+//!   and `lock_core` releases it in the background at once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use lock_core::LockGuard;
+use tracing::{Instrument, Span};
+
+/// The lock of one request, held until the end of the request's hold.
+pub(crate) struct Held {
+    guard: LockGuard,
+    /// The request's `distributed_lock` span, which the release logs into.
+    span: Span,
+}
+
+impl Held {
+    pub(crate) fn new(guard: LockGuard, span: Span) -> Self {
+        Self { guard, span }
+    }
+
+    /// Releases the lock, and logs what went wrong. A lock lost before the end of the
+    /// response means another holder may have run concurrently.
+    ///
+    /// The release runs in a task of its own and the returned future only waits for it:
+    /// `LockGuard::release` must not be cancelled once started (the guard would be gone
+    /// without its key being deleted, leaving the key locked until its lease ends), and the
+    /// response future or body waiting for it can be dropped at any moment (the client hangs
+    /// up).
+    pub(crate) fn release(self) -> Release {
+        let Self { guard, span } = self;
+        let release = async move {
+            match guard.release().await {
+                Ok(()) => tracing::trace!("lock released"),
+                Err(error) if error.is_lost() => tracing::warn!(
+                    %error,
+                    "the lock was lost before the response was complete"
+                ),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "lock release failed: the lock expires with its lease"
+                ),
+            }
+        }
+        .instrument(span);
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let task = runtime.spawn(release);
+                Release(Box::pin(async move {
+                    // A panic in the release task has already been reported by the runtime.
+                    let _ = task.await;
+                }))
+            }
+            // Not reached in practice (the acquire needed the runtime).
+            Err(_) => Release(Box::pin(release)),
+        }
+    }
+}
+
+/// A release in progress: ready once Redis confirmed it (or it failed and was logged).
+pub(crate) struct Release(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl Future for Release {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
+}
