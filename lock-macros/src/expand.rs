@@ -150,7 +150,16 @@ fn key_expr(key: &Template, private: &TokenStream) -> TokenStream {
         .iter()
         .any(|part| matches!(part, Part::Placeholder { .. }))
     {
-        let key = LitStr::new(&key.lit.value(), span);
+        // The parsed text, not the literal: `<<` in it stands for `<`.
+        let text: String = key
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Text(text) => Some(text.as_str()),
+                Part::Placeholder { .. } => None,
+            })
+            .collect();
+        let key = LitStr::new(&text, span);
         return quote!(::std::string::String::from(#key));
     }
     let builder = Ident::new("__lock_key_builder", Span::mixed_site());
