@@ -185,7 +185,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             "requests/s (floor column: same route without the layer)",
             "",
             |l| l.per_sec,
-            Check::RatioAtLeast(0.8),
+            Check::Info,
         ),
         row("latency p50 (vs no lock)", "ms", |l| l.p50_ms, Check::Info),
         row("latency p99 (vs no lock)", "ms", |l| l.p99_ms, Check::Info),
@@ -207,7 +207,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             "",
             col(0, |l| l.per_sec),
             col(2, |l| l.per_sec),
-            Check::Info,
+            Check::RatioAtLeast(0.95),
         ),
         Row::new(
             &w,

@@ -87,7 +87,7 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             "µs",
             k50,
             f50,
-            Check::RatioAtMost(1.15),
+            Check::RatioAtMost(1.05),
         ),
         Row::new(w, "acquire+release p99", "µs", k99, f99, Check::Info),
         Row::new(w, "acquire alone p50", "µs", ka, fa, Check::Info),
@@ -159,7 +159,7 @@ pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let [kc, fc] = client;
     let [ks, fs] = server;
     Ok(vec![
-        Row::new(&w, "cycles/s", "", kr, fr, Check::RatioAtLeast(0.85)),
+        Row::new(&w, "cycles/s", "", kr, fr, Check::RatioAtLeast(0.9)),
         Row::new(&w, "client CPU per cycle", "µs", kc, fc, Check::Info),
         Row::new(&w, "Redis CPU per cycle", "µs", ks, fs, Check::Info),
         Row::new(&w, "failed cycles", "", kf, ff, Check::KitAllEqual(0.0)),

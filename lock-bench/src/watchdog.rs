@@ -322,7 +322,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             "client RSS growth per held lock",
             "B",
             |m| m.bytes_per_lock,
-            Check::KitBelow(1024.0),
+            Check::KitAtMost(512.0),
         ),
         row(
             "time to take all locks (64 concurrent)",

@@ -34,7 +34,7 @@ async fn main() -> Result<(), LockError> {
     println!(
         "acquired {} with fencing token {}",
         guard.key(),
-        guard.fencing_token()
+        guard.fencing_token().await.unwrap()
     );
 
     // Another task is another owner: it cannot get the lock while we hold it.

@@ -128,7 +128,7 @@ impl IntoFuture for Acquire {
 
 /// The outcome of one acquire try in Redis (after its retries).
 enum Try {
-    Won { fence: u64 },
+    Won,
     Busy { ttl: Option<Duration> },
 }
 
@@ -179,7 +179,6 @@ impl Acquire {
         let grant = self
             .acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
             .await?;
-        let fence = grant.fence;
         let terms = Terms {
             owner,
             mode,
@@ -194,7 +193,7 @@ impl Acquire {
             permit,
         );
         let held = inner.local.register(held);
-        tracing::debug!(fence, waited = ?started.elapsed(), "lock acquired");
+        tracing::debug!(waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
     }
 
@@ -227,10 +226,7 @@ impl Acquire {
             .map_or(Duration::ZERO, |m| m.timeout);
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
-        let attempt = Attempt {
-            keys: &keys,
-            token: new_token(),
-        };
+        let attempt = Attempt::new(&keys, new_token());
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
         let mut subscription: Option<Subscription> = None;
         loop {
@@ -256,13 +252,12 @@ impl Acquire {
                 .await?;
             on_drop.disarm();
             let ttl = match tried {
-                Try::Won { fence } => {
+                Try::Won => {
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
                     return Ok(Grant {
                         keys,
                         token,
-                        fence,
                         sent_at,
                     });
                 }
@@ -275,14 +270,14 @@ impl Acquire {
             }
             if inner.store.is_redlock() {
                 // A failed quorum try is undone in the background under its token.
-                on_drop.target.token = new_token();
+                on_drop.target.renew_token(new_token());
             }
             if subscription.is_none() {
                 let limit = inner
                     .settings
                     .command_timeout
                     .min(remaining.unwrap_or(Duration::MAX));
-                subscription = Some(inner.waiters.subscribe(&keys.channel, limit).await);
+                subscription = Some(inner.waiters.subscribe(&keys.channel(), limit).await);
                 // Try again at once: the holder may have released before we subscribed.
                 continue;
             }
@@ -321,16 +316,21 @@ impl Acquire {
         let inner = &self.locker.inner;
         let args = AcquireArgs {
             lease,
-            retention: inner.settings.fence_retention.max(lease * 2),
             flag,
+            fresh_token: false,
         };
         let mut backoff = Duration::from_millis(20);
         let mut tries = 0;
         loop {
             tries += 1;
             if tries > 1 && inner.store.is_redlock() {
-                attempt.token = new_token();
+                attempt.renew_token(new_token());
             }
+            let args = AcquireArgs {
+                fresh_token: !attempt.sent,
+                ..args
+            };
+            attempt.sent = true;
             let call = inner.store.acquire(attempt.keys, &attempt.token, args);
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
@@ -343,7 +343,7 @@ impl Acquire {
                 None => call.await,
             };
             match reply {
-                Ok(Outcome::Acquired { fence }) => return Ok(Try::Won { fence }),
+                Ok(Outcome::Acquired) => return Ok(Try::Won),
                 Ok(Outcome::Busy { ttl }) => return Ok(Try::Busy { ttl }),
                 Ok(Outcome::NotReplicated { acked }) => {
                     return Err(LockError::NotReplicated {

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use crate::backend_error::BackendError;
 use crate::error::{DurationSetting, LockError};
+use crate::fence::Fence;
 use crate::held::HeldLock;
 use crate::limits;
 use crate::local::Leave;
@@ -25,7 +26,7 @@ use crate::store::Renewal;
 /// ```no_run
 /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
 /// let guard = locker.lock("inventory:42").await?;
-/// let token = guard.fencing_token(); // pass it to the database with the write
+/// let token = guard.fencing_token().await?; // pass it to the database with the write
 /// tokio::select! {
 ///     _ = guard.lost() => { /* stop: someone else may hold it now */ }
 ///     _ = async { /* the critical section */ } => {}
@@ -46,7 +47,7 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.held.key())
-            .field("fencing_token", &self.held.fence())
+            .field("fencing_token", &self.held.fence().get())
             .field("depth", &self.held.depth())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
@@ -69,12 +70,25 @@ impl LockGuard {
     }
 
     /// The fencing token of this acquisition: strictly greater than every token issued before
-    /// for the same key (nested guards share their outer guard's token). Hand it to the
-    /// resource you protect and let it reject writes that carry a smaller token than one it has
-    /// already seen: that stops a holder that lost its lock without knowing it.
-    pub fn fencing_token(&self) -> u64 {
+    /// for the same key. Hand it to the resource you protect and let it reject writes that
+    /// carry a smaller token than one it has already seen: that stops a holder that lost its
+    /// lock without knowing it. Issued on the first call (one Redis round trip, only while the
+    /// lock is still ours); later calls and nested guards share it. An acquire whose token is
+    /// never asked for costs no fencing at all.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock was lost before the token was issued;
+    /// [`LockError::Backend`] when Redis fails.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
         self.held.touched();
-        self.held.fence()
+        self.fence().token().await
+    }
+
+    /// A handle to this acquisition's fencing token, for code that does not hold the guard.
+    pub fn fence(&self) -> Fence {
+        self.held.touched();
+        Fence::new(self.locker.clone(), self.held.clone())
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its

@@ -1,5 +1,6 @@
-//! [`HeldLock`]: the shared state of one held lock: what Redis granted (token, fencing token),
-//! the nesting depth, the validity clock, the lost signal and the local queue place. Every
+//! [`HeldLock`]: the shared state of one held lock: what Redis granted (the token), its fencing
+//! token once issued, the nesting depth, the validity clock, the lost signal and the local queue
+//! place. Every
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `HeldLock`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
@@ -7,9 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::error::LockError;
 use crate::key::RedisKeys;
@@ -38,7 +38,6 @@ impl LeaseMode {
 pub(crate) struct Grant {
     pub(crate) keys: RedisKeys,
     pub(crate) token: String,
-    pub(crate) fence: u64,
     /// When the winning command was sent: the lease counts from there.
     pub(crate) sent_at: Instant,
 }
@@ -57,6 +56,8 @@ pub(crate) struct HeldLock {
     key: String,
     grant: Grant,
     terms: Terms,
+    /// The fencing token, issued on first request (see `fence.rs`).
+    fence: OnceCell<u64>,
     /// Nested guards alive (1 for a plain acquisition).
     depth: AtomicUsize,
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
@@ -64,7 +65,9 @@ pub(crate) struct HeldLock {
     /// A guard of this lock was used by a task other than its owner: the lock is no longer
     /// reentrant for the owner (it may have been handed to that task, which may still be inside).
     escaped: AtomicBool,
-    lost: CancellationToken,
+    /// Marked lost; `lost_signal` wakes the tasks waiting in [`lost`](Self::lost).
+    lost: AtomicBool,
+    lost_signal: Notify,
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps the key's slot registered while the lock lives.
@@ -105,13 +108,15 @@ impl HeldLock {
             key,
             grant,
             terms,
+            fence: OnceCell::new(),
             depth: AtomicUsize::new(1),
             validity: Mutex::new(Validity {
                 until,
                 extended_at: None,
             }),
             escaped: AtomicBool::new(false),
-            lost: CancellationToken::new(),
+            lost: AtomicBool::new(false),
+            lost_signal: Notify::new(),
             permit: Mutex::new(Some(permit)),
             slot,
         }
@@ -134,8 +139,9 @@ impl HeldLock {
         &self.grant.token
     }
 
-    pub(crate) fn fence(&self) -> u64 {
-        self.grant.fence
+    /// The fencing token's cell: empty until it is first asked for.
+    pub(crate) fn fence(&self) -> &OnceCell<u64> {
+        &self.fence
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
@@ -218,8 +224,12 @@ impl HeldLock {
         self.terms.owner == owner && !self.escaped.load(Ordering::Acquire)
     }
 
+    fn marked_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || Instant::now() >= self.valid_until()
+        self.marked_lost() || Instant::now() >= self.valid_until()
     }
 
     /// Marks the lock lost (once) and logs why. The local queue place is given back at once:
@@ -227,9 +237,9 @@ impl HeldLock {
     /// there while this guard lives on (a hung holder past `max_hold`, a holder that has not
     /// noticed yet).
     pub(crate) fn mark_lost(&self, why: &'static str) {
-        if !self.lost.is_cancelled() {
-            tracing::warn!(key = %self.key, fence = self.fence(), reason = why, "lock lost");
-            self.lost.cancel();
+        if !self.lost.swap(true, Ordering::AcqRel) {
+            tracing::warn!(key = %self.key, fence = self.fence.get(), reason = why, "lock lost");
+            self.lost_signal.notify_waiters();
             self.give_back_place();
         }
     }
@@ -237,9 +247,16 @@ impl HeldLock {
     /// Resolves when the lock is lost: marked so, or its confirmed validity ran out.
     pub(crate) async fn lost(&self) {
         loop {
+            // Registered before the check, so a mark in between still wakes this task.
+            let marked = self.lost_signal.notified();
+            let mut marked = std::pin::pin!(marked);
+            marked.as_mut().enable();
+            if self.marked_lost() {
+                return;
+            }
             let until = self.valid_until();
             tokio::select! {
-                _ = self.lost.cancelled() => return,
+                _ = marked => return,
                 _ = tokio::time::sleep_until(until) => {
                     if Instant::now() >= self.valid_until() {
                         self.mark_lost("lease ran out before it was renewed");
@@ -253,7 +270,7 @@ impl HeldLock {
     /// The lease the watchdog should renew it with now, if any.
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
         match self.terms.mode {
-            LeaseMode::Watchdog(lease) if !self.lost.is_cancelled() => match self.terms.max_hold {
+            LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.terms.max_hold {
                 Some(max) if now >= self.grant.sent_at + max => None,
                 _ => Some(lease),
             },
@@ -283,7 +300,6 @@ mod tests {
         let grant = Grant {
             keys: RedisKeys::new("p:", "k"),
             token: "t".into(),
-            fence: 1,
             sent_at,
         };
         HeldLock::new(1, "k".into(), terms, grant, slot, permit)

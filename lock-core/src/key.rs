@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring after the retention |
-//! | release channel | `p{h}:released:k` | pub/sub channel, one message per release |
+//! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
 //!
@@ -22,14 +22,13 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// The longest key prefix accepted, in bytes.
 pub(crate) const MAX_PREFIX_LEN: usize = 128;
 
-/// The Redis names that belong to one user key.
+/// The Redis names that belong to one user key. Only the lock key is kept: it is sent with every
+/// acquire, renewal and release; the others are built from it when needed, so a held lock
+/// carries one name, not five.
 #[derive(Debug, Clone)]
 pub(crate) struct RedisKeys {
     pub(crate) lock: String,
-    pub(crate) fence: String,
-    pub(crate) channel: String,
-    /// Length of `p{h}` at the start of `lock`: the names used only now and then (waiting flag,
-    /// release latch) are built from it when needed rather than kept with every held lock.
+    /// Length of `p{h}` at the start of `lock`.
     tagged: usize,
 }
 
@@ -39,16 +38,29 @@ impl RedisKeys {
         let tag = &digest[..16];
         Self {
             lock: format!("{prefix}{{{tag}}}:lock:{key}"),
-            fence: format!("{prefix}{{{tag}}}:fence:{key}"),
-            channel: format!("{prefix}{{{tag}}}:released:{key}"),
             tagged: prefix.len() + tag.len() + 2,
         }
     }
 
+    /// `p{h}:<kind>:k`.
+    fn sibling(&self, kind: &str) -> String {
+        let (tagged, rest) = self.lock.split_at(self.tagged);
+        format!("{tagged}:{kind}:{}", &rest[":lock:".len()..])
+    }
+
+    /// The fence key: the last fencing token issued (see `scripts/fence.lua`).
+    pub(crate) fn fence(&self) -> String {
+        self.sibling("fence")
+    }
+
+    /// The release channel.
+    pub(crate) fn channel(&self) -> String {
+        self.sibling("released")
+    }
+
     /// The waiting flag of this key (see `scripts/acquire.lua`).
     pub(crate) fn waiting(&self) -> String {
-        let (tagged, rest) = self.lock.split_at(self.tagged);
-        format!("{tagged}:waiting:{}", &rest[":lock:".len()..])
+        self.sibling("waiting")
     }
 
     /// The release latch of `token` (see `scripts/release.lua`).
@@ -89,8 +101,8 @@ mod tests {
             let close = open + name[open..].find('}').unwrap();
             name[open + 1..close].to_owned()
         };
-        assert_eq!(tag(&keys.lock), tag(&keys.fence));
-        assert_eq!(tag(&keys.lock), tag(&keys.channel));
+        assert_eq!(tag(&keys.lock), tag(&keys.fence()));
+        assert_eq!(tag(&keys.lock), tag(&keys.channel()));
         assert_eq!(tag(&keys.lock), tag(&keys.waiting()));
         assert_eq!(tag(&keys.lock), tag(&keys.latch("t0k")));
         assert!(
@@ -112,7 +124,7 @@ mod tests {
         assert_ne!(a.lock, b.lock);
         assert_ne!(
             RedisKeys::new("p:", "k").lock,
-            RedisKeys::new("p:", "k").fence
+            RedisKeys::new("p:", "k").fence()
         );
     }
 

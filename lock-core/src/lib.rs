@@ -13,7 +13,7 @@
 //! let locker = Locker::connect("redis://127.0.0.1:6379").await?;
 //! let guard = locker.lock("inventory:42").wait(Duration::from_secs(3)).await?;
 //! // Only one task in all instances runs here for "inventory:42".
-//! let fence = guard.fencing_token(); // give it to the database with the write
+//! let fence = guard.fencing_token().await?; // give it to the database with the write
 //! guard.release().await?;
 //! # let _ = fence;
 //! # Ok(())
@@ -22,9 +22,10 @@
 //!
 //! # Behaviour
 //!
-//! - **Atomic acquire, owner-checked release.** Acquire is one Lua script (`SET NX PX` plus
-//!   the fencing token); every lock value is a fresh 128-bit random token, and release and
-//!   renewal act only when the key still holds that token.
+//! - **Atomic acquire, owner-checked release.** An uncontended acquire is one `SET NX PX`
+//!   (a Lua script when the lock is taken: it reports the holder's TTL and flags the wait);
+//!   every lock value is a fresh 128-bit random token, and release and renewal act only when
+//!   the key still holds that token.
 //! - **Reentrant per task.** A task holding a key that asks for it again gets a nested guard at
 //!   once, without a Redis round trip; the key is released with the outermost guard. The owner
 //!   is the tokio task (or, outside any task, the thread running `block_on`). See
@@ -59,7 +60,7 @@
 //! # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
 //! let guard = locker.lock("report:9").await?;
 //! let worker = tokio::spawn(async move {
-//!     let token = guard.fencing_token(); // used here: the lock now belongs to this task
+//!     let token = guard.fencing_token().await?; // used here: the lock now belongs to this task
 //!     // ... write with `token` ...
 //!     guard.release().await
 //! });
@@ -72,12 +73,16 @@
 //!
 //! # Fencing tokens
 //!
-//! [`LockGuard::fencing_token`] is read atomically with the acquire: it is the Redis server's
+//! [`LockGuard::fencing_token`] is issued on first use, by a script that checks that the lock is
+//! still held by this acquisition: a holder that lost its lock gets no token. An acquire whose
+//! token is never asked for pays nothing for fencing; one that asks pays one round trip, once
+//! (nested guards and [`Fence`] handles share the token). The token is the Redis server's
 //! clock in microseconds, or the previous token of the key plus one when that is larger. The
 //! previous token is kept in a companion key that expires [`fence_retention`] (1 hour by
-//! default) after the key's last acquire, so idle keys leave nothing behind. Guarantee: on
-//! one Redis server, tokens of one key strictly increase across holders, as long as the
-//! server's clock does not step back by more than the retention while the counter is gone.
+//! default) after the key's last token, so idle keys leave nothing behind. Guarantee: on
+//! one Redis server, tokens of one key strictly increase across holders (each holder gets its
+//! token while it holds, so after every earlier holder got theirs), as long as the server's
+//! clock does not step back by more than the retention while the counter is gone.
 //! What it cannot give: after a failover that lost the last writes, the new primary may issue
 //! a token equal to or lower than one issued just before the failover (if its clock lags);
 //! with reasonable clock sync the clock term keeps it increasing.
@@ -92,8 +97,8 @@
 //! `p{h}:unlocked:<token>` (string with a TTL of a few seconds: the release latch that tells a
 //! retried release that its first try ran), `pnode-epoch` (with
 //! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
-//! set began) and the channel `p{h}:released:k`. Commands: `EVALSHA`, `EVAL`, `SCRIPT LOAD`,
-//! `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
+//! set began) and the channel `p{h}:released:k`. Commands: `SET` (an uncontended acquire),
+//! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
 //! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
 //! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
 //! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard). A minimal ACL:
@@ -173,6 +178,7 @@ mod backend_error;
 mod builder;
 mod connection;
 mod error;
+mod fence;
 mod guard;
 mod held;
 mod key;
@@ -197,6 +203,7 @@ pub use acquire::{Acquire, AcquireFuture};
 pub use backend_error::BackendError;
 pub use builder::LockerBuilder;
 pub use error::{ConfigError, DurationSetting, InvalidKeyReason, LockError};
+pub use fence::Fence;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;

@@ -71,6 +71,25 @@ impl Pending for Arc<HeldLock> {
 pub(crate) struct Attempt<'a> {
     pub(crate) keys: &'a RedisKeys,
     pub(crate) token: String,
+    /// A try with `token` went out (it may have landed, whatever its reply said).
+    pub(crate) sent: bool,
+}
+
+impl<'a> Attempt<'a> {
+    pub(crate) fn new(keys: &'a RedisKeys, token: String) -> Self {
+        Self {
+            keys,
+            token,
+            sent: false,
+        }
+    }
+
+    /// Continues under a fresh token (RedLock: the undo of a failed try runs in the background
+    /// under the old one).
+    pub(crate) fn renew_token(&mut self, token: String) {
+        self.token = token;
+        self.sent = false;
+    }
 }
 
 impl Pending for Attempt<'_> {

@@ -6,9 +6,13 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `scripts/acquire.lua`: take the lock and issue a fencing token.
+/// `scripts/acquire.lua`: take the lock, or learn how long it stays taken and flag the wait.
 pub(crate) static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+
+/// `scripts/fence.lua`: issue the next fencing token to the lock's holder.
+pub(crate) static FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
 
 /// `scripts/release.lua`: compare the token, delete, publish.
 pub(crate) static RELEASE: LazyLock<Script> =

@@ -69,7 +69,7 @@ async fn f12_partition_longer_than_the_lease() {
         .unwrap();
 
     let guard = holder.lock("p").await.unwrap();
-    let old_fence = guard.fencing_token();
+    let old_fence = guard.fencing_token().await.unwrap();
     let mut entry_h = oracle_h
         .enter("p", old_fence, || guard.is_held())
         .await
@@ -91,7 +91,9 @@ async fn f12_partition_longer_than_the_lease() {
             let taken = other.lock("p").wait(LEASE * 3).await.unwrap();
             let takeover = cut.elapsed();
             let entry = oracle_o
-                .enter("p", taken.fencing_token(), || taken.is_held())
+                .enter("p", taken.fencing_token().await.unwrap(), || {
+                    taken.is_held()
+                })
                 .await
                 .unwrap();
             (taken, entry, takeover)
@@ -109,7 +111,7 @@ async fn f12_partition_longer_than_the_lease() {
     );
 
     let (taken, mut entry_o, takeover) = contender.await.unwrap();
-    let new_fence = taken.fencing_token();
+    let new_fence = taken.fencing_token().await.unwrap();
     assert!(new_fence > old_fence, "fence {new_fence} after {old_fence}");
     assert!(
         takeover >= detected,
@@ -489,7 +491,7 @@ async fn f2_a_paused_holder_process_is_fenced_off() {
         .unwrap();
     // The paused holder could not renew: its key is gone.
     let guard = other.lock("f2").wait(LEASE).await.unwrap();
-    let new_fence = guard.fencing_token();
+    let new_fence = guard.fencing_token().await.unwrap();
     assert!(
         new_fence > child_fence,
         "fence {new_fence} after {child_fence}"
@@ -585,11 +587,11 @@ fn partition_child() {
         let oracle = Oracle::connect(&referee, &run, "child").await.unwrap();
         let guard = locker.lock("f2").await.unwrap();
         let mut entry = oracle
-            .enter("f2", guard.fencing_token(), || guard.is_held())
+            .enter("f2", guard.fencing_token().await.unwrap(), || guard.is_held())
             .await
             .unwrap();
         assert!(entry.lost_at().is_none());
-        println!("HELD {}", guard.fencing_token());
+        println!("HELD {}", guard.fencing_token().await.unwrap());
         // The parent SIGSTOPs this process here, then sends GO after SIGCONT.
         let mut line = String::new();
         BufReader::new(tokio::io::stdin())

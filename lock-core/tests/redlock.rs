@@ -57,7 +57,12 @@ async fn mutual_exclusion_with_two_of_five_nodes_down() {
                     .unwrap();
                 let work = tokio::time::sleep(Duration::from_millis(2));
                 let ((), accepted) = oracle
-                    .section("k", guard.fencing_token(), || guard.is_held(), work)
+                    .section(
+                        "k",
+                        guard.fencing_token().await.unwrap(),
+                        || guard.is_held(),
+                        work,
+                    )
                     .await
                     .unwrap();
                 assert!(accepted, "the holder's fenced write was rejected");
@@ -171,8 +176,8 @@ async fn fencing_tokens_increase_across_changing_majorities() {
         }
         for _ in 0..20 {
             let guard = locker.lock("k").wait(Duration::from_secs(5)).await.unwrap();
-            assert!(guard.fencing_token() > last, "round {round}");
-            last = guard.fencing_token();
+            assert!(guard.fencing_token().await.unwrap() > last, "round {round}");
+            last = guard.fencing_token().await.unwrap();
             guard.release().await.unwrap();
         }
     }
@@ -240,7 +245,7 @@ fn redlock_child() {
             .await
             .unwrap();
         let guard = locker.lock("k").await.unwrap();
-        println!("HELD {}", guard.fencing_token());
+        println!("HELD {}", guard.fencing_token().await.unwrap());
         guard.lost().await;
         println!("LOST");
         let released = guard.release().await;
@@ -285,7 +290,7 @@ async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
     let started = Instant::now();
     let guard = locker.lock("k").wait(Duration::from_secs(3)).await.unwrap();
     assert!(started.elapsed() < Duration::from_millis(1500));
-    assert!(guard.fencing_token() > child_fence);
+    assert!(guard.fencing_token().await.unwrap() > child_fence);
     Command::new("kill").args(["-CONT", &pid]).status().unwrap();
     let resumed = Instant::now();
     let lost = tokio::task::spawn_blocking(move || {

@@ -162,19 +162,15 @@ async fn redlock_restart_guard_sees_a_node_restarted_from_an_old_snapshot() {
     let a = locker().await.unwrap();
     let b = locker().await.unwrap();
     // New nodes: the first acquire writes their epochs and waits out the guard.
-    a.lock("k")
-        .wait(Duration::from_secs(10))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    let name = servers[0].keys("lock:*:fence:k")[0].replace(":fence:", ":lock:");
+    let held = a.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+    let name = servers[0].keys("lock:*:lock:k")[0].clone();
+    held.release().await.unwrap();
     // Node 1's snapshot holds its epoch key and no lock.
     let _: () = servers[1].cmd(&["SAVE"]);
     // A's majority is nodes 0 and 1 (node 2 is held by someone else for now).
     let _: () = servers[2].cmd(&["SET", &name, "someone", "PX", "60000"]);
     let first = a.lock("k").lease(lease).await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
     servers[1].restart().unwrap();
     assert!(
         servers[1].keys("lock:*node-epoch").len() == 1 && servers[1].keys(&name).is_empty(),
@@ -188,7 +184,7 @@ async fn redlock_restart_guard_sees_a_node_restarted_from_an_old_snapshot() {
         "two holders at once: B acquired {:?} after asking, while A's lease still ran",
         asked.elapsed()
     );
-    assert!(second.fencing_token() > first.fencing_token());
+    assert!(second.fencing_token().await.unwrap() > first_token);
     second.release().await.unwrap();
     drop(first);
     for server in &servers {
@@ -242,7 +238,7 @@ async fn a_guard_moved_to_another_task_ends_reentrancy() {
     let server = server();
     let locker = locker(&server).await;
     let guard = locker.lock("k").await.unwrap();
-    let outer_token = guard.fencing_token();
+    let outer_token = guard.fencing_token().await.unwrap();
     let (used, used_rx) = tokio::sync::oneshot::channel();
     let inside = tokio::spawn(async move {
         assert!(guard.is_held());
@@ -260,7 +256,10 @@ async fn a_guard_moved_to_another_task_ends_reentrancy() {
         acquired_at >= dropped_at,
         "the acquiring task entered again while the moved guard was still held in the other task"
     );
-    assert!(next.fencing_token() > outer_token, "a new acquisition");
+    assert!(
+        next.fencing_token().await.unwrap() > outer_token,
+        "a new acquisition"
+    );
     next.release().await.unwrap();
     common::assert_nothing_left(&server, &[&locker]).await;
 }
@@ -298,6 +297,7 @@ async fn max_hold_frees_the_local_place_of_a_hung_holder() {
         .max_hold(Duration::from_millis(300))
         .await
         .unwrap();
+    let hung_token = hung.fencing_token().await.unwrap();
     let other = {
         let locker = locker.clone();
         tokio::spawn(async move { locker.lock("k").wait(Duration::from_secs(3)).await })
@@ -305,7 +305,7 @@ async fn max_hold_frees_the_local_place_of_a_hung_holder() {
     let next = other.await.unwrap();
     assert!(next.is_ok(), "another task behind a hung holder: {next:?}");
     assert!(!hung.is_held());
-    assert!(next.as_ref().unwrap().fencing_token() > hung.fencing_token());
+    assert!(next.as_ref().unwrap().fencing_token().await.unwrap() > hung_token);
     next.unwrap().release().await.unwrap();
     assert!(hung.release().await.unwrap_err().is_lost());
     common::assert_nothing_left(&server, &[&locker]).await;
@@ -357,9 +357,10 @@ async fn a_frozen_server_does_not_stretch_the_wait() {
 async fn a_cluster_waiter_subscribed_on_another_node_is_not_starved() {
     let cluster = RedisCluster::start(3, 0).unwrap();
     let hot = cluster_locker(&cluster.urls()).await;
-    hot.lock("k").await.unwrap().release().await.unwrap();
-    let fence = cluster.keys("lock:*:fence:k").unwrap()[0].clone();
-    let owner = cluster.primary_for_key(&fence).unwrap().port();
+    let held = hot.lock("k").await.unwrap();
+    let name = cluster.keys("lock:*:lock:k").unwrap()[0].clone();
+    held.release().await.unwrap();
+    let owner = cluster.primary_for_key(&name).unwrap().port();
     // The waiter's subscriber connects to its first seed: one that does not serve the key.
     let mut seeds = cluster.urls();
     seeds.sort_by_key(|url| url.contains(&format!(":{owner}")));
@@ -533,4 +534,109 @@ async fn the_restart_guard_runs_from_the_real_start_of_the_server() {
         "the guard had {left:?} left {real_uptime:?} after the server started (guard {guard:?})"
     );
     common::assert_nothing_left_under(&server, "lock:", &["node-epoch"], &[&locker]).await;
+}
+
+/// The uncontended acquire is a plain `SET NX PX`. Its first try reaches Redis (the key is
+/// there) but the reply is lost with the connection; the retry must not read the taken key as
+/// busy (it would wait for itself): the script recognises the key as ours. One lock, granted
+/// once, under the first try's token, released cleanly. (Fails when a refused `SET NX` is
+/// taken for "busy" without asking the script.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_acquire_whose_reply_was_lost_is_recognised_as_ours() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_secs(3))
+        .build()
+        .await
+        .unwrap();
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(300)))
+        .await;
+    let acquire = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("k").wait(Duration::from_secs(5)).await })
+    };
+    let lock_key = || {
+        keys(&server, "lock:")
+            .into_iter()
+            .find(|k| k.ends_with(":lock:k"))
+    };
+    assert!(eventually(Duration::from_secs(2), || lock_key().is_some()).await);
+    let name = lock_key().unwrap();
+    let token: String = server.cmd(&["GET", &name]);
+    // The SET ran; its reply is still in the proxy: cut the connection under it.
+    proxy.set_mode(ProxyMode::Reset).await;
+    let guard = tokio::time::timeout(Duration::from_secs(10), acquire)
+        .await
+        .expect("the retry must not wait for its own lock")
+        .unwrap()
+        .expect("the retry recognises the lock as ours");
+    let value: String = server.cmd(&["GET", &name]);
+    assert_eq!(
+        value, token,
+        "granted under the first try's token, not taken anew"
+    );
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// The other half: the first `SET NX` never reaches Redis (the connection was reset just
+/// before). The retry runs the script, which takes the free lock: granted once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_acquire_whose_first_try_never_arrived_is_granted_by_the_retry() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let locker = Locker::builder().url(proxy.url()).build().await.unwrap();
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let guard = locker.lock("k").wait(Duration::ZERO).await.unwrap();
+    let held: Vec<String> = keys(&server, "lock:")
+        .into_iter()
+        .filter(|k| k.contains(":lock:"))
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// Fencing on demand: an acquire whose token is never asked for writes no fence key; a holder
+/// that lost its lock gets no token; the next holder's token is larger than one issued before.
+#[tokio::test]
+async fn fencing_tokens_are_issued_only_to_a_holder_and_only_when_asked() {
+    let server = server();
+    let locker = locker(&server).await;
+    let fences = || {
+        keys(&server, "lock:")
+            .into_iter()
+            .filter(|k| k.contains(":fence:"))
+            .count()
+    };
+    let first = locker.lock("k").await.unwrap();
+    assert_eq!(fences(), 0, "no token asked for, no fence written");
+    let token = first.fencing_token().await.unwrap();
+    assert_eq!(fences(), 1);
+    assert_eq!(first.fencing_token().await.unwrap(), token, "issued once");
+    first.release().await.unwrap();
+
+    let lapsed = locker
+        .lock("k")
+        .lease(Duration::from_millis(50))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let other = Locker::connect(&server.url()).await.unwrap();
+    let next = other.lock("k").wait(Duration::ZERO).await.unwrap();
+    let err = lapsed.fencing_token().await.unwrap_err();
+    assert!(
+        err.is_lost(),
+        "a holder whose lease ran out gets no token: {err}"
+    );
+    assert!(next.fencing_token().await.unwrap() > token);
+    next.release().await.unwrap();
+    drop(lapsed);
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
 }

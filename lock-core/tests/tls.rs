@@ -458,7 +458,7 @@ async fn sentinel_over_tls_locks_and_wakes_waiters() {
         .unwrap_err()
         .is_busy());
 
-    let first_token = guard.fencing_token();
+    let first_token = guard.fencing_token().await.unwrap();
     let (woken, token) =
         common::wake_up_after_release(guard, &waiter, || !master.pubsub_channels().is_empty())
             .await;

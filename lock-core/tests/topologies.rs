@@ -52,7 +52,12 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
                     .unwrap();
                 let work = tokio::time::sleep(Duration::from_micros(300));
                 let ((), accepted) = oracle
-                    .section(key, guard.fencing_token(), || guard.is_held(), work)
+                    .section(
+                        key,
+                        guard.fencing_token().await.unwrap(),
+                        || guard.is_held(),
+                        work,
+                    )
                     .await
                     .unwrap();
                 assert!(accepted, "the holder's fenced write was rejected");
@@ -194,6 +199,7 @@ async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
 
     // A plain acquire succeeds but never reaches the replica ...
     let first = plain.lock("k").await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
     sentinel.kill_primary();
     sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
     // ... so after the failover a second client gets the same lock: two holders. This is the
@@ -211,7 +217,7 @@ async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
         }
     };
     assert!(
-        taken.fencing_token() > first.fencing_token(),
+        taken.fencing_token().await.unwrap() > first_token,
         "fencing tokens still increase"
     );
     tokio::time::timeout(Duration::from_secs(5), first.lost())
@@ -299,13 +305,14 @@ async fn cluster_primary_failover_keeps_replicated_locks() {
 
 /// The Redis name of user key `key`'s lock, learned by taking and releasing it once.
 async fn cluster_lock_name(cluster: &RedisCluster, locker: &Locker, key: &str) -> String {
-    locker.lock(key).await.unwrap().release().await.unwrap();
-    let fence = cluster
-        .keys(&format!("lock:*:fence:{key}"))
+    let guard = locker.lock(key).await.unwrap();
+    let name = cluster
+        .keys(&format!("lock:*:lock:{key}"))
         .unwrap()
         .pop()
-        .expect("the fence key");
-    fence.replace(":fence:", ":lock:")
+        .expect("the lock key");
+    guard.release().await.unwrap();
+    name
 }
 
 /// F18a: cluster lock loss by the masterauth recipe. The shard's replica no longer replicates:
@@ -344,6 +351,7 @@ async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so(
     assert!(cluster.keys(&name).unwrap().is_empty(), "refused lock left");
 
     let first = holder.lock("k").await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
     let index = cluster.index_of_port(primary).unwrap();
     cluster.node_mut(index).kill9();
     let killed = Instant::now();
@@ -370,7 +378,7 @@ async fn cluster_failover_with_a_broken_replica_link_loses_the_lock_and_says_so(
         .await
         .expect("the lost lock is free on the promoted replica");
     assert!(
-        second.fencing_token() > first.fencing_token(),
+        second.fencing_token().await.unwrap() > first_token,
         "tokens keep increasing after the fence counter was lost too"
     );
     lock_testkit::figure(&format!(
@@ -405,6 +413,8 @@ async fn cluster_slot_migration_of_a_held_lock_is_followed() {
     let name = cluster_lock_name(&cluster, &holder, "k").await;
     let slot = cluster.keyslot(&name);
     let guard = holder.lock("k").await.unwrap();
+    // Issued now, so that the fence key migrates with the lock.
+    guard.fencing_token().await.unwrap();
     let source = cluster.primary_for_slot(slot).unwrap().port();
     let target = cluster
         .current_primaries()
@@ -471,12 +481,12 @@ async fn cluster_slot_migration_of_a_held_lock_is_followed() {
     common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
 }
 
-/// The Redis name of the lock of `k` on a RedLock node, from its fence key (written by the
-/// node's grant, which may land just after the majority decided).
+/// The Redis name of the lock of `k` on a RedLock node that granted it (the grant may land
+/// just after the majority decided).
 async fn redlock_lock_name(server: &lock_testkit::RedisServer) -> String {
-    let fence = || server.keys("lock:*:fence:k");
-    assert!(common::eventually(Duration::from_secs(2), || !fence().is_empty()).await);
-    fence()[0].replace(":fence:", ":lock:")
+    let lock = || server.keys("lock:*:lock:k");
+    assert!(common::eventually(Duration::from_secs(2), || !lock().is_empty()).await);
+    lock()[0].clone()
 }
 
 /// F20, documented caveat: a RedLock node restarted without persistence forgets the locks it
@@ -495,12 +505,14 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
         .unwrap();
     let b = Locker::builder().redlock(urls).build().await.unwrap();
     // Learn the lock's Redis name, then pre-hold it on nodes 3 and 4 so A's majority is 0,1,2.
-    a.lock("k").await.unwrap().release().await.unwrap();
+    let held = a.lock("k").await.unwrap();
     let name = redlock_lock_name(&servers[0]).await;
+    held.release().await.unwrap();
     for s in &servers[3..] {
         let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
     }
     let first = a.lock("k").lease(Duration::from_secs(30)).await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
     // Node 2 restarts without persistence; the foreign holds on 3 and 4 end.
     servers[2].restart().unwrap();
     for s in &servers[3..] {
@@ -514,7 +526,7 @@ async fn redlock_node_restarted_without_persistence_allows_a_second_holder() {
         .expect("the documented double holder");
     assert!(first.is_held() && second.is_held(), "two holders at once");
     assert!(
-        second.fencing_token() > first.fencing_token(),
+        second.fencing_token().await.unwrap() > first_token,
         "the fence still orders them"
     );
     second.release().await.unwrap();
@@ -553,14 +565,15 @@ async fn redlock_restart_guard_prevents_the_second_holder() {
         "fresh nodes granted a lock after {:?}",
         started.elapsed()
     );
+    let name = redlock_lock_name(&servers[0]).await;
     warm_up.release().await.unwrap();
 
     // The F20 set-up: A's majority is nodes 0, 1, 2.
-    let name = redlock_lock_name(&servers[0]).await;
     for s in &servers[3..] {
         let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
     }
     let first = a.lock("k").lease(lease).await.unwrap();
+    let first_token = first.fencing_token().await.unwrap();
     servers[2].restart().unwrap();
     for s in &servers[3..] {
         let _: () = s.cmd(&["DEL", &name]);
@@ -572,7 +585,7 @@ async fn redlock_restart_guard_prevents_the_second_holder() {
         "two holders at once: B acquired {:?} after asking while A's lease still ran",
         asked.elapsed()
     );
-    assert!(second.fencing_token() > first.fencing_token());
+    assert!(second.fencing_token().await.unwrap() > first_token);
     second.release().await.unwrap();
     drop(first);
     for server in servers.iter() {

@@ -265,7 +265,8 @@ async fn fencing_tokens_strictly_increase_across_ten_thousand_acquisitions() {
                     .await
                     .unwrap();
                 // Recorded while holding: the log order is the acquisition order.
-                log.lock().unwrap().push(guard.fencing_token());
+                let token = guard.fencing_token().await.unwrap();
+                log.lock().unwrap().push(token);
                 guard.release().await.unwrap();
             }
         }));
@@ -300,8 +301,8 @@ async fn fencing_tokens_keep_increasing_after_expiry_and_idle_periods() {
             .lease(Duration::from_millis(20))
             .await
             .unwrap();
-        assert!(guard.fencing_token() > last);
-        last = guard.fencing_token();
+        assert!(guard.fencing_token().await.unwrap() > last);
+        last = guard.fencing_token().await.unwrap();
         drop(guard);
         // Let both the lock and the fence counter expire (retention is at least twice the lease).
         tokio::time::sleep(Duration::from_millis(120)).await;
@@ -330,12 +331,13 @@ async fn a_stale_holder_is_rejected_by_a_fenced_write() {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     // A pauses past its fixed lease; B takes over and writes.
     let stale = a.lock("k").lease(Duration::from_millis(100)).await.unwrap();
+    let stale_token = stale.fencing_token().await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     let fresh = b.lock("k").wait(Duration::ZERO).await.unwrap();
-    assert!(fresh.fencing_token() > stale.fencing_token());
+    assert!(fresh.fencing_token().await.unwrap() > stale_token);
     let ok: i64 = fenced
         .key("resource")
-        .arg(fresh.fencing_token())
+        .arg(fresh.fencing_token().await.unwrap())
         .arg("b")
         .invoke_async(&mut conn)
         .await
@@ -344,7 +346,7 @@ async fn a_stale_holder_is_rejected_by_a_fenced_write() {
     // A wakes up and tries to write with its old token: rejected.
     let ok: i64 = fenced
         .key("resource")
-        .arg(stale.fencing_token())
+        .arg(stale_token)
         .arg("a")
         .invoke_async(&mut conn)
         .await

@@ -2,13 +2,14 @@
 
 use std::sync::Arc;
 
-use lock_core::LockGuard;
+use lock_core::{Fence, LockError, LockGuard};
 
 /// The lock held for this request, in the request extensions of every request that got one.
 ///
-/// A cheap, cloneable description (the [`LockGuard`] itself stays with the layer, which
-/// releases it when the response is done). Hand [`fencing_token`](Self::fencing_token) to the
-/// resource you write so it can refuse writes from a holder whose lock has expired.
+/// A cheap, cloneable handle (the [`LockGuard`] itself stays with the layer, which releases it
+/// when the response is done). Hand [`fencing_token`](Self::fencing_token) to the resource you
+/// write so it can refuse writes from a holder whose lock has expired; a handler that never
+/// asks for it costs no fencing.
 ///
 /// Absent when the request had no key and passed unlocked, or when Redis was unavailable
 /// and the layer [fails open](crate::DistributedLockLayer::fail_open).
@@ -21,25 +22,26 @@ use lock_core::LockGuard;
 /// # #[cfg(feature = "axum")] {
 /// use lock_tower::HeldLock;
 ///
-/// async fn purchase(lock: HeldLock) -> String {
-///     format!("{} fenced by {}", lock.key(), lock.fencing_token())
+/// async fn purchase(lock: HeldLock) -> Result<String, String> {
+///     let token = lock.fencing_token().await.map_err(|e| e.to_string())?;
+///     Ok(format!("{} fenced by {token}", lock.key()))
 /// }
 /// # let _: axum::Router = axum::Router::new().route("/", axum::routing::post(purchase));
 /// # }
 /// ```
 ///
 /// In any tower service it is `request.extensions().get::<HeldLock>()`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct HeldLock {
     key: Arc<str>,
-    fencing_token: u64,
+    fence: Fence,
 }
 
 impl HeldLock {
     pub(crate) fn new(guard: &LockGuard) -> Self {
         Self {
             key: guard.key().into(),
-            fencing_token: guard.fencing_token(),
+            fence: guard.fence(),
         }
     }
 
@@ -49,9 +51,14 @@ impl HeldLock {
     }
 
     /// The fencing token of this acquisition: strictly greater than the token of every earlier
-    /// holder of the key (see [`LockGuard::fencing_token`]).
-    pub fn fencing_token(&self) -> u64 {
-        self.fencing_token
+    /// holder of the key, issued on the first call (see [`LockGuard::fencing_token`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock was lost before the token was issued;
+    /// [`LockError::Backend`] when Redis fails.
+    pub async fn fencing_token(&self) -> Result<u64, LockError> {
+        self.fence.token().await
     }
 }
 

@@ -128,7 +128,6 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
         let lock = match acquired {
             Ok(guard) => {
                 span.record("outcome", "acquired");
-                span.record("fencing_token", guard.fencing_token());
                 request.extensions_mut().insert(HeldLock::new(&guard));
                 Lock::Held(Held::new(guard, span.clone()), hold_until)
             }

@@ -9,9 +9,10 @@
 //! use lock_core::Locker;
 //! use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom};
 //!
-//! async fn purchase(Path(sku): Path<String>, lock: HeldLock) -> String {
+//! async fn purchase(Path(sku): Path<String>, lock: HeldLock) -> Result<String, String> {
 //!     // Only one request for this SKU, in all instances, runs here at a time.
-//!     format!("bought {sku} (fencing token {})", lock.fencing_token())
+//!     let token = lock.fencing_token().await.map_err(|e| e.to_string())?;
+//!     Ok(format!("bought {sku} (fencing token {token})"))
 //! }
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -67,11 +68,11 @@
 //!   timeout fired, the handler panicked), the guard is dropped with it and `lock_core`
 //!   releases it in the background at once. If the process dies, the lock expires after one
 //!   lease.
-//! - **In the handler.** A [`HeldLock`] (key and fencing token) is inserted into the request
-//!   extensions; with axum it is also an extractor (`HeldLock` or `Option<HeldLock>`).
+//! - **In the handler.** A [`HeldLock`] (the key, and the fencing token on request) is inserted
+//!   into the request extensions; with axum it is also an extractor (`HeldLock` or `Option<HeldLock>`).
 //! - **Tracing.** Each locked request runs in a `distributed_lock` debug span with the `key`,
-//!   the `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`, `invalid_key`, `failed`) and
-//!   the `fencing_token`; the inner service runs inside it.
+//!   the `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`, `invalid_key`, `failed`);
+//!   the inner service runs inside it.
 //!
 //! # Owners and reentrancy
 //!

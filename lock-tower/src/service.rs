@@ -103,7 +103,6 @@ where
             "distributed_lock",
             key = %key,
             outcome = tracing::field::Empty,
-            fencing_token = tracing::field::Empty,
         );
         let mut acquire = self.locker.lock(key).wait(self.settings.wait);
         if let Some(lease) = self.settings.lease {

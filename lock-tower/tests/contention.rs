@@ -22,8 +22,10 @@ fn purchase_app(occupancy: Occupancy, hold: Duration) -> Router {
             let occupancy = occupancy.clone();
             async move {
                 occupancy.occupy(hold).await;
-                lock.map(|l| l.fencing_token().to_string())
-                    .unwrap_or_default()
+                match lock {
+                    Some(lock) => lock.fencing_token().await.unwrap().to_string(),
+                    None => String::new(),
+                }
             }
         }),
     )

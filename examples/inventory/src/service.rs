@@ -148,7 +148,7 @@ impl Inventory {
     }
 
     async fn fenced_read_check_write(&self, sku: i64, guard: &LockGuard) -> Result<Sale, AppError> {
-        let fence = guard.fencing_token();
+        let fence = guard.fencing_token().await?;
         let stale = || AppError::StaleFence { sku, fence };
         // Claim the row with our token as we read it: a holder that stalled between its read
         // and its write would otherwise still write after we read, and we would sell from a
@@ -438,7 +438,7 @@ async fn purchase_layer(
     let mut sale = inventory
         .read_check_write(sku, Variant::Layer, None)
         .await?;
-    sale.fencing_token = Some(lock.fencing_token());
+    sale.fencing_token = Some(lock.fencing_token().await?);
     Ok(Json(sale))
 }
 

@@ -1,5 +1,6 @@
 -- Release the lock if, and only if, it is still held by the caller's token; leave a latch that
--- proves it; tell waiters.
+-- proves it; tell the waiters of other lockers, if any flagged that they wait (a locker's own
+-- waiters queue in its process and need no message).
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the caller's token
@@ -35,7 +36,9 @@ if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local waited = redis.call('DEL', ARGV[5])
   redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
-  redis.pcall('PUBLISH', ARGV[2], '1')
+  if waited == 1 then
+    redis.pcall('PUBLISH', ARGV[2], '1')
+  end
   return waited + 1
 end
 local latch = redis.call('GET', ARGV[4])

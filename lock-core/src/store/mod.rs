@@ -24,8 +24,8 @@ pub(crate) const BATCH: usize = 500;
 /// The answer to one acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// The lock is ours, with this fencing token.
-    Acquired { fence: u64 },
+    /// The lock is ours.
+    Acquired,
     /// Someone else holds it (or the node grants nothing yet); how long that lasts if known.
     Busy { ttl: Option<Duration> },
     /// Acquired, but fewer than the required replicas acknowledged; the lock was released again.
@@ -35,7 +35,7 @@ pub(crate) enum Outcome {
 impl From<AcquireReply> for Outcome {
     fn from(reply: AcquireReply) -> Self {
         match reply {
-            AcquireReply::Acquired { fence } => Self::Acquired { fence },
+            AcquireReply::Acquired => Self::Acquired,
             AcquireReply::Busy { ttl } => Self::Busy { ttl },
             AcquireReply::Guarded { for_ms } => Self::Busy { ttl: Some(for_ms) },
         }
@@ -46,10 +46,11 @@ impl From<AcquireReply> for Outcome {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireArgs {
     pub(crate) lease: Duration,
-    /// How long the fence counter outlives the acquire.
-    pub(crate) retention: Duration,
     /// Life of the waiting flag; zero when the caller will not wait.
     pub(crate) flag: Duration,
+    /// No earlier try used this token, so nothing of it can be on the server: the try may start
+    /// with a plain `SET NX PX`.
+    pub(crate) fresh_token: bool,
 }
 
 /// `WAIT` for replicas after acquiring (primary-replica topologies).
@@ -145,6 +146,20 @@ impl Store {
         match self {
             Self::Single(store) => store.renew(locks, lease).await,
             Self::RedLock(store) => store.renew(locks, lease).await,
+        }
+    }
+
+    /// Issues the next fencing token of the lock held by `token`, keeping the counter for
+    /// `retention`; `None` when the lock is no longer held by `token`.
+    pub(crate) async fn issue_fence(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        retention: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        match self {
+            Self::Single(store) => store.node.issue_fence(keys, token, retention).await,
+            Self::RedLock(store) => store.issue_fence(keys, token, retention).await,
         }
     }
 

@@ -6,9 +6,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{FromRedisValue, RedisResult};
+use redis::{Cmd, RedisResult, Value};
 
-use super::reply::{AcquireReply, ReleaseReply, RenewReply, Renewal};
+use super::reply::{AcquireReply, FenceReply, ReleaseReply, RenewReply, Renewal};
 use super::{AcquireArgs, MinReplicas, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::Connection;
@@ -26,14 +26,30 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
+    /// server yet (otherwise only the script recognises a lock already ours), and no restart
+    /// guard has to be checked first.
+    fn plain_set(&self, args: AcquireArgs) -> bool {
+        args.fresh_token && self.restart_guard.is_none()
+    }
+
+    /// `SET lock token NX PX lease`: the whole uncontended acquire.
+    fn set_nx(keys: &RedisKeys, token: &str, lease: Duration) -> Cmd {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(&keys.lock)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(lease_ms(lease));
+        cmd
+    }
+
     /// The acquire script call for `token`.
     fn acquire_call(&self, keys: &RedisKeys, token: &str, args: AcquireArgs) -> ScriptCall {
         let mut call = ScriptCall::new(&scripts::ACQUIRE);
         call.key(&keys.lock)
-            .key(&keys.fence)
             .arg(token)
             .arg(lease_ms(args.lease))
-            .arg(lease_ms(args.retention))
             .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX))
             .arg(keys.waiting());
         if let Some(guard) = &self.restart_guard {
@@ -42,13 +58,24 @@ impl Node {
         call
     }
 
-    /// Runs the acquire script once.
+    /// Tries once to take the lock: a plain `SET NX PX` when it can, the script when the lock
+    /// is taken (it may be ours from an earlier try, and the waiting flag and the holder's TTL
+    /// come from there) or a restart guard applies.
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
         token: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
+        if self.plain_set(args) {
+            let set: Value = Self::set_nx(keys, token, args.lease)
+                .query_async(&mut self.conn.clone())
+                .await
+                .map_err(BackendError::redis)?;
+            if set == Value::Okay {
+                return Ok(AcquireReply::Acquired);
+            }
+        }
         let reply = self
             .acquire_call(keys, token, args)
             .invoke(&mut self.conn.clone())
@@ -61,11 +88,11 @@ impl Node {
         Ok(reply)
     }
 
-    /// Runs the acquire script and `WAIT` in one pipeline: WAIT counts the writes of the
-    /// connection it is sent on, so sent together it follows the script's own write on the same
-    /// connection, even if the connection is replaced between two calls (a retry after a reset
-    /// re-applies the lease, a write, instead of writing nothing). Returns the script's reply and
-    /// the number of replicas that acknowledged.
+    /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`: WAIT
+    /// counts the writes of the connection it is sent on, so sent together it follows the
+    /// acquire's own write on the same connection, even if the connection is replaced between
+    /// two calls (a retry after a reset re-applies the lease, a write, instead of writing
+    /// nothing). Returns the reply and the number of replicas that acknowledged.
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -73,10 +100,40 @@ impl Node {
         args: AcquireArgs,
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
-        let call = self.acquire_call(keys, token, args);
         let mut conn = self.conn.clone();
-        with_wait(&mut conn, &call, &keys.lock, min)
+        if self.plain_set(args) {
+            let set = Self::set_nx(keys, token, args.lease);
+            let (reply, acked) = with_wait(&mut conn, &set, None, &keys.lock, min)
+                .await
+                .map_err(BackendError::redis)?;
+            if reply == Value::Okay {
+                return Ok((AcquireReply::Acquired, acked));
+            }
+        }
+        let call = self.acquire_call(keys, token, args);
+        let (reply, acked) = with_wait(&mut conn, &call.command(), Some(&call), &keys.lock, min)
             .await
+            .map_err(BackendError::redis)?;
+        let reply = redis::from_redis_value(reply)
+            .map_err(|e| BackendError::redis(redis::RedisError::from(e)))?;
+        Ok((reply, acked))
+    }
+
+    /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
+    pub(crate) async fn issue_fence(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        retention: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        scripts::FENCE
+            .key(&keys.lock)
+            .key(keys.fence())
+            .arg(token)
+            .arg(lease_ms(retention))
+            .invoke_async::<FenceReply>(&mut self.conn.clone())
+            .await
+            .map(|FenceReply(fence)| fence)
             .map_err(BackendError::redis)
     }
 
@@ -98,7 +155,7 @@ impl Node {
                 scripts::RELEASE
                     .key(&keys.lock)
                     .arg(token)
-                    .arg(&keys.channel)
+                    .arg(keys.channel())
                     .arg(lease_ms(self.latch))
                     .arg(latch_key)
                     .arg(waiting)
@@ -154,7 +211,7 @@ impl Node {
         retention: Duration,
     ) -> Result<(), BackendError> {
         scripts::RAISE_FENCE
-            .key(&keys.fence)
+            .key(keys.fence())
             .arg(fence)
             .arg(lease_ms(retention))
             .invoke_async::<i64>(&mut self.conn.clone())
@@ -176,7 +233,7 @@ impl Node {
     pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
         scripts::FORCE_UNLOCK
             .key(&keys.lock)
-            .arg(&keys.channel)
+            .arg(keys.channel())
             .invoke_async::<i64>(&mut self.conn.clone())
             .await
             .map(|deleted| deleted == 1)
@@ -229,20 +286,22 @@ where
     result
 }
 
-/// Runs a script and `WAIT replicas timeout` in one pipeline on the connection of the node that
-/// holds `lock_key`; returns the script's reply and the number of replicas that acknowledged.
-async fn with_wait<T: FromRedisValue>(
+/// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
+/// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
+/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`.
+async fn with_wait(
     conn: &mut Connection,
-    call: &ScriptCall,
+    cmd: &Cmd,
+    script: Option<&ScriptCall>,
     lock_key: &str,
     min: MinReplicas,
-) -> RedisResult<(T, u64)> {
+) -> RedisResult<(Value, u64)> {
     let mut wait = redis::cmd("WAIT");
     wait.arg(min.replicas).arg(lease_ms(min.timeout));
     let mut loaded = false;
     loop {
         let mut pipe = redis::pipe();
-        pipe.add_command(call.command()).add_command(wait.clone());
+        pipe.add_command(cmd.clone()).add_command(wait.clone());
         let values = match conn {
             Connection::Cluster(cluster) => {
                 let route = Route::with_key(lock_key, SlotAddr::Master);
@@ -252,28 +311,28 @@ async fn with_wait<T: FromRedisValue>(
             }
             _ => conn.req_packed_commands(&pipe, 0, 2).await,
         };
-        // The script's error comes back for the whole pipeline or as its own reply.
+        // An error comes back for the whole pipeline or as the command's own reply.
         let replies = values.and_then(|values| {
             let mut values = values.into_iter();
             match (values.next(), values.next()) {
                 (Some(reply), Some(acked)) => Ok((reply.extract_error()?, acked)),
                 _ => Err(redis::RedisError::from((
                     redis::ErrorKind::Parse,
-                    "short reply to a script and WAIT pipeline",
+                    "short reply to a command and WAIT pipeline",
                 ))),
             }
         });
-        match replies {
+        match (replies, script) {
             // The script cache was flushed (or the server restarted): load it and send both
             // again; the WAIT that ran alone counted nothing of ours.
-            Err(error) if error.code() == Some("NOSCRIPT") && !loaded => {
-                call.load(conn).await?;
+            (Err(error), Some(script)) if error.code() == Some("NOSCRIPT") && !loaded => {
+                script.load(conn).await?;
                 loaded = true;
             }
-            Err(error) => return Err(error),
-            Ok((reply, acked)) => {
+            (Err(error), _) => return Err(error),
+            (Ok((reply, acked)), _) => {
                 let acked: u64 = redis::from_redis_value(acked.extract_error()?)?;
-                return Ok((redis::from_redis_value(reply)?, acked));
+                return Ok((reply, acked));
             }
         }
     }

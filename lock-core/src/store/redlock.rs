@@ -112,7 +112,7 @@ impl RedLockStore {
             |done: &[(Node, Result<AcquireReply, BackendError>)]| {
                 let won = done
                     .iter()
-                    .filter(|(_, r)| matches!(r, Ok(AcquireReply::Acquired { .. })))
+                    .filter(|(_, r)| matches!(r, Ok(AcquireReply::Acquired)))
                     .count();
                 quorum.carried(won) || quorum.defeated(done.len() - won) || done.len() == total
             },
@@ -124,7 +124,7 @@ impl RedLockStore {
         let mut first_error = None;
         for (node, reply) in replies {
             match reply {
-                Ok(AcquireReply::Acquired { fence }) => won.push((node, fence)),
+                Ok(AcquireReply::Acquired) => won.push(node),
                 Ok(AcquireReply::Busy { ttl: t }) => {
                     refused = true;
                     ttl = ttl.max(t);
@@ -140,28 +140,72 @@ impl RedLockStore {
         }
         // Validity: what is left of the lease after the round trips and a drift allowance.
         let drift = args.lease / 100 + Duration::from_millis(2);
-        let in_time = || started.elapsed() + drift < args.lease;
-        if quorum.carried(won.len()) && in_time() {
-            // The largest token of the granting majority is written back to all of it, so any
-            // later majority (which shares a node with this one) issues a larger one.
-            let fence = won.iter().map(|(_, f)| *f).max().unwrap_or(0);
-            let raised = join_all(
-                won.iter()
-                    .map(|(node, _)| node.raise_fence(keys, fence, args.retention)),
-            )
-            .await;
-            if quorum.carried(raised.iter().filter(|r| r.is_ok()).count()) && in_time() {
-                let _ = verdict_tx.send(Verdict::Keep);
-                return Ok(Outcome::Acquired { fence });
-            }
+        if quorum.carried(won.len()) && started.elapsed() + drift < args.lease {
+            let _ = verdict_tx.send(Verdict::Keep);
+            return Ok(Outcome::Acquired);
         }
         let _ = verdict_tx.send(Verdict::Undo);
         // The nodes that granted are undone before answering (their tasks do it again, harmlessly),
         // so a failed acquire returns with no grant of ours left on any node that answered.
-        join_all(won.iter().map(|(node, _)| node.release(keys, token))).await;
+        join_all(won.iter().map(|node| node.release(keys, token))).await;
         match first_error {
             Some(error) if !refused => Err(error),
             _ => Ok(Outcome::Busy { ttl }),
+        }
+    }
+
+    /// Every node issues a token while it still has the lock for `token`; the largest token
+    /// of a majority is written back to that majority, so any later majority (which shares a
+    /// node with this one) issues a larger one. The caller checks that the lock was still valid
+    /// when this returned: only then did every later holder get its token after this one.
+    pub(crate) async fn issue_fence(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        retention: Duration,
+    ) -> Result<Option<u64>, BackendError> {
+        let quorum = self.quorum();
+        let issued = join_all(self.nodes.iter().map(|node| async move {
+            let issue = node.issue_fence(keys, token, retention);
+            let reply = tokio::time::timeout(self.timeout, issue)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BackendError::timed_out(
+                        "redlock node did not answer in time",
+                    ))
+                });
+            (node, reply)
+        }))
+        .await;
+        let holding: Vec<(&Node, u64)> = issued
+            .iter()
+            .filter_map(|(node, reply)| match reply {
+                Ok(Some(fence)) => Some((*node, *fence)),
+                _ => None,
+            })
+            .collect();
+        let not_ours = issued.iter().filter(|(_, r)| matches!(r, Ok(None))).count();
+        if !quorum.carried(holding.len()) {
+            if quorum.defeated(not_ours) {
+                return Ok(None);
+            }
+            return Err(BackendError::undecided(
+                "too few redlock nodes issued a fencing token",
+            ));
+        }
+        let fence = holding.iter().map(|(_, f)| *f).max().unwrap_or(0);
+        let raised = join_all(
+            holding
+                .iter()
+                .map(|(node, _)| node.raise_fence(keys, fence, retention)),
+        )
+        .await;
+        if quorum.carried(raised.iter().filter(|r| r.is_ok()).count()) {
+            Ok(Some(fence))
+        } else {
+            Err(BackendError::undecided(
+                "too few redlock nodes took the fencing token",
+            ))
         }
     }
 

@@ -8,8 +8,8 @@ use redis::{FromRedisValue, ParsingError, Value};
 /// `scripts/acquire.lua`'s reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    /// `{1, fence}`: the lock is held by the caller's token, with this fencing token.
-    Acquired { fence: u64 },
+    /// `{1, 0}`: the lock is held by the caller's token.
+    Acquired,
     /// `{0, pttl}`: another token holds it; its remaining lease (none when the key has no
     /// expiry).
     Busy { ttl: Option<Duration> },
@@ -23,9 +23,7 @@ impl FromRedisValue for AcquireReply {
         let (answer, value): (i64, i64) = FromRedisValue::from_redis_value(value)?;
         let duration = || u64::try_from(value).ok().map(Duration::from_millis);
         Ok(match answer {
-            1 => Self::Acquired {
-                fence: u64::try_from(value).unwrap_or(0),
-            },
+            1 => Self::Acquired,
             2 => Self::Guarded {
                 for_ms: duration().unwrap_or_default(),
             },
@@ -60,6 +58,21 @@ impl FromRedisValue for ReleaseReply {
                 others_waiting: reply == 2 || reply == 4,
             }),
             other => Err(format!("release script answered {other}, expected -1 to 4").into()),
+        }
+    }
+}
+
+/// `scripts/fence.lua`'s reply: the token, or `None` when the lock is not the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FenceReply(pub(crate) Option<u64>);
+
+impl FromRedisValue for FenceReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let reply: i64 = FromRedisValue::from_redis_value(value)?;
+        match reply {
+            -1 => Ok(Self(None)),
+            fence if fence > 0 => Ok(Self(u64::try_from(fence).ok())),
+            other => Err(format!("fence script answered {other}, expected -1 or a token").into()),
         }
     }
 }
@@ -104,7 +117,7 @@ mod tests {
     #[test]
     fn acquire_replies_decode() {
         let decode = |a, b| AcquireReply::from_redis_value(Value::Array(vec![int(a), int(b)]));
-        assert_eq!(decode(1, 7).unwrap(), AcquireReply::Acquired { fence: 7 });
+        assert_eq!(decode(1, 0).unwrap(), AcquireReply::Acquired);
         assert_eq!(
             decode(0, 250).unwrap(),
             AcquireReply::Busy {
@@ -136,6 +149,17 @@ mod tests {
         assert_eq!(decode(0).unwrap(), reply(false, false));
         assert_eq!(decode(-1).unwrap(), reply(false, false));
         assert!(decode(5).is_err());
+    }
+
+    #[test]
+    fn fence_replies_decode() {
+        let decode = |i| FenceReply::from_redis_value(int(i));
+        assert_eq!(
+            decode(1_700_000_000_000_000).unwrap(),
+            FenceReply(Some(1_700_000_000_000_000))
+        );
+        assert_eq!(decode(-1).unwrap(), FenceReply(None));
+        assert!(decode(0).is_err());
     }
 
     #[test]

@@ -32,7 +32,7 @@ impl SingleStore {
         };
         let (reply, acked) = self.node.acquire_with_wait(keys, token, args, min).await?;
         match reply {
-            AcquireReply::Acquired { .. } if acked < min.replicas => {
+            AcquireReply::Acquired if acked < min.replicas => {
                 // Fail closed: a lock that did not reach the replicas is given back.
                 self.node.release(keys, token).await?;
                 Ok(Outcome::NotReplicated { acked })

@@ -95,7 +95,10 @@ pub async fn increments(
                     }
                     let _: () = conn.set("counter-value", value + 1).await.unwrap();
                 };
-                let fence = guard.as_ref().map_or(1, LockGuard::fencing_token);
+                let fence = match &guard {
+                    Some(guard) => guard.fencing_token().await.unwrap(),
+                    None => 1,
+                };
                 let held = || guard.as_ref().is_none_or(LockGuard::is_held);
                 oracle
                     .section("counter", fence, held, increment)
@@ -174,7 +177,7 @@ pub async fn wake_up_after_release(
                 .await
                 .unwrap();
             let at = std::time::Instant::now();
-            let token = g.fencing_token();
+            let token = g.fencing_token().await.unwrap();
             g.release().await.unwrap();
             (at, token)
         }

@@ -86,8 +86,14 @@ async fn acquire_and_enter(
         }
     };
     stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
+    // Under faults the token's round trip can fail like the acquire's (or find the lock lost):
+    // no section then.
+    let Ok(fence) = guard.fencing_token().await else {
+        stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
+        return None;
+    };
     let entry = oracle
-        .enter(key, guard.fencing_token(), || guard.is_held())
+        .enter(key, fence, || guard.is_held())
         .await
         .expect("referee enter");
     Some((guard, entry))

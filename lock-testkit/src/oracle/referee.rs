@@ -126,7 +126,7 @@ static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 /// # Examples
 ///
 /// One critical section, as a holder of a lock-core lock would log it (`held` stands for
-/// `guard.is_held()`, `fence` for `guard.fencing_token()`):
+/// `guard.is_held()`, `fence` for `guard.fencing_token().await?`):
 ///
 /// ```no_run
 /// # async fn demo(fence: u64, held: impl Fn() -> bool) -> redis::RedisResult<()> {

@@ -1,0 +1,97 @@
+//! [`Fence`]: the fencing token of a held lock, issued on first use.
+//!
+//! An acquire is a bare `SET NX PX` in Redis; only a caller that asks for the token pays one
+//! more round trip (`fence.lua`), once per acquisition. The token is issued only while the
+//! lock is still held by this acquisition, so tokens increase in the order of the holders.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::LockError;
+use crate::held::HeldLock;
+use crate::locker::Locker;
+
+/// A handle to the fencing token of one acquisition, for code that does not hold the guard
+/// (a handler behind the tower layer, a task the work is handed to). Cheap to clone.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+/// let guard = locker.lock("inventory:42").await?;
+/// let fence = guard.fence();
+/// let token = fence.token().await?; // the same token as `guard.fencing_token().await?`
+/// # let _ = token;
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Fence {
+    locker: Locker,
+    held: Arc<HeldLock>,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("key", &self.held.key())
+            .field("token", &self.held.fence().get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fence {
+    pub(crate) fn new(locker: Locker, held: Arc<HeldLock>) -> Self {
+        Self { locker, held }
+    }
+
+    /// The user's key.
+    pub fn key(&self) -> &str {
+        self.held.key()
+    }
+
+    /// The fencing token of this acquisition: strictly greater than every token issued before
+    /// for the same key. Issued by Redis on the first call (one round trip, only while the lock
+    /// is still ours); every later call, and every nested guard of the acquisition, gets the
+    /// same token without a round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when the lock is no longer ours before the token was issued (a holder
+    /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again).
+    pub async fn token(&self) -> Result<u64, LockError> {
+        let held = &self.held;
+        held.fence().get_or_try_init(|| self.issue()).await.copied()
+    }
+
+    async fn issue(&self) -> Result<u64, LockError> {
+        let held = &self.held;
+        if held.is_lost() {
+            return Err(held.lost_error());
+        }
+        let inner = &self.locker.inner;
+        // The counter outlives the hold, so that the next holder's token is larger even when
+        // the clock term alone would not be.
+        let retention = inner
+            .settings
+            .fence_retention
+            .max(held.mode().lease() * 2)
+            .max(Duration::from_millis(1));
+        match inner
+            .store
+            .issue_fence(held.keys(), held.token(), retention)
+            .await
+        {
+            // Still valid once issued: with RedLock the token is written back to a majority
+            // after the nodes issued it, and must be in place before any later holder's.
+            Ok(Some(fence)) if !held.is_lost() => Ok(fence),
+            Ok(Some(_)) => Err(held.lost_error()),
+            Ok(None) => {
+                held.mark_lost("no fencing token: the lock is held by another owner or gone");
+                Err(held.lost_error())
+            }
+            Err(error) => Err(LockError::backend(Some(held.key()), error)),
+        }
+    }
+}
