@@ -14,9 +14,11 @@ use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
 use crate::key::{self, RedisKeys};
 use crate::limits::{self, WAIT_FOREVER};
+use crate::local::LocalLocks;
 use crate::locker::Locker;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
+use crate::slot::Baton;
 use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
 
@@ -155,6 +157,7 @@ impl Acquire {
         let permit = if wait.is_zero() {
             slot.queue.clone().try_acquire_owned().ok()
         } else {
+            let _queued = slot.queued();
             let queued = slot.queue.clone().acquire_owned();
             match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
@@ -170,15 +173,24 @@ impl Acquire {
             return Err(self.busy(started, holder_ttl));
         };
 
-        if let Some(until) = slot.yield_until() {
-            // Our own release just told waiters elsewhere: let them have their turn first.
-            let until = deadline.map_or(until, |d| d.min(until));
-            tokio::time::sleep_until(until).await;
-        }
-        let keys = inner.keys(&self.key);
-        let grant = self
-            .acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
-            .await?;
+        let grant = match LocalLocks::take_over(&slot, mode) {
+            // The last local holder handed the lock over: no Redis round trip.
+            Some(Ok(grant)) => grant,
+            handed => {
+                if let Some(Err(baton)) = handed {
+                    // It does not fit this acquire: give it back to Redis first.
+                    self.release_baton(baton).await;
+                }
+                if let Some(until) = slot.yield_until() {
+                    // Our own release just told waiters elsewhere: let them have their turn.
+                    let until = deadline.map_or(until, |d| d.min(until));
+                    tokio::time::sleep_until(until).await;
+                }
+                let keys = inner.keys(&self.key);
+                self.acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
+                    .await?
+            }
+        };
         let terms = Terms {
             owner,
             mode,
@@ -195,6 +207,23 @@ impl Acquire {
         let held = inner.local.register(held);
         tracing::debug!(waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
+    }
+
+    /// Releases in Redis a lock handed over to this acquire that it cannot use (finished in the
+    /// background if this future is dropped meanwhile).
+    async fn release_baton(&self, baton: Baton) {
+        let inner = &self.locker.inner;
+        let mut on_drop =
+            ReleaseOnDrop::new(&inner.releaser, Attempt::new(&baton.keys, baton.token));
+        on_drop.arm();
+        if let Err(error) = inner
+            .store
+            .release(&baton.keys, &on_drop.target.token)
+            .await
+        {
+            tracing::debug!(%error, "release of a handed-over lock failed; it expires with its lease");
+        }
+        on_drop.disarm();
     }
 
     fn busy(&self, started: Instant, holder_ttl: Option<Duration>) -> LockError {
@@ -259,6 +288,7 @@ impl Acquire {
                         keys,
                         token,
                         sent_at,
+                        handed_over: None,
                     });
                 }
                 Try::Busy { ttl } => ttl,

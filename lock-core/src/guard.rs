@@ -175,6 +175,9 @@ impl LockGuard {
                 Ok(())
             };
         }
+        if inner.local.hand_over(&self.held, &inner.store) {
+            return Ok(());
+        }
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, self.held.clone());
         on_drop.arm();
@@ -190,13 +193,13 @@ impl Drop for LockGuard {
             return;
         }
         self.held.touched();
-        if let Leave::Outermost = self.locker.inner.local.leave(&self.held) {
+        let inner = &self.locker.inner;
+        if let Leave::Outermost = inner.local.leave(&self.held) {
+            if inner.local.hand_over(&self.held, &inner.store) {
+                return;
+            }
             // Never blocks, never panics, with or without a runtime.
-            let _ = self
-                .locker
-                .inner
-                .releaser
-                .send(ReleaseJob::Dropped(self.held.clone()));
+            let _ = inner.releaser.send(ReleaseJob::Dropped(self.held.clone()));
         }
     }
 }

@@ -38,8 +38,12 @@ impl LeaseMode {
 pub(crate) struct Grant {
     pub(crate) keys: RedisKeys,
     pub(crate) token: String,
-    /// When the winning command was sent: the lease counts from there.
+    /// When the winning command was sent (the lease counts from there), or when the lock was
+    /// handed over locally.
     pub(crate) sent_at: Instant,
+    /// For a lock handed over locally: what is known of its validity, and the local handoffs
+    /// in a row that led to it.
+    pub(crate) handed_over: Option<(Instant, u32)>,
 }
 
 /// What the acquirer asked for.
@@ -102,7 +106,10 @@ impl HeldLock {
         slot: SlotRef<Self>,
         permit: OwnedSemaphorePermit,
     ) -> Self {
-        let until = confirmed_until(grant.sent_at, terms.mode.lease());
+        let until = match grant.handed_over {
+            Some((until, _)) => until,
+            None => confirmed_until(grant.sent_at, terms.mode.lease()),
+        };
         Self {
             id,
             key,
@@ -142,6 +149,11 @@ impl HeldLock {
     /// The fencing token's cell: empty until it is first asked for.
     pub(crate) fn fence(&self) -> &OnceCell<u64> {
         &self.fence
+    }
+
+    /// Local handoffs in a row that led to this holder (0: taken in Redis).
+    pub(crate) fn streak(&self) -> u32 {
+        self.grant.handed_over.map_or(0, |(_, streak)| streak)
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
@@ -301,6 +313,7 @@ mod tests {
             keys: RedisKeys::new("p:", "k"),
             token: "t".into(),
             sent_at,
+            handed_over: None,
         };
         HeldLock::new(1, "k".into(), terms, grant, slot, permit)
     }

@@ -1,18 +1,31 @@
 //! [`LocalLocks`]: the one owner of a held lock's life in this process. It registers a lock
 //! Redis granted (the key's slot names it as holder; the watchdog renews it), hands out nested
 //! guards to its owner (reentry) and takes them back (leaving), unregisters it when the
-//! outermost guard goes, and settles its slot after the Redis release.
+//! outermost guard goes, hands it over to the next local acquirer without a Redis round trip
+//! when one is queued, and settles its slot after the Redis release.
 //!
 //! Reentry and leaving both run under the slot's holder lock, so a nested acquire can never
 //! join a lock whose outermost guard is leaving.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::held::{HeldLock, LeaseMode};
+use crate::held::{Grant, HeldLock, LeaseMode};
 use crate::owner::Owner;
-use crate::slot::{SlotRef, Slots};
+use crate::slot::{Baton, SlotRef, Slots};
+use crate::store::Store;
 use crate::watchdog::Watchdog;
+
+/// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
+/// lockers (who cannot be seen from here without a round trip) get their turn.
+const MAX_STREAK: u32 = 8;
+
+/// How long a handed-over lock waits for the next local holder (queued, so normally woken at
+/// once) before it is released in Redis after all.
+const PICKUP: Duration = Duration::from_millis(5);
 
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
@@ -98,6 +111,75 @@ impl LocalLocks {
             self.watchdog.remove(held.id());
         }
         Leave::Outermost
+    }
+
+    /// Hands a lock whose outermost guard just left to the next local acquirer, without a
+    /// Redis round trip: the Redis key keeps its token and the next holder takes it over (a
+    /// fencing token it asks for is issued later than this holder's, so it is larger). Returns
+    /// whether it did; otherwise the caller releases the lock in Redis.
+    ///
+    /// Only a watchdog lock with time to spare, a local acquirer queued, a streak under
+    /// [`MAX_STREAK`], and no other reference to `held` (no [`Fence`](crate::Fence) handle that
+    /// could still ask for a token under this Redis token after the next holder did). A lock
+    /// nobody picks up within [`PICKUP`] is released in Redis.
+    pub(crate) fn hand_over(&self, held: &Arc<HeldLock>, store: &Arc<Store>) -> bool {
+        let LeaseMode::Watchdog(lease) = held.mode() else {
+            return false;
+        };
+        let slot = held.slot();
+        if Arc::strong_count(held) != 1 || !slot.has_waiters() || held.streak() >= MAX_STREAK {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
+        let valid_until = held.valid_until();
+        if held.is_lost() || valid_until < Instant::now() + lease / 2 {
+            return false;
+        }
+        let id = held.id();
+        slot.put_baton(Baton {
+            id,
+            keys: held.keys().clone(),
+            token: held.token().to_owned(),
+            valid_until,
+            streak: held.streak() + 1,
+        });
+        held.give_back_place();
+        tracing::trace!(key = %held.key(), "lock handed over locally");
+        let slot = self.slot(held.key());
+        let store = store.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(PICKUP).await;
+            if let Some(baton) = slot.reclaim_baton(id) {
+                if let Err(error) = store.release(&baton.keys, &baton.token).await {
+                    tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
+                }
+            }
+        });
+        true
+    }
+
+    /// Takes over the lock the last local holder handed over, if one waits in `slot`: the grant
+    /// for a watchdog acquire (`Ok`), or the baton back when it does not fit (a fixed-lease
+    /// acquire, or too little validity left), for the caller to release in Redis.
+    pub(crate) fn take_over(
+        slot: &SlotRef<HeldLock>,
+        mode: LeaseMode,
+    ) -> Option<Result<Grant, Baton>> {
+        let baton = slot.take_baton()?;
+        let LeaseMode::Watchdog(lease) = mode else {
+            return Some(Err(baton));
+        };
+        if baton.valid_until < Instant::now() + lease / 2 {
+            return Some(Err(baton));
+        }
+        Some(Ok(Grant {
+            keys: baton.keys,
+            token: baton.token,
+            sent_at: Instant::now(),
+            handed_over: Some((baton.valid_until, baton.streak)),
+        }))
     }
 
     /// After the Redis release of a left lock: the slot learns whether other lockers wait

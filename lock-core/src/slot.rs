@@ -4,12 +4,15 @@
 //! local holder (for reentrancy).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+
+use crate::key::RedisKeys;
 
 type SlotMap<H> = Arc<Mutex<HashMap<String, Arc<Slot<H>>>>>;
 
@@ -25,6 +28,34 @@ pub(crate) struct Slot<H> {
     /// until then, so those waiters get a fair chance instead of losing every race to a task
     /// that was woken without a network hop.
     yield_until: Mutex<Option<Instant>>,
+    /// Local tasks queued for `queue`'s permit.
+    waiting: AtomicUsize,
+    /// A lock still held in Redis, handed over by its last local holder to the next local
+    /// acquirer (see `LocalLocks::hand_over`).
+    baton: Mutex<Option<Baton>>,
+}
+
+/// A lock handed over locally: the Redis key keeps the token; the next local holder takes it
+/// over with what is known of its validity.
+#[derive(Debug)]
+pub(crate) struct Baton {
+    /// Tells this handoff from a later one of the same slot.
+    pub(crate) id: u64,
+    pub(crate) keys: RedisKeys,
+    pub(crate) token: String,
+    pub(crate) valid_until: Instant,
+    /// Local handoffs in a row, this one included.
+    pub(crate) streak: u32,
+}
+
+/// Counts a local task queued for a slot's permit while it lives (also when the wait is
+/// cancelled).
+pub(crate) struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl<H> Slot<H> {
@@ -39,6 +70,37 @@ impl<H> Slot<H> {
     /// Until when a local acquirer should hold back, if at all.
     pub(crate) fn yield_until(&self) -> Option<Instant> {
         *self.yield_until.lock()
+    }
+
+    /// Counts the caller as queued for the permit until the returned value is dropped.
+    pub(crate) fn queued(&self) -> Queued<'_> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        Queued(&self.waiting)
+    }
+
+    /// Whether local tasks are queued for the permit.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiting.load(Ordering::Acquire) > 0
+    }
+
+    /// Leaves a lock for the next local acquirer.
+    pub(crate) fn put_baton(&self, baton: Baton) {
+        *self.baton.lock() = Some(baton);
+    }
+
+    /// Takes the lock left by the last local holder, if any.
+    pub(crate) fn take_baton(&self) -> Option<Baton> {
+        self.baton.lock().take()
+    }
+
+    /// Takes back the lock of handoff `id` if nobody took it.
+    pub(crate) fn reclaim_baton(&self, id: u64) -> Option<Baton> {
+        let mut baton = self.baton.lock();
+        if baton.as_ref().is_some_and(|b| b.id == id) {
+            baton.take()
+        } else {
+            None
+        }
     }
 
     /// The current local holder, locked: reentry and leaving happen under this lock.
@@ -73,6 +135,8 @@ impl<H> Slots<H> {
                     queue: Arc::new(Semaphore::new(1)),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
+                    waiting: AtomicUsize::new(0),
+                    baton: Mutex::new(None),
                 })
             })
             .clone();

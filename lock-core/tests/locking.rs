@@ -625,3 +625,107 @@ async fn a_release_interrupted_mid_call_still_releases() {
     }
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// Local handoff: when tasks of one process queue for a key, a release hands the lock to the
+/// next of them without giving it back to Redis (the key keeps its token). Exclusion holds
+/// (an occupancy counter that any overlap would push above 1), the fencing tokens the holders
+/// ask for increase in the order they held the lock, and most acquisitions cost no Redis
+/// command (each acquisition through Redis costs two `SET`s: the acquire and the release's
+/// latch; one in every few is made through Redis so that other lockers get their turn).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_local_acquirers_take_the_lock_over_without_redis() {
+    let server = server();
+    let locker = locker(&server).await;
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    server.reset_stats();
+    let (tasks, rounds) = (8, 25);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let worst = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (locker, inside, worst) = (locker.clone(), inside.clone(), worst.clone());
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = locker.lock("hot").await.unwrap();
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    worst.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    assert_eq!(worst.load(Ordering::SeqCst), 1, "two holders at once");
+    let sets = server.command_calls("set");
+    let acquisitions = (tasks * rounds) as u64;
+    assert!(
+        sets < acquisitions,
+        "{sets} SETs for {acquisitions} acquisitions: the lock was not handed over locally"
+    );
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// The fencing tokens of locally handed-over holders increase in the order they held the
+/// lock, and a holder taken over from another locker in between gets a larger one still.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_tokens_increase_across_local_handoffs_and_remote_takeovers() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let locker = if i % 4 == 0 { b.clone() } else { a.clone() };
+            let order = order.clone();
+            tokio::spawn(async move {
+                for _ in 0..15 {
+                    let guard = locker.lock("hot").await.unwrap();
+                    let token = guard.fencing_token().await.unwrap();
+                    order.lock().unwrap().push(token);
+                    tokio::time::sleep(Duration::from_micros(300)).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order.len(), 120);
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "tokens out of holder order: {order:?}"
+    );
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
+
+/// A lock handed over to a queued acquirer that is cancelled before it runs is released in
+/// Redis after a moment, not left to its lease (30 s here).
+#[tokio::test]
+async fn a_handed_over_lock_nobody_takes_is_released_in_redis() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("k").wait(Duration::from_secs(5)).await })
+    };
+    // Let the waiter queue for the local permit (this runtime has one thread: it runs only
+    // when this task yields).
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    guard.release().await.unwrap();
+    waiter.abort(); // before it could run and take the lock over
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    let name = lock_key(&server, "k");
+    assert!(
+        eventually(Duration::from_secs(2), || keys(&server, &name).is_empty()).await,
+        "the handed-over lock stayed in Redis"
+    );
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
