@@ -35,7 +35,7 @@
 //!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
 //!   Local waiters of one key queue first come, first served, so only one task per process
 //!   contends in Redis; a release hands the lock straight to the next of them without a Redis
-//!   round trip (the key keeps its token; at most 8 handoffs in a row, then the lock goes back
+//!   round trip (the key keeps its token; at most 4 handoffs in a row, then the lock goes back
 //!   through Redis so that other processes get their turn).
 //! - **Watchdog.** A lock without an explicit lease gets the watchdog lease (30 s) and one
 //!   background task per locker renews all such locks every third of it, in one round trip.

@@ -21,7 +21,7 @@ use crate::watchdog::Watchdog;
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
-const MAX_STREAK: u32 = 8;
+const MAX_STREAK: u32 = 4;
 
 /// How long a handed-over lock waits for the next local holder (queued, so normally woken at
 /// once) before it is released in Redis after all.
