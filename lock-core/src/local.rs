@@ -119,7 +119,8 @@ impl LocalLocks {
     /// whether it did; otherwise the caller releases the lock in Redis.
     ///
     /// Only a watchdog lock with time to spare, a local acquirer queued, a streak under
-    /// [`MAX_STREAK`], and no other reference to `held` (no [`Fence`](crate::Fence) handle that
+    /// [`MAX_STREAK`], no other locker found waiting at the last release through Redis (they
+    /// get their turn in Redis order instead), and no other reference to `held` (no [`Fence`](crate::Fence) handle that
     /// could still ask for a token under this Redis token after the next holder did). A lock
     /// nobody picks up within [`PICKUP`] is released in Redis.
     pub(crate) fn hand_over(&self, held: &Arc<HeldLock>, store: &Arc<Store>) -> bool {
@@ -127,7 +128,11 @@ impl LocalLocks {
             return false;
         };
         let slot = held.slot();
-        if Arc::strong_count(held) != 1 || !slot.has_waiters() || held.streak() >= MAX_STREAK {
+        if Arc::strong_count(held) != 1
+            || !slot.has_waiters()
+            || slot.contended()
+            || held.streak() >= MAX_STREAK
+        {
             return false;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

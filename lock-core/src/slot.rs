@@ -4,7 +4,7 @@
 //! local holder (for reentrancy).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -28,8 +28,14 @@ pub(crate) struct Slot<H> {
     /// until then, so those waiters get a fair chance instead of losing every race to a task
     /// that was woken without a network hop.
     yield_until: Mutex<Option<Instant>>,
+    /// Live `SlotRef`s, counted under the map's lock: the last one removes the slot (an
+    /// `Arc` count would race, since a `SlotRef`'s `Arc` is released after its drop ran).
+    refs: AtomicUsize,
     /// Local tasks queued for `queue`'s permit.
     waiting: AtomicUsize,
+    /// The last release through Redis found that other lockers wait: local handoffs would
+    /// keep the lock from them, so they stop until a release finds nobody waiting.
+    contended: AtomicBool,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
     baton: Mutex<Option<Baton>>,
@@ -65,6 +71,12 @@ impl<H> Slot<H> {
     /// Records whether the last release told waiters of other lockers.
     pub(crate) fn released(&self, others_waiting: bool) {
         *self.yield_until.lock() = others_waiting.then(|| Instant::now() + Self::YIELD);
+        self.contended.store(others_waiting, Ordering::Release);
+    }
+
+    /// Whether other lockers were found waiting at the last release through Redis.
+    pub(crate) fn contended(&self) -> bool {
+        self.contended.load(Ordering::Acquire)
     }
 
     /// Until when a local acquirer should hold back, if at all.
@@ -126,20 +138,23 @@ impl<H> Default for Slots<H> {
 impl<H> Slots<H> {
     /// The slot of `key`, created if needed.
     pub(crate) fn get(&self, key: &str) -> SlotRef<H> {
-        let slot = self
-            .slots
-            .lock()
+        let mut slots = self.slots.lock();
+        let slot = slots
             .entry(key.to_owned())
             .or_insert_with(|| {
                 Arc::new(Slot {
                     queue: Arc::new(Semaphore::new(1)),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
+                    refs: AtomicUsize::new(0),
                     waiting: AtomicUsize::new(0),
+                    contended: AtomicBool::new(false),
                     baton: Mutex::new(None),
                 })
             })
             .clone();
+        slot.refs.fetch_add(1, Ordering::AcqRel);
+        drop(slots);
         SlotRef {
             key: key.to_owned(),
             slot,
@@ -172,9 +187,7 @@ impl<H> std::ops::Deref for SlotRef<H> {
 impl<H> Drop for SlotRef<H> {
     fn drop(&mut self) {
         let mut slots = self.slots.lock();
-        // Clones are only made under this mutex, so the count is exact here: the map's
-        // reference plus ours means nobody else uses the slot.
-        if Arc::strong_count(&self.slot) == 2 {
+        if self.slot.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             slots.remove(&self.key);
         }
     }
@@ -183,6 +196,27 @@ impl<H> Drop for SlotRef<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_dropped_by_many_threads_at_once_is_removed() {
+        let slots = Arc::new(Slots::<()>::default());
+        for _ in 0..500 {
+            let start = Arc::new(std::sync::Barrier::new(8));
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    let (r, start) = (slots.get("k"), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        drop(r);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(slots.len(), 0, "a slot outlived its last user");
+        }
+    }
 
     #[test]
     fn slots_are_shared_and_removed_with_their_last_user() {

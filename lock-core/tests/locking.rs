@@ -719,10 +719,16 @@ async fn a_handed_over_lock_nobody_takes_is_released_in_redis() {
     for _ in 0..10 {
         tokio::task::yield_now().await;
     }
+    let name = lock_key(&server, "k");
     guard.release().await.unwrap();
+    // Handed over, not released: the key is still there (checked before this task yields).
+    assert_eq!(
+        keys(&server, &name).len(),
+        1,
+        "the release did not hand the lock over"
+    );
     waiter.abort(); // before it could run and take the lock over
     assert!(waiter.await.unwrap_err().is_cancelled());
-    let name = lock_key(&server, "k");
     assert!(
         eventually(Duration::from_secs(2), || keys(&server, &name).is_empty()).await,
         "the handed-over lock stayed in Redis"

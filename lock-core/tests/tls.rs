@@ -394,8 +394,9 @@ async fn redlock_over_tls() {
         .release()
         .await
         .unwrap();
+    // A RedLock release answers once a majority released; the last node may still be on its
+    // way, so no lock key is checked for by polling (assert_nothing_left), not at once.
     for server in &servers {
-        assert!(server.keys("lock:*:lock:*").is_empty());
         common::assert_nothing_left(server, &[&a, &b]).await;
     }
 }
