@@ -7,7 +7,7 @@ use std::time::Duration;
 use lock_core::Locker;
 use tower_layer::Layer;
 
-use crate::reject::DefaultReject;
+use crate::reject::{BusyInfo, DefaultReject, RetryAfter};
 use crate::service::DistributedLockService;
 
 /// What to do with a request whose key extractor returns `None`.
@@ -82,10 +82,12 @@ impl Default for Settings {
 /// | [`fail_open`](Self::fail_open) | off: `503` when Redis is unavailable |
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
 /// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
+/// | [`retry_after`](Self::retry_after) | 0.5 to 1.5 s, random, at most the holder's lease ([`RetryAfter::default`]) |
 pub struct DistributedLockLayer<K, R = DefaultReject> {
     pub(crate) locker: Locker,
     pub(crate) key: Arc<K>,
     pub(crate) reject: Arc<R>,
+    pub(crate) retry_after: RetryAfter,
     pub(crate) settings: Settings,
 }
 
@@ -97,6 +99,7 @@ impl<K> DistributedLockLayer<K> {
             locker,
             key: Arc::new(key),
             reject: Arc::new(DefaultReject),
+            retry_after: RetryAfter::default(),
             settings: Settings::default(),
         }
     }
@@ -146,6 +149,28 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
+    /// Chooses the `Retry-After` of [busy](crate::Rejection::Busy) rejections from what is
+    /// known (the holder's remaining lease, how long the request waited). The header carries
+    /// whole seconds, rounded up, at least 1. Default: [`RetryAfter::default`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # fn layer(locker: lock_core::Locker) {
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    ///
+    /// let layer = DistributedLockLayer::new(locker, KeyFrom::header("x-account"))
+    ///     .retry_after(|busy: &lock_tower::BusyInfo| busy.waited.max(Duration::from_secs(2)));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn retry_after<F>(mut self, choose: F) -> Self
+    where
+        F: Fn(&BusyInfo) -> Duration + Send + Sync + 'static,
+    {
+        self.retry_after = RetryAfter::from_fn(choose);
+        self
+    }
+
     /// Builds the responses of rejected requests with `reject`: a
     /// [`Reject`](crate::Reject), e.g. a closure `Fn(Rejection) -> Response<B>`.
     pub fn reject_with<R2>(self, reject: R2) -> DistributedLockLayer<K, R2> {
@@ -153,6 +178,7 @@ impl<K, R> DistributedLockLayer<K, R> {
             locker: self.locker,
             key: self.key,
             reject: Arc::new(reject),
+            retry_after: self.retry_after,
             settings: self.settings,
         }
     }
@@ -172,6 +198,7 @@ impl<K, R> Clone for DistributedLockLayer<K, R> {
             locker: self.locker.clone(),
             key: self.key.clone(),
             reject: self.reject.clone(),
+            retry_after: self.retry_after.clone(),
             settings: self.settings,
         }
     }

@@ -43,9 +43,9 @@
 //!   renews the lock however long the handler runs. `poll_ready` is the inner service's.
 //! - **Rejections.** Every lock failure becomes a response, never an error, so the service
 //!   keeps the inner service's error type and works under axum's `Infallible` routers. By
-//!   default (see [`Rejection`]): contended, `409 Conflict` with `Retry-After` set to the
-//!   holder's remaining lease rounded up to whole seconds (at least 1; 1 when the lease is
-//!   unknown, e.g. another request of this process is still acquiring); Redis unavailable,
+//!   default (see [`Rejection`]): contended, `409 Conflict` with a short, jittered
+//!   `Retry-After` (1 or 2 s; [`RetryAfter`], set with
+//!   [`retry_after`](DistributedLockLayer::retry_after)); Redis unavailable,
 //!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
 //!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or required-but-missing key,
 //!   `400 Bad Request`; any other lock error, `500`. Replace any of them with
@@ -115,7 +115,7 @@ pub use extension::HeldLock;
 pub use extension::MissingHeldLock;
 pub use key::{KeyExtractor, KeyFrom};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
-pub use reject::{DefaultReject, Reject, Rejection};
+pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
 pub use service::DistributedLockService;
 
 #[cfg(all(test, feature = "axum"))]

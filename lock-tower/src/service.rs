@@ -13,7 +13,7 @@ use crate::body::LockedBody;
 use crate::future::ResponseFuture;
 use crate::key::KeyExtractor;
 use crate::layer::{DistributedLockLayer, MissingKey, Settings};
-use crate::reject::{DefaultReject, Reject, Rejection};
+use crate::reject::{DefaultReject, Reject, Rejection, RetryAfter};
 
 /// Takes a distributed lock per request key, then calls the inner service; built by
 /// [`DistributedLockLayer`].
@@ -29,6 +29,7 @@ pub struct DistributedLockService<S, K, R = DefaultReject> {
     locker: Locker,
     key: Arc<K>,
     reject: Arc<R>,
+    retry_after: RetryAfter,
     settings: Settings,
 }
 
@@ -51,6 +52,7 @@ impl<S, K, R> DistributedLockService<S, K, R> {
             locker: layer.locker.clone(),
             key: layer.key.clone(),
             reject: layer.reject.clone(),
+            retry_after: layer.retry_after.clone(),
             settings: layer.settings,
         }
     }
@@ -121,6 +123,7 @@ where
             ready,
             request,
             self.reject.clone(),
+            self.retry_after.clone(),
             self.settings,
             span,
         )
@@ -134,6 +137,7 @@ impl<S: Clone, K, R> Clone for DistributedLockService<S, K, R> {
             locker: self.locker.clone(),
             key: self.key.clone(),
             reject: self.reject.clone(),
+            retry_after: self.retry_after.clone(),
             settings: self.settings,
         }
     }

@@ -263,7 +263,7 @@ async fn custom_rejections() {
         .unwrap();
     let reject = |rejection: Rejection| -> Response {
         match rejection {
-            Rejection::Busy(error) => (
+            Rejection::Busy { error, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 format!("busy: {}", error.key().unwrap_or_default()),
             )
