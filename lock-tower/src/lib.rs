@@ -49,7 +49,8 @@
 //!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
 //!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or required-but-missing key,
 //!   `400 Bad Request`; any other lock error, `500`. Replace any of them with
-//!   [`reject_with`](DistributedLockLayer::reject_with).
+//!   [`reject_with`](DistributedLockLayer::reject_with). Handlers and `#[distributed_lock]`
+//!   methods answer their own lock errors the same way with `Rejection::from(error)`.
 //! - **Holding.** The guard lives in the [`future::ResponseFuture`]: the lock is held until the
 //!   inner service's response future completes, i.e. until the axum handler has returned its
 //!   response. The body is then sent without the lock, which covers handlers that build their
@@ -117,6 +118,12 @@ pub use key::{KeyExtractor, KeyFrom};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
 pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
 pub use service::DistributedLockService;
+
+/// Compiles every Rust block of the repository's README.md as a doctest, so the README's
+/// program and snippets cannot drift from the API.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 #[cfg(all(test, feature = "axum"))]
 mod bounds {
