@@ -124,7 +124,7 @@ impl Locker {
             .store
             .exists(&keys.lock)
             .await
-            .map_err(|e| LockError::backend(Some(key), e))
+            .map_err(|e| LockError::backend_on(&keys, key, e))
     }
 
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for
@@ -143,7 +143,7 @@ impl Locker {
             .store
             .force_unlock(&keys)
             .await
-            .map_err(|e| LockError::backend(Some(key), e))?;
+            .map_err(|e| LockError::backend_on(&keys, key, e))?;
         tracing::info!(%key, deleted, "force unlock");
         Ok(deleted)
     }

@@ -479,13 +479,30 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
         started.elapsed() < Duration::from_secs(1),
         "did not wait for the deadline"
     );
-    assert!(err.to_string().contains("another type"), "{err}");
+    // The acquire does not know the locker's prefix: the message names the rest of the
+    // Redis key, hash tag included, and says where the prefix goes.
+    let (hash_tagged, _) = name.split_at(name.find('{').unwrap());
+    let text = err.to_string();
+    assert!(text.contains("another type"), "{text}");
+    assert!(
+        text.contains(&format!("`<prefix>{}`", &name[hash_tagged.len()..])),
+        "{text}"
+    );
     let kind: String = server.cmd(&["TYPE", &name]);
     assert_eq!(kind, "hash");
-    assert!(matches!(
-        locker.force_unlock("k").await,
-        Err(LockError::WrongType { .. })
-    ));
+    // An operator's call knows it and names the exact key to inspect.
+    let err = locker.force_unlock("k").await.unwrap_err();
+    match &err {
+        LockError::WrongType { redis_key, .. } => {
+            assert_eq!(redis_key.as_deref(), Some(name.as_str()))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .contains(&format!("redis key `{name}` of lock `k`")),
+        "{err}"
+    );
     // The hash is this test's own: remove it, then nothing of the kit may be left.
     let _: () = server.cmd(&["DEL", &name]);
     common::assert_nothing_left(&server, &[&locker]).await;
