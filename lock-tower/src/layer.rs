@@ -8,18 +8,26 @@ use lock_core::Locker;
 use tower_layer::Layer;
 
 use crate::reject::{BusyInfo, DefaultReject, RetryAfter};
-use crate::service::DistributedLockService;
+use crate::service::{DistributedLockService, LoggedRoutes};
 
 /// What to do with a request whose key extractor returns `None`.
+///
+/// The layer fails closed by default: a request it cannot name a lock for does not reach the
+/// handler unlocked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
-    /// Pass it to the inner service without a lock (the default).
+    /// Reject it (the default), according to the extractor's
+    /// [`absence`](crate::KeyExtractor::absence): the client's fault (a missing header or
+    /// query parameter) with [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
+    /// Request`; the server's (a path parameter the route does not have) with
+    /// [`Rejection::Misconfigured`](crate::Rejection::Misconfigured), `500`, logged at error
+    /// level the first time on each route.
     #[default]
-    Pass,
-    /// Reject it with [`Rejection::MissingKey`](crate::Rejection::MissingKey)
-    /// (`400 Bad Request` by default).
     Reject,
+    /// Pass it to the inner service without a lock (logged at debug level). An explicit
+    /// opt-in for routes where some requests need no lock.
+    Pass,
 }
 
 /// How long the lock of a request is held.
@@ -60,7 +68,7 @@ impl Default for Settings {
             wait: Duration::ZERO,
             lease: None,
             max_hold: None,
-            missing_key: MissingKey::Pass,
+            missing_key: MissingKey::Reject,
             fail_open: false,
             hold_until: HoldUntil::Response,
         }
@@ -78,7 +86,7 @@ impl Default for Settings {
 /// | [`wait`](Self::wait) | zero: try once and answer `409` when busy |
 /// | [`lease`](Self::lease) | none: the locker's watchdog lease, renewed while held |
 /// | [`max_hold`](Self::max_hold) | the locker's |
-/// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Pass`] |
+/// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Reject`]: `400`, or `500` for a path parameter the route lacks |
 /// | [`fail_open`](Self::fail_open) | off: `503` when Redis is unavailable |
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
 /// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
@@ -89,6 +97,7 @@ pub struct DistributedLockLayer<K, R = DefaultReject> {
     pub(crate) reject: Arc<R>,
     pub(crate) retry_after: RetryAfter,
     pub(crate) settings: Settings,
+    pub(crate) misconfigured: Arc<LoggedRoutes>,
 }
 
 impl<K> DistributedLockLayer<K> {
@@ -101,6 +110,7 @@ impl<K> DistributedLockLayer<K> {
             reject: Arc::new(DefaultReject),
             retry_after: RetryAfter::default(),
             settings: Settings::default(),
+            misconfigured: Arc::default(),
         }
     }
 }
@@ -128,7 +138,7 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// What to do with a request that has no key. Default [`MissingKey::Pass`].
+    /// What to do with a request that has no key. Default [`MissingKey::Reject`].
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         self.settings.missing_key = missing;
         self
@@ -180,6 +190,7 @@ impl<K, R> DistributedLockLayer<K, R> {
             reject: Arc::new(reject),
             retry_after: self.retry_after,
             settings: self.settings,
+            misconfigured: self.misconfigured,
         }
     }
 }
@@ -200,6 +211,7 @@ impl<K, R> Clone for DistributedLockLayer<K, R> {
             reject: self.reject.clone(),
             retry_after: self.retry_after.clone(),
             settings: self.settings,
+            misconfigured: self.misconfigured.clone(),
         }
     }
 }

@@ -24,7 +24,8 @@ use rand::Rng;
 /// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
 /// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
-/// | [`MissingKey`](Self::MissingKey) | the request has no key, under [`MissingKey::Reject`](crate::MissingKey::Reject) | `400 Bad Request` | |
+/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) | `400 Bad Request` | |
+/// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
 /// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
 /// each with a one-line `text/plain` body that does not reveal the lock key.
@@ -49,9 +50,13 @@ pub enum Rejection {
     /// The extracted key is not a valid lock key ([`LockError::InvalidKey`]): empty, or longer
     /// than [`lock_core::MAX_KEY_LEN`].
     InvalidKey(LockError),
-    /// The request has no key and the layer is set to
-    /// [`MissingKey::Reject`](crate::MissingKey::Reject).
+    /// The request lacks the value its key comes from (a header, a query parameter, what a
+    /// closure extractor reads): the client's fault. See [`MissingKey`](crate::MissingKey).
     MissingKey,
+    /// The key extractor can never find a key on this route (an axum path parameter the route
+    /// does not have): the server's configuration is wrong. See
+    /// [`MissingKey`](crate::MissingKey).
+    Misconfigured,
     /// Any other lock failure: the Redis key holds a foreign value
     /// ([`LockError::WrongType`]), an out-of-range lease ([`LockError::Config`]), no locker
     /// for `#[distributed_lock]` ([`LockError::NotConfigured`]), ...
@@ -93,11 +98,12 @@ impl Rejection {
             Self::Busy { .. } => StatusCode::CONFLICT,
             Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidKey(_) | Self::MissingKey => StatusCode::BAD_REQUEST,
-            Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey)).
+    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey) and
+    /// [`Misconfigured`](Self::Misconfigured)).
     pub fn error(&self) -> Option<&LockError> {
         match self {
             Self::Busy { error, .. }
@@ -105,12 +111,12 @@ impl Rejection {
             | Self::Lost(error)
             | Self::InvalidKey(error)
             | Self::Failed(error) => Some(error),
-            Self::MissingKey => None,
+            Self::MissingKey | Self::Misconfigured => None,
         }
     }
 
     /// A short name of the variant, for logs and machine-readable bodies: `busy`,
-    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `failed`.
+    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `misconfigured`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "busy",
@@ -118,6 +124,7 @@ impl Rejection {
             Self::Lost(_) => "lost",
             Self::InvalidKey(_) => "invalid_key",
             Self::MissingKey => "missing_key",
+            Self::Misconfigured => "misconfigured",
             Self::Failed(_) => "failed",
         }
     }
@@ -140,7 +147,7 @@ impl Rejection {
             Self::Lost(_) => "the lock was lost before the work finished; retry later\n",
             Self::InvalidKey(_) => "the request does not name a valid lock key\n",
             Self::MissingKey => "the request does not name a lock key\n",
-            Self::Failed(_) => "the lock could not be taken\n",
+            Self::Misconfigured | Self::Failed(_) => "the lock could not be taken\n",
         }
     }
 
@@ -438,6 +445,10 @@ mod tests {
         assert_eq!(unconfigured.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(unconfigured.retry_after_secs(), None);
         assert_eq!(Rejection::MissingKey.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            Rejection::Misconfigured.status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
         assert!(Rejection::MissingKey.error().is_none());
     }
 }

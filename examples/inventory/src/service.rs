@@ -353,9 +353,10 @@ fn lock_response(rejection: Rejection) -> Response {
         Rejection::Lost(_) => ErrorCode::LockLost,
         _ => ErrorCode::Internal,
     };
-    let message = match rejection.error() {
-        Some(e) => e.to_string(),
-        None => "the request names no lock key".to_owned(),
+    let message = match (rejection.error(), &rejection) {
+        (Some(e), _) => e.to_string(),
+        (None, Rejection::Misconfigured) => "the route names no lock key".to_owned(),
+        (None, _) => "the request names no lock key".to_owned(),
     };
     if rejection.status().is_server_error() {
         tracing::error!(%message, kind = rejection.kind(), "lock failed");
