@@ -195,6 +195,7 @@ mod tls;
 mod topology;
 mod waiters;
 mod watchdog;
+mod with_lock;
 
 #[doc(hidden)]
 pub mod __private;
