@@ -208,7 +208,7 @@ pub use fence::Fence;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;
-pub use locker::Locker;
+pub use locker::{Locker, LockerStats};
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.

@@ -157,7 +157,7 @@ async fn killed_subscriber_connection_loses_no_wake_up() {
             Instant::now()
         }));
     }
-    assert!(eventually(Duration::from_secs(2), || waiter.subscriptions() == 1).await);
+    assert!(eventually(Duration::from_secs(2), || waiter.stats().subscriptions == 1).await);
     let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     // Wait until the subscription is back on the server.
     assert!(

@@ -337,7 +337,7 @@ async fn forever(
 /// key disappears), so that a zero-wait acquire of this process can take it.
 async fn wait_released(locker: &Locker, key: &str) {
     let deadline = Instant::now() + LIMIT;
-    while locker.is_locked(key).await.unwrap() || locker.local_keys() > 0 {
+    while locker.is_locked(key).await.unwrap() || locker.stats().local_keys > 0 {
         assert!(Instant::now() < deadline, "{key} still locked");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
