@@ -52,8 +52,10 @@ pub enum LockError {
         /// The user's key.
         key: String,
         /// The Redis key to inspect, when the operation knew the locker's prefix
-        /// ([`Locker::force_unlock`](crate::Locker::force_unlock)). Otherwise (an acquire) the
-        /// message names it as `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
+        /// ([`Locker::force_unlock`](crate::Locker::force_unlock), `#[distributed_lock]`,
+        /// [`Locker::with_lock`](crate::Locker::with_lock)). Otherwise (awaiting
+        /// [`Locker::lock`](crate::Locker::lock)) the message names it as
+        /// `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
         redis_key: Option<String>,
     },
     /// Redis was unreachable, timed out, or answered with an error.
@@ -340,6 +342,21 @@ impl LockError {
             },
             key if source.is_tls() => Self::Tls { key, source },
             key => Self::Backend { key, source },
+        }
+    }
+
+    /// Completes a [`WrongType`](Self::WrongType) built without the locker's prefix (by an
+    /// acquire) with the full Redis key; any other error is returned as it is.
+    pub(crate) fn in_locker(self, prefix: &str) -> Self {
+        match self {
+            Self::WrongType {
+                key,
+                redis_key: None,
+            } => Self::WrongType {
+                redis_key: Some(RedisKeys::new(prefix, &key).lock),
+                key,
+            },
+            other => other,
         }
     }
 

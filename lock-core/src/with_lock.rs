@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use crate::__private::{self, OnLost};
-use crate::{Acquire, Fence, LockError, Locker};
+use crate::{Acquire, Fence, LockError, LockGuard, Locker};
 
 impl Locker {
     /// Acquires `key` with the locker's default wait, runs the future `body` returns while
@@ -55,7 +55,11 @@ impl Locker {
         Fut: Future<Output = Result<T, E>>,
         E: From<LockError>,
     {
-        self.lock(key).with_lock(body).await
+        let guard = self
+            .lock(key)
+            .await
+            .map_err(|e| E::from(e.in_locker(self.prefix())))?;
+        run(guard, body).await
     }
 }
 
@@ -86,10 +90,19 @@ impl Acquire {
         Fut: Future<Output = Result<T, E>>,
         E: From<LockError>,
     {
-        let guard = self.await?;
-        let fence = guard.fence();
-        // The macro's runner: abort on loss, release afterwards, release in the background
-        // when this future is dropped or the body panics (the guard's drop).
-        __private::run(guard, OnLost::Abort, body(fence)).await
+        run(self.await?, body).await
     }
+}
+
+/// Runs `body` under `guard` with the macro's runner: abort on loss, release afterwards,
+/// release in the background when the future is dropped or the body panics (the guard's
+/// drop).
+async fn run<T, E, F, Fut>(guard: LockGuard, body: F) -> Result<T, E>
+where
+    F: FnOnce(Fence) -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let fence = guard.fence();
+    __private::run(guard, OnLost::Abort, body(fence)).await
 }

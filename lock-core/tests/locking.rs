@@ -505,6 +505,16 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
             .contains(&format!("redis key `{name}` of lock `k`")),
         "{err}"
     );
+    // So do with_lock and #[distributed_lock], which have the locker at hand.
+    let err = locker
+        .with_lock("k", |_| async { Ok::<_, LockError>(()) })
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("redis key `{name}` of lock `k`")),
+        "{text}"
+    );
     // The hash is this test's own: remove it, then nothing of the kit may be left.
     let _: () = server.cmd(&["DEL", &name]);
     common::assert_nothing_left(&server, &[&locker]).await;
