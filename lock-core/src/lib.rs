@@ -20,6 +20,10 @@
 //! # }
 //! ```
 //!
+//! The same as a closure, which also aborts the body if the lock is lost meanwhile and releases
+//! on every path: [`Locker::with_lock`]. As an attribute on an async fn: `#[distributed_lock]`
+//! (feature `macros`). For axum and tower services: the `lock-tower` crate.
+//!
 //! # Behaviour
 //!
 //! - **Atomic acquire, owner-checked release.** An uncontended acquire is one `SET NX PX`
