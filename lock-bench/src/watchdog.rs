@@ -128,9 +128,9 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
             let rss_after = rss_bytes();
 
             let (renew_calls, ticks, stats, cpu, elapsed) =
-                hold_window(window, &mut monitor, || locker.renewal_calls()).await?;
+                hold_window(window, &mut monitor, || locker.stats().renewal_calls).await?;
             let lost = guards.iter().filter(|g| !g.is_held()).count()
-                + args.locks.saturating_sub(locker.watchdog_locks());
+                + args.locks.saturating_sub(locker.stats().watchdog_locks);
             let mut releases = futures_util::stream::iter(guards)
                 .map(|g| g.release())
                 .buffer_unordered(ACQUIRE_CONCURRENCY);

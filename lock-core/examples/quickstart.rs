@@ -1,7 +1,12 @@
-//! Lock, work, unlock: the smallest complete use of the kit.
+//! The smallest complete use of `lock-core`: connect, lock a key, take the fencing token,
+//! release. Needs only `lock-core`, `tokio` and a running Redis:
 //!
-//! Run with `cargo run -p lock-core --example quickstart`. It uses `REDIS_URL` when set and
-//! otherwise starts its own `redis-server` on a free port.
+//! ```sh
+//! REDIS_URL=redis://127.0.0.1:6379 cargo run -p lock-core --example quickstart
+//! ```
+//!
+//! `REDIS_URL` defaults to `redis://127.0.0.1:6379`. No Redis at hand? `redis-server --port 6390
+//! --save ''` in another terminal, then `REDIS_URL=redis://127.0.0.1:6390`.
 
 use std::time::Duration;
 
@@ -9,43 +14,34 @@ use lock_core::{LockError, Locker};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    // Kept alive until the end of main: dropping it stops the server.
-    let own_server = match std::env::var("REDIS_URL") {
-        Ok(_) => None,
-        Err(_) => match lock_testkit::RedisServer::start() {
-            Ok(server) => Some(server),
-            Err(e) => {
-                eprintln!("{e}");
-                std::process::exit(1);
-            }
-        },
-    };
-    let url = own_server
-        .as_ref()
-        .map(|s| s.url())
-        .or_else(|| std::env::var("REDIS_URL").ok())
-        .unwrap_or_default();
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    // One Locker per process: it owns the connections and the watchdog task. Cloning it is cheap.
     let locker = Locker::connect(&url).await?;
 
+    // Wait up to 3 s for the lock; the watchdog renews its 30 s lease while the guard lives.
     let guard = locker
         .lock("inventory:42")
         .wait(Duration::from_secs(3))
         .await?;
-    println!(
-        "acquired {} with fencing token {}",
-        guard.key(),
-        guard.fencing_token().await.unwrap()
-    );
+    // Only one task in all processes sharing this Redis runs here for "inventory:42".
+    // Hand the fencing token to the store you write to, so a holder that lost its lock
+    // without noticing (a long pause) cannot overwrite a later holder's work.
+    let token = guard.fencing_token().await?;
+    println!("holding {} with fencing token {token}", guard.key());
 
-    // Another task is another owner: it cannot get the lock while we hold it.
+    // A second acquire that does not wait finds the key taken (spawned: a lock is reentrant
+    // for the task that holds it).
     let other = locker.clone();
-    let attempt =
+    let contender =
         tokio::spawn(async move { other.lock("inventory:42").wait(Duration::ZERO).await });
-    match attempt.await {
-        Ok(Err(e)) if e.is_busy() => println!("a second task was refused: {e}"),
-        other => println!("unexpected: {other:?}"),
+    match contender.await {
+        Ok(Err(error)) if error.is_busy() => println!("another task: {error}"),
+        Ok(Err(error)) => return Err(error),
+        other => println!("another task, unexpectedly: {other:?}"),
     }
 
+    // Release explicitly to learn whether the lock was still ours (`LockError::Lost` if not);
+    // dropping the guard also releases it, in the background.
     guard.release().await?;
     println!(
         "released; locked now: {}",

@@ -38,7 +38,8 @@ pub async fn acquire(
     if let Some(lease) = lease {
         acquire = acquire.lease(lease);
     }
-    acquire.await
+    // The locker is at hand here: a foreign value's error names the full Redis key.
+    acquire.await.map_err(|e| e.in_locker(locker.prefix()))
 }
 
 /// Runs the body under the guard, then releases the lock. A failed release is logged, not

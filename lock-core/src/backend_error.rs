@@ -15,6 +15,9 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub struct BackendError {
     repr: Repr,
+    /// What the kit was doing, naming the server(s) with credentials redacted (`connecting to
+    /// redis://db:6379`): an error at start-up is useless without the host.
+    context: Option<String>,
 }
 
 #[derive(Debug)]
@@ -31,6 +34,7 @@ impl BackendError {
     pub(crate) fn redis(error: redis::RedisError) -> Self {
         Self {
             repr: Repr::Redis(error),
+            context: None,
         }
     }
 
@@ -38,6 +42,7 @@ impl BackendError {
     pub(crate) fn timed_out(what: &'static str) -> Self {
         Self {
             repr: Repr::TimedOut(what),
+            context: None,
         }
     }
 
@@ -45,7 +50,15 @@ impl BackendError {
     pub(crate) fn undecided(what: &'static str) -> Self {
         Self {
             repr: Repr::Undecided(what),
+            context: None,
         }
+    }
+
+    /// The same error, saying what the kit was doing: `"connecting to redis://db:6379"`. The
+    /// text must not hold credentials (see `topology::redact`).
+    pub(crate) fn context(mut self, context: String) -> Self {
+        self.context = Some(context);
+        self
     }
 
     /// `true` when a command or a connection attempt timed out.
@@ -122,6 +135,9 @@ impl BackendError {
 
 impl fmt::Display for BackendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(context) = &self.context {
+            write!(f, "{context}: ")?;
+        }
         match &self.repr {
             Repr::Redis(e) => fmt::Display::fmt(e, f),
             Repr::TimedOut(what) => write!(f, "timed out: {what}"),

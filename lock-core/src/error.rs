@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend_error::BackendError;
+use crate::key::RedisKeys;
 
 /// Why a lock operation failed.
 ///
@@ -14,7 +15,7 @@ use crate::backend_error::BackendError;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was held by another owner for the whole `wait`.
-    #[error("lock `{key}` is busy (waited {waited:?})")]
+    #[error("lock `{key}` is busy (waited {}{})", Approx(*waited), HolderTtl(*holder_ttl))]
     Busy {
         /// The user's key.
         key: String,
@@ -40,13 +41,22 @@ pub enum LockError {
     /// A setting or an argument is out of range.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The lock key exists in Redis with a type the kit never writes (a hash, a list, ...).
+    /// A Redis key of the lock exists with a type the kit never writes (a hash, a list, ...):
+    /// another program uses the name. An operator must inspect (and remove) it.
     #[error(
-        "redis key of lock `{key}` holds a value of another type; the kit never overwrites it"
+        "redis key {} of lock `{key}` holds a value of another type (see TYPE in redis-cli); \
+         the kit never overwrites it",
+        RedisKeyName(key, redis_key)
     )]
     WrongType {
         /// The user's key.
         key: String,
+        /// The Redis key to inspect, when the operation knew the locker's prefix
+        /// ([`Locker::force_unlock`](crate::Locker::force_unlock), `#[distributed_lock]`,
+        /// [`Locker::with_lock`](crate::Locker::with_lock)). Otherwise (awaiting
+        /// [`Locker::lock`](crate::Locker::lock)) the message names it as
+        /// `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
+        redis_key: Option<String>,
     },
     /// Redis was unreachable, timed out, or answered with an error.
     #[error("redis error{}: {source}", OnKey(key))]
@@ -110,8 +120,21 @@ pub enum ConfigError {
     #[error("invalid redis url: {0}")]
     Url(#[source] BackendError),
     /// No Redis URL was given to the builder.
-    #[error("no redis url: call .url(..) on the builder")]
+    #[error(
+        "no redis url: call .url(..), .cluster(..), .sentinel(..) or .redlock(..) on the builder"
+    )]
     MissingUrl,
+    /// [`LockerBuilder::cluster`](crate::LockerBuilder::cluster) got no seed URLs.
+    #[error("no cluster seed urls: .cluster(..) needs at least one node url")]
+    NoClusterSeeds,
+    /// [`LockerBuilder::sentinel`](crate::LockerBuilder::sentinel) got no sentinel URLs.
+    #[error(
+        "no sentinel urls for primary `{master}`: .sentinel(..) needs at least one sentinel url"
+    )]
+    NoSentinels {
+        /// The primary's name, as given.
+        master: String,
+    },
     /// TLS settings that cannot be used: a PEM without a usable certificate or key, a client
     /// key that does not belong to its certificate, TLS settings for a plaintext `redis://`
     /// URL, or sentinel URLs that mix `redis://` and `rediss://` (or `rediss://` sentinels
@@ -180,6 +203,58 @@ impl fmt::Display for DurationSetting {
     }
 }
 
+/// A duration rounded for people: `0s`, `6µs`, `250ms`, `3s`, `2.5s`.
+struct Approx(Duration);
+
+impl fmt::Display for Approx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_zero() {
+            return f.write_str("0s");
+        }
+        let micros = (self.0.as_nanos() + 500) / 1_000;
+        if micros < 1_000 {
+            return write!(f, "{micros}µs");
+        }
+        let millis = (micros + 500) / 1_000;
+        if millis < 1_000 {
+            return write!(f, "{millis}ms");
+        }
+        let tenths = (millis + 50) / 100;
+        match tenths % 10 {
+            0 => write!(f, "{}s", tenths / 10),
+            tenth => write!(f, "{}.{tenth}s", tenths / 10),
+        }
+    }
+}
+
+/// `, the holder's lease ends in 25s` when Redis reported it.
+struct HolderTtl(Option<Duration>);
+
+impl fmt::Display for HolderTtl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(ttl) => write!(f, ", the holder's lease ends in {}", Approx(ttl)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The Redis key of a lock: the full name when known, else with a `<prefix>` placeholder.
+struct RedisKeyName<'a>(&'a str, &'a Option<String>);
+
+impl fmt::Display for RedisKeyName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(name) => write!(f, "`{name}`"),
+            None => write!(
+                f,
+                "`<prefix>{}` (<prefix>: the locker's key prefix, `lock:` by default)",
+                RedisKeys::new("", self.0).lock
+            ),
+        }
+    }
+}
+
 /// ` on lock `k`` when there is a key.
 struct OnKey<'a>(&'a Option<String>);
 
@@ -229,8 +304,9 @@ impl LockError {
         }
     }
 
-    /// For [`Busy`](Self::Busy): how long the current holder's lease still runs, a sensible
-    /// hint for a `Retry-After` header.
+    /// For [`Busy`](Self::Busy): how long the current holder's lease still ran at the last
+    /// attempt. An upper bound on the wait for a lock with a fixed lease; with the watchdog the
+    /// lease is renewed, so it says little about when the holder releases.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Busy { holder_ttl, .. } => *holder_ttl,
@@ -244,7 +320,7 @@ impl LockError {
             Self::Busy { key, .. }
             | Self::Lost { key }
             | Self::InvalidKey { key, .. }
-            | Self::WrongType { key }
+            | Self::WrongType { key, .. }
             | Self::NotReplicated { key, .. } => Some(key),
             Self::Backend { key, .. } | Self::Tls { key, .. } => key.as_deref(),
             Self::Config(_) | Self::NotConfigured => None,
@@ -260,9 +336,110 @@ impl LockError {
     pub(crate) fn backend(key: Option<&str>, source: BackendError) -> Self {
         let key = key.map(str::to_owned);
         match key {
-            Some(key) if source.is_wrong_type() => Self::WrongType { key },
+            Some(key) if source.is_wrong_type() => Self::WrongType {
+                key,
+                redis_key: None,
+            },
             key if source.is_tls() => Self::Tls { key, source },
             key => Self::Backend { key, source },
         }
+    }
+
+    /// Completes a [`WrongType`](Self::WrongType) built without the locker's prefix (by an
+    /// acquire) with the full Redis key; any other error is returned as it is.
+    pub(crate) fn in_locker(self, prefix: &str) -> Self {
+        match self {
+            Self::WrongType {
+                key,
+                redis_key: None,
+            } => Self::WrongType {
+                redis_key: Some(RedisKeys::new(prefix, &key).lock),
+                key,
+            },
+            other => other,
+        }
+    }
+
+    /// [`backend`](Self::backend) for an operation that knows the Redis names of `key`, so a
+    /// [`WrongType`](Self::WrongType) names the Redis key to inspect.
+    pub(crate) fn backend_on(keys: &RedisKeys, key: &str, source: BackendError) -> Self {
+        match Self::backend(Some(key), source) {
+            Self::WrongType { key, .. } => Self::WrongType {
+                key,
+                redis_key: Some(keys.lock.clone()),
+            },
+            other => other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(waited: Duration, holder_ttl: Option<Duration>) -> String {
+        LockError::Busy {
+            key: "inventory:42".into(),
+            waited,
+            holder_ttl,
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn busy_rounds_the_wait_and_names_the_holders_lease() {
+        assert_eq!(
+            busy(Duration::new(3, 412_345), None),
+            "lock `inventory:42` is busy (waited 3s)"
+        );
+        assert_eq!(
+            busy(
+                Duration::from_micros(250_400),
+                Some(Duration::from_millis(24_960))
+            ),
+            "lock `inventory:42` is busy (waited 250ms, the holder's lease ends in 25s)"
+        );
+        assert_eq!(
+            busy(
+                Duration::from_millis(2_549),
+                Some(Duration::from_millis(80))
+            ),
+            "lock `inventory:42` is busy (waited 2.5s, the holder's lease ends in 80ms)"
+        );
+        assert_eq!(
+            busy(Duration::from_nanos(5_939), None),
+            "lock `inventory:42` is busy (waited 6µs)"
+        );
+        assert_eq!(
+            busy(Duration::ZERO, None),
+            "lock `inventory:42` is busy (waited 0s)"
+        );
+        assert_eq!(
+            busy(Duration::from_micros(999_700), None),
+            "lock `inventory:42` is busy (waited 1s)"
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_the_redis_key() {
+        let known = LockError::WrongType {
+            key: "k".into(),
+            redis_key: Some("app:{13fbd79c3d390e5d}:lock:k".into()),
+        };
+        assert_eq!(
+            known.to_string(),
+            "redis key `app:{13fbd79c3d390e5d}:lock:k` of lock `k` holds a value of another \
+             type (see TYPE in redis-cli); the kit never overwrites it"
+        );
+        let unknown = LockError::WrongType {
+            key: "k".into(),
+            redis_key: None,
+        };
+        assert!(
+            unknown
+                .to_string()
+                .starts_with("redis key `<prefix>{13fbd79c3d390e5d}:lock:k` (<prefix>: "),
+            "{unknown}"
+        );
     }
 }

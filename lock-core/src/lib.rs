@@ -20,6 +20,10 @@
 //! # }
 //! ```
 //!
+//! The same as a closure, which also aborts the body if the lock is lost meanwhile and releases
+//! on every path: [`Locker::with_lock`]. As an attribute on an async fn: `#[distributed_lock]`
+//! (feature `macros`). For axum and tower services: the `lock-tower` crate.
+//!
 //! # Behaviour
 //!
 //! - **Atomic acquire, owner-checked release.** An uncontended acquire is one `SET NX PX`
@@ -199,6 +203,7 @@ mod tls;
 mod topology;
 mod waiters;
 mod watchdog;
+mod with_lock;
 
 #[doc(hidden)]
 pub mod __private;
@@ -211,7 +216,7 @@ pub use fence::Fence;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;
-pub use locker::Locker;
+pub use locker::{Locker, LockerStats};
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.

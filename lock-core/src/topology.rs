@@ -153,7 +153,7 @@ pub(crate) async fn connect(
             let client = open(&url, tls)?;
             let conn = Connection::server(client.clone(), timeouts)
                 .await
-                .map_err(backend)?;
+                .map_err(|e| backend(e.context(format!("connecting to {}", redact(&url)))))?;
             (
                 single(node(conn, restart_guard)),
                 PubSubSource::Nodes(vec![client]),
@@ -161,23 +161,31 @@ pub(crate) async fn connect(
         }
         Topology::Cluster(seeds) => {
             if seeds.is_empty() {
-                return Err(ConfigError::MissingUrl.into());
+                return Err(ConfigError::NoClusterSeeds.into());
             }
             let pubsub = PubSubSource::Nodes(clients(&seeds, tls)?);
             let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
                 .await
-                .map_err(backend)?;
+                .map_err(|e| {
+                    let seeds = redact_all(&seeds);
+                    backend(e.context(format!("connecting to cluster seeds {seeds}")))
+                })?;
             // The builder refuses a restart guard for a cluster.
             (single(node(conn, None)), pubsub)
         }
         Topology::Sentinel { master, sentinels } => {
             if sentinels.is_empty() {
-                return Err(ConfigError::MissingUrl.into());
+                return Err(ConfigError::NoSentinels { master }.into());
             }
             let client = sentinel_client(&master, &sentinels, tls)?;
             let primary = SentinelPrimary::connect(client, timeouts)
                 .await
-                .map_err(backend)?;
+                .map_err(|e| {
+                    let sentinels = redact_all(&sentinels);
+                    backend(e.context(format!(
+                        "connecting to primary `{master}` through sentinels {sentinels}"
+                    )))
+                })?;
             let conn = Connection::Sentinel(primary.clone());
             (
                 single(node(conn, restart_guard)),
@@ -196,20 +204,26 @@ pub(crate) async fn connect(
             // majority up, not all of them.
             let mut nodes = Vec::new();
             let mut up = 0;
-            for client in &clients {
+            let mut down = Vec::new();
+            for (client, url) in clients.iter().zip(&urls) {
                 let conn = match Connection::server(client.clone(), timeouts).await {
                     Ok(conn) => {
                         up += 1;
                         conn
                     }
-                    Err(_) => Connection::lazy(client.clone(), timeouts).map_err(backend)?,
+                    Err(error) => {
+                        down.push(format!("{} ({error})", redact(url)));
+                        Connection::lazy(client.clone(), timeouts).map_err(backend)?
+                    }
                 };
                 nodes.push(node(conn, restart_guard.clone()));
             }
             if !Quorum::of(urls.len()).carried(up) {
-                return Err(backend(BackendError::undecided(
-                    "fewer than a majority of RedLock nodes are reachable",
-                )));
+                let error =
+                    BackendError::undecided("fewer than a majority of RedLock nodes are reachable");
+                return Err(backend(
+                    error.context(format!("unreachable: {}", down.join(", "))),
+                ));
             }
             let store = Store::RedLock(RedLockStore {
                 nodes,
@@ -218,6 +232,14 @@ pub(crate) async fn connect(
             (store, PubSubSource::Nodes(clients))
         }
     })
+}
+
+/// The URLs, redacted, comma-separated.
+fn redact_all(urls: &[String]) -> String {
+    urls.iter()
+        .map(|u| redact(u))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `redis://user:secret@host/` becomes `redis://user:***@host/`.

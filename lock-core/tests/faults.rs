@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{eventually, keys, lock_key, locker, locker_with_lease, server};
-use lock_core::{LockError, Locker};
+use lock_core::{ConfigError, LockError, Locker};
 use lock_testkit::{Persistence, RedisServer};
 
 fn lock_keys(server: &RedisServer) -> Vec<String> {
@@ -157,7 +157,7 @@ async fn killed_subscriber_connection_loses_no_wake_up() {
             Instant::now()
         }));
     }
-    assert!(eventually(Duration::from_secs(2), || waiter.subscriptions() == 1).await);
+    assert!(eventually(Duration::from_secs(2), || waiter.stats().subscriptions == 1).await);
     let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     // Wait until the subscription is back on the server.
     assert!(
@@ -475,6 +475,12 @@ async fn a_wrong_password_is_a_clear_error_without_the_secret() {
     assert!(err.is_backend(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(!format!("{err} {err:?}").contains("hunter2-secret"));
+    // It names the server, with the password redacted.
+    let host = format!("redis://:***@127.0.0.1:{}/", server.port());
+    assert!(
+        err.to_string().contains(&format!("connecting to {host}")),
+        "{err}"
+    );
     let ok = Locker::builder()
         .url(format!("redis://:right-one@127.0.0.1:{}/", server.port()))
         .build()
@@ -539,4 +545,73 @@ async fn redlock_with_slow_nodes_does_not_acquire_and_rolls_back() {
     for server in &servers {
         common::assert_nothing_left(server, &[&locker]).await;
     }
+}
+
+/// Start-up errors say which server could not be reached, and what is missing from an empty
+/// topology.
+#[tokio::test]
+async fn start_up_errors_name_the_server_and_what_is_missing() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = Locker::builder()
+        .url(format!("redis://app:pw-secret@127.0.0.1:{port}/0"))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.is_backend(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "redis error: connecting to redis://app:***@127.0.0.1:{port}/0: "
+        )),
+        "{text}"
+    );
+    assert!(!format!("{err:?}").contains("pw-secret"));
+
+    let err = Locker::builder()
+        .redlock([
+            format!("redis://127.0.0.1:{port}"),
+            format!("redis://:pw-secret@127.0.0.1:{port}"),
+            format!("redis://127.0.0.1:{port}/1"),
+        ])
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("unreachable: redis://127.0.0.1:"), "{text}");
+    assert!(text.contains("redis://:***@127.0.0.1:"), "{text}");
+    assert!(!text.contains("pw-secret"), "{text}");
+
+    let err = Locker::builder()
+        .cluster(Vec::<String>::new())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Config(ConfigError::NoClusterSeeds)),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("no cluster seed urls"), "{err}");
+    let err = Locker::builder()
+        .sentinel("mymaster", Vec::<String>::new())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Config(ConfigError::NoSentinels { ref master }) if master == "mymaster"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("no sentinel urls for primary `mymaster`"),
+        "{err}"
+    );
+    let err = Locker::builder().build().await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Config(ConfigError::MissingUrl)),
+        "{err:?}"
+    );
 }

@@ -196,7 +196,7 @@ async fn wait_timeout_returns_busy_after_about_the_wait() {
         "{took:?}"
     );
     // The waiter's subscription is gone.
-    assert!(eventually(Duration::from_secs(2), || b.subscriptions() == 0).await);
+    assert!(eventually(Duration::from_secs(2), || b.stats().subscriptions == 0).await);
     let numsub: Vec<redis::Value> = server.cmd(&["PUBSUB", "NUMSUB", "x"]);
     assert_eq!(numsub.len(), 2);
     let channels: Vec<String> = server.cmd(&["PUBSUB", "CHANNELS"]);
@@ -247,8 +247,8 @@ async fn dropping_a_guard_releases_in_the_background() {
             .all(|k| !k.contains(":lock:")))
         .await
     );
-    assert!(eventually(Duration::from_secs(1), || locker.local_keys() == 0).await);
-    assert_eq!(locker.watchdog_locks(), 0);
+    assert!(eventually(Duration::from_secs(1), || locker.stats().local_keys == 0).await);
+    assert_eq!(locker.stats().watchdog_locks, 0);
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
@@ -311,8 +311,8 @@ async fn a_cancelled_acquire_leaves_nothing_behind() {
         keys(&server, "lock:")
     );
     assert!(
-        eventually(Duration::from_secs(2), || b.subscriptions() == 0
-            && b.local_keys() == 0)
+        eventually(Duration::from_secs(2), || b.stats().subscriptions == 0
+            && b.stats().local_keys == 0)
         .await
     );
     assert!(
@@ -321,7 +321,7 @@ async fn a_cancelled_acquire_leaves_nothing_behind() {
             .is_empty())
         .await
     );
-    assert_eq!(b.watchdog_locks(), 0);
+    assert_eq!(b.stats().watchdog_locks, 0);
     common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
@@ -357,9 +357,11 @@ async fn ten_thousand_waiters_on_a_thousand_keys_use_one_subscriber_connection()
     }
     // Wait until the head waiter of every key has subscribed.
     assert!(
-        eventually(Duration::from_secs(20), || waiter.subscriptions() == 1000).await,
+        eventually(Duration::from_secs(20), || waiter.stats().subscriptions
+            == 1000)
+        .await,
         "{}",
-        waiter.subscriptions()
+        waiter.stats().subscriptions
     );
     let clients: String = server.cmd(&["CLIENT", "LIST"]);
     // Two lockers: each one command connection and one pub/sub connection; plus our probe.
@@ -479,13 +481,40 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
         started.elapsed() < Duration::from_secs(1),
         "did not wait for the deadline"
     );
-    assert!(err.to_string().contains("another type"), "{err}");
+    // The acquire does not know the locker's prefix: the message names the rest of the
+    // Redis key, hash tag included, and says where the prefix goes.
+    let (hash_tagged, _) = name.split_at(name.find('{').unwrap());
+    let text = err.to_string();
+    assert!(text.contains("another type"), "{text}");
+    assert!(
+        text.contains(&format!("`<prefix>{}`", &name[hash_tagged.len()..])),
+        "{text}"
+    );
     let kind: String = server.cmd(&["TYPE", &name]);
     assert_eq!(kind, "hash");
-    assert!(matches!(
-        locker.force_unlock("k").await,
-        Err(LockError::WrongType { .. })
-    ));
+    // An operator's call knows it and names the exact key to inspect.
+    let err = locker.force_unlock("k").await.unwrap_err();
+    match &err {
+        LockError::WrongType { redis_key, .. } => {
+            assert_eq!(redis_key.as_deref(), Some(name.as_str()))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .contains(&format!("redis key `{name}` of lock `k`")),
+        "{err}"
+    );
+    // So do with_lock and #[distributed_lock], which have the locker at hand.
+    let err = locker
+        .with_lock("k", |_| async { Ok::<_, LockError>(()) })
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("redis key `{name}` of lock `k`")),
+        "{text}"
+    );
     // The hash is this test's own: remove it, then nothing of the kit may be left.
     let _: () = server.cmd(&["DEL", &name]);
     common::assert_nothing_left(&server, &[&locker]).await;

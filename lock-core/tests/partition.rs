@@ -77,7 +77,7 @@ async fn f12_partition_longer_than_the_lease() {
     // A few renewals through the proxy first.
     tokio::time::sleep(LEASE).await;
     assert!(entry_h.observe(|| guard.is_held()));
-    let renewals_before = holder.renewal_calls();
+    let renewals_before = holder.stats().renewal_calls;
     assert!(renewals_before >= 2, "renewals: {renewals_before}");
 
     proxy.set_mode(ProxyMode::Hole).await;
@@ -219,24 +219,24 @@ async fn f8_connection_resets_do_not_lose_the_lock() {
         let acquired = Instant::now();
         guard.release().await.unwrap();
         // An unused subscription may linger briefly; it must go.
-        let mut subscriptions = waiter_locker.subscriptions();
+        let mut subscriptions = waiter_locker.stats().subscriptions;
         for _ in 0..200 {
             if subscriptions == 0 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
-            subscriptions = waiter_locker.subscriptions();
+            subscriptions = waiter_locker.stats().subscriptions;
         }
         (acquired, subscriptions)
     });
-    let renewals_before = holder.renewal_calls();
+    let renewals_before = holder.stats().renewal_calls;
     let resets = 3;
     for _ in 0..resets {
         proxy.set_mode(ProxyMode::Reset).await;
         // One lease: the renewal after the reset fails (and reconnects), the next succeeds.
         tokio::time::sleep(lease).await;
     }
-    let renewals = holder.renewal_calls() - renewals_before;
+    let renewals = holder.stats().renewal_calls - renewals_before;
     assert!(guard.is_held(), "false loss after connection resets");
     assert!(
         tokio::time::timeout(Duration::ZERO, guard.lost())
@@ -624,7 +624,7 @@ fn partition_child() {
         println!(
             "RESULT write_accepted={accepted} lost={lost} lost_after_ms={} held_after={held_after} release={release} renewal_calls={}",
             lost_after.as_millis(),
-            locker.renewal_calls()
+            locker.stats().renewal_calls
         );
     });
 }

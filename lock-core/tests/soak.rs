@@ -266,7 +266,7 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
     // The locker may keep an unused release subscription for a moment (to spare a hot key
     // SUBSCRIBE/UNSUBSCRIBE on every wait): give it up to 3 s to let go of all of them.
     for _ in 0..300 {
-        if locker.subscriptions() == 0 {
+        if locker.stats().subscriptions == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -295,9 +295,9 @@ async fn run_worker(config: WorkerConfig) -> (Locker, Arc<FaultProxy>) {
         get(&s.writes),
         get(&s.writes_rejected),
         get(&s.resets),
-        locker.subscriptions(),
-        locker.local_keys(),
-        locker.watchdog_locks(),
+        locker.stats().subscriptions,
+        locker.stats().local_keys,
+        locker.stats().watchdog_locks,
         hist.join(","),
     );
     (locker, proxy)

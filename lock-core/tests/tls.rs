@@ -136,7 +136,11 @@ async fn tls_happy_path_locks_wakes_waiters_and_renews() {
     let short = renewer.lock("renewed").await.unwrap();
     tokio::time::sleep(lease * 3).await;
     assert!(short.is_held());
-    assert!(renewer.renewal_calls() >= 3, "{}", renewer.renewal_calls());
+    assert!(
+        renewer.stats().renewal_calls >= 3,
+        "{}",
+        renewer.stats().renewal_calls
+    );
     let pttl: i64 = server.cmd(&["PTTL", &server.keys("lock:*:lock:renewed")[0]]);
     assert!(pttl > 0, "{pttl}");
     short.release().await.unwrap();

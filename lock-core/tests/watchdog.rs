@@ -55,7 +55,7 @@ async fn a_fixed_lease_is_never_renewed() {
         .lease(Duration::from_millis(400))
         .await
         .unwrap();
-    assert_eq!(holder.watchdog_locks(), 0);
+    assert_eq!(holder.stats().watchdog_locks, 0);
     tokio::time::timeout(Duration::from_millis(800), guard.lost())
         .await
         .expect("lost when the lease ends");
@@ -76,14 +76,14 @@ async fn a_thousand_locks_are_renewed_in_batches_not_one_call_each() {
     for i in 0..1000 {
         guards.push(holder.lock(format!("k{i}")).await.unwrap());
     }
-    let calls_before = holder.renewal_calls();
+    let calls_before = holder.stats().renewal_calls;
     server.reset_stats();
     // Three lease periods: without renewal every key would have expired.
     tokio::time::sleep(Duration::from_millis(1800)).await;
     let keys: Vec<String> = server.cmd(&["KEYS", "lock:*:lock:*"]);
     assert_eq!(keys.len(), 1000, "all kept alive");
     assert!(guards.iter().all(|g| g.is_held()));
-    let calls = holder.renewal_calls() - calls_before;
+    let calls = holder.stats().renewal_calls - calls_before;
     let evalsha = server.command_calls("evalsha");
     // 1800 ms / (600 ms / 3) = 9 ticks, 2 batches of 500 each.
     assert!(
@@ -234,15 +234,19 @@ async fn no_renewal_traffic_after_every_guard_is_gone() {
     let a = holder.lock("a").await.unwrap();
     let b = holder.lock("b").await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(holder.renewal_calls() > 0);
+    assert!(holder.stats().renewal_calls > 0);
     a.release().await.unwrap();
     drop(b);
-    assert!(eventually(Duration::from_secs(1), || holder.watchdog_locks() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(1), || holder.stats().watchdog_locks
+            == 0)
+        .await
+    );
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let calls = holder.renewal_calls();
+    let calls = holder.stats().renewal_calls;
     server.reset_stats();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(holder.renewal_calls(), calls);
+    assert_eq!(holder.stats().renewal_calls, calls);
     assert_eq!(server.command_calls("evalsha"), 0);
     assert_eq!(server.command_calls("eval"), 0);
     common::assert_nothing_left(&server, &[&holder]).await;

@@ -337,7 +337,7 @@ async fn forever(
 /// key disappears), so that a zero-wait acquire of this process can take it.
 async fn wait_released(locker: &Locker, key: &str) {
     let deadline = Instant::now() + LIMIT;
-    while locker.is_locked(key).await.unwrap() || locker.local_keys() > 0 {
+    while locker.is_locked(key).await.unwrap() || locker.stats().local_keys > 0 {
         assert!(Instant::now() < deadline, "{key} still locked");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -554,4 +554,41 @@ async fn separator_in_values_does_not_merge_two_keys() {
         within(call).await.unwrap().unwrap();
     }
     common::assert_nothing_left(&server, &[&pairs.locker]).await;
+}
+
+struct Foreign {
+    locker: Locker,
+}
+
+impl Foreign {
+    #[distributed_lock(key = "k", wait = "1s", locker = self.locker)]
+    async fn run(&self) -> Result<(), AppError> {
+        Ok(())
+    }
+}
+
+/// A foreign value on the lock key: the error names the full Redis key to inspect (the
+/// generated code has the locker, so it knows the prefix).
+#[tokio::test]
+async fn a_foreign_value_on_the_lock_key_is_named_in_the_error() {
+    let (server, locker) = start().await;
+    let guard = locker.lock("k").await.unwrap();
+    let names: Vec<String> = server.cmd(&["KEYS", "lock:*:lock:k"]);
+    guard.release().await.unwrap();
+    let [name] = names.as_slice() else {
+        panic!("one lock key expected: {names:?}");
+    };
+    let _: () = server.cmd(&["HSET", name, "field", "1"]);
+    let error = match (Foreign { locker }).run().await {
+        Err(AppError::Lock(error)) => error,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        matches!(&error, LockError::WrongType { redis_key: Some(key), .. } if key == name),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains(&format!("redis key `{name}`")),
+        "{error}"
+    );
 }

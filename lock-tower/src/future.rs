@@ -17,7 +17,7 @@ use tracing::Span;
 use crate::body::LockedBody;
 use crate::extension::HeldLock;
 use crate::layer::{HoldUntil, Settings};
-use crate::reject::{Reject, Rejection};
+use crate::reject::{Reject, Rejection, RetryAfter};
 use crate::release::{Held, Release};
 
 pin_project! {
@@ -101,6 +101,7 @@ struct PendingCall<S, ReqBody, R> {
     service: S,
     request: Request<ReqBody>,
     reject: Arc<R>,
+    retry_after: RetryAfter,
     fail_open: bool,
     hold_until: HoldUntil,
 }
@@ -122,6 +123,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
             mut service,
             mut request,
             reject,
+            retry_after,
             fail_open,
             hold_until,
         } = self;
@@ -137,7 +139,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                 Lock::Unlocked
             }
             Err(error) => {
-                let rejection = Rejection::from_error(error);
+                let rejection = Rejection::from_error(error, &retry_after);
                 trace_rejection(span, &rejection);
                 return Err(reject.reject(rejection));
             }
@@ -155,6 +157,7 @@ where
         service: S,
         request: Request<ReqBody>,
         reject: Arc<R>,
+        retry_after: RetryAfter,
         settings: Settings,
         span: Span,
     ) -> Self {
@@ -162,6 +165,7 @@ where
             service,
             request,
             reject,
+            retry_after,
             fail_open: settings.fail_open,
             hold_until: settings.hold_until,
         };
@@ -259,14 +263,7 @@ where
 }
 
 fn trace_rejection(span: &Span, rejection: &Rejection) {
-    let outcome = match rejection {
-        Rejection::Busy(_) => "busy",
-        Rejection::Unavailable(_) => "unavailable",
-        Rejection::InvalidKey(_) => "invalid_key",
-        Rejection::MissingKey => "missing_key",
-        Rejection::Failed(_) => "failed",
-    };
-    span.record("outcome", outcome);
+    span.record("outcome", rejection.kind());
     let error = rejection.error().map(tracing::field::display);
     match rejection {
         Rejection::Unavailable(_) => {

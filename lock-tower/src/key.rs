@@ -32,6 +32,27 @@ use http::{HeaderName, Request};
 pub trait KeyExtractor<B> {
     /// The lock key of `request`, or `None` when it has none.
     fn extract_key(&self, request: &Request<B>) -> Option<String>;
+
+    /// Whose fault it is when [`extract_key`](Self::extract_key) finds no key, which decides
+    /// the default answer (see [`MissingKey::Reject`](crate::MissingKey::Reject)). Default
+    /// [`KeyAbsence::Request`]: the request lacks what the key comes from.
+    fn absence(&self) -> KeyAbsence {
+        KeyAbsence::Request
+    }
+}
+
+/// Whose fault a missing key is: the client's or the server's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyAbsence {
+    /// The request lacks the value (a header, a query parameter): the client's fault,
+    /// answered `400 Bad Request` ([`Rejection::MissingKey`](crate::Rejection::MissingKey)).
+    Request,
+    /// The extractor can never find a key on this route (an axum path parameter the route
+    /// does not have, or a layer applied before routing): the server is misconfigured,
+    /// answered `500` ([`Rejection::Misconfigured`](crate::Rejection::Misconfigured)) and
+    /// logged as an error once per route.
+    Route,
 }
 
 impl<B, F> KeyExtractor<B> for F
@@ -86,7 +107,7 @@ impl KeyFrom {
     /// `Router::route_layer` (or `Router::layer`, `MethodRouter::layer`, which also wrap each
     /// route). A layer in front of the whole app (a `ServiceBuilder` around the router handed
     /// to `axum::serve`) runs before routing and sees no parameters. A missing parameter, or
-    /// one that is not valid UTF-8: no key.
+    /// one that is not valid UTF-8: no key, a server misconfiguration ([`KeyAbsence::Route`]).
     ///
     /// Reading the parameters clones the request's extensions once (axum keeps them in a
     /// private extension type that only its extractors can read).
@@ -153,6 +174,16 @@ impl KeyFrom {
 }
 
 impl<B> KeyExtractor<B> for KeyFrom {
+    /// [`KeyAbsence::Route`] for a path parameter (every request of a route either has it or
+    /// not), [`KeyAbsence::Request`] for the others.
+    fn absence(&self) -> KeyAbsence {
+        match &self.source {
+            #[cfg(feature = "axum")]
+            Source::PathParam(_) => KeyAbsence::Route,
+            Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => KeyAbsence::Request,
+        }
+    }
+
     fn extract_key(&self, request: &Request<B>) -> Option<String> {
         let raw = self.raw(request)?;
         match &self.prefix {

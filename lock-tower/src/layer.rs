@@ -7,19 +7,27 @@ use std::time::Duration;
 use lock_core::Locker;
 use tower_layer::Layer;
 
-use crate::reject::DefaultReject;
-use crate::service::DistributedLockService;
+use crate::reject::{BusyInfo, DefaultReject, RetryAfter};
+use crate::service::{DistributedLockService, LoggedRoutes};
 
 /// What to do with a request whose key extractor returns `None`.
+///
+/// The layer fails closed by default: a request it cannot name a lock for does not reach the
+/// handler unlocked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
-    /// Pass it to the inner service without a lock (the default).
+    /// Reject it (the default), according to the extractor's
+    /// [`absence`](crate::KeyExtractor::absence): the client's fault (a missing header or
+    /// query parameter) with [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
+    /// Request`; the server's (a path parameter the route does not have) with
+    /// [`Rejection::Misconfigured`](crate::Rejection::Misconfigured), `500`, logged at error
+    /// level the first time on each route.
     #[default]
-    Pass,
-    /// Reject it with [`Rejection::MissingKey`](crate::Rejection::MissingKey)
-    /// (`400 Bad Request` by default).
     Reject,
+    /// Pass it to the inner service without a lock (logged at debug level). An explicit
+    /// opt-in for routes where some requests need no lock.
+    Pass,
 }
 
 /// How long the lock of a request is held.
@@ -60,7 +68,7 @@ impl Default for Settings {
             wait: Duration::ZERO,
             lease: None,
             max_hold: None,
-            missing_key: MissingKey::Pass,
+            missing_key: MissingKey::Reject,
             fail_open: false,
             hold_until: HoldUntil::Response,
         }
@@ -78,15 +86,18 @@ impl Default for Settings {
 /// | [`wait`](Self::wait) | zero: try once and answer `409` when busy |
 /// | [`lease`](Self::lease) | none: the locker's watchdog lease, renewed while held |
 /// | [`max_hold`](Self::max_hold) | the locker's |
-/// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Pass`] |
+/// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Reject`]: `400`, or `500` for a path parameter the route lacks |
 /// | [`fail_open`](Self::fail_open) | off: `503` when Redis is unavailable |
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
 /// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
+/// | [`retry_after`](Self::retry_after) | 0.5 to 1.5 s, random, at most the holder's lease ([`RetryAfter::default`]) |
 pub struct DistributedLockLayer<K, R = DefaultReject> {
     pub(crate) locker: Locker,
     pub(crate) key: Arc<K>,
     pub(crate) reject: Arc<R>,
+    pub(crate) retry_after: RetryAfter,
     pub(crate) settings: Settings,
+    pub(crate) misconfigured: Arc<LoggedRoutes>,
 }
 
 impl<K> DistributedLockLayer<K> {
@@ -97,7 +108,9 @@ impl<K> DistributedLockLayer<K> {
             locker,
             key: Arc::new(key),
             reject: Arc::new(DefaultReject),
+            retry_after: RetryAfter::default(),
             settings: Settings::default(),
+            misconfigured: Arc::default(),
         }
     }
 }
@@ -125,7 +138,7 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
-    /// What to do with a request that has no key. Default [`MissingKey::Pass`].
+    /// What to do with a request that has no key. Default [`MissingKey::Reject`].
     pub fn on_missing_key(mut self, missing: MissingKey) -> Self {
         self.settings.missing_key = missing;
         self
@@ -146,6 +159,28 @@ impl<K, R> DistributedLockLayer<K, R> {
         self
     }
 
+    /// Chooses the `Retry-After` of [busy](crate::Rejection::Busy) rejections from what is
+    /// known (the holder's remaining lease, how long the request waited). The header carries
+    /// whole seconds, rounded up, at least 1. Default: [`RetryAfter::default`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # fn layer(locker: lock_core::Locker) {
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    ///
+    /// let layer = DistributedLockLayer::new(locker, KeyFrom::header("x-account"))
+    ///     .retry_after(|busy: &lock_tower::BusyInfo| busy.waited.max(Duration::from_secs(2)));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn retry_after<F>(mut self, choose: F) -> Self
+    where
+        F: Fn(&BusyInfo) -> Duration + Send + Sync + 'static,
+    {
+        self.retry_after = RetryAfter::from_fn(choose);
+        self
+    }
+
     /// Builds the responses of rejected requests with `reject`: a
     /// [`Reject`](crate::Reject), e.g. a closure `Fn(Rejection) -> Response<B>`.
     pub fn reject_with<R2>(self, reject: R2) -> DistributedLockLayer<K, R2> {
@@ -153,7 +188,9 @@ impl<K, R> DistributedLockLayer<K, R> {
             locker: self.locker,
             key: self.key,
             reject: Arc::new(reject),
+            retry_after: self.retry_after,
             settings: self.settings,
+            misconfigured: self.misconfigured,
         }
     }
 }
@@ -172,7 +209,9 @@ impl<K, R> Clone for DistributedLockLayer<K, R> {
             locker: self.locker.clone(),
             key: self.key.clone(),
             reject: self.reject.clone(),
+            retry_after: self.retry_after.clone(),
             settings: self.settings,
+            misconfigured: self.misconfigured.clone(),
         }
     }
 }

@@ -34,22 +34,27 @@
 //! - **Key.** A [`KeyExtractor`] names the lock of each request: any
 //!   `Fn(&Request<B>) -> Option<String>`, or a ready-made [`KeyFrom`] (axum path parameter,
 //!   header, query parameter, fixed key, each with an optional [`prefix`](KeyFrom::prefix)).
-//!   A request without a key passes unlocked, or is rejected with `400` under
-//!   [`MissingKey::Reject`]. An invalid key (empty, longer than [`lock_core::MAX_KEY_LEN`])
-//!   is rejected with `400`.
+//!   The layer never lets a request through unlocked by default: a request without a key is
+//!   rejected ([`MissingKey::Reject`]), with `400` when the request lacks a header or query
+//!   parameter, with `500` (logged as an error once per route) when the route lacks the path
+//!   parameter, a server misconfiguration. [`MissingKey::Pass`] lets such requests through
+//!   unlocked, as an explicit opt-in. An invalid key (empty, longer than
+//!   [`lock_core::MAX_KEY_LEN`]) is rejected with `400`.
 //! - **Acquire.** The lock is taken in `call` (the key is only known with the request), with
 //!   the configured [`wait`](DistributedLockLayer::wait) (default zero: one attempt) and either
 //!   a fixed [`lease`](DistributedLockLayer::lease) or the locker's watchdog (default), which
 //!   renews the lock however long the handler runs. `poll_ready` is the inner service's.
 //! - **Rejections.** Every lock failure becomes a response, never an error, so the service
 //!   keeps the inner service's error type and works under axum's `Infallible` routers. By
-//!   default (see [`Rejection`]): contended, `409 Conflict` with `Retry-After` set to the
-//!   holder's remaining lease rounded up to whole seconds (at least 1; 1 when the lease is
-//!   unknown, e.g. another request of this process is still acquiring); Redis unavailable,
+//!   default (see [`Rejection`]): contended, `409 Conflict` with a short, jittered
+//!   `Retry-After` (1 or 2 s; [`RetryAfter`], set with
+//!   [`retry_after`](DistributedLockLayer::retry_after)); Redis unavailable,
 //!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
-//!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or required-but-missing key,
-//!   `400 Bad Request`; any other lock error, `500`. Replace any of them with
-//!   [`reject_with`](DistributedLockLayer::reject_with).
+//!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or missing key,
+//!   `400 Bad Request` (`500` for a path parameter the route lacks); any other lock error,
+//!   `500`. Replace any of them with
+//!   [`reject_with`](DistributedLockLayer::reject_with). Handlers and `#[distributed_lock]`
+//!   methods answer their own lock errors the same way with `Rejection::from(error)`.
 //! - **Holding.** The guard lives in the [`future::ResponseFuture`]: the lock is held until the
 //!   inner service's response future completes, i.e. until the axum handler has returned its
 //!   response. The body is then sent without the lock, which covers handlers that build their
@@ -113,10 +118,16 @@ pub use body::LockedBody;
 pub use extension::HeldLock;
 #[cfg(feature = "axum")]
 pub use extension::MissingHeldLock;
-pub use key::{KeyExtractor, KeyFrom};
+pub use key::{KeyAbsence, KeyExtractor, KeyFrom};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
-pub use reject::{DefaultReject, Reject, Rejection};
+pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
 pub use service::DistributedLockService;
+
+/// Compiles every Rust block of the repository's README.md as a doctest, so the README's
+/// program and snippets cannot drift from the API.
+#[cfg(all(doctest, feature = "axum"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
 
 #[cfg(all(test, feature = "axum"))]
 mod bounds {

@@ -1,86 +1,140 @@
-//! What the client gets when the lock is not taken: [`Rejection`], the [`Reject`] trait and
-//! [`DefaultReject`].
+//! What the client gets when the lock is not taken: [`Rejection`], the [`Reject`] trait,
+//! [`DefaultReject`], and the `Retry-After` policy [`RetryAfter`].
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{header, HeaderValue, Response, StatusCode};
 use lock_core::LockError;
+use rand::Rng;
 
-/// Why a request was not let through to the inner service.
+/// Why a request was not let through to the inner service, or why a handler or a
+/// `#[distributed_lock]` method could not run under its lock.
 ///
-/// A [`Reject`] turns it into a response. The default responses
-/// ([`default_response`](Self::default_response)):
+/// The layer builds it for each failed acquire; handlers build it from a [`LockError`] with
+/// `Rejection::from(error)` (or `?` into an error type that holds one), so a lock failure
+/// answers the same from the layer, a handler or a locked service method. With the `axum`
+/// feature it is an `IntoResponse`. A [`Reject`] turns it into a response. The default
+/// responses ([`default_response`](Self::default_response)):
 ///
-/// | variant | status | headers |
-/// |---|---|---|
-/// | [`Busy`](Self::Busy) | `409 Conflict` | `Retry-After` (see [`retry_after_secs`](Self::retry_after_secs)) |
-/// | [`Unavailable`](Self::Unavailable) | `503 Service Unavailable` | |
-/// | [`InvalidKey`](Self::InvalidKey) | `400 Bad Request` | |
-/// | [`MissingKey`](Self::MissingKey) | `400 Bad Request` | |
-/// | [`Failed`](Self::Failed) | `500 Internal Server Error` | |
+/// | variant | from | status | headers |
+/// |---|---|---|---|
+/// | [`Busy`](Self::Busy) | [`LockError::Busy`] | `409 Conflict` | `Retry-After` (see [`RetryAfter`]) |
+/// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
+/// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
+/// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
+/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) | `400 Bad Request` | |
+/// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
+/// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
 /// each with a one-line `text/plain` body that does not reveal the lock key.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Rejection {
     /// Another owner held the lock for the whole wait ([`LockError::Busy`]).
-    Busy(LockError),
-    /// Redis was unreachable, timed out or failed ([`LockError::Backend`]) and the layer
-    /// fails closed (the default; see
+    Busy {
+        /// The error.
+        error: LockError,
+        /// When the client should try again (the `Retry-After` header, in whole seconds
+        /// rounded up); chosen by the [`RetryAfter`] policy.
+        retry_after: Duration,
+    },
+    /// Redis was unreachable, timed out or failed ([`LockError::Backend`], [`LockError::Tls`],
+    /// [`LockError::NotReplicated`]) and the layer fails closed (the default; see
     /// [`fail_open`](crate::DistributedLockLayer::fail_open)).
     Unavailable(LockError),
+    /// The lock was lost while the work ran ([`LockError::Lost`]); only from handlers and
+    /// locked methods, never from the layer's acquire.
+    Lost(LockError),
     /// The extracted key is not a valid lock key ([`LockError::InvalidKey`]): empty, or longer
     /// than [`lock_core::MAX_KEY_LEN`].
     InvalidKey(LockError),
-    /// The request has no key and the layer is set to
-    /// [`MissingKey::Reject`](crate::MissingKey::Reject).
+    /// The request lacks the value its key comes from (a header, a query parameter, what a
+    /// closure extractor reads): the client's fault. See [`MissingKey`](crate::MissingKey).
     MissingKey,
+    /// The key extractor can never find a key on this route (an axum path parameter the route
+    /// does not have): the server's configuration is wrong. See
+    /// [`MissingKey`](crate::MissingKey).
+    Misconfigured,
     /// Any other lock failure: the Redis key holds a foreign value
-    /// ([`LockError::WrongType`]), an out-of-range lease ([`LockError::Config`]), ...
+    /// ([`LockError::WrongType`]), an out-of-range lease ([`LockError::Config`]), no locker
+    /// for `#[distributed_lock]` ([`LockError::NotConfigured`]), ...
     Failed(LockError),
 }
 
+impl From<LockError> for Rejection {
+    /// Sorts `error` as the layer does, with the default [`RetryAfter`] policy.
+    fn from(error: LockError) -> Self {
+        Self::from_error(error, &RetryAfter::default())
+    }
+}
+
 impl Rejection {
-    /// Sorts a failed acquire.
-    pub(crate) fn from_error(error: LockError) -> Self {
-        if error.is_busy() {
-            Self::Busy(error)
-        } else if error.is_backend() {
-            Self::Unavailable(error)
-        } else if matches!(error, LockError::InvalidKey { .. }) {
-            Self::InvalidKey(error)
-        } else {
-            Self::Failed(error)
+    /// Sorts a lock error, choosing `Retry-After` for [`Busy`](Self::Busy) with `policy`. The
+    /// one mapping used by the layer and by `From<LockError>`.
+    pub fn from_error(error: LockError, policy: &RetryAfter) -> Self {
+        match &error {
+            LockError::Busy {
+                waited, holder_ttl, ..
+            } => {
+                let retry_after = policy.choose(&BusyInfo {
+                    holder_ttl: *holder_ttl,
+                    waited: *waited,
+                });
+                Self::Busy { error, retry_after }
+            }
+            LockError::Lost { .. } => Self::Lost(error),
+            LockError::InvalidKey { .. } => Self::InvalidKey(error),
+            LockError::NotReplicated { .. } => Self::Unavailable(error),
+            _ if error.is_backend() => Self::Unavailable(error),
+            _ => Self::Failed(error),
         }
     }
 
     /// The status code of the default response.
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::Busy(_) => StatusCode::CONFLICT,
-            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Busy { .. } => StatusCode::CONFLICT,
+            Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidKey(_) | Self::MissingKey => StatusCode::BAD_REQUEST,
-            Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey)).
+    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey) and
+    /// [`Misconfigured`](Self::Misconfigured)).
     pub fn error(&self) -> Option<&LockError> {
         match self {
-            Self::Busy(e) | Self::Unavailable(e) | Self::InvalidKey(e) | Self::Failed(e) => Some(e),
-            Self::MissingKey => None,
+            Self::Busy { error, .. }
+            | Self::Unavailable(error)
+            | Self::Lost(error)
+            | Self::InvalidKey(error)
+            | Self::Failed(error) => Some(error),
+            Self::MissingKey | Self::Misconfigured => None,
         }
     }
 
-    /// For [`Busy`](Self::Busy): the value of the default `Retry-After` header, the holder's
-    /// remaining lease ([`LockError::retry_after`]) in whole seconds, rounded up and at least
-    /// 1; and 1 when the holder's lease is unknown (another request of this process is still
-    /// acquiring the key, or Redis reported none). `None` for the other variants.
-    ///
-    /// The lease is an upper bound: a holder usually releases well before it runs out.
+    /// A short name of the variant, for logs and machine-readable bodies: `busy`,
+    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `misconfigured`, `failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Busy { .. } => "busy",
+            Self::Unavailable(_) => "unavailable",
+            Self::Lost(_) => "lost",
+            Self::InvalidKey(_) => "invalid_key",
+            Self::MissingKey => "missing_key",
+            Self::Misconfigured => "misconfigured",
+            Self::Failed(_) => "failed",
+        }
+    }
+
+    /// For [`Busy`](Self::Busy): the value of the `Retry-After` header, the chosen delay in
+    /// whole seconds, rounded up and at least 1 (the header has no finer unit). `None` for the
+    /// other variants.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Self::Busy(error) => Some(error.retry_after().map_or(1, ceil_secs)),
+            Self::Busy { retry_after, .. } => Some(ceil_secs(*retry_after)),
             _ => None,
         }
     }
@@ -88,11 +142,22 @@ impl Rejection {
     /// The short text of the default response body.
     fn message(&self) -> &'static str {
         match self {
-            Self::Busy(_) => "the resource is locked by another request; retry later\n",
+            Self::Busy { .. } => "the resource is locked by another request; retry later\n",
             Self::Unavailable(_) => "the lock service is unavailable; retry later\n",
+            Self::Lost(_) => "the lock was lost before the work finished; retry later\n",
             Self::InvalidKey(_) => "the request does not name a valid lock key\n",
             Self::MissingKey => "the request does not name a lock key\n",
-            Self::Failed(_) => "the lock could not be taken\n",
+            Self::Misconfigured | Self::Failed(_) => "the lock could not be taken\n",
+        }
+    }
+
+    /// Sets the `Retry-After` header of [`Busy`](Self::Busy) on `response`; for responses of
+    /// your own (a JSON error body) that keep the default statuses and headers.
+    pub fn set_headers<B>(&self, response: &mut Response<B>) {
+        if let Some(secs) = self.retry_after_secs() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
     }
 
@@ -106,14 +171,11 @@ impl Rejection {
     {
         let mut response = Response::new(B::from(self.message()));
         *response.status_mut() = self.status();
-        let headers = response.headers_mut();
-        headers.insert(
+        response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        if let Some(secs) = self.retry_after_secs() {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
+        self.set_headers(&mut response);
         response
     }
 }
@@ -127,9 +189,101 @@ fn ceil_secs(d: Duration) -> u64 {
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl axum::response::IntoResponse for Rejection {
-    /// The [default response](Rejection::default_response).
+    /// The [default response](Rejection::default_response). Server-side failures are logged
+    /// here (the layer logs its own rejections), since the response body does not say what
+    /// went wrong.
     fn into_response(self) -> axum::response::Response {
+        match &self {
+            Self::Failed(error) => tracing::error!(%error, "lock failed"),
+            Self::Unavailable(error) | Self::Lost(error) => tracing::warn!(%error, "lock failed"),
+            _ => {}
+        }
         self.default_response()
+    }
+}
+
+/// What is known when a lock was busy, for a [`RetryAfter`] policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BusyInfo {
+    /// The holder's remaining lease at the last attempt, when Redis reported one. With the
+    /// watchdog it is usually 20 to 30 s, however soon the holder will release.
+    pub holder_ttl: Option<Duration>,
+    /// How long the acquire waited.
+    pub waited: Duration,
+}
+
+/// Chooses the `Retry-After` of a [busy](Rejection::Busy) rejection.
+///
+/// The default ([`RetryAfter::jittered`] of 1 s) is a uniformly random delay between 0.5 s and
+/// 1.5 s, never more than the holder's remaining lease when Redis reported it: holders
+/// usually release long before their lease runs out (with the watchdog the lease is
+/// renewed to 30 s every 10 s, so it says nothing about when the key frees), and the jitter
+/// keeps clients that were refused together from coming back together. The header carries
+/// whole seconds (rounded up, at least 1), so the default sends `1` or `2`.
+///
+/// Set it on the layer with [`DistributedLockLayer::retry_after`](crate::DistributedLockLayer::retry_after),
+/// or pass it to [`Rejection::from_error`].
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_tower::RetryAfter;
+///
+/// // 5 s, or the holder's lease when it ends sooner.
+/// let policy = RetryAfter::from_fn(|busy| {
+///     let five = Duration::from_secs(5);
+///     busy.holder_ttl.map_or(five, |ttl| ttl.min(five))
+/// });
+/// # let _ = policy;
+/// ```
+#[derive(Clone)]
+pub struct RetryAfter(Arc<dyn Fn(&BusyInfo) -> Duration + Send + Sync>);
+
+impl RetryAfter {
+    /// A random delay between half and one and a half times `base`, capped at the holder's
+    /// remaining lease when known.
+    pub fn jittered(base: Duration) -> Self {
+        Self::from_fn(move |busy| {
+            let low = base / 2;
+            let high = base + base / 2;
+            let chosen = if high > low {
+                rand::rng().random_range(low..=high)
+            } else {
+                base
+            };
+            busy.holder_ttl.map_or(chosen, |ttl| chosen.min(ttl))
+        })
+    }
+
+    /// Always `delay`.
+    pub fn fixed(delay: Duration) -> Self {
+        Self::from_fn(move |_| delay)
+    }
+
+    /// A policy of your own over what is known about the busy lock.
+    pub fn from_fn<F>(choose: F) -> Self
+    where
+        F: Fn(&BusyInfo) -> Duration + Send + Sync + 'static,
+    {
+        Self(Arc::new(choose))
+    }
+
+    /// The delay for a busy lock.
+    pub fn choose(&self, busy: &BusyInfo) -> Duration {
+        (self.0)(busy)
+    }
+}
+
+impl Default for RetryAfter {
+    /// [`RetryAfter::jittered`] of 1 s.
+    fn default() -> Self {
+        Self::jittered(Duration::from_secs(1))
+    }
+}
+
+impl fmt::Debug for RetryAfter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RetryAfter(..)")
     }
 }
 
@@ -151,7 +305,7 @@ impl axum::response::IntoResponse for Rejection {
 ///
 /// let reject = |rejection: Rejection| -> Response {
 ///     match rejection {
-///         Rejection::Busy(_) => (StatusCode::TOO_MANY_REQUESTS, "busy, try again").into_response(),
+///         Rejection::Busy { .. } => (StatusCode::TOO_MANY_REQUESTS, "busy, try again").into_response(),
 ///         other => other.into_response(), // the default response
 ///     }
 /// };
@@ -195,6 +349,14 @@ where
 mod tests {
     use super::*;
 
+    fn busy(holder_ttl: Option<Duration>) -> LockError {
+        LockError::Busy {
+            key: "k".into(),
+            waited: Duration::ZERO,
+            holder_ttl,
+        }
+    }
+
     #[test]
     fn ceil_secs_rounds_up_to_at_least_one() {
         assert_eq!(ceil_secs(Duration::ZERO), 1);
@@ -205,42 +367,88 @@ mod tests {
     }
 
     #[test]
-    fn busy_gets_409_with_retry_after() {
-        let busy = Rejection::from_error(LockError::Busy {
+    fn busy_gets_409_with_a_short_jittered_retry_after_not_the_holders_lease() {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            // A watchdog holder: 25 s of lease left, which says nothing about its release.
+            let rejection = Rejection::from(busy(Some(Duration::from_secs(25))));
+            let Rejection::Busy { retry_after, .. } = rejection else {
+                panic!("{rejection:?}");
+            };
+            assert!(
+                (Duration::from_millis(500)..=Duration::from_millis(1500)).contains(&retry_after),
+                "{retry_after:?}"
+            );
+            let response: Response<String> = DefaultReject.reject(rejection);
+            assert_eq!(response.status(), StatusCode::CONFLICT);
+            assert!(response.body().contains("locked"));
+            seen.insert(
+                response.headers()[header::RETRY_AFTER]
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["1", "2"], "jittered");
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_a_short_holder_lease_and_at_least_one_second() {
+        let rejection = Rejection::from(busy(Some(Duration::from_millis(200))));
+        let Rejection::Busy { retry_after, .. } = &rejection else {
+            panic!("{rejection:?}");
+        };
+        assert!(
+            *retry_after <= Duration::from_millis(200),
+            "{retry_after:?}"
+        );
+        assert_eq!(rejection.retry_after_secs(), Some(1));
+        let unknown = Rejection::from(busy(None));
+        assert!(matches!(unknown.retry_after_secs(), Some(1 | 2)));
+    }
+
+    #[test]
+    fn a_retry_after_policy_sees_the_holder_ttl_and_the_wait() {
+        let policy = RetryAfter::from_fn(|busy| busy.holder_ttl.unwrap_or_default() + busy.waited);
+        let error = LockError::Busy {
             key: "k".into(),
-            waited: Duration::ZERO,
+            waited: Duration::from_secs(2),
             holder_ttl: Some(Duration::from_millis(2500)),
-        });
-        let response: Response<String> = DefaultReject.reject(busy);
-        assert_eq!(response.status(), StatusCode::CONFLICT);
-        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
-        assert!(response.body().contains("locked"));
+        };
+        let rejection = Rejection::from_error(error, &policy);
+        assert_eq!(rejection.retry_after_secs(), Some(5));
+        let response: Response<String> = rejection.default_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        let fixed = Rejection::from_error(busy(None), &RetryAfter::fixed(Duration::from_secs(7)));
+        assert_eq!(fixed.retry_after_secs(), Some(7));
     }
 
     #[test]
-    fn busy_without_ttl_retries_after_one_second() {
-        let busy = Rejection::Busy(LockError::Busy {
-            key: "k".into(),
-            waited: Duration::ZERO,
-            holder_ttl: None,
-        });
-        let response: Response<String> = busy.default_response();
-        assert_eq!(response.status(), StatusCode::CONFLICT);
-        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
-    }
-
-    #[test]
-    fn other_errors_are_sorted() {
-        let invalid = Rejection::from_error(LockError::InvalidKey {
+    fn lock_errors_are_sorted_into_statuses() {
+        let invalid = Rejection::from(LockError::InvalidKey {
             key: String::new(),
             reason: lock_core::InvalidKeyReason::Empty,
         });
         assert!(matches!(invalid, Rejection::InvalidKey(_)));
         assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
-        let lost = Rejection::from_error(LockError::Lost { key: "k".into() });
-        assert!(matches!(lost, Rejection::Failed(_)));
-        assert_eq!(lost.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let lost = Rejection::from(LockError::Lost { key: "k".into() });
+        assert!(matches!(lost, Rejection::Lost(_)));
+        assert_eq!(lost.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let unreplicated = Rejection::from(LockError::NotReplicated {
+            key: "k".into(),
+            acked: 0,
+            wanted: 1,
+        });
+        assert_eq!(unreplicated.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let unconfigured = Rejection::from(LockError::NotConfigured);
+        assert!(matches!(unconfigured, Rejection::Failed(_)));
+        assert_eq!(unconfigured.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(unconfigured.retry_after_secs(), None);
         assert_eq!(Rejection::MissingKey.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            Rejection::Misconfigured.status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
         assert!(Rejection::MissingKey.error().is_none());
     }
 }

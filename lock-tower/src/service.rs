@@ -1,8 +1,9 @@
 //! [`DistributedLockService`]: the middleware's [`Service`] implementation.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::future::IntoFuture;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
@@ -11,9 +12,9 @@ use tower_service::Service;
 
 use crate::body::LockedBody;
 use crate::future::ResponseFuture;
-use crate::key::KeyExtractor;
+use crate::key::{KeyAbsence, KeyExtractor};
 use crate::layer::{DistributedLockLayer, MissingKey, Settings};
-use crate::reject::{DefaultReject, Reject, Rejection};
+use crate::reject::{DefaultReject, Reject, Rejection, RetryAfter};
 
 /// Takes a distributed lock per request key, then calls the inner service; built by
 /// [`DistributedLockLayer`].
@@ -29,7 +30,11 @@ pub struct DistributedLockService<S, K, R = DefaultReject> {
     locker: Locker,
     key: Arc<K>,
     reject: Arc<R>,
+    retry_after: RetryAfter,
     settings: Settings,
+    /// The routes whose misconfiguration (no key ever) was logged, shared by every service of
+    /// the layer: once per route, not once per request.
+    misconfigured: Arc<LoggedRoutes>,
 }
 
 impl<S, K> DistributedLockService<S, K> {
@@ -51,7 +56,9 @@ impl<S, K, R> DistributedLockService<S, K, R> {
             locker: layer.locker.clone(),
             key: layer.key.clone(),
             reject: layer.reject.clone(),
+            retry_after: layer.retry_after.clone(),
             settings: layer.settings,
+            misconfigured: layer.misconfigured.clone(),
         }
     }
 
@@ -88,12 +95,22 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let Some(key) = self.key.extract_key(&request) else {
-            return match self.settings.missing_key {
-                MissingKey::Pass => {
-                    tracing::trace!("request has no lock key: passing it through unlocked");
+            return match (self.settings.missing_key, self.key.absence()) {
+                (MissingKey::Pass, _) => {
+                    tracing::debug!("request has no lock key: passing it through unlocked");
                     ResponseFuture::unlocked(self.inner.call(request))
                 }
-                MissingKey::Reject => {
+                (MissingKey::Reject, KeyAbsence::Route) => {
+                    if self.misconfigured.first_time(&request) {
+                        tracing::error!(
+                            path = %request.uri().path(),
+                            "the lock key extractor finds no key on this route (a path parameter \
+                             the route does not have?): every request is rejected with 500"
+                        );
+                    }
+                    ResponseFuture::rejected(self.reject.reject(Rejection::Misconfigured))
+                }
+                (MissingKey::Reject, _) => {
                     tracing::debug!("request has no lock key: rejected");
                     ResponseFuture::rejected(self.reject.reject(Rejection::MissingKey))
                 }
@@ -121,9 +138,37 @@ where
             ready,
             request,
             self.reject.clone(),
+            self.retry_after.clone(),
             self.settings,
             span,
         )
+    }
+}
+
+/// The routes (axum's matched path; one entry without axum) already logged as misconfigured.
+#[derive(Debug, Default)]
+pub(crate) struct LoggedRoutes(Mutex<HashSet<String>>);
+
+impl LoggedRoutes {
+    /// Whether `request`'s route is logged for the first time. The set is bounded by the
+    /// number of routes: the matched path is the route's pattern, not the request's path.
+    fn first_time<B>(&self, request: &Request<B>) -> bool {
+        #[cfg(feature = "axum")]
+        let route = request
+            .extensions()
+            .get::<axum::extract::MatchedPath>()
+            .map_or("", |matched| matched.as_str());
+        #[cfg(not(feature = "axum"))]
+        let route = {
+            let _ = request;
+            ""
+        };
+        // A poisoned set only means another thread panicked while inserting: keep using it.
+        let mut logged = self
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        !logged.contains(route) && logged.insert(route.to_owned())
     }
 }
 
@@ -134,7 +179,9 @@ impl<S: Clone, K, R> Clone for DistributedLockService<S, K, R> {
             locker: self.locker.clone(),
             key: self.key.clone(),
             reject: self.reject.clone(),
+            retry_after: self.retry_after.clone(),
             settings: self.settings,
+            misconfigured: self.misconfigured.clone(),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -88,34 +89,124 @@ async fn path_param_under_route_layer_and_router_layer() {
 }
 
 #[tokio::test]
-async fn missing_key_passes_unlocked_by_default_or_is_rejected_with_400() {
+async fn a_missing_path_parameter_is_a_server_error_by_default_and_passes_only_when_asked() {
     let server = server();
     let locker = locker(&server).await;
-    // The route has no `{nope}` parameter.
-    let pass = Router::new()
-        .route("/skus/{sku}/purchase", post(whoami))
-        .route_layer(DistributedLockLayer::new(
-            locker.clone(),
-            KeyFrom::path_param("nope"),
-        ));
-    let reject = Router::new()
-        .route("/skus/{sku}/purchase", post(whoami))
-        .route_layer(
-            DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("nope"))
-                .on_missing_key(MissingKey::Reject),
-        );
+    // The route has no `{nope}` parameter: no request of it can ever have a key.
+    let app = |missing: Option<MissingKey>| {
+        let mut layer = DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("nope"));
+        if let Some(missing) = missing {
+            layer = layer.on_missing_key(missing);
+        }
+        Router::new()
+            .route("/skus/{sku}/purchase", post(whoami))
+            .route_layer(layer)
+    };
     let request = || {
         req("POST", "/skus/42/purchase")
             .body(Body::empty())
             .unwrap()
     };
+    for rejecting in [app(None), app(Some(MissingKey::Reject))] {
+        let (status, body) = call(&rejecting, request()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body, "the lock could not be taken\n");
+    }
     assert_eq!(
-        call(&pass, request()).await,
+        call(&app(Some(MissingKey::Pass)), request()).await,
         (StatusCode::OK, "unlocked".to_owned())
     );
-    let (status, body) = call(&reject, request()).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert_eq!(body, "the request does not name a lock key\n");
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+#[tokio::test]
+async fn a_missing_header_or_query_value_is_a_client_error_by_default() {
+    let server = server();
+    let locker = locker(&server).await;
+    let app = Router::new()
+        .route(
+            "/pay",
+            post(whoami).route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::header("x-account"),
+            )),
+        )
+        .route(
+            "/refund",
+            post(whoami).route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::query_param("order"),
+            )),
+        )
+        .route(
+            "/custom",
+            post(whoami).route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                |_: &http::Request<Body>| None::<String>,
+            )),
+        );
+    for uri in ["/pay", "/refund?other=1", "/custom"] {
+        let (status, body) = call(&app, req("POST", uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        assert_eq!(body, "the request does not name a lock key\n", "{uri}");
+    }
+    let (status, body) = call(
+        &app,
+        req("POST", "/refund?order=7").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("locked 7 "), "{body}");
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// Captured log output.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route() {
+    let server = server();
+    let locker = locker(&server).await;
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    // This test's runtime has one thread: the requests' tasks log through this subscriber.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let layer = DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("nope"));
+    let app = Router::new()
+        .route("/a/{sku}", post(whoami))
+        .route("/b/{sku}", post(whoami))
+        .route_layer(layer);
+    for uri in ["/a/1", "/a/2", "/a/3", "/b/1", "/b/2"] {
+        let (status, _) = call(&app, req("POST", uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("ERROR") && line.contains("finds no key on this route"))
+        .collect();
+    assert_eq!(errors.len(), 2, "once per route:\n{text}");
+    assert!(
+        errors[0].contains("/a/1") && errors[1].contains("/b/1"),
+        "{text}"
+    );
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
@@ -263,7 +354,7 @@ async fn custom_rejections() {
         .unwrap();
     let reject = |rejection: Rejection| -> Response {
         match rejection {
-            Rejection::Busy(error) => (
+            Rejection::Busy { error, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 format!("busy: {}", error.key().unwrap_or_default()),
             )

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use common::{locker, server};
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
-use lock_tower::{DistributedLockLayer, DistributedLockService, HeldLock, KeyFrom, LockedBody};
+use lock_tower::{
+    DistributedLockLayer, DistributedLockService, HeldLock, KeyFrom, LockedBody, MissingKey,
+};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 type Reply = Response<LockedBody<Full<Bytes>>>;
@@ -37,7 +39,9 @@ async fn works_with_a_plain_service_and_full_bodies() {
                     .strip_prefix("/orders/")
                     .map(|id| format!("order:{id}"))
             })
-            .wait(Duration::ZERO),
+            .wait(Duration::ZERO)
+            // The layer wraps every path; only `/orders/..` needs the lock.
+            .on_missing_key(MissingKey::Pass),
         )
         .service_fn(|req: Request<String>| async move {
             let lock = req.extensions().get::<HeldLock>().cloned();

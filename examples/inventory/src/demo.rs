@@ -419,7 +419,7 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
 
     let serve = ServeArgs {
         db: db_path,
-        redis_url,
+        redis_url: Some(redis_url),
         // Our own keys, so a shared Redis (REDIS_URL) is not disturbed.
         lock_prefix: format!("inventory-demo-{}:", std::process::id()),
         think_ms: u64::try_from(config.think.as_millis()).unwrap_or(u64::MAX),
@@ -459,7 +459,8 @@ pub(crate) fn redis_reason(error: &LockError) -> String {
     }
 }
 
-async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError> {
+/// Starts a `redis-server` on a free port (the demo's, and `serve`'s without a URL).
+pub(crate) async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError> {
     if !lock_testkit::redis_available() {
         return Err(DemoError::NoRedis);
     }

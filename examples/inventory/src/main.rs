@@ -12,8 +12,8 @@
 //! or with cargo: `cargo run --release -p inventory -- --chaos`. With `REDIS_URL` set, the
 //! demo uses that Redis instead of starting one.
 //!
-//! One instance of the service on its own (SQLite file `inventory.db`, Redis from
-//! `REDIS_URL` or `redis://127.0.0.1:6379/`):
+//! One instance of the service on its own (SQLite file `inventory.db`; Redis from
+//! `REDIS_URL`, or a `redis-server` it starts on a free port and stops on exit):
 //!
 //! ```sh
 //! cargo run --release -p inventory -- serve --port 3000

@@ -21,9 +21,10 @@ pub struct ServeArgs {
     /// The SQLite database file, shared by all instances (created and seeded if missing).
     #[arg(long, default_value = "inventory.db")]
     pub db: PathBuf,
-    /// The Redis server, shared by all instances.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
-    pub redis_url: String,
+    /// The Redis server, shared by all instances [default: start a redis-server on a free
+    /// port for this instance, stopped when it exits].
+    #[arg(long, env = "REDIS_URL")]
+    pub redis_url: Option<String>,
     /// Prefix of the lock keys in Redis (the same for all instances).
     #[arg(long, default_value = "lock:")]
     pub lock_prefix: String,
@@ -51,7 +52,7 @@ impl Default for ServeArgs {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 3000,
             db: "inventory.db".into(),
-            redis_url: "redis://127.0.0.1:6379/".to_owned(),
+            redis_url: None,
             lock_prefix: "lock:".to_owned(),
             instance: None,
             think_ms: millis(config.think),
@@ -76,8 +77,6 @@ impl ServeArgs {
             self.port.to_string(),
             "--db".to_owned(),
             self.db.display().to_string(),
-            "--redis-url".to_owned(),
-            self.redis_url.clone(),
             "--lock-prefix".to_owned(),
             self.lock_prefix.clone(),
             "--think-ms".to_owned(),
@@ -87,6 +86,9 @@ impl ServeArgs {
             "--wait-ms".to_owned(),
             self.wait_ms.to_string(),
         ];
+        if let Some(url) = &self.redis_url {
+            args.extend(["--redis-url".to_owned(), url.clone()]);
+        }
         if let Some(instance) = &self.instance {
             args.extend(["--instance".to_owned(), instance.clone()]);
         }
@@ -127,6 +129,9 @@ pub enum ServeError {
         #[source]
         source: DbError,
     },
+    /// No Redis URL was given and no `redis-server` could be started.
+    #[error(transparent)]
+    StartRedis(#[from] crate::demo::DemoError),
     /// Redis could not be reached.
     #[error("cannot reach Redis at {url}: {reason}")]
     Redis {
@@ -156,14 +161,28 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         path: args.db.clone(),
         source,
     })?;
+    // Without a URL, a redis-server of our own (as the demo does), so the single-instance
+    // command works on a machine whose packaged Redis service is disabled. It lives as long as
+    // this function: leaving it stops the server.
+    let (redis_url, _redis_server) = match &args.redis_url {
+        Some(url) => (url.clone(), None),
+        None => {
+            let server = crate::demo::start_redis().await?;
+            eprintln!(
+                "started redis-server on :{} for this instance (set REDIS_URL or --redis-url to use another)",
+                server.port()
+            );
+            (server.url(), Some(server))
+        }
+    };
     let locker = Locker::builder()
-        .url(args.redis_url.as_str())
+        .url(redis_url.as_str())
         .prefix(args.lock_prefix.as_str())
         .connect_timeout(Duration::from_secs(5))
         .build()
         .await
         .map_err(|error| ServeError::Redis {
-            url: args.redis_url.clone(),
+            url: redis_url.clone(),
             reason: crate::demo::redis_reason(&error),
         })?;
     let local = listener

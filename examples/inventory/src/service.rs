@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -316,18 +316,14 @@ pub enum AppError {
 }
 
 impl AppError {
-    /// The status and code of the response.
-    pub fn code(&self) -> (StatusCode, ErrorCode) {
+    /// The status and code of the response, for the errors that are not lock errors; lock
+    /// errors answer like the layer's rejections ([`lock_response`]).
+    fn code(&self) -> (StatusCode, ErrorCode) {
         match self {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             Self::SoldOut(_) => (StatusCode::CONFLICT, ErrorCode::SoldOut),
             Self::StaleFence { .. } => (StatusCode::CONFLICT, ErrorCode::StaleFence),
             Self::LockLost(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockLost),
-            Self::Lock(e) if e.is_busy() => (StatusCode::CONFLICT, ErrorCode::Busy),
-            Self::Lock(e) if e.is_lost() => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockLost),
-            Self::Lock(e) if e.is_backend() => {
-                (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::LockUnavailable)
-            }
             Self::Lock(_) | Self::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         }
     }
@@ -335,51 +331,38 @@ impl AppError {
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        if let Self::Lock(error) = self {
+            return lock_response(Rejection::from(error));
+        }
         let (status, error) = self.code();
         if status.is_server_error() {
             tracing::error!(error = %self, "purchase failed");
         }
-        let retry_after = match &self {
-            Self::Lock(e) => e.retry_after(),
-            _ => None,
-        };
-        let mut response = (
-            status,
-            Json(ErrorBody {
-                error,
-                message: self.to_string(),
-            }),
-        )
-            .into_response();
-        if let Some(after) = retry_after {
-            let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-        }
-        response
+        let message = self.to_string();
+        (status, Json(ErrorBody { error, message })).into_response()
     }
 }
 
-/// The layer's rejections in the same JSON shape as the handlers' errors.
-fn reject_lock(rejection: Rejection) -> Response {
-    let status = rejection.status();
-    let retry_after = rejection.retry_after_secs();
+/// A lock failure, from the layer or from a handler, in the JSON shape of the handlers'
+/// errors: status and `Retry-After` are lock-tower's (one mapping for the layer, the macro
+/// and the handlers), the body names the [`ErrorCode`].
+fn lock_response(rejection: Rejection) -> Response {
     let error = match &rejection {
-        Rejection::Busy(_) => ErrorCode::Busy,
+        Rejection::Busy { .. } => ErrorCode::Busy,
         Rejection::Unavailable(_) => ErrorCode::LockUnavailable,
+        Rejection::Lost(_) => ErrorCode::LockLost,
         _ => ErrorCode::Internal,
     };
-    let message = match rejection.error() {
-        Some(e) => e.to_string(),
-        None => "the request names no lock key".to_owned(),
+    let message = match (rejection.error(), &rejection) {
+        (Some(e), _) => e.to_string(),
+        (None, Rejection::Misconfigured) => "the route names no lock key".to_owned(),
+        (None, _) => "the request names no lock key".to_owned(),
     };
-    let mut response = (status, Json(ErrorBody { error, message })).into_response();
-    if let Some(secs) = retry_after {
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    if rejection.status().is_server_error() {
+        tracing::error!(%message, kind = rejection.kind(), "lock failed");
     }
+    let mut response = (rejection.status(), Json(ErrorBody { error, message })).into_response();
+    rejection.set_headers(&mut response);
     response
 }
 
@@ -395,7 +378,7 @@ pub fn app(state: AppState) -> Router {
         KeyFrom::path_param("sku").prefix("inventory:"),
     )
     .wait(state.config.wait)
-    .reject_with(reject_lock as fn(Rejection) -> Response);
+    .reject_with(lock_response as fn(Rejection) -> Response);
     let layered = Router::new()
         .route(Variant::Layer.route(), post(purchase_layer))
         .route_layer(lock);
@@ -572,15 +555,28 @@ mod tests {
     }
 
     #[test]
-    fn lock_errors_map_to_statuses() {
+    fn lock_errors_answer_like_the_layer() {
         let busy = AppError::Lock(LockError::Busy {
             key: "inventory:1".into(),
             waited: Duration::from_secs(10),
-            holder_ttl: Some(Duration::from_millis(1500)),
+            holder_ttl: Some(Duration::from_secs(25)),
+        })
+        .into_response();
+        assert_eq!(busy.status(), StatusCode::CONFLICT);
+        // Short and jittered, not the holder's 25 s lease.
+        let retry = busy.headers()[axum::http::header::RETRY_AFTER]
+            .to_str()
+            .unwrap();
+        assert!(retry == "1" || retry == "2", "{retry}");
+        let lost = AppError::Lock(LockError::Lost {
+            key: "inventory:1".into(),
         });
-        assert_eq!(busy.code(), (StatusCode::CONFLICT, ErrorCode::Busy));
-        let response = busy.into_response();
-        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            lost.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let unconfigured = AppError::Lock(LockError::NotConfigured).into_response();
+        assert_eq!(unconfigured.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(
             AppError::SoldOut(1).code(),
             (StatusCode::CONFLICT, ErrorCode::SoldOut)

@@ -56,3 +56,54 @@ fn serve_on_a_port_in_use_says_so() {
     assert!(stderr.contains("is in use"), "{stderr}");
     assert!(stderr.contains("--port 0"), "{stderr}");
 }
+
+/// The README's single-instance command, `inventory serve --port ..`, works without a Redis on
+/// 6379 and without `REDIS_URL`: it starts a redis-server of its own and stops it on exit.
+#[test]
+fn serve_without_redis_url_starts_its_own_redis_server() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::process::Stdio;
+
+    let dir = std::env::temp_dir().join(format!("inventory-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut child = inventory()
+        .env_remove("REDIS_URL")
+        .args(["serve", "--port", "0", "--watch-stdin", "--db"])
+        .arg(dir.join("inventory.db"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("first line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_owned();
+
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream
+        .write_all(
+            b"POST /skus/42/purchase/macro HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+
+    drop(child.stdin.take()); // --watch-stdin: the instance exits, and its redis-server with it
+    let status = child.wait().expect("wait");
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(stderr.contains("started redis-server on :"), "{stderr}");
+}

@@ -162,7 +162,13 @@ pub async fn assert_nothing_left(server: &RedisServer, lockers: &[&Locker]) {
 fn busy(lockers: &[&Locker]) -> Option<String> {
     let counters: Vec<_> = lockers
         .iter()
-        .map(|l| (l.watchdog_locks(), l.local_keys(), l.subscriptions()))
+        .map(|l| {
+            (
+                l.stats().watchdog_locks,
+                l.stats().local_keys,
+                l.stats().subscriptions,
+            )
+        })
         .collect();
     counters
         .iter()

@@ -1,0 +1,133 @@
+//! `Locker::with_lock` and `Acquire::with_lock`: the closure runs under the lock, lock failures and
+//! loss become its error, and the lock is released on every path, a panic included.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{locker, server};
+use lock_core::LockError;
+
+#[tokio::test]
+async fn the_body_runs_under_the_lock_and_the_lock_is_released_after() {
+    let server = server();
+    let locker = locker(&server).await;
+    let probe = locker.clone();
+    let (token, held_inside) = locker
+        .with_lock("inventory:1", |fence| async move {
+            assert_eq!(fence.key(), "inventory:1");
+            let token = fence.token().await?;
+            let held = probe.is_locked("inventory:1").await?;
+            Ok::<_, LockError>((token, held))
+        })
+        .await
+        .unwrap();
+    assert!(held_inside && token > 0);
+    assert!(!locker.is_locked("inventory:1").await.unwrap());
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+#[tokio::test]
+async fn a_busy_lock_is_the_bodys_error_and_the_body_does_not_run() {
+    let server = server();
+    let locker = locker(&server).await;
+    let other = common::locker(&server).await;
+    let held = other.lock("inventory:2").await.unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let result = locker
+        .lock("inventory:2")
+        .wait(Duration::from_millis(100))
+        .with_lock(|_| async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, LockError>(())
+        })
+        .await;
+    assert!(matches!(result, Err(LockError::Busy { .. })), "{result:?}");
+    assert!(!ran.load(Ordering::SeqCst));
+    held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// The body's own error type, as a service would have.
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        Self::Lock(error)
+    }
+}
+
+#[tokio::test]
+async fn a_lost_lock_aborts_the_body_with_lost() {
+    let server = server();
+    let locker = locker(&server).await;
+    let reached_the_end = Arc::new(AtomicBool::new(false));
+    let flag = reached_the_end.clone();
+    let started = Instant::now();
+    // A fixed lease of 300 ms and a body that takes 5 s: the lock is lost under it.
+    let result = locker
+        .lock("inventory:3")
+        .lease(Duration::from_millis(300))
+        .with_lock(|_| async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, AppError>(())
+        })
+        .await;
+    assert!(
+        matches!(result, Err(AppError::Lock(LockError::Lost { ref key })) if key == "inventory:3"),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "aborted at the loss"
+    );
+    assert!(!reached_the_end.load(Ordering::SeqCst));
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_body_still_releases_the_lock() {
+    let server = server();
+    let locker = locker(&server).await;
+    let task = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            locker
+                .with_lock("inventory:4", |_| async {
+                    if true {
+                        panic!("the body fails");
+                    }
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    let mut released = false;
+    for _ in 0..100 {
+        if !locker.is_locked("inventory:4").await.unwrap() {
+            released = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        released,
+        "released in the background, long before its 30 s lease"
+    );
+    // Another owner gets it at once.
+    let again = locker
+        .lock("inventory:4")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap();
+    again.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
