@@ -258,7 +258,16 @@ impl Acquire {
         let attempt = Attempt::new(&keys, new_token());
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
         let mut subscription: Option<Subscription> = None;
+        // The holder's TTL at the last try that found the lock held, once one did.
+        let mut seen_busy: Option<Option<Duration>> = None;
         loop {
+            if let Some(ttl) = seen_busy {
+                // The last sleep ended at the deadline: a try now would have no time left. The
+                // answer is what the last try found.
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(self.busy(started, ttl));
+                }
+            }
             let notify = subscription.as_ref().map(|s| s.notify.clone());
             let mut notified = notify.as_deref().map(|n| Box::pin(n.notified()));
             if let Some(n) = notified.as_mut() {
@@ -276,9 +285,15 @@ impl Acquire {
                 let retry = inner.settings.fallback_retry * 3;
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
-            let tried = self
-                .try_once(&mut on_drop.target, lease, flag, bound)
-                .await?;
+            let tried = match self.try_once(&mut on_drop.target, lease, flag, bound).await {
+                // Cut at the deadline after the lock was found held: the wait ran out while
+                // asking again, which is contention, not a Redis failure.
+                Err(LockError::Backend { source, .. }) if source.is_deadline() => match seen_busy {
+                    Some(ttl) => return Err(self.busy(started, ttl)),
+                    None => return Err(LockError::backend(Some(&self.key), source)),
+                },
+                tried => tried?,
+            };
             on_drop.disarm();
             let ttl = match tried {
                 Try::Won => {
@@ -293,6 +308,7 @@ impl Acquire {
                 }
                 Try::Busy { ttl } => ttl,
             };
+            seen_busy = Some(ttl);
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if try_once || remaining.is_some_and(|r| r.is_zero()) {
@@ -365,11 +381,7 @@ impl Acquire {
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
                     .await
-                    .unwrap_or_else(|_| {
-                        Err(BackendError::timed_out(
-                            "redis did not answer before the acquire's deadline",
-                        ))
-                    }),
+                    .unwrap_or_else(|_| Err(BackendError::deadline())),
                 None => call.await,
             };
             match reply {
@@ -391,7 +403,7 @@ impl Acquire {
                         backoff = (backoff * 2).min(Duration::from_secs(1));
                         continue;
                     }
-                    return Err(LockError::backend(Some(&self.key), error));
+                    return Err(LockError::backend_on(attempt.keys, &self.key, error));
                 }
             }
         }

@@ -26,6 +26,8 @@ enum Repr {
     Redis(redis::RedisError),
     /// A limit the kit sets on a call ran out; the call may still run on the server.
     TimedOut(&'static str),
+    /// An acquire's call was cut at the end of its wait.
+    Deadline,
     /// No answer decided the question (too few RedLock nodes answered, a renewal failed).
     Undecided(&'static str),
 }
@@ -44,6 +46,19 @@ impl BackendError {
             repr: Repr::TimedOut(what),
             context: None,
         }
+    }
+
+    /// An acquire's call cut at the end of the wait.
+    pub(crate) fn deadline() -> Self {
+        Self {
+            repr: Repr::Deadline,
+            context: None,
+        }
+    }
+
+    /// Whether this is an acquire's call cut at the end of its wait.
+    pub(crate) fn is_deadline(&self) -> bool {
+        matches!(self.repr, Repr::Deadline)
     }
 
     /// No answer decided it.
@@ -65,7 +80,7 @@ impl BackendError {
     pub fn is_timeout(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => e.is_timeout(),
-            Repr::TimedOut(_) => true,
+            Repr::TimedOut(_) | Repr::Deadline => true,
             Repr::Undecided(_) => false,
         }
     }
@@ -76,7 +91,7 @@ impl BackendError {
             Repr::Redis(e) => {
                 e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error()
             }
-            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
         }
     }
 
@@ -84,7 +99,7 @@ impl BackendError {
     pub fn code(&self) -> Option<&str> {
         match &self.repr {
             Repr::Redis(e) => e.code(),
-            Repr::TimedOut(_) | Repr::Undecided(_) => None,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => None,
         }
     }
 
@@ -104,7 +119,7 @@ impl BackendError {
                         Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
                     )
             }
-            Repr::TimedOut(_) | Repr::Undecided(_) => true,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => true,
         }
     }
 
@@ -114,7 +129,7 @@ impl BackendError {
     pub(crate) fn is_dropped_connection(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => e.is_connection_dropped() || e.is_io_error() && !e.is_timeout(),
-            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
         }
     }
 
@@ -128,7 +143,7 @@ impl BackendError {
     pub(crate) fn is_tls(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => is_tls_cause(e),
-            Repr::TimedOut(_) | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
         }
     }
 }
@@ -141,6 +156,9 @@ impl fmt::Display for BackendError {
         match &self.repr {
             Repr::Redis(e) => fmt::Display::fmt(e, f),
             Repr::TimedOut(what) => write!(f, "timed out: {what}"),
+            Repr::Deadline => {
+                f.write_str("timed out: redis did not answer before the acquire's deadline")
+            }
             Repr::Undecided(what) => f.write_str(what),
         }
     }
@@ -151,7 +169,7 @@ impl StdError for BackendError {
         // The client's message is this error's own text; its causes come next.
         match &self.repr {
             Repr::Redis(e) => e.source(),
-            Repr::TimedOut(_) | Repr::Undecided(_) => None,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => None,
         }
     }
 }

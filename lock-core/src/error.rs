@@ -51,11 +51,9 @@ pub enum LockError {
     WrongType {
         /// The user's key.
         key: String,
-        /// The Redis key to inspect, when the operation knew the locker's prefix
-        /// ([`Locker::force_unlock`](crate::Locker::force_unlock), `#[distributed_lock]`,
-        /// [`Locker::with_lock`](crate::Locker::with_lock)). Otherwise (awaiting
-        /// [`Locker::lock`](crate::Locker::lock)) the message names it as
-        /// `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
+        /// The Redis key to inspect (acquires and [`Locker::force_unlock`](crate::Locker::force_unlock)
+        /// name it). Where an operation did not know the locker's prefix the message names it
+        /// as `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
         redis_key: Option<String>,
     },
     /// Redis was unreachable, timed out, or answered with an error.

@@ -481,15 +481,10 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
         started.elapsed() < Duration::from_secs(1),
         "did not wait for the deadline"
     );
-    // The acquire does not know the locker's prefix: the message names the rest of the
-    // Redis key, hash tag included, and says where the prefix goes.
-    let (hash_tagged, _) = name.split_at(name.find('{').unwrap());
+    // The message names the Redis key an operator must inspect.
     let text = err.to_string();
     assert!(text.contains("another type"), "{text}");
-    assert!(
-        text.contains(&format!("`<prefix>{}`", &name[hash_tagged.len()..])),
-        "{text}"
-    );
+    assert!(text.contains(&format!("`{name}`")), "{text}");
     let kind: String = server.cmd(&["TYPE", &name]);
     assert_eq!(kind, "hash");
     // An operator's call knows it and names the exact key to inspect.
@@ -763,4 +758,29 @@ async fn a_handed_over_lock_nobody_takes_is_released_in_redis() {
         "the handed-over lock stayed in Redis"
     );
     common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A wait longer than the command timeout on a lock held throughout ends `Busy`, not as a
+/// Redis timeout: the last sleep ends at the deadline, and a try started there has no time
+/// left. (Before the fix, waits of at least the command timeout answered
+/// `Backend(TimedOut("redis did not answer before the acquire's deadline"))`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_longer_than_the_command_timeout_on_a_held_lock_ends_busy() {
+    let server = server();
+    let holder = locker(&server).await;
+    let waiter = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(200))
+        .fallback_retry(Duration::from_millis(120))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("k").await.unwrap();
+    for wait in [300, 450, 700] {
+        let wait = Duration::from_millis(wait);
+        let err = waiter.lock("k").wait(wait).await.unwrap_err();
+        assert!(err.is_busy(), "wait {wait:?}: {err}");
+    }
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &waiter]).await;
 }
