@@ -36,7 +36,7 @@ impl std::fmt::Debug for Fence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fence")
             .field("key", &self.held.key())
-            .field("token", &self.held.fence().get())
+            .field("token", &self.held.fence())
             .finish_non_exhaustive()
     }
 }
@@ -61,8 +61,11 @@ impl Fence {
     /// [`LockError::Lost`] when the lock is no longer ours before the token was issued (a holder
     /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again).
     pub async fn token(&self) -> Result<u64, LockError> {
-        let held = &self.held;
-        held.fence().get_or_try_init(|| self.issue()).await.copied()
+        if let Some(fence) = self.held.fence() {
+            return Ok(fence);
+        }
+        let fence = self.issue().await?;
+        Ok(self.held.keep_fence(fence))
     }
 
     async fn issue(&self) -> Result<u64, LockError> {

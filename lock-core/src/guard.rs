@@ -47,7 +47,7 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.held.key())
-            .field("fencing_token", &self.held.fence().get())
+            .field("fencing_token", &self.held.fence())
             .field("depth", &self.held.depth())
             .field("held", &self.is_held())
             .finish_non_exhaustive()

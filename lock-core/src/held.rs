@@ -4,11 +4,11 @@
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `HeldLock`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, OnceCell, OwnedSemaphorePermit};
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -60,8 +60,9 @@ pub(crate) struct HeldLock {
     key: String,
     grant: Grant,
     terms: Terms,
-    /// The fencing token, issued on first request (see `fence.rs`).
-    fence: OnceCell<u64>,
+    /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
+    /// clock in microseconds, never 0).
+    fence: AtomicU64,
     /// Nested guards alive (1 for a plain acquisition).
     depth: AtomicUsize,
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
@@ -115,7 +116,7 @@ impl HeldLock {
             key,
             grant,
             terms,
-            fence: OnceCell::new(),
+            fence: AtomicU64::new(0),
             depth: AtomicUsize::new(1),
             validity: Mutex::new(Validity {
                 until,
@@ -146,9 +147,25 @@ impl HeldLock {
         &self.grant.token
     }
 
-    /// The fencing token's cell: empty until it is first asked for.
-    pub(crate) fn fence(&self) -> &OnceCell<u64> {
-        &self.fence
+    /// The fencing token, if one was issued.
+    pub(crate) fn fence(&self) -> Option<u64> {
+        match self.fence.load(Ordering::Acquire) {
+            0 => None,
+            fence => Some(fence),
+        }
+    }
+
+    /// Keeps `fence` as this acquisition's token unless another was kept first (two callers
+    /// asked at once); returns the token kept. Both were issued while the lock was held, so
+    /// either is valid, and the one not kept is used by nobody.
+    pub(crate) fn keep_fence(&self, fence: u64) -> u64 {
+        match self
+            .fence
+            .compare_exchange(0, fence, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => fence,
+            Err(kept) => kept,
+        }
     }
 
     /// Local handoffs in a row that led to this holder (0: taken in Redis).
@@ -250,7 +267,7 @@ impl HeldLock {
     /// noticed yet).
     pub(crate) fn mark_lost(&self, why: &'static str) {
         if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(key = %self.key, fence = self.fence.get(), reason = why, "lock lost");
+            tracing::warn!(key = %self.key, fence = self.fence(), reason = why, "lock lost");
             self.lost_signal.notify_waiters();
             self.give_back_place();
         }

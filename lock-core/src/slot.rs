@@ -38,7 +38,8 @@ pub(crate) struct Slot<H> {
     contended: AtomicBool,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
-    baton: Mutex<Option<Baton>>,
+    /// Boxed: most slots never hold one, and a slot lives as long as its lock.
+    baton: Mutex<Option<Box<Baton>>>,
 }
 
 /// A lock handed over locally: the Redis key keeps the token; the next local holder takes it
@@ -97,19 +98,19 @@ impl<H> Slot<H> {
 
     /// Leaves a lock for the next local acquirer.
     pub(crate) fn put_baton(&self, baton: Baton) {
-        *self.baton.lock() = Some(baton);
+        *self.baton.lock() = Some(Box::new(baton));
     }
 
     /// Takes the lock left by the last local holder, if any.
     pub(crate) fn take_baton(&self) -> Option<Baton> {
-        self.baton.lock().take()
+        self.baton.lock().take().map(|baton| *baton)
     }
 
     /// Takes back the lock of handoff `id` if nobody took it.
     pub(crate) fn reclaim_baton(&self, id: u64) -> Option<Baton> {
         let mut baton = self.baton.lock();
         if baton.as_ref().is_some_and(|b| b.id == id) {
-            baton.take()
+            baton.take().map(|baton| *baton)
         } else {
             None
         }
