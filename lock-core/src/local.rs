@@ -23,6 +23,12 @@ use crate::watchdog::Watchdog;
 /// lockers (who cannot be seen from here without a round trip) get their turn.
 const MAX_STREAK: u32 = 4;
 
+/// Whether a lock valid until `valid_until` has time enough left to be handed over: the next
+/// holder's first renewal comes up to a third of the lease later, plus the pickup.
+fn worth_handing_over(valid_until: Instant, lease: Duration) -> bool {
+    valid_until >= Instant::now() + lease / 2
+}
+
 /// How long a handed-over lock waits for the next local holder (queued, so normally woken at
 /// once) before it is released in Redis after all.
 const PICKUP: Duration = Duration::from_millis(5);
@@ -139,7 +145,7 @@ impl LocalLocks {
             return false;
         };
         let valid_until = held.valid_until();
-        if held.is_lost() || valid_until < Instant::now() + lease / 2 {
+        if held.is_lost() || !worth_handing_over(valid_until, lease) {
             return false;
         }
         let id = held.id();
@@ -176,7 +182,7 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = mode else {
             return Some(Err(baton));
         };
-        if baton.valid_until < Instant::now() + lease / 2 {
+        if !worth_handing_over(baton.valid_until, lease) {
             return Some(Err(baton));
         }
         Some(Ok(Grant {
