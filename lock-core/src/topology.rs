@@ -228,6 +228,7 @@ pub(crate) async fn connect(
             let store = Store::RedLock(RedLockStore {
                 nodes,
                 timeout: timeouts.command,
+                in_flight: Default::default(),
             });
             (store, PubSubSource::Nodes(clients))
         }

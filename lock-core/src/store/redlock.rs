@@ -1,9 +1,13 @@
 //! The RedLock strategy: independent primaries, a lock is held when a majority holds it.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use parking_lot::Mutex;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::node::Node;
@@ -45,6 +49,10 @@ pub(crate) struct RedLockStore {
     pub(crate) nodes: Vec<Node>,
     /// Per-node limit of one call.
     pub(crate) timeout: Duration,
+    /// Per token, how many node acquires of it are still running. A release waits for them:
+    /// a grant that lands on a slow node after the release went there would stay until its
+    /// lease.
+    pub(crate) in_flight: Arc<Mutex<HashMap<String, watch::Receiver<usize>>>>,
 }
 
 /// What the acquiring caller decided, for the per-node tasks of an acquire.
@@ -75,10 +83,14 @@ impl RedLockStore {
         let per_node = (args.lease / 50).clamp(Duration::from_millis(10), self.timeout);
         let started = Instant::now();
         let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
+        let (running_tx, running_rx) = watch::channel(self.nodes.len());
+        self.in_flight.lock().insert(token.to_owned(), running_rx);
+        let running_tx = Arc::new(running_tx);
         let tasks = self.nodes.iter().map(|node| {
             let node = node.clone();
             let (keys, token) = (keys.clone(), token.to_owned());
             let mut verdict = verdict_rx.clone();
+            let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
             tokio::spawn(async move {
                 let reply = tokio::time::timeout(per_node, node.acquire(&keys, &token, args))
                     .await
@@ -87,6 +99,10 @@ impl RedLockStore {
                             "redlock node did not answer in time",
                         ))
                     });
+                running.send_modify(|n| *n -= 1);
+                if *running.borrow() == 0 {
+                    in_flight.lock().remove(&token);
+                }
                 if !matches!(
                     reply,
                     Ok(AcquireReply::Busy { .. } | AcquireReply::Guarded { .. })
@@ -216,6 +232,11 @@ impl RedLockStore {
         keys: &RedisKeys,
         token: &str,
     ) -> Result<ReleaseReply, BackendError> {
+        let running = self.in_flight.lock().get(token).cloned();
+        if let Some(mut running) = running {
+            // Each is cut at its per-node limit, so this wait is bounded.
+            let _ = running.wait_for(|n| *n == 0).await;
+        }
         let quorum = self.quorum();
         let total = self.nodes.len();
         let tally = |done: &[Result<ReleaseReply, BackendError>]| {
