@@ -12,7 +12,7 @@ use crate::backend_error::BackendError;
 use crate::error::{DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
-use crate::key::{self, RedisKeys};
+use crate::key::{self, Access, RedisKeys};
 use crate::limits::{self, WAIT_FOREVER};
 use crate::local::LocalLocks;
 use crate::locker::Locker;
@@ -58,16 +58,18 @@ use crate::waiters::Subscription;
 pub struct Acquire {
     locker: Locker,
     key: String,
+    access: Access,
     wait: Option<Duration>,
     lease: Option<Duration>,
     max_hold: Option<Duration>,
 }
 
 impl Acquire {
-    pub(crate) fn new(locker: Locker, key: String) -> Self {
+    pub(crate) fn new(locker: Locker, key: String, access: Access) -> Self {
         Self {
             locker,
             key,
+            access,
             wait: None,
             lease: None,
             max_hold: None,
@@ -121,7 +123,10 @@ impl IntoFuture for Acquire {
     type IntoFuture = AcquireFuture;
 
     fn into_future(self) -> AcquireFuture {
-        let span = tracing::debug_span!("lock.acquire", key = %self.key);
+        let span = match self.access {
+            Access::Exclusive => tracing::debug_span!("lock.acquire", key = %self.key),
+            Access::Shared => tracing::debug_span!("lock.acquire", key = %self.key, read = true),
+        };
         AcquireFuture {
             inner: Box::pin(self.run().instrument(span)),
         }
@@ -148,7 +153,26 @@ impl Acquire {
         let deadline = started.checked_add(wait.min(WAIT_FOREVER));
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
-        let slot = inner.local.slot(&self.key);
+        let slot = match self.access {
+            Access::Exclusive => {
+                if inner.local.reads(&self.key, owner) {
+                    return Err(LockError::WriteInsideRead {
+                        key: self.key.clone(),
+                    });
+                }
+                inner.local.slot(&self.key)
+            }
+            Access::Shared => {
+                // A read inside this task's write lock shares the write lock.
+                let writes = inner.local.slot(&self.key);
+                if let Some(reentered) = inner.local.reenter(&writes, owner) {
+                    return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
+                }
+                // Readers do not exclude each other: each task has a slot of its own, for
+                // reentrancy.
+                inner.local.reader_slot(&self.key, owner)
+            }
+        };
         if let Some(reentered) = inner.local.reenter(&slot, owner) {
             return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
         }
@@ -186,7 +210,10 @@ impl Acquire {
                     let until = deadline.map_or(until, |d| d.min(until));
                     tokio::time::sleep_until(until).await;
                 }
-                let keys = inner.keys(&self.key);
+                let keys = match self.access {
+                    Access::Exclusive => inner.keys(&self.key),
+                    Access::Shared => inner.keys(&self.key).shared(),
+                };
                 self.acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
                     .await?
             }

@@ -92,6 +92,28 @@ pub enum LockError {
         /// Replicas required.
         wanted: u64,
     },
+    /// A task that holds a read lock asked for the write lock (or the mutex) of the same key. A
+    /// read lock cannot be upgraded: the write would wait for the task's own read lock. Release
+    /// the read lock first, or take the write lock from the start (a read inside a write is
+    /// allowed).
+    #[error(
+        "lock `{key}`: this task holds it for reading and asked to write; a read lock cannot be \
+         upgraded (release it first, or take the write lock from the start)"
+    )]
+    WriteInsideRead {
+        /// The user's key.
+        key: String,
+    },
+    /// A fencing token was asked of a read lock: tokens order exclusive holders (a mutex, a
+    /// write lock), and readers hold together.
+    #[error("lock `{key}` is held for reading: fencing tokens are issued to writers only")]
+    NotExclusive {
+        /// The user's key.
+        key: String,
+    },
+    /// [`Locker::lock_all`](crate::Locker::lock_all) was given no keys.
+    #[error("lock_all needs at least one key")]
+    NoKeys,
     /// `#[distributed_lock]` named no locker and no global one was set with
     /// [`Locker::set_global`](crate::Locker::set_global).
     #[error("no locker configured: call Locker::set_global(..) at start-up or pass `locker = ..`")]
@@ -319,9 +341,11 @@ impl LockError {
             | Self::Lost { key }
             | Self::InvalidKey { key, .. }
             | Self::WrongType { key, .. }
-            | Self::NotReplicated { key, .. } => Some(key),
+            | Self::NotReplicated { key, .. }
+            | Self::WriteInsideRead { key }
+            | Self::NotExclusive { key } => Some(key),
             Self::Backend { key, .. } | Self::Tls { key, .. } => key.as_deref(),
-            Self::Config(_) | Self::NotConfigured => None,
+            Self::Config(_) | Self::NotConfigured | Self::NoKeys => None,
         }
     }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::error::LockError;
 use crate::held::HeldLock;
+use crate::key::Access;
 use crate::locker::Locker;
 
 /// A handle to the fencing token of one acquisition, for code that does not hold the guard
@@ -59,8 +60,14 @@ impl Fence {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock is no longer ours before the token was issued (a holder
-    /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again).
+    /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again);
+    /// [`LockError::NotExclusive`] for a read lock.
     pub async fn token(&self) -> Result<u64, LockError> {
+        if self.held.keys().access == Access::Shared {
+            return Err(LockError::NotExclusive {
+                key: self.held.key().to_owned(),
+            });
+        }
         if let Some(fence) = self.held.fence() {
             return Ok(fence);
         }

@@ -69,6 +69,13 @@ impl LockGuard {
         self.held.key()
     }
 
+    /// Whether this is a read lock ([`Locker::read`](crate::Locker::read)), held together with
+    /// other readers; `false` for a mutex or write lock (also for a read nested inside this
+    /// task's write lock, which shares the write lock).
+    pub fn is_shared(&self) -> bool {
+        self.held.keys().access == crate::key::Access::Shared
+    }
+
     /// The fencing token of this acquisition: strictly greater than every token issued before
     /// for the same key. Hand it to the resource you protect and let it reject writes that
     /// carry a smaller token than one it has already seen: that stops a holder that lost its
@@ -79,7 +86,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was lost before the token was issued;
-    /// [`LockError::Backend`] when Redis fails.
+    /// [`LockError::Backend`] when Redis fails; [`LockError::NotExclusive`] for a read lock
+    /// ([`Locker::read`](crate::Locker::read)).
     pub async fn fencing_token(&self) -> Result<u64, LockError> {
         self.held.touched();
         self.fence().token().await
@@ -133,7 +141,7 @@ impl LockGuard {
             return Err(self.held.lost_error());
         }
         let sent_at = Instant::now();
-        let pair = [(self.held.keys().lock.as_str(), self.held.token())];
+        let pair = [(self.held.keys(), self.held.token())];
         match self.locker.inner.store.renew(&pair, by).await.first() {
             Some(Renewal::Renewed) => {
                 self.held.confirm_extension(sent_at, by);

@@ -9,6 +9,7 @@
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
+//! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //!
 //! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
@@ -28,23 +29,45 @@ pub(crate) const MAX_PREFIX_LEN: usize = 128;
 #[derive(Debug, Clone)]
 pub(crate) struct RedisKeys {
     pub(crate) lock: String,
-    /// Length of `p{h}` at the start of `lock`.
-    tagged: usize,
+    /// Length of `p{h}` at the start of `lock` (at most 128 + 18 bytes).
+    tagged: u16,
+    /// Which lock of the key these names serve; the store picks its scripts by it.
+    pub(crate) access: Access,
+}
+
+/// The two ways to hold a key: alone (a mutex, a write lock) or shared with other readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Exclusive,
+    Shared,
 }
 
 impl RedisKeys {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
         let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
         let tag = &digest[..16];
+        let tagged = prefix.len() + tag.len() + 2;
         Self {
             lock: format!("{prefix}{{{tag}}}:lock:{key}"),
-            tagged: prefix.len() + tag.len() + 2,
+            // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
+            tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
+            access: Access::Exclusive,
         }
+    }
+
+    /// The same names, for a read lock.
+    pub(crate) fn shared(mut self) -> Self {
+        self.access = Access::Shared;
+        self
+    }
+
+    fn tagged(&self) -> usize {
+        usize::from(self.tagged)
     }
 
     /// `p{h}:<kind>:k`.
     fn sibling(&self, kind: &str) -> String {
-        let (tagged, rest) = self.lock.split_at(self.tagged);
+        let (tagged, rest) = self.lock.split_at(self.tagged());
         format!("{tagged}:{kind}:{}", &rest[":lock:".len()..])
     }
 
@@ -63,9 +86,14 @@ impl RedisKeys {
         self.sibling("waiting")
     }
 
+    /// The readers set of this key (see `scripts/read_acquire.lua`).
+    pub(crate) fn readers(&self) -> String {
+        self.sibling("readers")
+    }
+
     /// The release latch of `token` (see `scripts/release.lua`).
     pub(crate) fn latch(&self, token: &str) -> String {
-        format!("{}:unlocked:{token}", &self.lock[..self.tagged])
+        format!("{}:unlocked:{token}", &self.lock[..self.tagged()])
     }
 }
 

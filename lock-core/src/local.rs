@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::held::{Grant, HeldLock, LeaseMode};
+use crate::key::Access;
 use crate::owner::Owner;
 use crate::slot::{Baton, SlotRef, Slots};
 use crate::store::Store;
@@ -33,10 +34,17 @@ fn worth_handing_over(valid_until: Instant, lease: Duration) -> bool {
 /// once) before it is released in Redis after all.
 const PICKUP: Duration = Duration::from_millis(5);
 
+/// The name of a read-lock slot: the owner and the key (a NUL cannot start a Debug form).
+fn reader_slot_name(key: &str, owner: Owner) -> String {
+    format!("{owner:?}\0{key}")
+}
+
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
     slots: Slots<HeldLock>,
+    /// The read locks, one slot per key and task (readers do not queue behind each other).
+    readers: Slots<HeldLock>,
     watchdog: Arc<Watchdog>,
 }
 
@@ -53,6 +61,7 @@ impl LocalLocks {
     pub(crate) fn new(watchdog: Arc<Watchdog>) -> Self {
         Self {
             slots: Slots::default(),
+            readers: Slots::default(),
             watchdog,
         }
     }
@@ -62,9 +71,26 @@ impl LocalLocks {
         self.slots.get(key)
     }
 
-    /// Number of keys with local state: held, or waited for.
+    /// The read-lock slot of `key` for `owner`, created if needed.
+    pub(crate) fn reader_slot(&self, key: &str, owner: Owner) -> SlotRef<HeldLock> {
+        self.readers.get(&reader_slot_name(key, owner))
+    }
+
+    /// Whether `owner` holds a read lock of `key`.
+    pub(crate) fn reads(&self, key: &str, owner: Owner) -> bool {
+        if self.readers.len() == 0 {
+            return false;
+        }
+        self.readers
+            .find(&reader_slot_name(key, owner))
+            .and_then(|slot| slot.holder().upgrade())
+            .is_some_and(|held| held.reentrant_for(owner))
+    }
+
+    /// Number of keys with local state: held, or waited for (a read lock counts once per
+    /// task).
     pub(crate) fn len(&self) -> usize {
-        self.slots.len()
+        self.slots.len() + self.readers.len()
     }
 
     /// The watchdog's view of the held locks.
@@ -133,6 +159,10 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return false;
         };
+        if held.keys().access == Access::Shared {
+            // Readers do not queue behind each other: nobody waits for this one's place.
+            return false;
+        }
         let slot = held.slot();
         if Arc::strong_count(held) != 1
             || !slot.has_waiters()

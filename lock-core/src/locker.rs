@@ -10,7 +10,7 @@ use crate::acquire::Acquire;
 use crate::builder::LockerBuilder;
 use crate::connection::Timeouts;
 use crate::error::LockError;
-use crate::key::{self, RedisKeys};
+use crate::key::{self, Access, RedisKeys};
 use crate::local::LocalLocks;
 use crate::release::{self, Releaser};
 use crate::store::Store;
@@ -109,7 +109,56 @@ impl Locker {
     ///
     /// The key is validated when the acquire is awaited ([`LockError::InvalidKey`]).
     pub fn lock(&self, key: impl Into<String>) -> Acquire {
-        Acquire::new(self.clone(), key.into())
+        Acquire::new(self.clone(), key.into(), Access::Exclusive)
+    }
+
+    /// Starts acquiring the write lock of `key`: the read-write lock's exclusive side. It is
+    /// the same lock as [`lock`](Self::lock) (a mutex of a key is its write lock), named for
+    /// code that also reads the key with [`read`](Self::read): it excludes every reader and
+    /// every other writer, and gets fencing tokens.
+    ///
+    /// A waiting writer is not starved by a stream of readers: while one waits, new readers
+    /// (of any process) wait too, and the writer gets the lock when the current readers are
+    /// done. A task that holds the read lock of `key` gets [`LockError::WriteInsideRead`]
+    /// instead of waiting for itself.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let writer = locker.write("catalogue").await?;
+    /// // ... rewrite the catalogue; no reader sees it half done ...
+    /// writer.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write(&self, key: impl Into<String>) -> Acquire {
+        self.lock(key)
+    }
+
+    /// Starts acquiring the read lock of `key`: any number of readers, in every process, hold
+    /// it together while no writer ([`write`](Self::write) or [`lock`](Self::lock) of the same
+    /// key) holds it or waits for it. Configure it like any [`Acquire`]; the guard is a
+    /// [`LockGuard`](crate::LockGuard) whose lease the watchdog renews per reader (a crashed
+    /// reader's hold ends with its own lease, not with the others'), with the lost signal.
+    ///
+    /// Reentrant per task: a read inside the task's own read or write lock of the key is a
+    /// nested guard, at once. Readers get no fencing token
+    /// ([`LockError::NotExclusive`]): readers hold together, tokens order exclusive holders.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let reader = locker.read("catalogue").wait(Duration::from_secs(1)).await?;
+    /// // ... read the catalogue; writers wait until every reader is done ...
+    /// reader.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read(&self, key: impl Into<String>) -> Acquire {
+        Acquire::new(self.clone(), key.into(), Access::Shared)
     }
 
     /// Whether anyone (any process) holds `key` right now. One `EXISTS`.

@@ -6,9 +6,27 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// `scripts/acquire.lua`: take the lock, or learn how long it stays taken and flag the wait.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+/// `scripts/acquire.lua` (after `scripts/guard.lua`): take the lock, or learn how long it
+/// stays taken and flag the wait.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/guard.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
+
+/// `scripts/read_acquire.lua` (after `scripts/guard.lua`): take a read lock, or learn how long
+/// to wait for the writer.
+pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/guard.lua"),
+        include_str!("scripts/read_acquire.lua")
+    ))
+});
+
+/// `scripts/read_release.lua`: drop a read lock; the last reader out tells a waiting writer.
+pub(crate) static READ_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/read_release.lua")));
 
 /// `scripts/fence.lua`: issue the next fencing token to the lock's holder.
 pub(crate) static FENCE: LazyLock<Script> =
@@ -18,7 +36,8 @@ pub(crate) static FENCE: LazyLock<Script> =
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 
-/// `scripts/renew.lua`: compare the token and set a new lease, for a batch of keys.
+/// `scripts/renew.lua`: compare the token and set a new lease, for a batch of locks (exclusive
+/// and read locks).
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 

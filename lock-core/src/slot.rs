@@ -163,6 +163,11 @@ impl<H> Slots<H> {
         }
     }
 
+    /// The slot of `key` if it exists (not counted as a user: for a look only).
+    pub(crate) fn find(&self, key: &str) -> Option<Arc<Slot<H>>> {
+        self.slots.lock().get(key).cloned()
+    }
+
     /// Number of keys with local state (held, or being waited for).
     pub(crate) fn len(&self) -> usize {
         self.slots.lock().len()

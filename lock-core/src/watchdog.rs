@@ -87,10 +87,7 @@ impl Watchdog {
                 .fetch_add(Store::renew_calls(locks.len()), Ordering::Relaxed);
             async move {
                 let sent_at = Instant::now();
-                let pairs: Vec<(&str, &str)> = locks
-                    .iter()
-                    .map(|h| (h.keys().lock.as_str(), h.token()))
-                    .collect();
+                let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
                 let answers = store.renew(&pairs, lease).await;
                 for (held, answer) in locks.iter().zip(answers) {
                     match answer {

@@ -2,13 +2,14 @@
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the release channel of this lock key
+-- ARGV[2]  the readers set of this lock key (see read_acquire.lua), a key name in its hash slot
 --
--- Returns 1 when a lock was deleted, 0 when there was none. A key of another type is left alone
--- and reported as a WRONGTYPE error.
+-- Returns 1 when a lock (a writer's, or every reader's) was deleted, 0 when there was none. A
+-- key of another type is left alone and reported as a WRONGTYPE error.
 if redis.call('TYPE', KEYS[1])['ok'] == 'none' then
   return 0
 end
 redis.call('GET', KEYS[1])
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], ARGV[2])
 redis.pcall('PUBLISH', ARGV[1], '1')
 return 1

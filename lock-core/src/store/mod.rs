@@ -141,8 +141,8 @@ impl Store {
         }
     }
 
-    /// Renews `locks` (lock key, token) with `lease`; one answer per lock, in order.
-    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+    /// Renews `locks` (their keys, token) with `lease`; one answer per lock, in order.
+    pub(crate) async fn renew(&self, locks: &[(&RedisKeys, &str)], lease: Duration) -> Vec<Renewal> {
         match self {
             Self::Single(store) => store.renew(locks, lease).await,
             Self::RedLock(store) => store.renew(locks, lease).await,

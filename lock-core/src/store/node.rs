@@ -12,7 +12,7 @@ use super::reply::{AcquireReply, FenceReply, ReleaseReply, RenewReply, Renewal};
 use super::{AcquireArgs, MinReplicas, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::Connection;
-use crate::key::RedisKeys;
+use crate::key::{Access, RedisKeys};
 use crate::limits::lease_ms;
 use crate::scripts::{self, ScriptCall};
 
@@ -29,8 +29,8 @@ impl Node {
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
     /// server yet (otherwise only the script recognises a lock already ours), and no restart
     /// guard has to be checked first.
-    fn plain_set(&self, args: AcquireArgs) -> bool {
-        args.fresh_token && self.restart_guard.is_none()
+    fn plain_set(&self, keys: &RedisKeys, args: AcquireArgs) -> bool {
+        args.fresh_token && self.restart_guard.is_none() && keys.access == Access::Exclusive
     }
 
     /// `SET lock token NX PX lease`: the whole uncontended acquire.
@@ -46,12 +46,19 @@ impl Node {
 
     /// The acquire script call for `token`.
     fn acquire_call(&self, keys: &RedisKeys, token: &str, args: AcquireArgs) -> ScriptCall {
-        let mut call = ScriptCall::new(&scripts::ACQUIRE);
+        let script = match keys.access {
+            Access::Exclusive => &scripts::ACQUIRE,
+            Access::Shared => &scripts::READ_ACQUIRE,
+        };
+        let mut call = ScriptCall::new(script);
         call.key(&keys.lock)
             .arg(token)
             .arg(lease_ms(args.lease))
             .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX))
             .arg(keys.waiting());
+        if keys.access == Access::Shared {
+            call.arg(keys.readers());
+        }
         if let Some(guard) = &self.restart_guard {
             call.key(&guard.epoch_key).arg(lease_ms(guard.guard));
         }
@@ -67,7 +74,7 @@ impl Node {
         token: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
-        if self.plain_set(args) {
+        if self.plain_set(keys, args) {
             let set: Value = Self::set_nx(keys, token, args.lease)
                 .query_async(&mut self.conn.clone())
                 .await
@@ -101,7 +108,7 @@ impl Node {
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
         let mut conn = self.conn.clone();
-        if self.plain_set(args) {
+        if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
             let (reply, acked) = with_wait(&mut conn, &set, None, &keys.lock, min)
                 .await
@@ -146,37 +153,45 @@ impl Node {
         keys: &RedisKeys,
         token: &str,
     ) -> Result<ReleaseReply, BackendError> {
-        let latch_key = keys.latch(token);
-        let waiting = keys.waiting();
+        let mut call = match keys.access {
+            Access::Exclusive => ScriptCall::new(&scripts::RELEASE),
+            Access::Shared => ScriptCall::new(&scripts::READ_RELEASE),
+        };
+        call.key(&keys.lock)
+            .arg(token)
+            .arg(keys.channel())
+            .arg(lease_ms(self.latch))
+            .arg(keys.latch(token))
+            .arg(keys.waiting());
+        if keys.access == Access::Shared {
+            call.arg(keys.readers());
+        }
         retry_dropped(|| {
             let mut conn = self.conn.clone();
-            let (latch_key, waiting) = (&latch_key, &waiting);
-            async move {
-                scripts::RELEASE
-                    .key(&keys.lock)
-                    .arg(token)
-                    .arg(keys.channel())
-                    .arg(lease_ms(self.latch))
-                    .arg(latch_key)
-                    .arg(waiting)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(BackendError::redis)
-            }
+            let call = &call;
+            async move { call.invoke(&mut conn).await.map_err(BackendError::redis) }
         })
         .await
     }
 
-    /// Renews `locks` (lock key, token); `Unknown` where the call failed.
-    pub(crate) async fn renew(&self, locks: &[(&str, &str)], lease: Duration) -> Vec<Renewal> {
+    /// Renews `locks` (their keys, token); `Unknown` where the call failed.
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: Duration,
+    ) -> Vec<Renewal> {
         // In a cluster a script's keys must share a slot: every lock is its own call there (all
         // sent at once, so each node still gets them in one pipelined write).
         let size = if self.conn.is_cluster() { 1 } else { BATCH };
         let calls = locks.chunks(size).map(|chunk| async move {
             let mut invocation = scripts::RENEW.prepare_invoke();
             invocation.arg(lease_ms(lease));
-            for (key, token) in chunk {
-                invocation.key(*key).arg(*token);
+            for (keys, token) in chunk {
+                let readers = match keys.access {
+                    Access::Exclusive => String::new(),
+                    Access::Shared => keys.readers(),
+                };
+                invocation.key(&keys.lock).arg(*token).arg(readers);
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
             // the next tick, so connection resets do not eat into the lease.
@@ -234,6 +249,7 @@ impl Node {
         scripts::FORCE_UNLOCK
             .key(&keys.lock)
             .arg(keys.channel())
+            .arg(keys.readers())
             .invoke_async::<i64>(&mut self.conn.clone())
             .await
             .map(|deleted| deleted == 1)

@@ -1,0 +1,61 @@
+-- Take a read (shared) lock: granted while no writer holds the lock and none waits for it.
+-- guard.lua is prepended to this script.
+--
+-- Layout: the lock key is shared with the exclusive lock (a mutex of the same key is its write
+-- lock). While readers hold it, the lock key holds the marker "readers" with the longest reader
+-- lease as TTL, so a writer's `SET NX` or acquire.lua finds it taken; each reader is a member of
+-- the readers set, scored by when its lease ends (server clock, ms), so a crashed reader's hold
+-- ends on its own, not with the others'.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[2]  the lease in milliseconds (>= 1)
+-- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
+-- ARGV[4]  the waiting flag of the lock key (see acquire.lua)
+-- ARGV[5]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
+-- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
+-- ARGV[6]  (with KEYS[2]) the restart guard in milliseconds
+--
+-- ARGV[4] and ARGV[5] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
+--
+-- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
+-- same token is idempotent and re-applies the lease), {0, pttl} when a writer holds the lock
+-- (its remaining lease; the caller's waiting flag is set so the writer's release tells it), or
+-- when the waiting flag says that a writer waits (the flag's remaining life: readers let the
+-- writer go first, so a stream of readers cannot starve it), or {2, ms} inside the restart
+-- guard. A lock key of another type fails with WRONGTYPE and is never overwritten.
+local lease = tonumber(ARGV[2])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lock lease must be at least 1 ms')
+end
+if KEYS[2] then
+  local young = restart_guard(KEYS[2], ARGV[6])
+  if young > 0 then
+    return {2, young}
+  end
+end
+local current = redis.call('GET', KEYS[1])
+local flag = tonumber(ARGV[3]) or 0
+if current and current ~= 'readers' then
+  if flag > 0 then
+    redis.call('SET', ARGV[4], '1', 'PX', flag)
+  end
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', ARGV[5], '-inf', string.format('%.0f', now))
+if not redis.call('ZSCORE', ARGV[5], ARGV[1]) then
+  -- A waiting writer goes first. The flag is not renewed here: only writers keep it alive, so
+  -- one left by a writer that gave up ends with its TTL.
+  local waiting = redis.call('PTTL', ARGV[4])
+  if waiting ~= -2 then
+    return {0, waiting}
+  end
+end
+redis.call('ZADD', ARGV[5], string.format('%.0f', now + lease), ARGV[1])
+local last = redis.call('ZRANGE', ARGV[5], -1, -1, 'WITHSCORES')
+local ttl = math.max(tonumber(last[2]) - now, 1)
+redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
+redis.call('PEXPIRE', ARGV[5], ttl)
+return {1, 0}
