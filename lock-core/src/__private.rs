@@ -5,7 +5,50 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use crate::template::KeyBuilder;
-pub use crate::{LockError, LockGuard, Locker};
+pub use crate::{LockError, LockGuard, Locker, MultiLockGuard};
+
+/// What the runner needs of a guard: one lock or several.
+pub trait Section: Send + Sync + Sized {
+    /// Resolves when the lock (any of the locks) is lost.
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_;
+    /// The error that reports the loss.
+    fn lost_error(&self) -> LockError;
+    /// Releases the lock(s).
+    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send;
+}
+
+impl Section for LockGuard {
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        Self::lost(self)
+    }
+
+    fn lost_error(&self) -> LockError {
+        LockError::Lost {
+            key: self.key().to_owned(),
+        }
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
+        Self::release(self)
+    }
+}
+
+impl Section for MultiLockGuard {
+    fn lost(&self) -> impl Future<Output = ()> + Send + '_ {
+        Self::lost(self)
+    }
+
+    fn lost_error(&self) -> LockError {
+        let key = self.lost_key().or_else(|| self.keys().next());
+        LockError::Lost {
+            key: key.unwrap_or_default().to_owned(),
+        }
+    }
+
+    fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
+        Self::release(self)
+    }
+}
 
 /// What the generated code does when the lock is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,10 +85,45 @@ pub async fn acquire(
     acquire.await.map_err(|e| e.in_locker(locker.prefix()))
 }
 
+/// Acquires the read lock of `key` with the attribute's settings (`mode = "read"`).
+pub async fn acquire_read(
+    locker: &Locker,
+    key: String,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<LockGuard, LockError> {
+    let mut acquire = locker.read(key);
+    if let Some(wait) = wait {
+        acquire = acquire.wait(wait);
+    }
+    if let Some(lease) = lease {
+        acquire = acquire.lease(lease);
+    }
+    acquire.await.map_err(|e| e.in_locker(locker.prefix()))
+}
+
+/// Acquires all of `keys` with the attribute's settings (`keys = [..]`).
+pub async fn acquire_all(
+    locker: &Locker,
+    keys: Vec<String>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<MultiLockGuard, LockError> {
+    let mut acquire = locker.lock_all(keys);
+    if let Some(wait) = wait {
+        acquire = acquire.wait(wait);
+    }
+    if let Some(lease) = lease {
+        acquire = acquire.lease(lease);
+    }
+    acquire.await.map_err(|e| e.in_locker(locker.prefix()))
+}
+
 /// Runs the body under the guard, then releases the lock. A failed release is logged, not
 /// returned: the body's result stands (the key expires with its lease).
-pub async fn run<T, E, F>(guard: LockGuard, on_lost: OnLost, body: F) -> Result<T, E>
+pub async fn run<G, T, E, F>(guard: G, on_lost: OnLost, body: F) -> Result<T, E>
 where
+    G: Section,
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
@@ -56,7 +134,7 @@ where
                 biased;
                 result = body.as_mut() => result,
                 () = guard.lost() => {
-                    tracing::warn!(key = guard.key(), "lock lost while the locked fn runs; on_lost = \"continue\" lets it finish");
+                    tracing::warn!(error = %guard.lost_error(), "lock lost while the locked fn runs; on_lost = \"continue\" lets it finish");
                     body.await
                 }
             }
@@ -65,7 +143,7 @@ where
             tokio::select! {
                 biased;
                 result = body => result,
-                () = guard.lost() => Err(E::from(LockError::Lost { key: guard.key().to_owned() })),
+                () = guard.lost() => Err(E::from(guard.lost_error())),
             }
         }
     };

@@ -130,6 +130,9 @@ pub enum InvalidKeyReason {
     /// The key is longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
     #[error("the key is longer than {} bytes", crate::MAX_KEY_LEN)]
     TooLong,
+    /// A [`MultiLockGuard`](crate::MultiLockGuard) was asked about a key it does not hold.
+    #[error("the guard does not hold this key")]
+    NotHeld,
 }
 
 /// A configuration value or call argument that the kit refuses before talking to Redis.

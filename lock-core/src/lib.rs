@@ -193,6 +193,7 @@ mod key;
 mod limits;
 mod local;
 mod locker;
+mod multi;
 mod owner;
 mod release;
 mod scripts;
@@ -217,6 +218,7 @@ pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;
 pub use locker::{Locker, LockerStats};
+pub use multi::{AcquireAll, MultiLockGuard};
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
@@ -240,6 +242,9 @@ mod bounds {
         is_send::<AcquireFuture>();
         is_send::<Acquire>();
         is_send::<LockError>();
+        is_send::<MultiLockGuard>();
+        is_sync::<MultiLockGuard>();
+        is_send::<AcquireAll>();
         is_sync::<LockError>();
     }
 }

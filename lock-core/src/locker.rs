@@ -12,6 +12,7 @@ use crate::connection::Timeouts;
 use crate::error::LockError;
 use crate::key::{self, Access, RedisKeys};
 use crate::local::LocalLocks;
+use crate::multi::AcquireAll;
 use crate::release::{self, Releaser};
 use crate::store::Store;
 use crate::waiters::{PubSubSource, Waiters};
@@ -110,6 +111,32 @@ impl Locker {
     /// The key is validated when the acquire is awaited ([`LockError::InvalidKey`]).
     pub fn lock(&self, key: impl Into<String>) -> Acquire {
         Acquire::new(self.clone(), key.into(), Access::Exclusive)
+    }
+
+    /// Starts acquiring several keys at once, all or nothing, as one
+    /// [`MultiLockGuard`](crate::MultiLockGuard): the keys are taken in one order for every
+    /// caller (sorted, duplicates removed), so callers naming them in different orders cannot
+    /// deadlock, and a failure on any key gives back the ones already taken before the error
+    /// is returned. Each key is an ordinary lock (watchdog, waiting, fencing token of its own);
+    /// the guard's [`lost`](crate::MultiLockGuard::lost) resolves when any is lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let both = locker.lock_all(["account:7", "account:3"]).wait(Duration::from_secs(3)).await?;
+    /// // ... move money from 7 to 3 ...
+    /// both.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn lock_all<I, S>(&self, keys: I) -> AcquireAll
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        AcquireAll::new(self.clone(), keys.into_iter().map(Into::into).collect())
     }
 
     /// Starts acquiring the write lock of `key`: the read-write lock's exclusive side. It is

@@ -45,9 +45,19 @@ async fn readers_share_and_a_writer_waits_for_all_of_them() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     w.release().await.unwrap();
     let r = reader.await.unwrap().unwrap();
-    assert!(matches!(r.fencing_token().await, Err(LockError::NotExclusive { .. })));
+    assert!(matches!(
+        r.fencing_token().await,
+        Err(LockError::NotExclusive { .. })
+    ));
     r.release().await.unwrap();
-    assert!(server.keys("lock:*").iter().all(|k| !k.contains(":lock:") && !k.contains(":readers:")), "{:?}", server.keys("lock:*"));
+    assert!(
+        server
+            .keys("lock:*")
+            .iter()
+            .all(|k| !k.contains(":lock:") && !k.contains(":readers:")),
+        "{:?}",
+        server.keys("lock:*")
+    );
 }
 
 #[tokio::test]
@@ -56,7 +66,10 @@ async fn reentrancy_read_in_write_is_nested_write_in_read_is_refused() {
     let a = locker(&server).await;
     let w = a.write("k").await.unwrap();
     let r = a.read("k").wait(Duration::ZERO).await.unwrap();
-    assert!(!r.is_shared(), "a read inside a write shares the write lock");
+    assert!(
+        !r.is_shared(),
+        "a read inside a write shares the write lock"
+    );
     r.release().await.unwrap();
     w.release().await.unwrap();
     let r = a.read("k").await.unwrap();
@@ -65,5 +78,42 @@ async fn reentrancy_read_in_write_is_nested_write_in_read_is_refused() {
     assert!(matches!(err, LockError::WriteInsideRead { .. }), "{err}");
     again.release().await.unwrap();
     r.release().await.unwrap();
-    a.write("k").wait(Duration::ZERO).await.unwrap().release().await.unwrap();
+    a.write("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn lock_all_takes_every_key_or_none() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let both = a
+        .lock_all(["y", "x", "y"])
+        .wait(Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(both.keys().collect::<Vec<_>>(), ["x", "y"]);
+    assert!(b.is_locked("x").await.unwrap() && b.is_locked("y").await.unwrap());
+    both.release().await.unwrap();
+    let held = b.lock("y").await.unwrap();
+    let err = a
+        .lock_all(["x", "y"])
+        .wait(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LockError::Busy { ref key, .. } if key == "y"),
+        "{err}"
+    );
+    assert!(!b.is_locked("x").await.unwrap(), "x was rolled back");
+    held.release().await.unwrap();
+    assert!(matches!(
+        a.lock_all(Vec::<String>::new()).await,
+        Err(LockError::NoKeys)
+    ));
 }

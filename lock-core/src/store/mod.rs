@@ -142,7 +142,11 @@ impl Store {
     }
 
     /// Renews `locks` (their keys, token) with `lease`; one answer per lock, in order.
-    pub(crate) async fn renew(&self, locks: &[(&RedisKeys, &str)], lease: Duration) -> Vec<Renewal> {
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: Duration,
+    ) -> Vec<Renewal> {
         match self {
             Self::Single(store) => store.renew(locks, lease).await,
             Self::RedLock(store) => store.renew(locks, lease).await,

@@ -278,7 +278,11 @@ impl RedLockStore {
     /// Renews on every node; a lock is renewed where a majority renewed it, lost where a
     /// majority no longer holds it. A dead node must not hold up the tick: its answers count
     /// as unknown.
-    pub(crate) async fn renew(&self, locks: &[(&RedisKeys, &str)], lease: Duration) -> Vec<Renewal> {
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: Duration,
+    ) -> Vec<Renewal> {
         let per_node = join_all(self.nodes.iter().map(|node| async move {
             tokio::time::timeout(self.timeout, node.renew(locks, lease))
                 .await

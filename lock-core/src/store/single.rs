@@ -49,7 +49,11 @@ impl SingleStore {
         self.node.release(keys, token).await
     }
 
-    pub(crate) async fn renew(&self, locks: &[(&RedisKeys, &str)], lease: Duration) -> Vec<Renewal> {
+    pub(crate) async fn renew(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: Duration,
+    ) -> Vec<Renewal> {
         self.node.renew(locks, lease).await
     }
 

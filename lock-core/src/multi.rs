@@ -1,0 +1,290 @@
+//! [`AcquireAll`] and [`MultiLockGuard`]: several keys locked all or nothing, as one guard.
+//!
+//! The keys are taken one after the other in one order for every caller (sorted, duplicates
+//! removed), so two callers naming the same keys in different orders cannot deadlock: whoever
+//! holds the first key of the order is the only one that may wait for the second. Each key is
+//! an ordinary lock (the watchdog renews it, its waiters are woken by its release, it has its
+//! own fencing token); a failure on any key gives back the keys already taken before the
+//! error is returned, so no key stays behind. In a Cluster each key lives in its own slot,
+//! so a script cannot take them at once there; the order makes that safe.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures_util::future::{join_all, select_all};
+use tokio::time::Instant;
+
+use crate::error::LockError;
+use crate::fence::Fence;
+use crate::guard::LockGuard;
+use crate::key;
+use crate::locker::Locker;
+
+/// An acquisition of several locks at once, configured like [`Acquire`](crate::Acquire) and
+/// started by `.await`. Created by [`Locker::lock_all`].
+///
+/// `wait` bounds the whole acquisition, not each key; `lease` and `max_hold` apply to every
+/// key.
+///
+/// # Errors
+///
+/// [`LockError::NoKeys`] for an empty list, [`LockError::InvalidKey`] (for any key, before
+/// Redis is asked), and the errors of [`Acquire`](crate::Acquire) for the key that failed.
+///
+/// # Cancel safety
+///
+/// Dropping the future releases the keys taken so far in the background, and abandons the
+/// key being taken as a cancelled [`Acquire`](crate::Acquire) does.
+#[derive(Debug)]
+#[must_use = "an acquire does nothing until it is `.await`ed"]
+pub struct AcquireAll {
+    locker: Locker,
+    keys: Vec<String>,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    max_hold: Option<Duration>,
+}
+
+impl AcquireAll {
+    pub(crate) fn new(locker: Locker, keys: Vec<String>) -> Self {
+        Self {
+            locker,
+            keys,
+            wait: None,
+            lease: None,
+            max_hold: None,
+        }
+    }
+
+    /// The longest time to wait for all the keys together; `Duration::ZERO` tries each key
+    /// once. Default: the locker's `default_wait`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease for every key (see [`Acquire::lease`](crate::Acquire::lease)).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Stop watchdog renewal after the keys have been held this long (see
+    /// [`Acquire::max_hold`](crate::Acquire::max_hold)).
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// Acquires, then runs `body` under all the locks as
+    /// [`Locker::with_lock`] does; `body` gets the [`Fence`] of every key, in lock order.
+    ///
+    /// # Errors
+    ///
+    /// What `body` returns, or a [`LockError`] converted into `E` (the acquire's errors,
+    /// [`LockError::Lost`] when any key was lost meanwhile).
+    pub async fn with_lock<T, E, F, Fut>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce(Vec<Fence>) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        let guard = self.await?;
+        let fences = guard.fences();
+        crate::__private::run(guard, crate::__private::OnLost::Abort, body(fences)).await
+    }
+
+    async fn run(self) -> Result<MultiLockGuard, LockError> {
+        let started = Instant::now();
+        if self.keys.is_empty() {
+            return Err(LockError::NoKeys);
+        }
+        for key in &self.keys {
+            key::validate(key)?;
+        }
+        let mut keys = self.keys;
+        // One order for every caller: no two of them can each hold a key the other waits for.
+        keys.sort_unstable();
+        keys.dedup();
+        let wait = self.wait.unwrap_or(self.locker.inner.settings.default_wait);
+        let deadline = started.checked_add(wait);
+        let mut guards = Vec::with_capacity(keys.len());
+        for key in keys {
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let mut acquire = self.locker.lock(key).wait(left);
+            if let Some(lease) = self.lease {
+                acquire = acquire.lease(lease);
+            }
+            if let Some(max) = self.max_hold {
+                acquire = acquire.max_hold(max);
+            }
+            match acquire.await {
+                Ok(guard) => guards.push(guard),
+                Err(error) => {
+                    // All or nothing: the keys taken so far go back before the caller hears.
+                    release_all(guards).await;
+                    return Err(match error {
+                        LockError::Busy {
+                            key, holder_ttl, ..
+                        } => LockError::Busy {
+                            key,
+                            waited: started.elapsed(),
+                            holder_ttl,
+                        },
+                        other => other,
+                    });
+                }
+            }
+        }
+        tracing::debug!(keys = guards.len(), waited = ?started.elapsed(), "locks acquired");
+        Ok(MultiLockGuard { guards })
+    }
+}
+
+impl IntoFuture for AcquireAll {
+    type Output = Result<MultiLockGuard, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// Releases every guard at once; the errors were logged where they matter (a lost lock when
+/// it was marked lost), and the keys expire with their leases otherwise.
+async fn release_all(guards: Vec<LockGuard>) -> Vec<Result<(), LockError>> {
+    join_all(guards.into_iter().map(LockGuard::release)).await
+}
+
+/// Several held locks, taken together by [`Locker::lock_all`] and given back together.
+///
+/// Every key is an ordinary lock underneath (renewed by the watchdog, with its own fencing
+/// token); the guard is held while all of them are, and [`lost`](Self::lost) resolves when
+/// any of them is lost. Dropping it releases every key in the background.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+/// // A transfer locks both accounts, whatever order the caller names them in.
+/// let both = locker.lock_all(["account:7", "account:3"]).wait(Duration::from_secs(3)).await?;
+/// let from = both.fencing_token("account:7").await?;
+/// let to = both.fencing_token("account:3").await?;
+/// // ... debit 7 with `from`, credit 3 with `to` ...
+/// both.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "if unused the locks are released at once"]
+#[clippy::has_significant_drop]
+#[derive(Debug)]
+pub struct MultiLockGuard {
+    /// In lock order (sorted by key).
+    guards: Vec<LockGuard>,
+}
+
+impl MultiLockGuard {
+    /// The keys, in the order they were locked (sorted, without duplicates).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(LockGuard::key)
+    }
+
+    /// The guard of one of the keys.
+    pub fn guard(&self, key: &str) -> Option<&LockGuard> {
+        self.guards.iter().find(|g| g.key() == key)
+    }
+
+    /// The guards of every key, in lock order.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The fencing token of `key` (see [`LockGuard::fencing_token`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidKey`] for a key this guard does not hold, and the errors of
+    /// [`LockGuard::fencing_token`].
+    pub async fn fencing_token(&self, key: &str) -> Result<u64, LockError> {
+        match self.guard(key) {
+            Some(guard) => guard.fencing_token().await,
+            None => Err(LockError::InvalidKey {
+                key: key.chars().take(64).collect(),
+                reason: crate::error::InvalidKeyReason::NotHeld,
+            }),
+        }
+    }
+
+    /// The [`Fence`] of every key, in lock order.
+    pub fn fences(&self) -> Vec<Fence> {
+        self.guards.iter().map(LockGuard::fence).collect()
+    }
+
+    /// Whether every key is still held as far as this process knows (no Redis round trip).
+    pub fn is_held(&self) -> bool {
+        self.guards.iter().all(LockGuard::is_held)
+    }
+
+    /// How long every key is certainly still held without a further renewal.
+    pub fn remaining(&self) -> Duration {
+        self.guards
+            .iter()
+            .map(LockGuard::remaining)
+            .min()
+            .unwrap_or_default()
+    }
+
+    /// Resolves when any of the keys is lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn lost(&self) {
+        select_all(self.guards.iter().map(|g| Box::pin(g.lost()))).await;
+    }
+
+    /// The first key found lost, if any.
+    pub fn lost_key(&self) -> Option<&str> {
+        self.guards
+            .iter()
+            .find(|g| !g.is_held())
+            .map(LockGuard::key)
+    }
+
+    /// Sets every key's remaining lease to `by` from now (see [`LockGuard::extend`]).
+    ///
+    /// # Errors
+    ///
+    /// The first error of any key's extension (every key is tried).
+    pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
+        join_all(self.guards.iter().map(|g| g.extend(by)))
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Releases every key at once.
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Lost`] when any key had been lost before the release (the others are
+    /// released all the same), else the first [`LockError::Backend`].
+    pub async fn release(self) -> Result<(), LockError> {
+        let results = release_all(self.guards).await;
+        let mut first = None;
+        for result in results {
+            match result {
+                Err(lost @ LockError::Lost { .. }) => return Err(lost),
+                Err(other) => {
+                    first.get_or_insert(other);
+                }
+                Ok(()) => {}
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
