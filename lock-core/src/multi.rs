@@ -95,7 +95,7 @@ impl AcquireAll {
         crate::__private::run(guard, crate::__private::OnLost::Abort, body(fences)).await
     }
 
-    async fn run(self) -> Result<MultiLockGuard, LockError> {
+    async fn run(mut self) -> Result<MultiLockGuard, LockError> {
         let started = Instant::now();
         if self.keys.is_empty() {
             return Err(LockError::NoKeys);
@@ -103,44 +103,87 @@ impl AcquireAll {
         for key in &self.keys {
             key::validate(key)?;
         }
-        let mut keys = self.keys;
+        let mut keys = std::mem::take(&mut self.keys);
         // One order for every caller: no two of them can each hold a key the other waits for.
         keys.sort_unstable();
         keys.dedup();
         let wait = self.wait.unwrap_or(self.locker.inner.settings.default_wait);
         let deadline = started.checked_add(wait);
+        if keys.len() > 1 {
+            // First every key at once, without waiting: on the multiplexed connection that is
+            // one round trip (one per node in a Cluster, in parallel). Safe whatever the order,
+            // since nobody waits while holding part of the set; on contention the part taken
+            // goes back and the ordered way below takes over.
+            let tries = join_all(keys.iter().map(|k| self.one(k.clone(), Duration::ZERO))).await;
+            if tries.iter().all(Result::is_ok) {
+                let guards = tries.into_iter().filter_map(Result::ok).collect::<Vec<_>>();
+                tracing::debug!(keys = guards.len(), "locks acquired at once");
+                return Ok(MultiLockGuard { guards });
+            }
+            let mut taken = Vec::new();
+            let mut busy = None;
+            let mut failed = None;
+            for result in tries {
+                match result {
+                    Ok(guard) => taken.push(guard),
+                    Err(error @ LockError::Busy { .. }) => {
+                        busy.get_or_insert(error);
+                    }
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                    }
+                }
+            }
+            release_all(taken).await;
+            if let Some(error) = failed {
+                return Err(error);
+            }
+            if wait.is_zero() {
+                return Err(busy.map_or(LockError::NoKeys, |e| waited_since(e, started)));
+            }
+        }
         let mut guards = Vec::with_capacity(keys.len());
         for key in keys {
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
-            let mut acquire = self.locker.lock(key).wait(left);
-            if let Some(lease) = self.lease {
-                acquire = acquire.lease(lease);
-            }
-            if let Some(max) = self.max_hold {
-                acquire = acquire.max_hold(max);
-            }
-            match acquire.await {
+            match self.one(key, left).await {
                 Ok(guard) => guards.push(guard),
                 Err(error) => {
                     // All or nothing: the keys taken so far go back before the caller hears.
                     release_all(guards).await;
-                    return Err(match error {
-                        LockError::Busy {
-                            key, holder_ttl, ..
-                        } => LockError::Busy {
-                            key,
-                            waited: started.elapsed(),
-                            holder_ttl,
-                        },
-                        other => other,
-                    });
+                    return Err(waited_since(error, started));
                 }
             }
         }
         tracing::debug!(keys = guards.len(), waited = ?started.elapsed(), "locks acquired");
         Ok(MultiLockGuard { guards })
+    }
+
+    /// The acquire of one of the keys.
+    fn one(&self, key: String, wait: Duration) -> crate::AcquireFuture {
+        let mut acquire = self.locker.lock(key).wait(wait);
+        if let Some(lease) = self.lease {
+            acquire = acquire.lease(lease);
+        }
+        if let Some(max) = self.max_hold {
+            acquire = acquire.max_hold(max);
+        }
+        acquire.into_future()
+    }
+}
+
+/// A key's `Busy` says how long the whole acquisition waited.
+fn waited_since(error: LockError, started: Instant) -> LockError {
+    match error {
+        LockError::Busy {
+            key, holder_ttl, ..
+        } => LockError::Busy {
+            key,
+            waited: started.elapsed(),
+            holder_ttl,
+        },
+        other => other,
     }
 }
 
