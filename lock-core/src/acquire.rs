@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend_error::BackendError;
-use crate::error::{DurationSetting, LockError};
+use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
 use crate::key::{self, Access, RedisKeys};
@@ -59,6 +59,8 @@ pub struct Acquire {
     locker: Locker,
     key: String,
     access: Access,
+    /// Semaphore permits taken at once (1 for a lock).
+    permits: u32,
     wait: Option<Duration>,
     lease: Option<Duration>,
     max_hold: Option<Duration>,
@@ -70,10 +72,17 @@ impl Acquire {
             locker,
             key,
             access,
+            permits: 1,
             wait: None,
             lease: None,
             max_hold: None,
         }
+    }
+
+    /// Takes `permits` permits at once (semaphores only).
+    pub(crate) fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
     }
 
     /// The longest time to wait for the lock; `Duration::ZERO` tries exactly once.
@@ -126,6 +135,9 @@ impl IntoFuture for Acquire {
         let span = match self.access {
             Access::Exclusive => tracing::debug_span!("lock.acquire", key = %self.key),
             Access::Shared => tracing::debug_span!("lock.acquire", key = %self.key, read = true),
+            Access::Permits { limit } => {
+                tracing::debug_span!("lock.acquire", key = %self.key, permits = self.permits, of = limit)
+            }
         };
         AcquireFuture {
             inner: Box::pin(self.run().instrument(span)),
@@ -172,17 +184,32 @@ impl Acquire {
                 // reentrancy.
                 inner.local.reader_slot(&self.key, owner)
             }
+            Access::Permits { limit } => {
+                if self.permits == 0 || self.permits > limit {
+                    return Err(ConfigError::Permits {
+                        permits: limit,
+                        wanted: self.permits,
+                    }
+                    .into());
+                }
+                // A local queue with the semaphore's permits: at most that many tasks of this
+                // process contend in Redis, the others line up here first come, first served.
+                inner.local.semaphore_slot(&self.key, limit)
+            }
         };
-        if let Some(reentered) = inner.local.reenter(&slot, owner) {
-            return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
+        if !matches!(self.access, Access::Permits { .. }) {
+            if let Some(reentered) = inner.local.reenter(&slot, owner) {
+                return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
+            }
         }
 
-        // The local queue: one task per key per process contends in Redis, first come first served.
+        // The local queue: one task per key per process contends in Redis (a semaphore's
+        // permits' worth of tasks), first come first served.
         let permit = if wait.is_zero() {
-            slot.queue.clone().try_acquire_owned().ok()
+            slot.queue.clone().try_acquire_many_owned(self.permits).ok()
         } else {
             let _queued = slot.queued();
-            let queued = slot.queue.clone().acquire_owned();
+            let queued = slot.queue.clone().acquire_many_owned(self.permits);
             match deadline {
                 Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
                 None => Some(queued.await),
@@ -213,6 +240,9 @@ impl Acquire {
                 let keys = match self.access {
                     Access::Exclusive => inner.keys(&self.key),
                     Access::Shared => inner.keys(&self.key).shared(),
+                    Access::Permits { limit } => {
+                        RedisKeys::semaphore(&settings.prefix, &self.key, limit)
+                    }
                 };
                 self.acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
                     .await?
@@ -253,6 +283,15 @@ impl Acquire {
         on_drop.disarm();
     }
 
+    /// A fresh token for a try; a semaphore holder's names its permits (`<token>:<permits>`),
+    /// which the scripts count.
+    fn new_token(&self) -> String {
+        match self.access {
+            Access::Permits { .. } => format!("{}:{}", new_token(), self.permits),
+            Access::Exclusive | Access::Shared => new_token(),
+        }
+    }
+
     fn busy(&self, started: Instant, holder_ttl: Option<Duration>) -> LockError {
         let waited = started.elapsed();
         tracing::debug!(?waited, "lock busy");
@@ -282,7 +321,7 @@ impl Acquire {
             .map_or(Duration::ZERO, |m| m.timeout);
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
-        let attempt = Attempt::new(&keys, new_token());
+        let attempt = Attempt::new(&keys, self.new_token());
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
         let mut subscription: Option<Subscription> = None;
         // The holder's TTL at the last try that found the lock held, once one did.
@@ -343,7 +382,7 @@ impl Acquire {
             }
             if inner.store.is_redlock() {
                 // A failed quorum try is undone in the background under its token.
-                on_drop.target.renew_token(new_token());
+                on_drop.target.renew_token(self.new_token());
             }
             if subscription.is_none() {
                 let limit = inner
@@ -397,7 +436,7 @@ impl Acquire {
         loop {
             tries += 1;
             if tries > 1 && inner.store.is_redlock() {
-                attempt.renew_token(new_token());
+                attempt.renew_token(self.new_token());
             }
             let args = AcquireArgs {
                 fresh_token: !attempt.sent,

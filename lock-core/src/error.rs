@@ -187,6 +187,16 @@ pub enum ConfigError {
         /// The largest value accepted.
         max: Duration,
     },
+    /// A semaphore of no permits, or an acquire of none or of more than the semaphore has.
+    #[error(
+        "a semaphore of {permits} permits cannot give {wanted} at once (at least 1, at most all)"
+    )]
+    Permits {
+        /// The semaphore's permits.
+        permits: u32,
+        /// The permits asked for at once.
+        wanted: u32,
+    },
     /// RedLock needs at least 3 independent nodes.
     #[error("redlock needs at least 3 nodes, got {count}")]
     RedLockNodes {

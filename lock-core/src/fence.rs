@@ -61,9 +61,9 @@ impl Fence {
     ///
     /// [`LockError::Lost`] when the lock is no longer ours before the token was issued (a holder
     /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again);
-    /// [`LockError::NotExclusive`] for a read lock.
+    /// [`LockError::NotExclusive`] for a read lock or a semaphore permit.
     pub async fn token(&self) -> Result<u64, LockError> {
-        if self.held.keys().access == Access::Shared {
+        if self.held.keys().access != Access::Exclusive {
             return Err(LockError::NotExclusive {
                 key: self.held.key().to_owned(),
             });

@@ -69,11 +69,12 @@ impl LockGuard {
         self.held.key()
     }
 
-    /// Whether this is a read lock ([`Locker::read`](crate::Locker::read)), held together with
-    /// other readers; `false` for a mutex or write lock (also for a read nested inside this
-    /// task's write lock, which shares the write lock).
+    /// Whether this lock is held together with others: a read lock
+    /// ([`Locker::read`](crate::Locker::read)) or semaphore permits
+    /// ([`Locker::semaphore`](crate::Locker::semaphore)); `false` for a mutex or write lock
+    /// (also for a read nested inside this task's write lock, which shares the write lock).
     pub fn is_shared(&self) -> bool {
-        self.held.keys().access == crate::key::Access::Shared
+        self.held.keys().access != crate::key::Access::Exclusive
     }
 
     /// The fencing token of this acquisition: strictly greater than every token issued before
@@ -87,7 +88,7 @@ impl LockGuard {
     ///
     /// [`LockError::Lost`] when the lock was lost before the token was issued;
     /// [`LockError::Backend`] when Redis fails; [`LockError::NotExclusive`] for a read lock
-    /// ([`Locker::read`](crate::Locker::read)).
+    /// or semaphore permits.
     pub async fn fencing_token(&self) -> Result<u64, LockError> {
         self.held.touched();
         self.fence().token().await

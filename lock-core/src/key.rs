@@ -10,6 +10,8 @@
 //! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
+//! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>:<permits>`), scored by the end of their lease (ms) |
+//! | its channel, flag, latch | `p{h}:semaphore-released:k`, `p{h}:semaphore-waiting:k`, `p{h}:unlocked:<token>` | as the lock's |
 //!
 //! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
@@ -35,23 +37,47 @@ pub(crate) struct RedisKeys {
     pub(crate) access: Access,
 }
 
-/// The two ways to hold a key: alone (a mutex, a write lock) or shared with other readers.
+/// The ways to hold a key: alone (a mutex, a write lock), shared with other readers, or as
+/// some of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     Exclusive,
     Shared,
+    /// Permits of a semaphore of `limit` permits.
+    Permits {
+        limit: u32,
+    },
+}
+
+impl Access {
+    /// The word naming the main Redis key of this kind of hold.
+    const fn word(self) -> &'static str {
+        match self {
+            Self::Exclusive | Self::Shared => "lock",
+            Self::Permits { .. } => "semaphore",
+        }
+    }
 }
 
 impl RedisKeys {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
+        Self::of(prefix, key, Access::Exclusive)
+    }
+
+    /// The names of the semaphore `key` of `limit` permits.
+    pub(crate) fn semaphore(prefix: &str, key: &str, limit: u32) -> Self {
+        Self::of(prefix, key, Access::Permits { limit })
+    }
+
+    fn of(prefix: &str, key: &str, access: Access) -> Self {
         let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
         let tag = &digest[..16];
         let tagged = prefix.len() + tag.len() + 2;
         Self {
-            lock: format!("{prefix}{{{tag}}}:lock:{key}"),
+            lock: format!("{prefix}{{{tag}}}:{}:{key}", access.word()),
             // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
-            access: Access::Exclusive,
+            access,
         }
     }
 
@@ -65,10 +91,16 @@ impl RedisKeys {
         usize::from(self.tagged)
     }
 
-    /// `p{h}:<kind>:k`.
+    /// `p{h}:<kind>:k` for a lock, `p{h}:semaphore-<kind>:k` for a semaphore (whose main key is
+    /// `p{h}:semaphore:k`), so a lock and a semaphore of one name never share a channel.
     fn sibling(&self, kind: &str) -> String {
+        let word = self.access.word();
         let (tagged, rest) = self.lock.split_at(self.tagged());
-        format!("{tagged}:{kind}:{}", &rest[":lock:".len()..])
+        let key = &rest[word.len() + 2..];
+        match self.access {
+            Access::Permits { .. } => format!("{tagged}:{word}-{kind}:{key}"),
+            Access::Exclusive | Access::Shared => format!("{tagged}:{kind}:{key}"),
+        }
     }
 
     /// The fence key: the last fencing token issued (see `scripts/fence.lua`).
@@ -143,6 +175,23 @@ mod tests {
         assert_eq!(tag(&keys.lock).len(), 16);
         assert!(keys.lock.starts_with("lock:{"));
         assert!(keys.lock.ends_with(":lock:a}x{b"));
+    }
+
+    #[test]
+    fn a_semaphore_and_a_lock_of_one_name_share_no_redis_name() {
+        let lock = RedisKeys::new("p:", "exports");
+        let sem = RedisKeys::semaphore("p:", "exports", 3);
+        assert!(sem.lock.ends_with("}:semaphore:exports"), "{}", sem.lock);
+        assert!(sem.channel().ends_with("}:semaphore-released:exports"));
+        assert!(sem.waiting().ends_with("}:semaphore-waiting:exports"));
+        for (a, b) in [
+            (&lock.lock, &sem.lock),
+            (&lock.channel(), &sem.channel()),
+            (&lock.waiting(), &sem.waiting()),
+        ] {
+            assert_ne!(a, b);
+        }
+        assert_eq!(lock.lock[..lock.tagged()], sem.lock[..sem.tagged()]);
     }
 
     #[test]

@@ -197,6 +197,7 @@ mod multi;
 mod owner;
 mod release;
 mod scripts;
+mod semaphore;
 mod slot;
 mod store;
 mod template;
@@ -219,6 +220,7 @@ pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;
 pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
+pub use semaphore::Semaphore;
 pub use tls::TlsConfig;
 
 /// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
@@ -245,6 +247,8 @@ mod bounds {
         is_send::<MultiLockGuard>();
         is_sync::<MultiLockGuard>();
         is_send::<AcquireAll>();
+        is_send::<Semaphore>();
+        is_sync::<Semaphore>();
         is_sync::<LockError>();
     }
 }

@@ -45,6 +45,8 @@ pub(crate) struct LocalLocks {
     slots: Slots<HeldLock>,
     /// The read locks, one slot per key and task (readers do not queue behind each other).
     readers: Slots<HeldLock>,
+    /// The semaphores, one slot per key and permit count, whose queue has that many places.
+    semaphores: Slots<HeldLock>,
     watchdog: Arc<Watchdog>,
 }
 
@@ -62,6 +64,7 @@ impl LocalLocks {
         Self {
             slots: Slots::default(),
             readers: Slots::default(),
+            semaphores: Slots::default(),
             watchdog,
         }
     }
@@ -74,6 +77,14 @@ impl LocalLocks {
     /// The read-lock slot of `key` for `owner`, created if needed.
     pub(crate) fn reader_slot(&self, key: &str, owner: Owner) -> SlotRef<HeldLock> {
         self.readers.get(&reader_slot_name(key, owner))
+    }
+
+    /// The slot of the semaphore `key` of `limit` permits, created if needed. Its queue has
+    /// `limit` places; callers that count another limit get a slot of their own (Redis
+    /// enforces each caller's count).
+    pub(crate) fn semaphore_slot(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
+        self.semaphores
+            .get_sized(&format!("{limit}\0{key}"), limit as usize)
     }
 
     /// Whether `owner` holds a read lock of `key`.
@@ -90,7 +101,7 @@ impl LocalLocks {
     /// Number of keys with local state: held, or waited for (a read lock counts once per
     /// task).
     pub(crate) fn len(&self) -> usize {
-        self.slots.len() + self.readers.len()
+        self.slots.len() + self.readers.len() + self.semaphores.len()
     }
 
     /// The watchdog's view of the held locks.
@@ -159,8 +170,9 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return false;
         };
-        if held.keys().access == Access::Shared {
-            // Readers do not queue behind each other: nobody waits for this one's place.
+        if held.keys().access != Access::Exclusive {
+            // Only exclusive locks are handed over: readers do not queue behind each other,
+            // and a semaphore's freed permits are for whoever asks in Redis first.
             return false;
         }
         let slot = held.slot();

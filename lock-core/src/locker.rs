@@ -14,6 +14,7 @@ use crate::key::{self, Access, RedisKeys};
 use crate::local::LocalLocks;
 use crate::multi::AcquireAll;
 use crate::release::{self, Releaser};
+use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog::Watchdog;
@@ -137,6 +138,23 @@ impl Locker {
         S: Into<String>,
     {
         AcquireAll::new(self.clone(), keys.into_iter().map(Into::into).collect())
+    }
+
+    /// The semaphore `key` of `permits` permits: at most that many held at once across every
+    /// instance, each holder's permits expiring with its lease (see [`Semaphore`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let permit = locker.semaphore("exports:tenant-42", 3).acquire().await?;
+    /// // ... at most 3 of these run at once, everywhere ...
+    /// permit.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key.into(), permits)
     }
 
     /// Starts acquiring the write lock of `key`: the read-write lock's exclusive side. It is

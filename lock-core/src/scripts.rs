@@ -28,6 +28,27 @@ pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static READ_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_release.lua")));
 
+/// `scripts/read_renew.lua`: extend readers' leases, for a batch of read locks.
+pub(crate) static READ_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/read_renew.lua")));
+
+/// `scripts/permit_acquire.lua` (after `scripts/guard.lua`): take semaphore permits, or learn
+/// when the first held ones end.
+pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/guard.lua"),
+        include_str!("scripts/permit_acquire.lua")
+    ))
+});
+
+/// `scripts/permit_release.lua`: give semaphore permits back.
+pub(crate) static PERMIT_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/permit_release.lua")));
+
+/// `scripts/permit_renew.lua`: extend semaphore holders' leases, for a batch of them.
+pub(crate) static PERMIT_RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/permit_renew.lua")));
+
 /// `scripts/fence.lua`: issue the next fencing token to the lock's holder.
 pub(crate) static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
@@ -36,8 +57,7 @@ pub(crate) static FENCE: LazyLock<Script> =
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 
-/// `scripts/renew.lua`: compare the token and set a new lease, for a batch of locks (exclusive
-/// and read locks).
+/// `scripts/renew.lua`: compare the token and set a new lease, for a batch of exclusive locks.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 

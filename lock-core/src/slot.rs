@@ -139,12 +139,17 @@ impl<H> Default for Slots<H> {
 impl<H> Slots<H> {
     /// The slot of `key`, created if needed.
     pub(crate) fn get(&self, key: &str) -> SlotRef<H> {
+        self.get_sized(key, 1)
+    }
+
+    /// The slot of `key`, created with `places` places in its queue if needed.
+    pub(crate) fn get_sized(&self, key: &str, places: usize) -> SlotRef<H> {
         let mut slots = self.slots.lock();
         let slot = slots
             .entry(key.to_owned())
             .or_insert_with(|| {
                 Arc::new(Slot {
-                    queue: Arc::new(Semaphore::new(1)),
+                    queue: Arc::new(Semaphore::new(places)),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
                     refs: AtomicUsize::new(0),

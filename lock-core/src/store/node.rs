@@ -49,6 +49,7 @@ impl Node {
         let script = match keys.access {
             Access::Exclusive => &scripts::ACQUIRE,
             Access::Shared => &scripts::READ_ACQUIRE,
+            Access::Permits { .. } => &scripts::PERMIT_ACQUIRE,
         };
         let mut call = ScriptCall::new(script);
         call.key(&keys.lock)
@@ -56,8 +57,14 @@ impl Node {
             .arg(lease_ms(args.lease))
             .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX))
             .arg(keys.waiting());
-        if keys.access == Access::Shared {
-            call.arg(keys.readers());
+        match keys.access {
+            Access::Exclusive => {}
+            Access::Shared => {
+                call.arg(keys.readers());
+            }
+            Access::Permits { limit } => {
+                call.arg(limit);
+            }
         }
         if let Some(guard) = &self.restart_guard {
             call.key(&guard.epoch_key).arg(lease_ms(guard.guard));
@@ -153,10 +160,11 @@ impl Node {
         keys: &RedisKeys,
         token: &str,
     ) -> Result<ReleaseReply, BackendError> {
-        let mut call = match keys.access {
-            Access::Exclusive => ScriptCall::new(&scripts::RELEASE),
-            Access::Shared => ScriptCall::new(&scripts::READ_RELEASE),
-        };
+        let mut call = ScriptCall::new(match keys.access {
+            Access::Exclusive => &scripts::RELEASE,
+            Access::Shared => &scripts::READ_RELEASE,
+            Access::Permits { .. } => &scripts::PERMIT_RELEASE,
+        });
         call.key(&keys.lock)
             .arg(token)
             .arg(keys.channel())
@@ -174,9 +182,51 @@ impl Node {
         .await
     }
 
-    /// Renews `locks` (their keys, token); `Unknown` where the call failed.
+    /// Renews `locks` (their keys, token); `Unknown` where the call failed. Each kind of hold
+    /// has its renewal script; all calls go out at once.
     pub(crate) async fn renew(
         &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: Duration,
+    ) -> Vec<Renewal> {
+        let of = |access: fn(Access) -> bool| -> Vec<(usize, &(&RedisKeys, &str))> {
+            locks
+                .iter()
+                .enumerate()
+                .filter(|(_, (keys, _))| access(keys.access))
+                .collect()
+        };
+        let groups = [
+            (&*scripts::RENEW, of(|a| a == Access::Exclusive)),
+            (&*scripts::READ_RENEW, of(|a| a == Access::Shared)),
+            (
+                &*scripts::PERMIT_RENEW,
+                of(|a| matches!(a, Access::Permits { .. })),
+            ),
+        ];
+        let renewed = join_all(groups.iter().filter(|(_, group)| !group.is_empty()).map(
+            |(script, group)| async move {
+                let pairs: Vec<_> = group.iter().map(|(_, lock)| **lock).collect();
+                let answers = self.renew_with(script, &pairs, lease).await;
+                group
+                    .iter()
+                    .map(|(i, _)| *i)
+                    .zip(answers)
+                    .collect::<Vec<_>>()
+            },
+        ))
+        .await;
+        let mut answers = vec![Renewal::Unknown; locks.len()];
+        for (i, answer) in renewed.into_iter().flatten() {
+            answers[i] = answer;
+        }
+        answers
+    }
+
+    /// Renews `locks`, all of one kind, with that kind's renewal script.
+    async fn renew_with(
+        &self,
+        script: &redis::Script,
         locks: &[(&RedisKeys, &str)],
         lease: Duration,
     ) -> Vec<Renewal> {
@@ -184,14 +234,13 @@ impl Node {
         // sent at once, so each node still gets them in one pipelined write).
         let size = if self.conn.is_cluster() { 1 } else { BATCH };
         let calls = locks.chunks(size).map(|chunk| async move {
-            let mut invocation = scripts::RENEW.prepare_invoke();
+            let mut invocation = script.prepare_invoke();
             invocation.arg(lease_ms(lease));
             for (keys, token) in chunk {
-                let readers = match keys.access {
-                    Access::Exclusive => String::new(),
-                    Access::Shared => keys.readers(),
-                };
-                invocation.key(&keys.lock).arg(*token).arg(readers);
+                invocation.key(&keys.lock).arg(*token);
+                if keys.access == Access::Shared {
+                    invocation.arg(keys.readers());
+                }
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
             // the next tick, so connection resets do not eat into the lease.

@@ -1,0 +1,27 @@
+-- Renew a batch of semaphore holders, each only if its lease has not ended.
+--
+-- KEYS[i]   the semaphores' sets (see permit_acquire.lua)
+-- ARGV[1]   the new lease in milliseconds (>= 1)
+-- ARGV[i+1] the holder in KEYS[i]: `<token>:<permits>`
+--
+-- Returns an array with one entry per key: 1 renewed, 0 not held (its lease ended, the set was
+-- deleted, or a key of another type).
+local lease = tonumber(ARGV[1])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lock lease must be at least 1 ms')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local result = {}
+for i, key in ipairs(KEYS) do
+  local ok, score = pcall(redis.call, 'ZSCORE', key, ARGV[i + 1])
+  score = ok and tonumber(score or '')
+  if score and score > now then
+    redis.call('ZADD', key, 'XX', string.format('%.0f', now + lease), ARGV[i + 1])
+    redis.call('PEXPIRE', key, lease, 'GT')
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result

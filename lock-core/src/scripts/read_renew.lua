@@ -1,0 +1,34 @@
+-- Renew a batch of read locks, each only if its reader's lease has not ended.
+--
+-- KEYS[i]     the lock keys (holding the marker "readers", see read_acquire.lua)
+-- ARGV[1]     the new lease in milliseconds (>= 1)
+-- ARGV[2i]    the reader's token for KEYS[i]
+-- ARGV[2i+1]  the readers set of KEYS[i], a key name in its hash slot
+--
+-- Returns an array with one entry per key: 1 renewed, 0 not held (the reader's lease ended,
+-- the marker is gone or replaced, or a key of another type).
+local lease = tonumber(ARGV[1])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lock lease must be at least 1 ms')
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local result = {}
+for i, key in ipairs(KEYS) do
+  local token, readers = ARGV[2 * i], ARGV[2 * i + 1]
+  local ok, current = pcall(redis.call, 'GET', key)
+  result[i] = 0
+  if ok and current == 'readers' then
+    local score = tonumber(redis.call('ZSCORE', readers, token) or '')
+    if score and score > now then
+      redis.call('ZADD', readers, 'XX', string.format('%.0f', now + lease), token)
+      -- The marker lives as long as the longest reader lease (this one may have shortened).
+      local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
+      local ttl = math.max(tonumber(last[2]) - now, 1)
+      redis.call('SET', key, 'readers', 'PX', ttl)
+      redis.call('PEXPIRE', readers, ttl)
+      result[i] = 1
+    end
+  end
+end
+return result

@@ -1,0 +1,63 @@
+//! Semaphores with expiring permits against a real redis-server.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{locker, server};
+use lock_core::{ConfigError, LockError};
+
+#[tokio::test]
+async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let sem_a = a.semaphore("exports", 3);
+    let sem_b = b.semaphore("exports", 3);
+    let p1 = sem_a.acquire().wait(Duration::ZERO).await.unwrap();
+    let p2 = sem_b.acquire_many(2).wait(Duration::ZERO).await.unwrap();
+    assert!(p1.is_shared());
+    let busy = sem_b.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    assert!(matches!(p1.fencing_token().await, Err(LockError::NotExclusive { .. })));
+    let waiter = tokio::spawn(async move { sem_b.acquire().wait(Duration::from_secs(5)).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    p1.release().await.unwrap();
+    let p3 = waiter.await.unwrap().unwrap();
+    p3.release().await.unwrap();
+    p2.release().await.unwrap();
+    assert!(server.keys("lock:*").iter().all(|k| !k.contains(":semaphore:")), "{:?}", server.keys("lock:*"));
+    let err = sem_a.acquire_many(4).await.unwrap_err();
+    assert!(matches!(err, LockError::Config(ConfigError::Permits { permits: 3, wanted: 4 })), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_tasks_on_three_permits_never_exceed_three() {
+    let server = server();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let locker = locker(&server).await;
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let sem = locker.semaphore("s", 3);
+            for _ in 0..20 {
+                let permit = sem.acquire().wait(Duration::from_secs(20)).await.unwrap();
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(1 + i % 3)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                permit.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once");
+    assert_eq!(most, 3, "the permits were never all used");
+}
