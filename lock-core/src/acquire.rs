@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -18,7 +19,7 @@ use crate::local::LocalLocks;
 use crate::locker::Locker;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
-use crate::slot::Baton;
+use crate::slot::{Baton, SlotRef};
 use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
 
@@ -134,6 +135,7 @@ impl IntoFuture for Acquire {
     fn into_future(self) -> AcquireFuture {
         let span = match self.access {
             Access::Exclusive => tracing::debug_span!("lock.acquire", key = %self.key),
+            Access::Fair => tracing::debug_span!("lock.acquire", key = %self.key, fair = true),
             Access::Shared => tracing::debug_span!("lock.acquire", key = %self.key, read = true),
             Access::Permits { limit } => {
                 tracing::debug_span!("lock.acquire", key = %self.key, permits = self.permits, of = limit)
@@ -143,6 +145,16 @@ impl IntoFuture for Acquire {
             inner: Box::pin(self.run().instrument(span)),
         }
     }
+}
+
+/// The time frame of one acquire.
+#[derive(Debug, Clone, Copy)]
+struct When {
+    started: Instant,
+    /// `None`: no deadline (a wait beyond any sensible bound).
+    deadline: Option<Instant>,
+    /// A zero wait: one try, no queueing.
+    try_once: bool,
 }
 
 /// The outcome of one acquire try in Redis (after its retries).
@@ -163,90 +175,20 @@ impl Acquire {
         };
         let wait = self.wait.unwrap_or(settings.default_wait);
         let deadline = started.checked_add(wait.min(WAIT_FOREVER));
+        let when = When {
+            started,
+            deadline,
+            try_once: wait.is_zero(),
+        };
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
-        let slot = match self.access {
-            Access::Exclusive => {
-                if inner.local.reads(&self.key, owner) {
-                    return Err(LockError::WriteInsideRead {
-                        key: self.key.clone(),
-                    });
-                }
-                inner.local.slot(&self.key)
-            }
-            Access::Shared => {
-                // A read inside this task's write lock shares the write lock.
-                let writes = inner.local.slot(&self.key);
-                if let Some(reentered) = inner.local.reenter(&writes, owner) {
-                    return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
-                }
-                // Readers do not exclude each other: each task has a slot of its own, for
-                // reentrancy.
-                inner.local.reader_slot(&self.key, owner)
-            }
-            Access::Permits { limit } => {
-                if self.permits == 0 || self.permits > limit {
-                    return Err(ConfigError::Permits {
-                        permits: limit,
-                        wanted: self.permits,
-                    }
-                    .into());
-                }
-                // A local queue with the semaphore's permits: at most that many tasks of this
-                // process contend in Redis, the others line up here first come, first served.
-                inner.local.semaphore_slot(&self.key, limit)
-            }
+        let slot = match self.slot(owner) {
+            Ok(slot) => slot,
+            Err(reentered) => return reentered,
         };
-        if !matches!(self.access, Access::Permits { .. }) {
-            if let Some(reentered) = inner.local.reenter(&slot, owner) {
-                return reentered.map(|held| LockGuard::new(self.locker.clone(), held));
-            }
-        }
-
-        // The local queue: one task per key per process contends in Redis (a semaphore's
-        // permits' worth of tasks), first come first served.
-        let permit = if wait.is_zero() {
-            slot.queue.clone().try_acquire_many_owned(self.permits).ok()
-        } else {
-            let _queued = slot.queued();
-            let queued = slot.queue.clone().acquire_many_owned(self.permits);
-            match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
-                None => Some(queued.await),
-            }
-            .and_then(Result::ok)
-        };
-        let Some(permit) = permit else {
-            let holder_ttl = slot
-                .holder()
-                .upgrade()
-                .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
-            return Err(self.busy(started, holder_ttl));
-        };
-
-        let grant = match LocalLocks::take_over(&slot, mode) {
-            // The last local holder handed the lock over: no Redis round trip.
-            Some(Ok(grant)) => grant,
-            handed => {
-                if let Some(Err(baton)) = handed {
-                    // It does not fit this acquire: give it back to Redis first.
-                    self.release_baton(baton).await;
-                }
-                if let Some(until) = slot.yield_until() {
-                    // Our own release just told waiters elsewhere: let them have their turn.
-                    let until = deadline.map_or(until, |d| d.min(until));
-                    tokio::time::sleep_until(until).await;
-                }
-                let keys = match self.access {
-                    Access::Exclusive => inner.keys(&self.key),
-                    Access::Shared => inner.keys(&self.key).shared(),
-                    Access::Permits { limit } => {
-                        RedisKeys::semaphore(&settings.prefix, &self.key, limit)
-                    }
-                };
-                self.acquire_in_redis(keys, mode.lease(), wait.is_zero(), deadline, started)
-                    .await?
-            }
+        let (permit, grant) = match self.access {
+            Access::Fair => self.in_line_then_local(&slot, mode, when).await?,
+            _ => self.local_then_in_redis(&slot, mode, when).await?,
         };
         let terms = Terms {
             owner,
@@ -264,6 +206,144 @@ impl Acquire {
         let held = inner.local.register(held);
         tracing::debug!(waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
+    }
+
+    /// The local slot this acquire lines up in; `Err` with the answer when there is nothing to
+    /// acquire: a nested guard of a lock the task holds, or a refusal.
+    fn slot(&self, owner: Owner) -> Result<SlotRef<HeldLock>, Result<LockGuard, LockError>> {
+        let local = &self.locker.inner.local;
+        let reenter = |slot: &SlotRef<HeldLock>| {
+            local
+                .reenter(slot, owner)
+                .map(|reentered| reentered.map(|held| LockGuard::new(self.locker.clone(), held)))
+        };
+        let slot = match self.access {
+            Access::Exclusive | Access::Fair => {
+                if local.reads(&self.key, owner) {
+                    return Err(Err(LockError::WriteInsideRead {
+                        key: self.key.clone(),
+                    }));
+                }
+                local.slot(&self.key)
+            }
+            Access::Shared => {
+                // A read inside this task's write lock shares the write lock.
+                if let Some(reentered) = reenter(&local.slot(&self.key)) {
+                    return Err(reentered);
+                }
+                // Readers do not exclude each other: each task has a slot of its own, for
+                // reentrancy.
+                local.reader_slot(&self.key, owner)
+            }
+            Access::Permits { limit } => {
+                if self.permits == 0 || self.permits > limit {
+                    return Err(Err(ConfigError::Permits {
+                        permits: limit,
+                        wanted: self.permits,
+                    }
+                    .into()));
+                }
+                // A local queue with the semaphore's permits: at most that many tasks of this
+                // process contend in Redis, the others line up here first come, first served.
+                // Permits are not reentrant.
+                return Ok(local.semaphore_slot(&self.key, limit));
+            }
+        };
+        match reenter(&slot) {
+            Some(reentered) => Err(reentered),
+            None => Ok(slot),
+        }
+    }
+
+    /// The Redis names this acquire takes.
+    fn redis_keys(&self) -> RedisKeys {
+        let inner = &self.locker.inner;
+        match self.access {
+            Access::Exclusive => inner.keys(&self.key),
+            Access::Fair | Access::Shared => inner.keys(&self.key).held_as(self.access),
+            Access::Permits { limit } => {
+                RedisKeys::semaphore(&inner.settings.prefix, &self.key, limit)
+            }
+        }
+    }
+
+    /// The usual order: first the local queue (one task per key per process contends in
+    /// Redis, a semaphore's permits' worth of tasks; first come, first served), then Redis,
+    /// unless the last local holder handed the lock over.
+    async fn local_then_in_redis(
+        &self,
+        slot: &SlotRef<HeldLock>,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        let permit = if when.try_once {
+            slot.queue.clone().try_acquire_many_owned(self.permits).ok()
+        } else {
+            let _queued = slot.queued();
+            let queued = slot.queue.clone().acquire_many_owned(self.permits);
+            match when.deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
+                None => Some(queued.await),
+            }
+            .and_then(Result::ok)
+        };
+        let Some(permit) = permit else {
+            let holder_ttl = slot
+                .holder()
+                .upgrade()
+                .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
+            return Err(self.busy(when.started, holder_ttl));
+        };
+        let grant = match LocalLocks::take_over(slot, mode) {
+            // The last local holder handed the lock over: no Redis round trip.
+            Some(Ok(grant)) => grant,
+            handed => {
+                if let Some(Err(baton)) = handed {
+                    // It does not fit this acquire: give it back to Redis first.
+                    self.release_baton(baton).await;
+                }
+                if let Some(until) = slot.yield_until() {
+                    // Our own release just told waiters elsewhere: let them have their turn.
+                    let until = when.deadline.map_or(until, |d| d.min(until));
+                    tokio::time::sleep_until(until).await;
+                }
+                self.acquire_in_redis(self.redis_keys(), mode.lease(), when)
+                    .await?
+            }
+        };
+        Ok((permit, grant))
+    }
+
+    /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
+    /// first would let a task of this process that came later take its place in Redis before
+    /// an earlier one elsewhere); the local place is taken once Redis granted the lock. It is
+    /// free then, or about to be: the previous local holder gives it back right after its
+    /// release in Redis.
+    async fn in_line_then_local(
+        &self,
+        slot: &SlotRef<HeldLock>,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        let keys = self.redis_keys();
+        let grant = self.acquire_in_redis(keys, mode.lease(), when).await?;
+        let inner = &self.locker.inner;
+        // Dropped while waiting for the place: the granted lock goes back in the background.
+        let mut on_drop =
+            ReleaseOnDrop::new(&inner.releaser, Attempt::new(&grant.keys, grant.token));
+        on_drop.arm();
+        let permit = slot.queue.clone().acquire_owned().await;
+        on_drop.disarm();
+        let token = std::mem::take(&mut on_drop.target.token);
+        drop(on_drop);
+        // The queue is never closed; a closed one would be a bug, reported as undecided.
+        let permit = permit.map_err(|_| {
+            LockError::backend(
+                Some(&self.key),
+                BackendError::undecided("the local queue was closed"),
+            )
+        })?;
+        Ok((permit, Grant { token, ..grant }))
     }
 
     /// Releases in Redis a lock handed over to this acquire that it cannot use (finished in the
@@ -288,7 +368,7 @@ impl Acquire {
     fn new_token(&self) -> String {
         match self.access {
             Access::Permits { .. } => format!("{}:{}", new_token(), self.permits),
-            Access::Exclusive | Access::Shared => new_token(),
+            Access::Exclusive | Access::Fair | Access::Shared => new_token(),
         }
     }
 
@@ -308,10 +388,13 @@ impl Acquire {
         &self,
         keys: RedisKeys,
         lease: Duration,
-        try_once: bool,
-        deadline: Option<Instant>,
-        started: Instant,
+        when: When,
     ) -> Result<Grant, LockError> {
+        let When {
+            started,
+            deadline,
+            try_once,
+        } = when;
         let inner = &self.locker.inner;
         // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
         // replicas) after the start when the wait is shorter: a zero wait still gets one try.
@@ -360,9 +443,14 @@ impl Acquire {
                 },
                 tried => tried?,
             };
-            on_drop.disarm();
+            // A fair waiter stays armed between tries: it has a place in line, which the
+            // background releaser clears at once if this acquire is dropped or gives up.
+            if self.access != Access::Fair || try_once {
+                on_drop.disarm();
+            }
             let ttl = match tried {
                 Try::Won => {
+                    on_drop.disarm();
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
                     return Ok(Grant {

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use crate::error::LockError;
 use crate::held::HeldLock;
-use crate::key::Access;
 use crate::locker::Locker;
 
 /// A handle to the fencing token of one acquisition, for code that does not hold the guard
@@ -63,7 +62,7 @@ impl Fence {
     /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again);
     /// [`LockError::NotExclusive`] for a read lock or a semaphore permit.
     pub async fn token(&self) -> Result<u64, LockError> {
-        if self.held.keys().access != Access::Exclusive {
+        if !self.held.keys().access.is_exclusive() {
             return Err(LockError::NotExclusive {
                 key: self.held.key().to_owned(),
             });

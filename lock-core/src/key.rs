@@ -10,6 +10,7 @@
 //! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
+//! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |
 //! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>:<permits>`), scored by the end of their lease (ms) |
 //! | its channel, flag, latch | `p{h}:semaphore-released:k`, `p{h}:semaphore-waiting:k`, `p{h}:unlocked:<token>` | as the lock's |
 //!
@@ -42,6 +43,8 @@ pub(crate) struct RedisKeys {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     Exclusive,
+    /// Exclusive, taken in the order of arrival (`scripts/fair_acquire.lua`).
+    Fair,
     Shared,
     /// Permits of a semaphore of `limit` permits.
     Permits {
@@ -50,10 +53,15 @@ pub(crate) enum Access {
 }
 
 impl Access {
+    /// Whether one holder has the key alone (a mutex, a write lock, a fair lock).
+    pub(crate) const fn is_exclusive(self) -> bool {
+        matches!(self, Self::Exclusive | Self::Fair)
+    }
+
     /// The word naming the main Redis key of this kind of hold.
     const fn word(self) -> &'static str {
         match self {
-            Self::Exclusive | Self::Shared => "lock",
+            Self::Exclusive | Self::Fair | Self::Shared => "lock",
             Self::Permits { .. } => "semaphore",
         }
     }
@@ -81,9 +89,9 @@ impl RedisKeys {
         }
     }
 
-    /// The same names, for a read lock.
-    pub(crate) fn shared(mut self) -> Self {
-        self.access = Access::Shared;
+    /// The same names, held another way (a read lock, a fair lock).
+    pub(crate) fn held_as(mut self, access: Access) -> Self {
+        self.access = access;
         self
     }
 
@@ -99,7 +107,9 @@ impl RedisKeys {
         let key = &rest[word.len() + 2..];
         match self.access {
             Access::Permits { .. } => format!("{tagged}:{word}-{kind}:{key}"),
-            Access::Exclusive | Access::Shared => format!("{tagged}:{kind}:{key}"),
+            Access::Exclusive | Access::Fair | Access::Shared => {
+                format!("{tagged}:{kind}:{key}")
+            }
         }
     }
 
@@ -121,6 +131,16 @@ impl RedisKeys {
     /// The readers set of this key (see `scripts/read_acquire.lua`).
     pub(crate) fn readers(&self) -> String {
         self.sibling("readers")
+    }
+
+    /// The line of waiters of a fair lock (see `scripts/fair_acquire.lua`).
+    pub(crate) fn line(&self) -> String {
+        self.sibling("line")
+    }
+
+    /// The liveness of the waiters in the line of a fair lock.
+    pub(crate) fn line_alive(&self) -> String {
+        self.sibling("line-alive")
     }
 
     /// The release latch of `token` (see `scripts/release.lua`).

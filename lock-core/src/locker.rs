@@ -157,6 +157,38 @@ impl Locker {
         Semaphore::new(self.clone(), key.into(), permits)
     }
 
+    /// Starts acquiring the fair lock of `key`: waiters of every process get it in the order
+    /// they arrived. Configure it like any [`Acquire`]; the guard is a
+    /// [`LockGuard`](crate::LockGuard) with everything the mutex's has (watchdog, lost signal,
+    /// fencing token, reentrancy per task).
+    ///
+    /// Each waiter lines up in Redis (a sorted set by arrival); only the first in line may take
+    /// the lock when it is free, so a waiter that arrived later never overtakes, in this
+    /// process or another, and a lock is never handed over locally. A waiter that dies or
+    /// gives up leaves the line when it stops renewing its place (at most about three
+    /// [`fallback_retry`](crate::LockerBuilder::fallback_retry) intervals, or at once when
+    /// its acquire is cancelled), so it does not block those behind it. A `wait` of zero takes
+    /// the lock only if nobody is in line.
+    ///
+    /// Order costs throughput: every release wakes every waiter (all but the first go back to
+    /// sleep), and no handoff skips Redis. It is the same Redis lock as [`lock`](Self::lock)
+    /// of the key, so take it with `fair_lock` everywhere: a plain `lock` does not line up.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let turn = locker.fair_lock("printer").wait(Duration::from_secs(30)).await?;
+    /// // ... first come, first served across every instance ...
+    /// turn.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn fair_lock(&self, key: impl Into<String>) -> Acquire {
+        Acquire::new(self.clone(), key.into(), Access::Fair)
+    }
+
     /// Starts acquiring the write lock of `key`: the read-write lock's exclusive side. It is
     /// the same lock as [`lock`](Self::lock) (a mutex of a key is its write lock), named for
     /// code that also reads the key with [`read`](Self::read): it excludes every reader and

@@ -24,6 +24,15 @@ pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `scripts/fair_acquire.lua` (after `scripts/guard.lua`): take a fair lock in arrival order,
+/// or wait in line.
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/guard.lua"),
+        include_str!("scripts/fair_acquire.lua")
+    ))
+});
+
 /// `scripts/read_release.lua`: drop a read lock; the last reader out tells a waiting writer.
 pub(crate) static READ_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_release.lua")));

@@ -21,16 +21,35 @@ async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
     assert!(p1.is_shared());
     let busy = sem_b.acquire().wait(Duration::ZERO).await.unwrap_err();
     assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
-    assert!(matches!(p1.fencing_token().await, Err(LockError::NotExclusive { .. })));
+    assert!(matches!(
+        p1.fencing_token().await,
+        Err(LockError::NotExclusive { .. })
+    ));
     let waiter = tokio::spawn(async move { sem_b.acquire().wait(Duration::from_secs(5)).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
     p1.release().await.unwrap();
     let p3 = waiter.await.unwrap().unwrap();
     p3.release().await.unwrap();
     p2.release().await.unwrap();
-    assert!(server.keys("lock:*").iter().all(|k| !k.contains(":semaphore:")), "{:?}", server.keys("lock:*"));
+    assert!(
+        server
+            .keys("lock:*")
+            .iter()
+            .all(|k| !k.contains(":semaphore:")),
+        "{:?}",
+        server.keys("lock:*")
+    );
     let err = sem_a.acquire_many(4).await.unwrap_err();
-    assert!(matches!(err, LockError::Config(ConfigError::Permits { permits: 3, wanted: 4 })), "{err}");
+    assert!(
+        matches!(
+            err,
+            LockError::Config(ConfigError::Permits {
+                permits: 3,
+                wanted: 4
+            })
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

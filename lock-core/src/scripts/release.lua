@@ -10,7 +10,12 @@
 -- ARGV[5]  the waiting flag of this lock key (set by acquirers of other lockers that found it
 --          held, see acquire.lua)
 --
--- ARGV[4] and ARGV[5] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
+-- ARGV[6]  (fair locks only) the line of the lock key, and
+-- ARGV[7]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
+--          may be an abandoned waiter's, which leaves the line here instead of blocking it
+--          until its liveness ends
+--
+-- ARGV[4] to ARGV[7] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
 -- not declared as KEYS because they usually do not exist: while a Cluster slot migrates, a
 -- command whose declared keys exist only in part is refused with TRYAGAIN until it ends.
 --
@@ -40,6 +45,10 @@ if ok and current == ARGV[1] then
     redis.pcall('PUBLISH', ARGV[2], '1')
   end
   return waited + 1
+end
+if ARGV[6] then
+  redis.call('ZREM', ARGV[6], ARGV[1])
+  redis.call('ZREM', ARGV[7], ARGV[1])
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then

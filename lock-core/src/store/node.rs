@@ -48,6 +48,7 @@ impl Node {
     fn acquire_call(&self, keys: &RedisKeys, token: &str, args: AcquireArgs) -> ScriptCall {
         let script = match keys.access {
             Access::Exclusive => &scripts::ACQUIRE,
+            Access::Fair => &scripts::FAIR_ACQUIRE,
             Access::Shared => &scripts::READ_ACQUIRE,
             Access::Permits { .. } => &scripts::PERMIT_ACQUIRE,
         };
@@ -59,6 +60,9 @@ impl Node {
             .arg(keys.waiting());
         match keys.access {
             Access::Exclusive => {}
+            Access::Fair => {
+                call.arg(keys.line()).arg(keys.line_alive());
+            }
             Access::Shared => {
                 call.arg(keys.readers());
             }
@@ -161,7 +165,7 @@ impl Node {
         token: &str,
     ) -> Result<ReleaseReply, BackendError> {
         let mut call = ScriptCall::new(match keys.access {
-            Access::Exclusive => &scripts::RELEASE,
+            Access::Exclusive | Access::Fair => &scripts::RELEASE,
             Access::Shared => &scripts::READ_RELEASE,
             Access::Permits { .. } => &scripts::PERMIT_RELEASE,
         });
@@ -171,8 +175,14 @@ impl Node {
             .arg(lease_ms(self.latch))
             .arg(keys.latch(token))
             .arg(keys.waiting());
-        if keys.access == Access::Shared {
-            call.arg(keys.readers());
+        match keys.access {
+            Access::Shared => {
+                call.arg(keys.readers());
+            }
+            Access::Fair => {
+                call.arg(keys.line()).arg(keys.line_alive());
+            }
+            Access::Exclusive | Access::Permits { .. } => {}
         }
         retry_dropped(|| {
             let mut conn = self.conn.clone();
@@ -197,7 +207,7 @@ impl Node {
                 .collect()
         };
         let groups = [
-            (&*scripts::RENEW, of(|a| a == Access::Exclusive)),
+            (&*scripts::RENEW, of(Access::is_exclusive)),
             (&*scripts::READ_RENEW, of(|a| a == Access::Shared)),
             (
                 &*scripts::PERMIT_RENEW,

@@ -1,0 +1,77 @@
+-- Take a fair lock: the lock key is free and the caller is first in line (or nobody is in
+-- line); else join the line (once: the first arrival keeps its place) and tell the caller how
+-- long to wait. guard.lua is prepended to this script.
+--
+-- The lock key is the mutex's (release, renewal and fencing are the mutex's scripts). The line
+-- is a sorted set of waiting tokens scored by arrival (server clock, us); a second sorted set
+-- scores each waiter by when it stops counting as alive (server clock, ms): every try of a
+-- waiter renews that, so a waiter that died or gave up leaves the line when it expires and
+-- does not block the ones behind it.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[2]  the lease in milliseconds (>= 1)
+-- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
+--          caller will not wait; it takes the lock only if nobody is in line)
+-- ARGV[4]  the waiting flag of the lock key (see acquire.lua): set while anyone is in line
+-- ARGV[5]  the line (sorted set: token -> arrival, us)
+-- ARGV[6]  the line's liveness (sorted set: token -> alive until, ms)
+-- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
+-- ARGV[7]  (with KEYS[2]) the restart guard in milliseconds
+--
+-- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
+--
+-- Returns {1, 0} when the lock is now held by ARGV[1] (also when it already was: a retry is
+-- idempotent and re-applies the lease), {0, ms} when the caller must wait (the holder's
+-- remaining lease, or while the lock is free but another waiter is first, how long that one
+-- stays in line without trying), {2, ms} inside the restart guard. A key of another type fails
+-- with WRONGTYPE and is never overwritten.
+local lease = tonumber(ARGV[2])
+if not lease or lease < 1 then
+  return redis.error_reply('ERR lock lease must be at least 1 ms')
+end
+if KEYS[2] then
+  local young = restart_guard(KEYS[2], ARGV[7])
+  if young > 0 then
+    return {2, young}
+  end
+end
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], lease)
+  return {1, 0}
+end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', ARGV[6], '-inf', string.format('%.0f', now_ms))
+if #dead > 0 then
+  redis.call('ZREM', ARGV[6], unpack(dead))
+  redis.call('ZREM', ARGV[5], unpack(dead))
+end
+local head = redis.call('ZRANGE', ARGV[5], 0, 0)[1]
+if not current and (not head or head == ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
+  if head then
+    redis.call('ZREM', ARGV[5], ARGV[1])
+    redis.call('ZREM', ARGV[6], ARGV[1])
+  end
+  return {1, 0}
+end
+local stay = tonumber(ARGV[3]) or 0
+if stay > 0 then
+  local arrival = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('ZADD', ARGV[5], 'NX', arrival, ARGV[1])
+  redis.call('ZADD', ARGV[6], string.format('%.0f', now_ms + stay), ARGV[1])
+  -- The line lives as long as its last waiter may.
+  if redis.call('PTTL', ARGV[5]) < stay then
+    redis.call('PEXPIRE', ARGV[5], stay)
+    redis.call('PEXPIRE', ARGV[6], stay)
+  end
+  redis.call('SET', ARGV[4], '1', 'PX', stay)
+end
+if current then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+-- Free, but another waiter is first: it has until its liveness ends to take it.
+local first = tonumber(redis.call('ZSCORE', ARGV[6], head) or '') or now_ms
+return {0, math.max(first - now_ms, 1)}
