@@ -236,6 +236,9 @@ impl Acquire {
                 local.reader_slot(&self.key, owner)
             }
             Access::Permits { limit } => {
+                if self.locker.inner.store.is_redlock() {
+                    return Err(Err(ConfigError::SemaphoreWithRedLock.into()));
+                }
                 if self.permits == 0 || self.permits > limit {
                     return Err(Err(ConfigError::Permits {
                         permits: limit,

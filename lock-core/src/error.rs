@@ -197,6 +197,14 @@ pub enum ConfigError {
         /// The permits asked for at once.
         wanted: u32,
     },
+    /// Semaphores need one logical Redis (a server, Sentinel or a Cluster): on RedLock each
+    /// node counts permits on its own, and majorities of different holders could together
+    /// hold more permits than the semaphore has.
+    #[error(
+        "semaphores are not available on redlock: per-node counts would let more holders in \
+         than permits; use a single server, Sentinel or a Cluster"
+    )]
+    SemaphoreWithRedLock,
     /// RedLock needs at least 3 independent nodes.
     #[error("redlock needs at least 3 nodes, got {count}")]
     RedLockNodes {

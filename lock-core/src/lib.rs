@@ -24,6 +24,31 @@
 //! on every path: [`Locker::with_lock`]. As an attribute on an async fn: `#[distributed_lock]`
 //! (feature `macros`). For axum and tower services: the `lock-tower` crate.
 //!
+//! # Lock kinds
+//!
+//! Every kind is built on the same machinery (store, topologies, watchdog, pub/sub waiting,
+//! lost signal, cancel-safe acquire and release) and gives the mutex's guarantees:
+//!
+//! | kind | call | holders | fencing token |
+//! |---|---|---|---|
+//! | mutex | [`Locker::lock`] | one | yes |
+//! | several keys at once | [`Locker::lock_all`] | one per key, all or nothing, deadlock-free | one per key |
+//! | read-write | [`Locker::read`], [`Locker::write`] | many readers or one writer; a waiting writer goes first | writers |
+//! | semaphore | [`Locker::semaphore`] | at most N permits, each holder's expiring with its lease | no |
+//! | fair lock | [`Locker::fair_lock`] | one, in order of arrival across processes | yes |
+//!
+//! ```no_run
+//! # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+//! let both = locker.lock_all(["account:7", "account:3"]).await?; // a transfer
+//! both.release().await?;
+//! let reader = locker.read("catalogue").await?; // many readers at once
+//! reader.release().await?;
+//! let permit = locker.semaphore("exports:tenant-42", 3).acquire().await?; // at most 3
+//! permit.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Behaviour
 //!
 //! - **Atomic acquire, owner-checked release.** An uncontended acquire is one `SET NX PX`
@@ -105,15 +130,19 @@
 //! `p{h}:unlocked:<token>` (string with a TTL of a few seconds: the release latch that tells a
 //! retried release that its first try ran), `pnode-epoch` (with
 //! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
-//! set began) and the channel `p{h}:released:k`. Commands: `SET` (an uncontended acquire),
+//! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
+//! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
+//! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-waiting:k` and channel
+//! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire),
 //! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
 //! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
 //! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
-//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard). A minimal ACL:
-//! `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists +subscribe
-//! +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type +publish
-//! +info`. Without channel rights locks still work; waiters then rely on TTLs and the fallback
-//! retry.
+//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard), and for the
+//! other kinds `ZADD`, `ZREM`, `ZSCORE`, `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`. A
+//! minimal ACL: `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists
+//! +subscribe +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type
+//! +publish +info +zadd +zrem +zscore +zrange +zrangebyscore +zremrangebyscore`. Without
+//! channel rights locks still work; waiters then rely on TTLs and the fallback retry.
 //!
 //! # Topologies and what each guarantees
 //!

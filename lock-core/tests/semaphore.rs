@@ -80,3 +80,113 @@ async fn sixteen_tasks_on_three_permits_never_exceed_three() {
     assert!(most <= 3, "{most} holders at once");
     assert_eq!(most, 3, "the permits were never all used");
 }
+
+/// The checker of the test above, run without the semaphore: it sees more than three inside,
+/// so a semaphore that let a fourth in would be caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn control_without_the_semaphore_the_checker_sees_more_than_three() {
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (inside, most) = (inside.clone(), most.clone());
+            tokio::spawn(async move {
+                for _ in 0..5 {
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(most.load(Ordering::SeqCst) > 3);
+}
+
+#[tokio::test]
+async fn a_dead_holders_permits_come_back_with_its_lease_and_the_others_stay() {
+    let server = server();
+    let survivor = locker(&server).await;
+    let kept = survivor.semaphore("jobs", 2).acquire().await.unwrap();
+    {
+        // A holder whose process is gone: its locker is dropped without releasing (the
+        // background tasks stop with it), its fixed lease is all that ends the permit.
+        let doomed = common::locker(&server).await;
+        let permit = doomed
+            .semaphore("jobs", 2)
+            .acquire()
+            .lease(Duration::from_millis(300))
+            .await
+            .unwrap();
+        std::mem::forget(permit);
+        drop(doomed);
+    }
+    let other = locker(&server).await;
+    let sem = other.semaphore("jobs", 2);
+    let busy = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    let started = std::time::Instant::now();
+    let permit = sem.acquire().wait(Duration::from_secs(5)).await.unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    // The surviving holder's permit was renewed meanwhile and is still held.
+    assert!(kept.is_held());
+    assert!(matches!(
+        sem.acquire().wait(Duration::ZERO).await,
+        Err(LockError::Busy { .. })
+    ));
+    permit.release().await.unwrap();
+    kept.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let permit = a.semaphore("s", 1).acquire().await.unwrap();
+    let set = server
+        .keys("lock:*")
+        .into_iter()
+        .find(|k| k.contains(":semaphore:"))
+        .unwrap();
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.semaphore("s", 1)
+                .acquire()
+                .wait(Duration::from_secs(30))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    waiter.abort();
+    let _ = waiter.await;
+    // Someone deletes the set: the holder learns it at its next renewal or release.
+    let _: i64 = server.cmd(&["DEL", &set]);
+    let err = permit.release().await.unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    assert!(
+        common::eventually(Duration::from_secs(3), || {
+            a.stats().local_keys == 0 && b.stats().local_keys == 0 && b.stats().subscriptions == 0
+        })
+        .await,
+        "{:?} {:?}",
+        a.stats(),
+        b.stats()
+    );
+    assert!(
+        server
+            .keys("lock:*")
+            .iter()
+            .all(|k| !k.contains(":semaphore:")),
+        "{:?}",
+        server.keys("lock:*")
+    );
+}
