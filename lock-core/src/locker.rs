@@ -238,7 +238,8 @@ impl Locker {
         Acquire::new(self.clone(), key.into(), Access::Shared)
     }
 
-    /// Whether anyone (any process) holds `key` right now. One `EXISTS`.
+    /// Whether anyone (any process) holds `key` right now: a mutex, write or fair lock, or
+    /// read locks. One `EXISTS`. (Semaphores are not locks: their names are separate.)
     ///
     /// # Errors
     ///

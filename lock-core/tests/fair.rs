@@ -93,3 +93,55 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
         started.elapsed()
     );
 }
+
+/// Exclusion under contention, checked by the double-holder oracle (occupancy, intervals,
+/// fenced writes) on its own referee server: 12 tasks in three lockers on two keys. Fair
+/// order costs nothing in safety: every holder's fenced write is accepted, no overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fair_locks_exclude_under_contention_by_the_oracle() {
+    let server = server();
+    let referee = lock_testkit::RedisServer::start().unwrap();
+    let oracle = lock_testkit::oracle::Oracle::connect(&referee.url(), "fair", "test")
+        .await
+        .unwrap();
+    let lockers = [
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    ];
+    let mut tasks = Vec::new();
+    for t in 0..12 {
+        let (locker, oracle) = (lockers[t % 3].clone(), oracle.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15 {
+                let key = if (t + i) % 2 == 0 { "a" } else { "b" };
+                let guard = locker
+                    .fair_lock(key)
+                    .wait(Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                let work = tokio::time::sleep(Duration::from_micros(300));
+                let ((), accepted) = oracle
+                    .section(
+                        key,
+                        guard.fencing_token().await.unwrap(),
+                        || guard.is_held(),
+                        work,
+                    )
+                    .await
+                    .unwrap();
+                assert!(accepted, "the holder's fenced write was rejected");
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let report = oracle.report().await.unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (12 * 15, 0), "{report}");
+    for locker in &lockers {
+        common::assert_nothing_left(&server, &[locker]).await;
+    }
+}
