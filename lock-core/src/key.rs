@@ -9,6 +9,7 @@
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
+//! | readers' waiting flag | `p{h}:readers-waiting:k` | string, set with a TTL by a reader of another locker that waits for a writer |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |
 //! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>:<permits>`), scored by the end of their lease (ms) |
@@ -126,6 +127,11 @@ impl RedisKeys {
     /// The waiting flag of this key (see `scripts/acquire.lua`).
     pub(crate) fn waiting(&self) -> String {
         self.sibling("waiting")
+    }
+
+    /// The readers' waiting flag of this key (see `scripts/read_acquire.lua`).
+    pub(crate) fn readers_waiting(&self) -> String {
+        self.sibling("readers-waiting")
     }
 
     /// The readers set of this key (see `scripts/read_acquire.lua`).

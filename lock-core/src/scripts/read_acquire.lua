@@ -11,16 +11,21 @@
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
--- ARGV[4]  the waiting flag of the lock key (see acquire.lua)
+-- ARGV[4]  the waiting flag of the lock key (see acquire.lua): set by exclusive acquirers that
+--          found the lock taken, so here it means that a writer waits
 -- ARGV[5]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
+-- ARGV[6]  the readers' waiting flag of the lock key: set here when a writer holds the lock, so
+--          that the writer's release tells the readers (release.lua deletes both flags). A
+--          flag of its own: if a writer's hold ends without its release (its lease ran out, a
+--          force unlock), a reader's flag must not keep the other readers out
 -- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[6]  (with KEYS[2]) the restart guard in milliseconds
+-- ARGV[7]  (with KEYS[2]) the restart guard in milliseconds
 --
--- ARGV[4] and ARGV[5] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
+-- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
 --
 -- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
 -- same token is idempotent and re-applies the lease), {0, pttl} when a writer holds the lock
--- (its remaining lease; the caller's waiting flag is set so the writer's release tells it), or
+-- (its remaining lease; the readers' waiting flag is set so the writer's release tells it), or
 -- when the waiting flag says that a writer waits (the flag's remaining life: readers let the
 -- writer go first, so a stream of readers cannot starve it), or {2, ms} inside the restart
 -- guard. A lock key of another type fails with WRONGTYPE and is never overwritten.
@@ -29,7 +34,7 @@ if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
 if KEYS[2] then
-  local young = restart_guard(KEYS[2], ARGV[6])
+  local young = restart_guard(KEYS[2], ARGV[7])
   if young > 0 then
     return {2, young}
   end
@@ -38,7 +43,7 @@ local current = redis.call('GET', KEYS[1])
 local flag = tonumber(ARGV[3]) or 0
 if current and current ~= 'readers' then
   if flag > 0 then
-    redis.call('SET', ARGV[4], '1', 'PX', flag)
+    redis.call('SET', ARGV[6], '1', 'PX', flag)
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end

@@ -10,12 +10,14 @@
 -- ARGV[5]  the waiting flag of this lock key (set by acquirers of other lockers that found it
 --          held, see acquire.lua)
 --
--- ARGV[6]  (fair locks only) the line of the lock key, and
--- ARGV[7]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
+-- ARGV[6]  the readers' waiting flag of this lock key (set by readers that found it held, see
+--          read_acquire.lua): like ARGV[5], another locker waits
+-- ARGV[7]  (fair locks only) the line of the lock key, and
+-- ARGV[8]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
 --          may be an abandoned waiter's, which leaves the line here instead of blocking it
 --          until its liveness ends
 --
--- ARGV[4] to ARGV[7] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
+-- ARGV[4] to ARGV[8] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
 -- not declared as KEYS because they usually do not exist: while a Cluster slot migrates, a
 -- command whose declared keys exist only in part is refused with TRYAGAIN until it ends.
 --
@@ -39,16 +41,16 @@
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local waited = redis.call('DEL', ARGV[5])
+  local waited = math.min(redis.call('DEL', ARGV[5], ARGV[6]), 1)
   redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
   if waited == 1 then
     redis.pcall('PUBLISH', ARGV[2], '1')
   end
   return waited + 1
 end
-if ARGV[6] then
-  redis.call('ZREM', ARGV[6], ARGV[1])
+if ARGV[7] then
   redis.call('ZREM', ARGV[7], ARGV[1])
+  redis.call('ZREM', ARGV[8], ARGV[1])
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then

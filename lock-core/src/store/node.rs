@@ -64,7 +64,7 @@ impl Node {
                 call.arg(keys.line()).arg(keys.line_alive());
             }
             Access::Shared => {
-                call.arg(keys.readers());
+                call.arg(keys.readers()).arg(keys.readers_waiting());
             }
             Access::Permits { limit } => {
                 call.arg(limit);
@@ -176,13 +176,18 @@ impl Node {
             .arg(keys.latch(token))
             .arg(keys.waiting());
         match keys.access {
+            Access::Exclusive => {
+                call.arg(keys.readers_waiting());
+            }
+            Access::Fair => {
+                call.arg(keys.readers_waiting())
+                    .arg(keys.line())
+                    .arg(keys.line_alive());
+            }
             Access::Shared => {
                 call.arg(keys.readers());
             }
-            Access::Fair => {
-                call.arg(keys.line()).arg(keys.line_alive());
-            }
-            Access::Exclusive | Access::Permits { .. } => {}
+            Access::Permits { .. } => {}
         }
         retry_dropped(|| {
             let mut conn = self.conn.clone();
