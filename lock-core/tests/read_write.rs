@@ -1035,3 +1035,92 @@ async fn redlock_readers_share_and_a_writer_excludes_them() {
         common::assert_nothing_left(node, &[&a, &b, &c]).await;
     }
 }
+
+/// A writer of `w` takes `k` with a fixed 500 ms lease and never releases it (its process
+/// stalled or died); `waiter` waits for `k` (reading or writing) meanwhile, and `end` may end
+/// the writer's hold early. Returns how long after the writer's grant the waiter got in.
+async fn wait_for_a_writer_that_never_releases(
+    w: &Locker,
+    waiter: &Locker,
+    read: bool,
+    end: Option<&Locker>,
+) -> Duration {
+    let stalled = w
+        .write("k")
+        .lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let acquire = if read {
+        waiter.read("k")
+    } else {
+        waiter.write("k")
+    };
+    let waiting = tokio::spawn(acquire.wait(Duration::from_secs(10)).into_future());
+    if let Some(admin) = end {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(admin.force_unlock("k").await.unwrap());
+    }
+    let guard = waiting.await.unwrap().unwrap();
+    let took = started.elapsed();
+    guard.release().await.unwrap();
+    assert!(stalled.release().await.unwrap_err().is_lost());
+    took
+}
+
+#[tokio::test]
+async fn a_writer_waiting_for_a_writer_whose_lease_runs_out_gets_in_when_it_ends() {
+    // The comparison for the next two tests: a waiting writer is not held back once the
+    // stalled writer's lease has ended (or the lock was force-unlocked).
+    let server = server();
+    let (w, other, admin) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let expired = wait_for_a_writer_that_never_releases(&w, &other, false, None).await;
+    let forced = wait_for_a_writer_that_never_releases(&w, &other, false, Some(&admin)).await;
+    lock_testkit::figure(&format!(
+        "writer waiting for a writer that never releases: in after {expired:?} (500 ms lease), {forced:?} (force_unlock at 100 ms)"
+    ));
+    assert!(expired < Duration::from_millis(1300), "{expired:?}");
+    assert!(forced < Duration::from_millis(900), "{forced:?}");
+    common::assert_nothing_left(&server, &[&w, &other, &admin]).await;
+}
+
+#[tokio::test]
+#[ignore = "bug: a reader waiting for a writer sets the waiting flag (read_acquire.lua:40-41), which then refuses every reader (read_acquire.lua:51-53) until its TTL when the writer's hold ends without its own release"]
+async fn a_reader_waiting_for_a_writer_whose_lease_runs_out_gets_in_when_it_ends() {
+    let server = server();
+    let (w, r) = (locker(&server).await, locker(&server).await);
+    let took = wait_for_a_writer_that_never_releases(&w, &r, true, None).await;
+    lock_testkit::figure(&format!(
+        "reader waiting for a writer whose 500 ms lease ran out: in after {took:?}"
+    ));
+    // Measured at 2562a54: 3.0 s (the flag's TTL, 3 x the 1 s fallback retry).
+    assert!(
+        took < Duration::from_millis(1300),
+        "the reader got in {took:?} after the writer's 500 ms lease began"
+    );
+    common::assert_nothing_left(&server, &[&w, &r]).await;
+}
+
+#[tokio::test]
+#[ignore = "bug: a reader waiting for a writer sets the waiting flag (read_acquire.lua:40-41); force_unlock (force_unlock.lua:13) leaves it, so every reader is refused until its TTL"]
+async fn a_reader_waiting_for_a_force_unlocked_writer_gets_in_at_once() {
+    let server = server();
+    let (w, r, admin) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let took = wait_for_a_writer_that_never_releases(&w, &r, true, Some(&admin)).await;
+    lock_testkit::figure(&format!(
+        "reader waiting for a writer force-unlocked at 100 ms: in after {took:?}"
+    ));
+    assert!(
+        took < Duration::from_millis(900),
+        "the reader got in {took:?} after the writer's grant, force_unlock at 100 ms"
+    );
+    common::assert_nothing_left(&server, &[&w, &r, &admin]).await;
+}
