@@ -66,7 +66,7 @@ struct Spec {
 /// thread sleeps (`nanosleep`, precise to tens of µs) and wakes the task. `tokio::time::sleep`
 /// is not used because its 1 ms timer wheel turns a 1 ms sleep into 1-2 ms depending on how
 /// busy the runtime is, which would give the busy floor shorter holds than the idle kit.
-async fn hold(d: Duration) {
+pub(crate) async fn hold(d: Duration) {
     let _ = tokio::task::spawn_blocking(move || std::thread::sleep(d)).await;
 }
 

@@ -19,6 +19,7 @@ mod floor;
 mod hot_key;
 mod http;
 mod lock;
+mod lock_kinds;
 mod params;
 mod redis_stats;
 mod reentrancy;
@@ -93,6 +94,10 @@ enum Workload {
     W6,
     /// The tower layer on an axum route.
     W7,
+    /// Read-write lock: 16 tasks, 90 % reads, against the mutex for all.
+    W8,
+    /// Multi-key lock: `lock_all` of two keys against two mutex locks and the floor.
+    W9,
 }
 
 /// Which side of a comparison runs.
@@ -313,6 +318,12 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
     }
     if selected(Workload::W7) {
         rows.extend(http::run(&ctx).await?);
+    }
+    if selected(Workload::W8) {
+        rows.extend(lock_kinds::read_write(&ctx).await?);
+    }
+    if selected(Workload::W9) {
+        rows.extend(lock_kinds::multi_key(&ctx).await?);
     }
     let elapsed = clock.elapsed().as_secs_f64();
 

@@ -85,4 +85,22 @@ params! {
     w7_conns: usize = 64, 64;
     /// W7: seconds per run.
     w7_secs: f64 = 5.0, 1.0;
+    /// W8: tasks on one key, reading or writing.
+    w8_tasks: usize = 16, 16;
+    /// W8: percentage of cycles that read (the others write).
+    w8_read_pct: u32 = 90, 90;
+    /// W8: how long each holder keeps the lock (µs).
+    w8_hold_us: u64 = 1_000, 1_000;
+    /// W8: seconds per run of each arm.
+    w8_secs: f64 = 5.0, 1.0;
+    /// W9: uncontended acquire+release cycles of fresh key pairs, one task.
+    w9_cycles: usize = 2_000, 300;
+    /// W9: tasks transferring between random pairs of accounts.
+    w9_tasks: usize = 16, 16;
+    /// W9: accounts the transfers choose from.
+    w9_accounts: usize = 8, 8;
+    /// W9: how long each transfer holds its two keys (µs).
+    w9_hold_us: u64 = 1_000, 1_000;
+    /// W9: seconds per contended run of each arm.
+    w9_secs: f64 = 5.0, 1.0;
 }

@@ -15,7 +15,8 @@ use crate::server::RedisServer;
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leftovers {
-    /// Lock keys still present (`<prefix>{..}:lock:<key>`).
+    /// Lock keys still present (`<prefix>{..}:lock:<key>`), and read locks' reader sets
+    /// (`<prefix>{..}:readers:<key>`): a reader set left behind is a read lock still held.
     pub lock_keys: Vec<String>,
     /// Other keys under the prefix without an expiry (they would stay forever).
     pub keys_without_ttl: Vec<String>,
@@ -56,7 +57,7 @@ impl RedisServer {
             if allowed.iter().any(|suffix| key.ends_with(suffix)) {
                 continue;
             }
-            if key.contains(":lock:") {
+            if key.contains(":lock:") || key.contains(":readers:") {
                 leftovers.lock_keys.push(key);
             } else if self.cmd::<i64>(&["PTTL", &key]) == -1 {
                 leftovers.keys_without_ttl.push(key);

@@ -203,3 +203,56 @@ pub async fn wake_up_after_release(
     let (acquired, token) = waiting.await.unwrap();
     (acquired - released, token)
 }
+
+/// The cluster slot of user key `key`'s lock and companions: the kit tags every Redis name of
+/// a key with the first 16 hex digits of the key's SHA-1.
+pub fn kit_slot(key: &str) -> u16 {
+    let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
+    lock_testkit::key_slot(format!("{{{}}}", &digest[..16]).as_bytes())
+}
+
+/// `per_shard` user keys `<stem><n>` for every primary of `cluster`, grouped by primary (in
+/// the order of [`lock_testkit::RedisCluster::current_primaries`]).
+pub fn keys_on_every_shard(
+    cluster: &lock_testkit::RedisCluster,
+    stem: &str,
+    per_shard: usize,
+) -> Vec<Vec<String>> {
+    let primaries: Vec<u16> = cluster
+        .current_primaries()
+        .unwrap()
+        .iter()
+        .map(|p| p.port())
+        .collect();
+    let mut by_shard = vec![Vec::new(); primaries.len()];
+    for n in 0..10_000 {
+        if by_shard
+            .iter()
+            .all(|keys: &Vec<String>| keys.len() >= per_shard)
+        {
+            return by_shard;
+        }
+        let key = format!("{stem}{n}");
+        let port = cluster.primary_for_slot(kit_slot(&key)).unwrap().port();
+        let shard = primaries.iter().position(|p| *p == port).unwrap();
+        if by_shard[shard].len() < per_shard {
+            by_shard[shard].push(key);
+        }
+    }
+    panic!("no {per_shard} keys per shard among 10,000");
+}
+
+/// Asserts that the lock key of every one of `keys` is on the primary [`kit_slot`] says
+/// (they are held now): the keys really are spread as chosen.
+pub fn assert_locks_on_their_shards(cluster: &lock_testkit::RedisCluster, keys: &[String]) {
+    for key in keys {
+        let primary = cluster.primary_for_slot(kit_slot(key)).unwrap();
+        let found: Vec<String> = primary.cmd(&["KEYS", &format!("lock:*:lock:{key}")]);
+        assert_eq!(
+            found.len(),
+            1,
+            "the lock of {key} is not on port {}",
+            primary.port()
+        );
+    }
+}

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
-use super::record::{FencedWrite, Interval, Outcome};
+use super::record::{Access, FencedWrite, Interval, Outcome};
 
 /// The result of [`check`]. [`is_clean`](Self::is_clean) is the verdict.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,8 +25,19 @@ pub struct Report {
     pub release_failed: u64,
     /// See [`Outcome::Killed`].
     pub killed: u64,
-    /// Pairs of intervals of one key that overlap in time.
+    /// Pairs of intervals of one key that overlap in time and exclude each other (at least one
+    /// of them exclusive, or of different accesses).
     pub overlaps: u64,
+    /// Pairs of intervals of one key that overlap in time and may (two shared sections, two
+    /// permit sections): reported, not a violation; a read-write run whose readers never
+    /// overlapped has 0.
+    pub shared_overlaps: u64,
+    /// The most intervals of one key inside at one time (from the log), of any access.
+    pub max_inside: u64,
+    /// Enters of a permit section while at least `n` other permit holders of the key were
+    /// inside and not excused (signalled, late-signalled or killed, as for overlaps):
+    /// violations of "at most `n` holders".
+    pub over_limit: u64,
     /// Overlaps where the older holder had been told it lost the lock before the younger one
     /// entered.
     pub signalled_overlaps: u64,
@@ -45,7 +56,8 @@ pub struct Report {
     pub max_late_signal: Duration,
     /// Enters that found the occupancy counter above 0 (raw).
     pub occupancy_collisions: u64,
-    /// Collisions not explained by the older holder having been marked lost (violations).
+    /// Collisions not explained by the older holder having been marked lost (violations);
+    /// for a permit section, when the holders inside not explained so were `n` or more.
     pub occupancy_violations: u64,
     /// Acquisitions whose fencing token was not above every token entered before it, by a
     /// holder that was never marked lost (violations).
@@ -71,10 +83,11 @@ pub struct Report {
 }
 
 impl Report {
-    /// No unsignalled overlap, no unexplained occupancy collision, no fence regression, no
-    /// stale write accepted.
+    /// No unsignalled overlap, no permit enter over the limit, no unexplained occupancy
+    /// collision, no fence regression, no stale write accepted.
     pub fn is_clean(&self) -> bool {
         self.unsignalled_overlaps == 0
+            && self.over_limit == 0
             && self.occupancy_violations == 0
             && self.fence_regressions == 0
             && self.stale_accepted == 0
@@ -92,7 +105,8 @@ impl fmt::Display for Report {
         write!(
             f,
             "cycles={} completed={} lost={} release_failed={} killed={} overlaps={} \
-             signalled={} late_signalled={} killed_overlaps={} unsignalled={} max_overlap={:?} \
+             signalled={} late_signalled={} killed_overlaps={} unsignalled={} \
+             shared_overlaps={} max_inside={} over_limit={} max_overlap={:?} \
              max_late_signal={:?} occupancy_collisions={} occupancy_violations={} \
              fence_regressions={} late_claims={} writes={} accepted={} stale_attempted={} stale_rejected={} \
              stale_accepted={}",
@@ -106,6 +120,9 @@ impl fmt::Display for Report {
             self.late_signalled_overlaps,
             self.killed_overlaps,
             self.unsignalled_overlaps,
+            self.shared_overlaps,
+            self.max_inside,
+            self.over_limit,
             self.max_overlap,
             self.max_late_signal,
             self.occupancy_collisions,
@@ -121,14 +138,31 @@ impl fmt::Display for Report {
     }
 }
 
-/// The older (earlier acquired) of two holders of one key: the lower fencing token; on a tie
-/// (itself a regression) the earlier enter.
+/// The older (earlier acquired) of two holders of one key: of two exclusive holders the lower
+/// fencing token, on a tie (itself a regression) the earlier enter; when either has no token
+/// (shared, permit) the earlier enter.
 fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Interval) {
-    if (a.fence, a.t_enter) <= (b.fence, b.t_enter) {
+    let by_fence = a.access == Access::Exclusive && b.access == Access::Exclusive;
+    let older_first = if by_fence {
+        (a.fence, a.t_enter) <= (b.fence, b.t_enter)
+    } else {
+        (a.t_enter, a.enter_seq) <= (b.t_enter, b.enter_seq)
+    };
+    if older_first {
         (a, b)
     } else {
         (b, a)
     }
+}
+
+/// Whether the older of two holders inside together is excused for the younger one's enter:
+/// it had been marked lost, or it was SIGKILLed and either dead already or not confirmed
+/// holding since (the occupancy rule of the [module docs](super)).
+fn excused_on_referee(older: &Interval, younger: &Interval) -> bool {
+    older.lost_at.is_some()
+        || (older.outcome == Outcome::Killed
+            && (older.t_exit <= younger.t_enter
+                || older.last_held.is_none_or(|h| h < younger.t_enter)))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,18 +208,30 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
         by_id.insert(&iv.id, iv);
     }
 
-    // 1. Overlaps, per key, by a sweep over the enter times.
+    // 1. Overlaps, per key, by a sweep over the enter times. Sections that may be inside
+    //    together (readers, permits) are counted, not judged, except that a permit enter
+    //    finding `n` permit holders inside that were not excused is one too many.
     for list in by_key.values_mut() {
         list.sort_by_key(|iv| (iv.t_enter, iv.enter_seq));
         let mut active: Vec<&Interval> = Vec::new();
         for &cur in list.iter() {
             active.retain(|a| a.t_exit.max(a.t_enter) > cur.t_enter);
+            report.max_inside = report.max_inside.max(active.len() as u64 + 1);
+            let mut live_permits = 0u64;
             for &a in &active {
-                report.overlaps += 1;
                 let overlap = a.t_exit.min(cur.t_exit).saturating_sub(cur.t_enter);
-                report.max_overlap = report.max_overlap.max(ns(overlap));
                 let (older, younger) = older_younger(a, cur);
-                match verdict(older, younger) {
+                let verdict = verdict(older, younger);
+                if a.access.compatible(cur.access) {
+                    report.shared_overlaps += 1;
+                    if matches!(cur.access, Access::Permit(_)) && verdict == Verdict::Unsignalled {
+                        live_permits += 1;
+                    }
+                    continue;
+                }
+                report.overlaps += 1;
+                report.max_overlap = report.max_overlap.max(ns(overlap));
+                match verdict {
                     Verdict::Signalled => report.signalled_overlaps += 1,
                     Verdict::Late => {
                         report.late_signalled_overlaps += 1;
@@ -196,39 +242,55 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
                     Verdict::Unsignalled => {
                         report.unsignalled_overlaps += 1;
                         report.violation(format!(
-                            "unsignalled overlap on {:?}: {} (fence {}, lost_at {:?}, last_held {:?}, {:?}) still held when {} (fence {}) entered at {}; overlap {:?}",
-                            older.key, older.id, older.fence, older.lost_at, older.last_held,
-                            older.outcome, younger.id, younger.fence, younger.t_enter, ns(overlap)
+                            "unsignalled overlap on {:?}: {} ({:?}, fence {}, lost_at {:?}, last_held {:?}, {:?}) still held when {} ({:?}, fence {}) entered at {}; overlap {:?}",
+                            older.key, older.id, older.access, older.fence, older.lost_at, older.last_held,
+                            older.outcome, younger.id, younger.access, younger.fence, younger.t_enter, ns(overlap)
                         ));
                     }
                 }
+            }
+            if live_permits > cur.access.others_allowed() {
+                report.over_limit += 1;
+                report.violation(format!(
+                    "over the limit on {:?}: {} entered as {:?} with {} other permit holders inside",
+                    cur.key, cur.id, cur.access, live_permits
+                ));
             }
             active.push(cur);
         }
     }
 
-    // 2. Occupancy collisions, attributed to the older holder of each colliding pair.
+    // 2. Occupancy collisions, attributed to the older holder of each colliding pair. An
+    //    exclusive enter that counted others inside but named none is unexplained.
     for iv in intervals {
-        if iv.occupancy <= 1 && iv.collided_with.is_empty() {
+        let unnamed = iv.access == Access::Exclusive && iv.occupancy > 1;
+        if iv.collided_with.is_empty() && !unnamed {
             continue;
         }
         report.occupancy_collisions += 1;
-        let explained = !iv.collided_with.is_empty()
-            && iv.collided_with.iter().all(|other| {
-                let Some(other) = by_id.get(other.as_str()) else {
-                    return false;
-                };
-                let (older, younger) = older_younger(iv, other);
-                older.lost_at.is_some()
-                    || (older.outcome == Outcome::Killed
-                        && (older.t_exit <= younger.t_enter
-                            || older.last_held.is_none_or(|h| h < younger.t_enter)))
-            });
-        if !explained {
+        // Holders inside that were not excused: those the rules exclude (or unknown ones),
+        // and those of the same kind that only a permit's number limits.
+        let (mut excluded, mut counted) = (u64::from(iv.collided_with.is_empty()), 0u64);
+        for other in &iv.collided_with {
+            let Some(other) = by_id.get(other.as_str()) else {
+                excluded += 1;
+                continue;
+            };
+            let (older, younger) = older_younger(iv, other);
+            if excused_on_referee(older, younger) {
+                continue;
+            }
+            if other.access.compatible(iv.access) {
+                counted += 1;
+            } else {
+                excluded += 1;
+            }
+        }
+        if excluded > 0 || counted > iv.access.others_allowed() {
             report.occupancy_violations += 1;
             report.violation(format!(
-                "occupancy {} when {} (fence {}) entered {:?}; inside: {:?}",
-                iv.occupancy, iv.id, iv.fence, iv.key, iv.collided_with
+                "occupancy {} when {} ({:?}, fence {}) entered {:?}; inside: {:?}",
+                iv.occupancy, iv.id, iv.access, iv.fence, iv.key, iv.collided_with
             ));
         }
     }
@@ -236,10 +298,15 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
     // 3. Fencing tokens strictly increase in acquisition order, per key. The referee sees the
     //    enters, not the acquisitions: a token at or below an earlier-entered one is a
     //    regression unless its holder was marked lost (it acquired first, was paused before
-    //    it entered, and its lock passed on meanwhile: a late claim).
+    //    it entered, and its lock passed on meanwhile: a late claim). Only exclusive holders
+    //    have tokens.
     let mut enters_by_key: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for (key, list) in &by_key {
-        let mut enters: Vec<&Interval> = list.clone();
+        let mut enters: Vec<&Interval> = list
+            .iter()
+            .copied()
+            .filter(|iv| iv.access == Access::Exclusive)
+            .collect();
         enters.sort_unstable_by_key(|iv| iv.enter_seq);
         let mut max: Option<&Interval> = None;
         let mut running = Vec::with_capacity(enters.len());
@@ -309,6 +376,7 @@ mod tests {
         Interval {
             id: id.to_owned(),
             key: "k".to_owned(),
+            access: Access::Exclusive,
             fence,
             enter_seq: seq,
             t_enter: enter_ms * MS,
@@ -486,31 +554,191 @@ mod tests {
         assert!(!r.is_clean());
     }
 
+    fn reader(id: &str, seq: u64, enter_ms: u64, exit_ms: u64) -> Interval {
+        Interval {
+            access: Access::Shared,
+            ..iv(id, 0, seq, enter_ms, exit_ms)
+        }
+    }
+
+    fn permit(id: &str, n: u32, seq: u64, enter_ms: u64, exit_ms: u64) -> Interval {
+        Interval {
+            access: Access::Permit(n),
+            ..iv(id, 0, seq, enter_ms, exit_ms)
+        }
+    }
+
+    #[test]
+    fn readers_overlapping_each_other_are_counted_not_judged() {
+        let mut b = reader("b", 2, 1, 6);
+        b.occupancy = 2;
+        let log = [
+            reader("a", 1, 0, 5),
+            b,
+            reader("c", 3, 2, 7),
+            iv("w", 10, 4, 8, 9),
+        ];
+        let r = check(&log, &[]);
+        assert!(r.is_clean(), "{r}");
+        assert_eq!((r.overlaps, r.shared_overlaps, r.max_inside), (0, 3, 3));
+        // Readers have no token: theirs (0) is no regression of the writer's, nor the other way.
+        assert_eq!((r.fence_regressions, r.occupancy_collisions), (0, 0));
+    }
+
+    #[test]
+    fn a_reader_inside_with_a_writer_is_a_violation_whoever_entered_first() {
+        // The writer was inside from 0 to 8 when a reader entered at 5...
+        let r = check(&[iv("w", 10, 1, 0, 8), reader("r", 2, 5, 9)], &[]);
+        assert_eq!((r.overlaps, r.unsignalled_overlaps), (1, 1), "{r}");
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("unsignalled overlap"), "{r:?}");
+        // ... or a reader was inside from 0 to 8 when the writer entered at 5 (the reader,
+        // without a token, is the older one because it entered first).
+        let r = check(&[reader("r", 1, 0, 8), iv("w", 10, 2, 5, 9)], &[]);
+        assert_eq!(r.unsignalled_overlaps, 1, "{r}");
+        assert!(r.violations[0].contains("r (Shared"), "{r:?}");
+        // The writer had been told at 4 that its lock was lost: signalled, clean. Had the
+        // older holder been chosen by token, the reader (token 0) would have been blamed.
+        let mut w = iv("w", 10, 1, 0, 8);
+        w.lost_at = Some(4 * MS);
+        w.outcome = Outcome::Lost;
+        let r = check(&[w, reader("r", 2, 5, 9)], &[]);
+        assert_eq!(
+            (r.signalled_overlaps, r.unsignalled_overlaps),
+            (1, 0),
+            "{r}"
+        );
+        assert!(r.is_clean());
+    }
+
+    #[test]
+    fn a_reader_colliding_with_a_writer_on_the_referee_is_a_violation() {
+        let w = iv("w", 10, 1, 0, 4);
+        let mut r = reader("r", 2, 5, 9);
+        r.occupancy = 2;
+        r.collided_with = vec!["w".to_owned()];
+        let c = check(&[w.clone(), r.clone()], &[]);
+        assert_eq!(
+            (c.occupancy_collisions, c.occupancy_violations),
+            (1, 1),
+            "{c}"
+        );
+        assert!(!c.is_clean());
+        // Inside with another reader only (occupancy 2, nobody named): no collision at all.
+        let mut alone = reader("r2", 3, 5, 9);
+        alone.occupancy = 2;
+        let c = check(&[reader("r", 2, 5, 9), alone], &[]);
+        assert_eq!(c.occupancy_collisions, 0, "{c}");
+        // A writer marked lost is an explained collision.
+        let mut lost = w;
+        lost.lost_at = Some(3 * MS);
+        lost.outcome = Outcome::Lost;
+        let c = check(&[lost, r], &[]);
+        assert_eq!(
+            (c.occupancy_collisions, c.occupancy_violations),
+            (1, 0),
+            "{c}"
+        );
+    }
+
+    #[test]
+    fn more_permit_holders_than_permits_is_a_violation() {
+        // Two permits: a and b together are fine, c entering at 3 while both are inside is not.
+        let two = [permit("a", 2, 1, 0, 8), permit("b", 2, 2, 1, 8)];
+        let r = check(&two, &[]);
+        assert!(r.is_clean(), "{r}");
+        assert_eq!((r.shared_overlaps, r.max_inside, r.over_limit), (1, 2, 0));
+        let mut three = two.to_vec();
+        three.push(permit("c", 2, 3, 3, 9));
+        let r = check(&three, &[]);
+        assert_eq!((r.over_limit, r.max_inside), (1, 3), "{r}");
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("over the limit"), "{r:?}");
+        // a had been told it lost its permit before c entered: c had a free permit.
+        three[0].lost_at = Some(2 * MS);
+        three[0].outcome = Outcome::Lost;
+        let r = check(&three, &[]);
+        assert_eq!(r.over_limit, 0, "{r}");
+        assert!(r.is_clean());
+        // A permit holder inside with an exclusive holder is an ordinary unsignalled overlap.
+        let r = check(&[permit("a", 5, 1, 0, 8), iv("x", 3, 2, 1, 9)], &[]);
+        assert_eq!((r.unsignalled_overlaps, r.over_limit), (1, 0), "{r}");
+    }
+
+    #[test]
+    fn a_permit_enter_counted_over_the_limit_on_the_referee_is_a_violation() {
+        let (a, b) = (permit("a", 2, 1, 0, 8), permit("b", 2, 2, 1, 8));
+        let mut c = permit("c", 2, 3, 3, 9);
+        c.occupancy = 3;
+        c.collided_with = vec!["a".to_owned(), "b".to_owned()];
+        let r = check(&[a.clone(), b.clone(), c.clone()], &[]);
+        assert_eq!(
+            (r.occupancy_collisions, r.occupancy_violations),
+            (1, 1),
+            "{r}"
+        );
+        // One of the two inside was marked lost: within the limit.
+        let mut lost = a;
+        lost.lost_at = Some(2 * MS);
+        lost.outcome = Outcome::Lost;
+        let r = check(&[lost, b, c], &[]);
+        assert_eq!(
+            (r.occupancy_collisions, r.occupancy_violations),
+            (1, 0),
+            "{r}"
+        );
+    }
+
     #[test]
     fn each_kind_of_violation_alone_fails_the_check() {
         let mut ghost = iv("b", 11, 2, 5, 9);
         ghost.occupancy = 2;
         ghost.collided_with = vec!["ghost".to_owned()];
+        let mut shared_ghost = reader("r", 2, 5, 9);
+        shared_ghost.occupancy = 2;
+        shared_ghost.collided_with = vec!["w".to_owned()];
         let cases = [
             // Two holders inside at once, the referee's counter having missed it.
             (
                 vec![iv("a", 10, 1, 0, 8), iv("b", 11, 2, 5, 9)],
                 vec![],
-                [1, 0, 0, 0],
+                [1, 0, 0, 0, 0],
             ),
             // A collision on the counter with a section that is not in the log.
-            (vec![iv("a", 10, 1, 0, 4), ghost], vec![], [0, 1, 0, 0]),
+            (vec![iv("a", 10, 1, 0, 4), ghost], vec![], [0, 1, 0, 0, 0]),
             // A token that went backwards.
             (
                 vec![iv("a", 10, 1, 0, 4), iv("b", 9, 2, 5, 9)],
                 vec![],
-                [0, 0, 1, 0],
+                [0, 0, 1, 0, 0],
             ),
             // A write with a's token accepted after b had entered.
             (
                 vec![iv("a", 10, 1, 0, 4), iv("b", 11, 2, 5, 9)],
                 vec![write(3, 10, true)],
-                [0, 0, 0, 1],
+                [0, 0, 0, 1, 0],
+            ),
+            // A reader inside while a writer was, the referee's counter having missed it.
+            (
+                vec![iv("w", 10, 1, 0, 8), reader("r", 2, 5, 9)],
+                vec![],
+                [1, 0, 0, 0, 0],
+            ),
+            // A reader that the referee saw enter while a writer was inside.
+            (
+                vec![iv("w", 10, 1, 0, 4), shared_ghost],
+                vec![],
+                [0, 1, 0, 0, 0],
+            ),
+            // A third holder of two permits, the referee's counter having missed it.
+            (
+                vec![
+                    permit("a", 2, 1, 0, 8),
+                    permit("b", 2, 2, 1, 8),
+                    permit("c", 2, 3, 3, 9),
+                ],
+                vec![],
+                [0, 0, 0, 0, 1],
             ),
         ];
         for (log, writes, expected) in cases {
@@ -520,6 +748,7 @@ mod tests {
                 r.occupancy_violations,
                 r.fence_regressions,
                 r.stale_accepted,
+                r.over_limit,
             ];
             assert_eq!(found, expected, "{r}");
             assert!(!r.is_clean());

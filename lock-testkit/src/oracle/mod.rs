@@ -2,12 +2,22 @@
 //! two holders at once, usable by the tasks of one process and by several processes on one
 //! host at the same time.
 //!
+//! Each section is entered with an [`Access`] that says who may be inside with it:
+//! [`Access::Exclusive`] (the default, [`Oracle::enter`]: a mutex or a write lock, alone),
+//! [`Access::Shared`] ([`Oracle::enter_shared`]: readers together, never with a writer) or
+//! [`Access::Permit`]`(n)` (at most `n` holders at once, a semaphore). "Two holders at once"
+//! below means two that exclude each other, or more permit holders than permits; shared and
+//! permit sections have no fencing token and take no part in the fenced resource (check 3).
+//!
 //! Every check lives on a separate, never-faulted **referee** `redis-server`, so faults injected
 //! into the lock server (or a holder's network) cannot hide a violation:
 //!
 //! 1. **Occupancy counter.** [`Oracle::enter`] runs `INCR occ:<key>` (it must return 1) and
 //!    [`Oracle::leave`] runs `DECR` before the lock is released. A value above 1 is a
-//!    *collision*; the ids of the holders already inside are recorded with it.
+//!    *collision*; the ids of the holders already inside are recorded with it. The referee
+//!    also keeps every occupant's access: a shared enter collides only with the exclusive
+//!    (and permit) sections inside, a permit enter with the non-permit ones and, once `n`
+//!    permit holders are inside, with all of them.
 //! 2. **Interval log.** Each critical section becomes an [`Interval`]: key, fencing token,
 //!    `CLOCK_MONOTONIC` enter and exit times (one clock for every process on the host, see
 //!    [`monotonic_ns`]), the last time the holder checked that it still held the lock, and
@@ -38,6 +48,12 @@
 //!   one that was stalled when its lease ran out and then killed did nothing meanwhile;
 //! - **unsignalled** otherwise: the older holder never learned it lost the lock, or believed
 //!   it still held it after the younger one had entered. That is a violation.
+//!
+//! Only pairs that exclude each other are judged so; two readers (or two permit holders)
+//! overlapping are counted as [`Report::shared_overlaps`]. A permit holder entering while `n`
+//! others were inside whose overlaps with it would each be unsignalled is
+//! [`Report::over_limit`], a violation. Without fencing tokens on one side of a pair, the
+//! older holder is the one that entered first.
 //!
 //! An occupancy collision is a violation under the same idea: unless the older of the two
 //! holders was marked lost, or was SIGKILLed without a confirmation after the younger one
@@ -75,5 +91,5 @@ mod referee;
 
 pub use check::{check, Report};
 pub use clock::monotonic_ns;
-pub use record::{FencedWrite, Interval, Outcome};
+pub use record::{Access, FencedWrite, Interval, Outcome};
 pub use referee::{Entry, Oracle};

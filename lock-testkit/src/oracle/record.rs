@@ -27,6 +27,54 @@ pub enum Outcome {
     Killed,
 }
 
+/// How a critical section is entered: which other sections of the same key may be inside at
+/// the same time. Stored as `"exclusive"`, `"shared"` or `{"permit":n}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Access {
+    /// Alone: the holder of a mutex or of a write lock. The default, and the access of a
+    /// record written without the field.
+    #[default]
+    Exclusive,
+    /// Together with other shared sections only: a reader of a read-write lock (readers xor
+    /// one writer).
+    Shared,
+    /// Together with other permit sections, at most `n` at once: a holder of one of the `n`
+    /// permits of a semaphore (`n` is at least 1; 0 counts as 1).
+    Permit(u32),
+}
+
+impl Access {
+    /// Whether a section of this access and one of `other` may be inside together (permits
+    /// within their number).
+    pub fn compatible(self, other: Self) -> bool {
+        matches!(
+            (self, other),
+            (Self::Shared, Self::Shared) | (Self::Permit(_), Self::Permit(_))
+        )
+    }
+
+    /// How many compatible sections may be inside besides this one before one too many is:
+    /// `n - 1` for a permit, unbounded for a shared section, none for an exclusive one.
+    pub(super) fn others_allowed(self) -> u64 {
+        match self {
+            Self::Exclusive => 0,
+            Self::Shared => u64::MAX,
+            Self::Permit(n) => u64::from(n.max(1)) - 1,
+        }
+    }
+
+    /// The code the referee's scripts store per occupant (`x`, `s`, `p`) and, for a permit,
+    /// the number of permits.
+    pub(super) fn code(self) -> (&'static str, u32) {
+        match self {
+            Self::Exclusive => ("x", 1),
+            Self::Shared => ("s", 0),
+            Self::Permit(n) => ("p", n.max(1)),
+        }
+    }
+}
+
 /// One critical section, as logged on the referee (stored as JSON with these field names).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Interval {
@@ -34,7 +82,12 @@ pub struct Interval {
     pub id: String,
     /// The user's lock key.
     pub key: String,
-    /// The fencing token of the acquisition.
+    /// How it was entered (absent in records of exclusive sections written before the field
+    /// existed).
+    #[serde(default)]
+    pub access: Access,
+    /// The fencing token of the acquisition (0 for shared and permit sections, which have
+    /// none: fencing orders exclusive holders).
     pub fence: u64,
     /// Position of the enter in the referee's global sequence (shared with fenced writes).
     pub enter_seq: u64,
@@ -68,6 +121,7 @@ impl Interval {
         Self {
             id,
             key: entered.key,
+            access: entered.access,
             fence: entered.fence,
             enter_seq,
             t_enter: entered.t_enter,
@@ -125,6 +179,8 @@ pub(super) struct WriteRequest<'a> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Entered {
     pub(super) key: String,
+    #[serde(default)]
+    pub(super) access: Access,
     pub(super) fence: u64,
     pub(super) t_enter: u64,
     pub(super) last_held: Option<u64>,
@@ -193,6 +249,7 @@ mod tests {
         Interval {
             id: "w1#7".to_owned(),
             key: "k".to_owned(),
+            access: Access::Exclusive,
             fence: u64::MAX,
             enter_seq: 42,
             t_enter: 1_700_000_000_123_456_789,
@@ -225,11 +282,55 @@ mod tests {
     }
 
     #[test]
+    fn the_access_is_stored_by_name_and_defaults_to_exclusive() {
+        let mut a = interval();
+        for (access, stored) in [
+            (Access::Shared, r#""access":"shared""#),
+            (Access::Permit(3), r#""access":{"permit":3}"#),
+            (Access::Exclusive, r#""access":"exclusive""#),
+        ] {
+            a.access = access;
+            let json = encode(&a).expect("encodes");
+            assert!(json.contains(stored), "{json}");
+            assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a.clone()));
+        }
+        // A record of an exclusive section written before the field existed.
+        let old = r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#;
+        let old: Interval = decode("interval", old).expect("decodes");
+        assert_eq!(old.access, Access::Exclusive);
+        assert!(decode::<Interval>("interval", &old_with_access("\"nonsense\"")).is_err());
+    }
+
+    fn old_with_access(access: &str) -> String {
+        format!(
+            r#"{{"id":"a#1","key":"k","access":{access},"fence":10,"enter_seq":1,"t_enter":0,"t_exit":8,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}}"#
+        )
+    }
+
+    #[test]
+    fn compatibility_and_allowance_of_the_accesses() {
+        use Access::{Exclusive, Permit, Shared};
+        assert!(Shared.compatible(Shared) && Permit(2).compatible(Permit(2)));
+        for (a, b) in [
+            (Exclusive, Exclusive),
+            (Exclusive, Shared),
+            (Shared, Permit(4)),
+        ] {
+            assert!(!a.compatible(b) && !b.compatible(a), "{a:?} {b:?}");
+        }
+        assert_eq!(
+            [Exclusive, Shared, Permit(3), Permit(0)].map(Access::others_allowed),
+            [0, u64::MAX, 2, 0]
+        );
+    }
+
+    #[test]
     fn the_scripts_fields_complete_the_holders_records() {
         // What enter.lua and write.lua store: the holder's object with the referee's fields
         // appended (in any order; `collided_with` absent when empty).
         let entered = Entered {
             key: "k".to_owned(),
+            access: Access::Exclusive,
             fence: u64::MAX,
             t_enter: 3,
             last_held: Some(3),

@@ -12,7 +12,7 @@ use redis::{AsyncConnectionConfig, RedisResult, Script};
 use super::check::{check, Report};
 use super::clock::monotonic_ns;
 use super::record::{
-    decode, encode, Entered, FencedWrite, Interval, OpenSection, Outcome, WriteRequest,
+    decode, encode, Access, Entered, FencedWrite, Interval, OpenSection, Outcome, WriteRequest,
 };
 
 /// A critical section in progress: returned by [`Oracle::enter`], given back to
@@ -30,14 +30,26 @@ impl Entry {
         &self.interval.id
     }
 
-    /// The fencing token registered on enter.
+    /// How the section was entered.
+    pub fn access(&self) -> Access {
+        self.interval.access
+    }
+
+    /// The fencing token registered on enter (0 for a shared or permit section).
     pub fn fence(&self) -> u64 {
         self.interval.fence
     }
 
-    /// What the occupancy counter returned on enter (1 = nobody else was inside).
+    /// What the occupancy counter returned on enter (1 = nobody else was inside): every
+    /// section of the key inside at that moment, this one included, whatever their access.
     pub fn occupancy(&self) -> u64 {
         self.interval.occupancy
+    }
+
+    /// The sections that were inside on enter against the rules of the entry's access (see
+    /// [`Interval::collided_with`]); empty when the enter was allowed.
+    pub fn collided_with(&self) -> &[String] {
+        &self.interval.collided_with
     }
 
     /// Whether the fenced resource had already seen a token at least as high on enter: a
@@ -214,11 +226,8 @@ impl Oracle {
         &self.worker
     }
 
-    /// Enters the critical section of `key` with the acquisition's fencing token: stamps the
-    /// enter time, checks the lock once (`held`, e.g. `|| guard.is_held()`, recorded as by
-    /// [`Entry::observe`]), increments the occupancy counter, registers the token with the
-    /// fenced resource and leaves an open record (closed by [`finish`](Self::finish), or by
-    /// [`close_worker`](Self::close_worker) if this process dies).
+    /// Enters the exclusive critical section of `key` (a mutex, a write lock) with the
+    /// acquisition's fencing token: [`enter_as`](Self::enter_as) with [`Access::Exclusive`].
     ///
     /// # Errors
     ///
@@ -230,6 +239,45 @@ impl Oracle {
     pub async fn enter(
         &self,
         key: &str,
+        fence: u64,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
+        self.enter_as(key, Access::Exclusive, fence, held).await
+    }
+
+    /// Enters the critical section of `key` as a reader: [`enter_as`](Self::enter_as) with
+    /// [`Access::Shared`] and no fencing token (readers get none).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    ///
+    /// # Panics
+    ///
+    /// When `key` contains a tab or a newline.
+    pub async fn enter_shared(&self, key: &str, held: impl FnOnce() -> bool) -> RedisResult<Entry> {
+        self.enter_as(key, Access::Shared, 0, held).await
+    }
+
+    /// Enters the critical section of `key` with `access`: stamps the enter time, checks the
+    /// lock once (`held`, e.g. `|| guard.is_held()`, recorded as by [`Entry::observe`]),
+    /// increments the occupancy counter and records who was inside against the rules of
+    /// `access` (see [`Interval::collided_with`]), registers an exclusive section's `fence`
+    /// with the fenced resource (shared and permit sections claim nothing; pass 0) and leaves
+    /// an open record (closed by [`finish`](Self::finish), or by
+    /// [`close_worker`](Self::close_worker) if this process dies).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    ///
+    /// # Panics
+    ///
+    /// When `key` contains a tab or a newline.
+    pub async fn enter_as(
+        &self,
+        key: &str,
+        access: Access,
         fence: u64,
         held: impl FnOnce() -> bool,
     ) -> RedisResult<Entry> {
@@ -250,11 +298,13 @@ impl Oracle {
         );
         let entered = Entered {
             key: key.to_owned(),
+            access,
             fence,
             t_enter,
             last_held,
             lost_at,
         };
+        let (code, permits) = access.code();
         let n = &self.names;
         let section: String = ENTER
             .key(n.occ(key))
@@ -266,6 +316,8 @@ impl Oracle {
             .arg(&id)
             .arg(fence)
             .arg(encode(&entered)?)
+            .arg(code)
+            .arg(permits)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let section: OpenSection = decode("malformed open oracle record", &section)?;
@@ -300,12 +352,43 @@ impl Oracle {
         Ok((output, accepted))
     }
 
-    /// A write to the fenced resource with the entry's token; `true` when it was accepted.
+    /// One critical section of a reader that keeps its lock throughout (tests without
+    /// faults): [`enter_shared`](Self::enter_shared), `work`, [`leave`](Self::leave), and
+    /// [`finish`](Self::finish) as [`Outcome::Completed`]; no write (readers have no token).
+    /// Returns the entry's occupancy on enter and `work`'s output.
     ///
     /// # Errors
     ///
     /// When the referee fails.
+    pub async fn section_shared<T>(
+        &self,
+        key: &str,
+        held: impl Fn() -> bool,
+        work: impl std::future::Future<Output = T>,
+    ) -> RedisResult<(T, u64)> {
+        let mut entry = self.enter_shared(key, &held).await?;
+        let occupancy = entry.occupancy();
+        let output = work.await;
+        entry.observe(&held);
+        self.leave(&mut entry).await?;
+        self.finish(entry, Outcome::Completed).await?;
+        Ok((output, occupancy))
+    }
+
+    /// A write to the fenced resource with the entry's token; `true` when it was accepted.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails, or for the entry of a shared or permit section (they hold no
+    /// token, so the fenced resource is not theirs to write).
     pub async fn write(&self, entry: &Entry) -> RedisResult<bool> {
+        if entry.interval.access != Access::Exclusive {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "fenced writes are for exclusive sections",
+                entry.interval.id.clone(),
+            )));
+        }
         let n = &self.names;
         let key = &entry.interval.key;
         let ok: i64 = WRITE
@@ -464,8 +547,9 @@ impl Oracle {
         }
     }
 
-    /// The referee's own counters: `enters`, `occupancy_collisions`, `claims_below_high_water`,
-    /// `writes_accepted`, `writes_rejected` (missing ones are 0).
+    /// The referee's own counters: `enters`, `occupancy_collisions`, `max_occupancy` (the most
+    /// sections of one key inside at once), `claims_below_high_water`, `writes_accepted`,
+    /// `writes_rejected` (missing ones are 0).
     ///
     /// # Errors
     ///
@@ -599,6 +683,72 @@ mod tests {
         let killed = intervals.iter().find(|i| i.id.starts_with("b#")).unwrap();
         assert_eq!(killed.outcome, Outcome::Killed);
         assert!(killed.last_held.is_some() && killed.lost_at.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_referee_counts_readers_writers_and_permits_by_their_access() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        // Two readers together: no collision, occupancy 2.
+        let mut r1 = a.enter_shared("k", || true).await.unwrap();
+        let mut r2 = a.enter_shared("k", || true).await.unwrap();
+        assert_eq!((r2.occupancy(), r2.collided_with().len()), (2, 0));
+        assert_eq!(r2.access(), Access::Shared);
+        assert!(
+            a.write(&r2).await.is_err(),
+            "a reader has no token to write with"
+        );
+        // A writer entering now collides with both readers.
+        let w = a.enter("k", 7, || true).await.unwrap();
+        assert_eq!(w.occupancy(), 3);
+        assert_eq!(w.collided_with().len(), 2);
+        // A reader entering while the writer is inside collides with the writer only.
+        let r3 = a.enter_shared("k", || true).await.unwrap();
+        assert_eq!(r3.collided_with(), [w.id().to_owned()]);
+        for entry in [&mut r1, &mut r2] {
+            a.leave(entry).await.unwrap();
+        }
+        a.finish(r1, Outcome::Completed).await.unwrap();
+        a.finish(r2, Outcome::Completed).await.unwrap();
+        a.finish(w, Outcome::Completed).await.unwrap();
+        a.finish(r3, Outcome::Completed).await.unwrap();
+        // Two permits of "s": the third holder collides with the two inside.
+        let p1 = a
+            .enter_as("s", Access::Permit(2), 0, || true)
+            .await
+            .unwrap();
+        let p2 = a
+            .enter_as("s", Access::Permit(2), 0, || true)
+            .await
+            .unwrap();
+        assert!(p2.collided_with().is_empty());
+        let p3 = a
+            .enter_as("s", Access::Permit(2), 0, || true)
+            .await
+            .unwrap();
+        assert_eq!(p3.collided_with().len(), 2);
+        for p in [p1, p2, p3] {
+            a.finish(p, Outcome::Completed).await.unwrap();
+        }
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0);
+        let counters = a.counters().await.unwrap();
+        assert_eq!(counters["occupancy_collisions"], 3);
+        assert_eq!(counters["max_occupancy"], 4);
+        assert_eq!(
+            counters.get("claims_below_high_water"),
+            None,
+            "readers claim no token"
+        );
+
+        let r = a.report().await.unwrap();
+        assert_eq!(r.cycles, 7);
+        assert_eq!(r.occupancy_violations, 3, "{r}");
+        assert_eq!(r.over_limit, 1, "{r}");
+        assert!(r.unsignalled_overlaps >= 3, "{r}");
+        assert!(r.shared_overlaps >= 2 && r.max_inside >= 3, "{r}");
+        assert_eq!(r.fence_regressions, 0, "{r}");
+        assert!(!r.is_clean());
     }
 
     #[tokio::test]

@@ -2,7 +2,7 @@
 -- the first time.
 --
 -- KEYS[1] occ:<key>        the occupancy counter
--- KEYS[2] occupants:<key>  ids of the sections inside
+-- KEYS[2] occupants:<key>  the sections inside (a hash by id, see enter.lua)
 -- KEYS[3] open:<worker>    the worker's open sections, by id
 -- KEYS[4] left:<worker>    the exits of those that left, by id
 -- ARGV[1] the section's id
@@ -11,7 +11,7 @@
 --
 -- Returns 1.
 
-if redis.call('SREM', KEYS[2], ARGV[1]) == 1 then redis.call('DECR', KEYS[1]) end
+if redis.call('HDEL', KEYS[2], ARGV[1]) == 1 then redis.call('DECR', KEYS[1]) end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[2])
 end
