@@ -1089,7 +1089,6 @@ async fn a_writer_waiting_for_a_writer_whose_lease_runs_out_gets_in_when_it_ends
 }
 
 #[tokio::test]
-#[ignore = "bug: a reader waiting for a writer sets the waiting flag (read_acquire.lua:40-41), which then refuses every reader (read_acquire.lua:51-53) until its TTL when the writer's hold ends without its own release"]
 async fn a_reader_waiting_for_a_writer_whose_lease_runs_out_gets_in_when_it_ends() {
     let server = server();
     let (w, r) = (locker(&server).await, locker(&server).await);
@@ -1106,7 +1105,6 @@ async fn a_reader_waiting_for_a_writer_whose_lease_runs_out_gets_in_when_it_ends
 }
 
 #[tokio::test]
-#[ignore = "bug: a reader waiting for a writer sets the waiting flag (read_acquire.lua:40-41); force_unlock (force_unlock.lua:13) leaves it, so every reader is refused until its TTL"]
 async fn a_reader_waiting_for_a_force_unlocked_writer_gets_in_at_once() {
     let server = server();
     let (w, r, admin) = (
