@@ -22,7 +22,10 @@
 //!
 //! The same as a closure, which also aborts the body if the lock is lost meanwhile and releases
 //! on every path: [`Locker::with_lock`]. As an attribute on an async fn: `#[distributed_lock]`
-//! (feature `macros`). For axum and tower services: the `lock-tower` crate.
+//! (feature `macros`), which takes one key (`key = "inventory:<sku>"`), its read lock
+//! (`mode = "read"`, see [`Locker::read`]) or several keys at once (`keys = ["account:<from>",
+//! "account:<to>"]`, see [`Locker::lock_all`]). For axum and tower services: the `lock-tower`
+//! crate.
 //!
 //! # Lock kinds
 //!
@@ -252,7 +255,8 @@ pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
 pub use tls::TlsConfig;
 
-/// Protects an async fn with a distributed lock; see the `lock-macros` crate docs.
+/// Protects an async fn with a distributed lock (one key, its read lock, or several keys); see
+/// the `lock-macros` crate docs.
 #[cfg(feature = "macros")]
 #[doc(inline)]
 pub use lock_macros::distributed_lock;

@@ -1,16 +1,20 @@
 //! The attribute's options as written: `#[distributed_lock(key = "..", wait = "3s", ..)]`.
 //!
 //! Only the grammar is checked here: known option names, each at most once, each with `=` and
-//! a value of the right kind (a string literal; any expression for `locker`). What a value
-//! means (a duration, an `on_lost` word, a path, a key template) is checked in `valid.rs`.
+//! a value of the right kind (a string literal; a bracketed list of them for `keys`; any
+//! expression for `locker`). What a value means (a duration, an `on_lost` or `mode` word, a
+//! path, a key template) and how options combine are checked in `valid.rs`.
 
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+use syn::punctuated::Punctuated;
+use syn::{bracketed, token, Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 mod kw {
     syn::custom_keyword!(key);
+    syn::custom_keyword!(keys);
+    syn::custom_keyword!(mode);
     syn::custom_keyword!(wait);
     syn::custom_keyword!(lease);
     syn::custom_keyword!(locker);
@@ -18,11 +22,13 @@ mod kw {
 }
 
 /// The options in the order the docs list them, for "expected one of" messages.
-const OPTIONS: &str = "`key`, `wait`, `lease`, `locker`, `on_lost`, `crate`";
+const OPTIONS: &str = "`key`, `keys`, `mode`, `wait`, `lease`, `locker`, `on_lost`, `crate`";
 
 /// The options of one `#[distributed_lock(..)]`, each as written (`None`: left out).
 pub(crate) struct Args {
     pub(crate) key: Option<LitStr>,
+    pub(crate) keys: Option<KeyList>,
+    pub(crate) mode: Option<LitStr>,
     pub(crate) wait: Option<LitStr>,
     pub(crate) lease: Option<LitStr>,
     pub(crate) locker: Option<Expr>,
@@ -34,6 +40,8 @@ impl Parse for Args {
     fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Self {
             key: None,
+            keys: None,
+            mode: None,
             wait: None,
             lease: None,
             locker: None,
@@ -42,10 +50,24 @@ impl Parse for Args {
         };
 
         while !input.is_empty() {
-            if input.peek(kw::key) {
+            if input.peek(kw::keys) {
+                let kw = input.parse::<kw::keys>()?;
+                let list = key_list(&kw, input)?;
+                if args.key.is_some() {
+                    return Err(key_and_keys(&kw));
+                }
+                set_once(&mut args.keys, &kw, list)?;
+            } else if input.peek(kw::key) {
                 let kw = input.parse::<kw::key>()?;
                 let lit = string_value(&kw, input, "key = \"order:<order_id>\"")?;
+                if args.keys.is_some() {
+                    return Err(key_and_keys(&kw));
+                }
                 set_once(&mut args.key, &kw, lit)?;
+            } else if input.peek(kw::mode) {
+                let kw = input.parse::<kw::mode>()?;
+                let lit = string_value(&kw, input, "mode = \"read\"")?;
+                set_once(&mut args.mode, &kw, lit)?;
             } else if input.peek(kw::wait) {
                 let kw = input.parse::<kw::wait>()?;
                 let lit = string_value(&kw, input, "wait = \"3s\"")?;
@@ -78,6 +100,62 @@ impl Parse for Args {
         }
         Ok(args)
     }
+}
+
+/// `keys = ["..", ".."]` as written: the templates, and the brackets (where an empty list is
+/// reported).
+pub(crate) struct KeyList {
+    pub(crate) bracket: token::Bracket,
+    pub(crate) templates: Vec<LitStr>,
+}
+
+/// Parses `= ["..", ..]`; each element must be a string literal (checked as a template later).
+fn key_list(kw: &kw::keys, input: ParseStream<'_>) -> syn::Result<KeyList> {
+    const EXAMPLE: &str = "keys = [\"account:<from>\", \"account:<to>\"]";
+    expect_eq(kw, input, EXAMPLE)?;
+    if !input.peek(token::Bracket) {
+        let value = input.parse::<Expr>()?;
+        let hint = if matches!(
+            &value,
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(_),
+                ..
+            })
+        ) {
+            " (or `key = \"..\"` for a single lock)"
+        } else {
+            ""
+        };
+        return Err(syn::Error::new_spanned(
+            value,
+            format!("`keys` expects a list of key templates in brackets: write `{EXAMPLE}`{hint}"),
+        ));
+    }
+    let content;
+    let bracket = bracketed!(content in input);
+    let elements = Punctuated::<Expr, Token![,]>::parse_terminated(&content)?;
+    let templates = elements
+        .into_iter()
+        .map(|element| match element {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => Ok(lit),
+            other => Err(syn::Error::new_spanned(
+                other,
+                format!("each of `keys` is a key template string: write `{EXAMPLE}`"),
+            )),
+        })
+        .collect::<syn::Result<_>>()?;
+    Ok(KeyList { bracket, templates })
+}
+
+/// The error for `key` and `keys` in one attribute, on the one written second.
+fn key_and_keys<K: ToTokens>(kw: &K) -> syn::Error {
+    syn::Error::new_spanned(
+        kw,
+        "`key` and `keys` cannot be combined: write `key = \"..\"` for one lock, or put every \
+         template in `keys = [\"..\", \"..\"]` to take them all",
+    )
 }
 
 /// Stores `value` in `slot`, or fails with "`x` specified more than once" on the repeated
@@ -155,6 +233,10 @@ fn unknown_option(input: ParseStream<'_>) -> syn::Error {
                 "timeout" | "wait_time" | "wait_for" | "max_wait" => " (did you mean `wait`?)",
                 "ttl" | "expire" | "expiry" | "lease_time" | "hold" => " (did you mean `lease`?)",
                 "name" | "lock" | "lock_key" => " (did you mean `key`?)",
+                "locks" | "lock_keys" | "key_list" | "all" => " (did you mean `keys`?)",
+                "access" | "kind" | "lock_mode" => " (did you mean `mode`?)",
+                "read" | "shared" | "readonly" => " (did you mean `mode = \"read\"`?)",
+                "write" | "exclusive" => " (did you mean `mode = \"write\"`?)",
                 "on_lose" | "lost" | "onlost" => " (did you mean `on_lost`?)",
                 _ => "",
             };

@@ -9,13 +9,13 @@ use syn::{Ident, Index, LitChar, LitStr, Type};
 use crate::item::{BoxedAsync, ItemFn};
 use crate::key::{Field, Part, Root, Template};
 use crate::ty::{erase_impl_trait, error_type_span};
-use crate::valid::{Body, Locked, OnLost, Options};
+use crate::valid::{Body, Locked, Locks, Mode, OnLost, Options};
 
 /// The fn with its body run under the lock.
 pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
     let Locked {
         options,
-        key,
+        locks,
         item,
         body,
     } = locked;
@@ -33,7 +33,7 @@ pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
             let user_body = quote_spanned!(brace.span.join()=> { #(#stmts)* });
             locked_body(
                 options,
-                key,
+                locks,
                 error_type_span(ret),
                 quote!(#anchor #user_body),
             )
@@ -51,7 +51,7 @@ pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
             // async-trait's block already starts with its own return-type anchor.
             let inner = &block.block.stmts;
             let error_span = error_type_span(output.unwrap_or(ret));
-            let body = locked_body(options, key, error_span, quote!(#(#inner)*));
+            let body = locked_body(options, locks, error_span, quote!(#(#inner)*));
             let anchor = output.map(return_anchor);
             let async_attrs = &block.attrs;
             quote! {
@@ -69,13 +69,14 @@ pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
     }
 }
 
-/// Acquire, run `body` (the contents of an `async move` block that evaluates to the fn's
-/// `Result`) under the guard, release. Errors of the lock become the fn's error via `From`;
+/// Acquire (one key exclusively or for reading, or all of `keys` into a `MultiLockGuard`), run
+/// `body` (the contents of an `async move` block that evaluates to the fn's `Result`) under
+/// the guard, release. Errors of the lock become the fn's error via `From`;
 /// that code is spanned on the return type's error type (`error_span`), so a missing
 /// `From<LockError>` impl or a return type that is no `Result` is reported there.
 fn locked_body(
     options: &Options,
-    key: &Template,
+    locks: &Locks,
     error_span: Span,
     body: TokenStream,
 ) -> TokenStream {
@@ -110,7 +111,6 @@ fn locked_body(
             return ::core::result::Result::Err(::core::convert::From::from(#error));
         }
     };
-    let key_expr = key_expr(key, &private);
     let wait = duration(options.wait);
     let lease = duration(options.lease);
     let on_lost = match options.on_lost {
@@ -122,6 +122,26 @@ fn locked_body(
     let run = respan(quote!(#private::run), error_span);
     let body_block = quote_spanned!(error_span=> async move { #body });
     let run_call = quote_spanned!(error_span=> #run(#guard, #on_lost, #body_block).await);
+    // The key (or the keys, in the order written: lock-core sorts them) and the helper that
+    // takes it the way the attribute says.
+    let (key_type, key_value, acquire) = match locks {
+        Locks::One { key, mode } => {
+            let key = key_expr(key, &private);
+            let acquire = match mode {
+                Mode::Write => quote!(#private::acquire),
+                Mode::Read => quote!(#private::acquire_read),
+            };
+            (quote!(::std::string::String), key, acquire)
+        }
+        Locks::All(keys) => {
+            let keys = keys.iter().map(|key| key_expr(key, &private));
+            (
+                quote!(::std::vec::Vec<::std::string::String>),
+                quote!(::std::vec::Vec::from([#(#keys),*])),
+                quote!(#private::acquire_all),
+            )
+        }
+    };
     quote! {
         #find_locker
         // `From::from` is the identity when the fn's error type is `LockError` itself.
@@ -130,9 +150,9 @@ fn locked_body(
             ::core::result::Result::Ok(#value) => #value,
             #bail
         };
-        let #key_var: ::std::string::String = #key_expr;
+        let #key_var: #key_type = #key_value;
         #[allow(clippy::useless_conversion)]
-        let #guard = match #private::acquire(#locker, #key_var, #wait, #lease).await {
+        let #guard = match #acquire(#locker, #key_var, #wait, #lease).await {
             ::core::result::Result::Ok(#value) => #value,
             #bail
         };

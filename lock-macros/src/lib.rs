@@ -67,7 +67,9 @@ use proc_macro2::TokenStream;
 ///
 /// | option | meaning | default |
 /// |---|---|---|
-/// | `key = "inventory:<sku_id>"` | the key template (below) | required |
+/// | `key = "inventory:<sku_id>"` | the key template (below) | `key` or `keys` is required |
+/// | `keys = ["account:<from>", "account:<to>"]` | several key templates: the fn runs holding all of them ([Several keys](#several-keys-keys)) | |
+/// | `mode = "read"` or `"write"` | with `key`: the read lock (shared with other readers) or the write lock ([Read locks](#read-locks-mode--read)) | `"write"`: exclusive |
 /// | `wait = "3s"` | how long to wait for the lock; `"0s"` tries once | the locker's `default_wait` (30 s) |
 /// | `lease = "10s"` | a fixed lease, at least `1ms`: the lock expires after it and is never renewed | watchdog lease, renewed while the body runs |
 /// | `locker = <expr>` | the `Locker` to use: any expression of type `Locker`, `&Locker` or `Arc<Locker>` (anything `AsRef<Locker>`), e.g. `self.locker` or `state.locker` | `Locker::global()` |
@@ -76,6 +78,72 @@ use proc_macro2::TokenStream;
 ///
 /// Durations are [humantime](https://docs.rs/humantime) strings: `"250ms"`, `"3s"`, `"1m 30s"`.
 /// A malformed duration, a zero lease, an unknown or repeated option are compile errors.
+///
+/// # Several keys: `keys`
+///
+/// `keys = [..]` takes every key with `Locker::lock_all`, all or nothing, as one guard: a
+/// transfer between two accounts holds both. Each element is a template like `key`'s. The keys
+/// are taken in one order for every caller (sorted), so two calls naming the same accounts in
+/// opposite orders cannot deadlock; `wait` bounds the whole acquisition; a key that cannot be
+/// taken gives back the ones already taken before the fn returns `LockError::Busy` (its body
+/// does not run); `on_lost` applies when any of them is lost. Equal keys of one call (a
+/// transfer from an account to itself) are locked once.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, LockError, Locker};
+///
+/// struct Bank {
+///     locker: Locker,
+/// }
+///
+/// impl Bank {
+///     #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "3s", locker = self.locker)]
+///     async fn transfer(&self, from: u64, to: u64, cents: u64) -> Result<(), LockError> {
+///         // Nobody else moves money from or to either account now.
+///         let _ = (from, to, cents);
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// Several keys are always locked exclusively: lock-core has no multi-key read lock, so
+/// `mode = "read"` with `keys` is a compile error.
+///
+/// # Read locks: `mode = "read"`
+///
+/// `mode = "read"` takes the read lock of the key (`Locker::read`): any number of readers, in
+/// every process, run at once, while no writer holds the key or waits for it. `mode = "write"`
+/// (the default, the behaviour without `mode`) takes the write lock, which is the key's
+/// exclusive lock (`Locker::write`, the same as `Locker::lock`): a `#[distributed_lock(key =
+/// "..")]` fn without `mode` excludes readers and writers of that key.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, LockError, Locker};
+///
+/// struct Catalogue {
+///     locker: Locker,
+/// }
+///
+/// impl Catalogue {
+///     /// Many at once.
+///     #[distributed_lock(key = "catalogue:<shop>", mode = "read", locker = self.locker)]
+///     async fn price(&self, shop: u32, sku: u64) -> Result<u64, LockError> {
+///         let _ = (shop, sku);
+///         Ok(100)
+///     }
+///
+///     /// Alone: no reader sees the catalogue half rewritten.
+///     #[distributed_lock(key = "catalogue:<shop>", mode = "write", locker = self.locker)]
+///     async fn reprice(&self, shop: u32, percent: u32) -> Result<(), LockError> {
+///         let _ = (shop, percent);
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// A waiting writer is not starved: new readers wait behind it. Within one task, a read inside
+/// the task's own write of the key nests; a write inside its own read fails at once with
+/// `LockError::WriteInsideRead` (a read lock cannot be upgraded: it would wait for itself).
 ///
 /// # The key template
 ///
@@ -175,10 +243,16 @@ use proc_macro2::TokenStream;
 /// }
 /// ```
 ///
+/// With `mode = "read"` the acquire is `locker.read(..)` instead of `locker.lock(..)`; with
+/// `keys` it is `locker.lock_all([format!(..), format!(..)])`, whose `MultiLockGuard` has the
+/// same `lost()` and `release()`.
+///
 /// # Errors
 ///
 /// Besides the body's own errors, the fn returns (converted with `From`):
-/// `LockError::Busy` when the lock stayed held by another owner for the whole `wait`,
+/// `LockError::Busy` when the lock (any of `keys`) stayed held by another owner for the whole
+/// `wait`, `LockError::WriteInsideRead` when the task holds the key's read lock and the fn
+/// takes its write lock,
 /// `LockError::Lost` when it was lost while the body ran (with `on_lost = "abort"`),
 /// `LockError::NotConfigured` when no `locker` is given and `Locker::set_global` was never
 /// called, `LockError::InvalidKey` for a formatted key that is empty or too long,
@@ -197,7 +271,9 @@ use proc_macro2::TokenStream;
 ///
 /// # Compile errors
 ///
-/// Each is reported on the offending token with what to write instead: a missing `key`; an
+/// Each is reported on the offending token with what to write instead: a missing `key` (or
+/// `keys`); both `key` and `keys`; an empty `keys = []`, a `keys` that is no bracketed list of
+/// strings, a template listed twice; an unknown `mode`, or `mode = "read"` with `keys`; an
 /// unknown or repeated option; a value of the wrong kind (`wait = 5`); a malformed duration or
 /// a lease under 1 ms; an unclosed `<` or an empty `<>` in the template; a placeholder naming no
 /// parameter, or naming `self` in a fn without a receiver; a non-`async` fn; a fn without a

@@ -7,7 +7,7 @@ use std::time::Duration;
 use proc_macro2::Span;
 use syn::{Expr, LitStr, Path, ReturnType, Type};
 
-use crate::attr::Args;
+use crate::attr::{Args, KeyList};
 use crate::item::{BoxedAsync, ItemFn};
 use crate::key::Template;
 use crate::ty::{future_output, is_surely_not_result, pretty};
@@ -23,10 +23,33 @@ pub(crate) enum OnLost {
     Continue,
 }
 
+/// How the one key of `key = ".."` is locked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `mode = "write"` (the default): the key's exclusive lock, its mutex.
+    Write,
+    /// `mode = "read"`: the read lock, shared with other readers.
+    Read,
+}
+
+/// Which locks the fn takes, with templates not yet checked against the fn.
+pub(crate) enum Target {
+    /// `key = ".."`.
+    One { key: LitStr, mode: Mode },
+    /// `keys = [..]`, never empty: all of them, exclusively.
+    All(Vec<LitStr>),
+}
+
+/// Which locks the fn takes, with checked templates.
+pub(crate) enum Locks {
+    One { key: Template, mode: Mode },
+    All(Vec<Template>),
+}
+
 /// The checked options of one `#[distributed_lock(..)]`.
 pub(crate) struct Options {
-    /// The key template, checked against the fn's parameters by [`locked_fn`].
-    pub(crate) key: LitStr,
+    /// The key template(s), checked against the fn's parameters by [`locked_fn`].
+    pub(crate) target: Target,
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
     pub(crate) locker: Option<Expr>,
@@ -38,7 +61,7 @@ pub(crate) struct Options {
 /// A fn that can be locked, with its checked options and key.
 pub(crate) struct Locked<'a> {
     pub(crate) options: Options,
-    pub(crate) key: Template,
+    pub(crate) locks: Locks,
     pub(crate) item: &'a ItemFn,
     pub(crate) body: Body<'a>,
 }
@@ -68,15 +91,37 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
     let lease = args.lease.map(|lit| lease(&lit)).transpose()?;
     let on_lost = args.on_lost.map(|lit| on_lost(&lit)).transpose()?;
     let krate = args.krate.map(|lit| crate_path(&lit)).transpose()?;
-    let Some(key) = args.key else {
-        return Err(syn::Error::new(
-            Span::call_site(),
-            "missing `key`: say which lock the fn takes, e.g. \
-             `#[distributed_lock(key = \"order:<order_id>\")]` where `order_id` is a parameter",
-        ));
+    let mode = args
+        .mode
+        .map(|lit| mode(&lit).map(|m| (m, lit)))
+        .transpose()?;
+    let target = match (args.key, args.keys) {
+        (Some(key), _) => Target::One {
+            key,
+            mode: mode.map_or(Mode::Write, |(mode, _)| mode),
+        },
+        (None, Some(list)) => {
+            if let Some((Mode::Read, lit)) = &mode {
+                return Err(syn::Error::new(
+                    lit.span(),
+                    "`mode = \"read\"` cannot be combined with `keys`: several keys are only \
+                     locked together exclusively (`Locker::lock_all`); drop `mode` to lock them \
+                     all exclusively, or take one read lock with `key = \"..\"`",
+                ));
+            }
+            Target::All(key_list(list)?)
+        }
+        (None, None) => {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "missing `key`: say which lock the fn takes, e.g. \
+                 `#[distributed_lock(key = \"order:<order_id>\")]` where `order_id` is a \
+                 parameter, or `keys = [\"account:<from>\", \"account:<to>\"]` for several",
+            ));
+        }
     };
     Ok(Options {
-        key,
+        target,
         wait,
         lease,
         locker: args.locker,
@@ -89,10 +134,34 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
 /// its parameters.
 pub(crate) fn locked_fn(options: Options, item: &ItemFn) -> syn::Result<Locked<'_>> {
     let body = body(item)?;
-    let key = Template::parse(&options.key, &item.scope())?;
+    let scope = item.scope();
+    let locks = match &options.target {
+        Target::One { key, mode } => Locks::One {
+            key: Template::parse(key, &scope)?,
+            mode: *mode,
+        },
+        // Every template is checked, so that all their mistakes are reported at once.
+        Target::All(keys) => {
+            let mut templates = Vec::with_capacity(keys.len());
+            let mut errors: Option<syn::Error> = None;
+            for key in keys {
+                match Template::parse(key, &scope) {
+                    Ok(template) => templates.push(template),
+                    Err(error) => match &mut errors {
+                        Some(first) => first.combine(error),
+                        None => errors = Some(error),
+                    },
+                }
+            }
+            if let Some(errors) = errors {
+                return Err(errors);
+            }
+            Locks::All(templates)
+        }
+    };
     Ok(Locked {
         options,
-        key,
+        locks,
         item,
         body,
     })
@@ -150,6 +219,47 @@ fn on_lost(lit: &LitStr) -> syn::Result<OnLost> {
             ),
         )),
     }
+}
+
+fn mode(lit: &LitStr) -> syn::Result<Mode> {
+    match lit.value().as_str() {
+        "write" => Ok(Mode::Write),
+        "read" => Ok(Mode::Read),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown `mode` value {other:?}: write `mode = \"read\"` (shared with other \
+                 readers, excludes writers) or `mode = \"write\"` (exclusive, the default)"
+            ),
+        )),
+    }
+}
+
+/// The templates of `keys = [..]`: at least one, none written twice.
+fn key_list(list: KeyList) -> syn::Result<Vec<LitStr>> {
+    if list.templates.is_empty() {
+        return Err(syn::Error::new(
+            list.bracket.span.join(),
+            "`keys` is empty: list the locks the fn takes, e.g. \
+             `keys = [\"account:<from>\", \"account:<to>\"]`",
+        ));
+    }
+    for (i, lit) in list.templates.iter().enumerate() {
+        let value = lit.value();
+        if list.templates[..i]
+            .iter()
+            .any(|earlier| earlier.value() == value)
+        {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`keys` names the template {value:?} twice: each template is one lock, \
+                     remove the repeated one"
+                ),
+            ));
+        }
+    }
+    Ok(list.templates)
 }
 
 fn crate_path(lit: &LitStr) -> syn::Result<Path> {

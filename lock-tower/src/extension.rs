@@ -1,10 +1,13 @@
-//! [`HeldLock`]: what the handler learns about the lock its request holds.
+//! [`HeldLock`] and [`HeldLocks`]: what the handler learns about the lock(s) its request holds.
 
 use std::sync::Arc;
 
 use lock_core::{Fence, LockError, LockGuard};
 
-/// The lock held for this request, in the request extensions of every request that got one.
+use crate::acquire::Guard;
+
+/// The lock held for this request, in the request extensions of every request locked on one
+/// key (requests locked on several keys have [`HeldLocks`] only).
 ///
 /// A cheap, cloneable handle (the [`LockGuard`] itself stays with the layer, which releases it
 /// when the response is done). Hand [`fencing_token`](Self::fencing_token) to the resource you
@@ -12,7 +15,8 @@ use lock_core::{Fence, LockError, LockGuard};
 /// asks for it costs no fencing.
 ///
 /// Absent when the request had no key and passed unlocked, or when Redis was unavailable
-/// and the layer [fails open](crate::DistributedLockLayer::fail_open).
+/// and the layer [fails open](crate::DistributedLockLayer::fail_open). A [read
+/// lock](crate::Mode::Read) ([`is_shared`](Self::is_shared)) has no fencing token.
 ///
 /// # Examples
 ///
@@ -35,6 +39,7 @@ use lock_core::{Fence, LockError, LockGuard};
 pub struct HeldLock {
     key: Arc<str>,
     fence: Fence,
+    shared: bool,
 }
 
 impl HeldLock {
@@ -42,7 +47,13 @@ impl HeldLock {
         Self {
             key: guard.key().into(),
             fence: guard.fence(),
+            shared: guard.is_shared(),
         }
+    }
+
+    /// Whether this is a read lock, shared with other readers ([`Mode::Read`](crate::Mode::Read)).
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// The lock key (with its [prefix](crate::KeyFrom::prefix)).
@@ -56,9 +67,90 @@ impl HeldLock {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was lost before the token was issued;
-    /// [`LockError::Backend`] when Redis fails.
+    /// [`LockError::Backend`] when Redis fails; [`LockError::NotExclusive`] for a read lock.
     pub async fn fencing_token(&self) -> Result<u64, LockError> {
         self.fence.token().await
+    }
+}
+
+/// Every lock held for this request: one, or several taken together (a key extractor that
+/// returns several keys, such as [`KeyFrom::path_params`](crate::KeyFrom::path_params)). In
+/// the request extensions of every locked request; with axum it is an extractor too.
+///
+/// Each [`HeldLock`] has its own fencing token: hand each resource the token of its key.
+///
+/// # Examples
+///
+/// ```
+/// # #[cfg(feature = "axum")] {
+/// use axum::extract::Path;
+/// use lock_tower::HeldLocks;
+///
+/// // Behind `KeyFrom::path_params(["from", "to"]).prefix("account:")`.
+/// async fn transfer(Path((from, to)): Path<(u64, u64)>, locks: HeldLocks) -> Result<String, String> {
+///     let debit = locks.fencing_token(&format!("account:{from}")).await.map_err(|e| e.to_string())?;
+///     let credit = locks.fencing_token(&format!("account:{to}")).await.map_err(|e| e.to_string())?;
+///     Ok(format!("moved from {from} (token {debit}) to {to} (token {credit})"))
+/// }
+/// # let _: axum::Router = axum::Router::new().route("/transfer/{from}/{to}", axum::routing::post(transfer));
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct HeldLocks {
+    /// In lock order (sorted by key for several).
+    locks: Arc<[HeldLock]>,
+}
+
+impl HeldLocks {
+    pub(crate) fn new(guard: &Guard) -> Self {
+        let locks = match guard {
+            Guard::One(guard) => vec![HeldLock::new(guard)],
+            Guard::All(guard) => guard.guards().iter().map(HeldLock::new).collect(),
+        };
+        Self {
+            locks: locks.into(),
+        }
+    }
+
+    /// The locks, in the order they were taken (sorted by key for several).
+    pub fn iter(&self) -> impl Iterator<Item = &HeldLock> {
+        self.locks.iter()
+    }
+
+    /// The keys, in the order they were taken (with their [prefix](crate::KeyFrom::prefix)).
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.locks.iter().map(HeldLock::key)
+    }
+
+    /// The lock of `key`, if this request holds it.
+    pub fn get(&self, key: &str) -> Option<&HeldLock> {
+        self.locks.iter().find(|lock| lock.key() == key)
+    }
+
+    /// How many locks (equal keys of one request are locked once).
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Always false: a request holds at least one lock when this is present.
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    /// The fencing token of `key` (see [`HeldLock::fencing_token`]).
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidKey`] when this request does not hold `key`, and the errors of
+    /// [`HeldLock::fencing_token`].
+    pub async fn fencing_token(&self, key: &str) -> Result<u64, LockError> {
+        match self.get(key) {
+            Some(lock) => lock.fencing_token().await,
+            None => Err(LockError::InvalidKey {
+                key: key.chars().take(64).collect(),
+                reason: lock_core::InvalidKeyReason::NotHeld,
+            }),
+        }
     }
 }
 
@@ -69,21 +161,31 @@ mod axum_impls {
     use axum::http::StatusCode;
     use axum::response::{IntoResponse, Response};
 
-    use super::HeldLock;
+    use super::{HeldLock, HeldLocks};
 
-    /// Rejection of the [`HeldLock`] extractor: the request holds no lock. Answers
-    /// `500 Internal Server Error`, since it means the route is not set up as the handler
-    /// expects.
+    /// Rejection of the [`HeldLock`] and [`HeldLocks`] extractors: the request holds no lock,
+    /// or (for `HeldLock`) it holds several. Answers `500 Internal Server Error`, since it
+    /// means the route is not set up as the handler expects.
     #[derive(Debug, Clone, Copy, Default)]
     #[non_exhaustive]
-    pub struct MissingHeldLock;
+    pub struct MissingHeldLock {
+        /// `Some(n)`: the request holds `n` locks taken together, and `HeldLock` was asked for.
+        several: Option<usize>,
+    }
 
     impl std::fmt::Display for MissingHeldLock {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(
-                "no distributed lock is held for this request: the route has no \
-                 DistributedLockLayer, the request had no key, or the layer failed open",
-            )
+            match self.several {
+                Some(n) => write!(
+                    f,
+                    "this request holds {n} distributed locks taken together (a key extractor \
+                     with several keys): extract `HeldLocks` instead of `HeldLock`"
+                ),
+                None => f.write_str(
+                    "no distributed lock is held for this request: the route has no \
+                     DistributedLockLayer, the request had no key, or the layer failed open",
+                ),
+            }
         }
     }
 
@@ -92,11 +194,11 @@ mod axum_impls {
     impl IntoResponse for MissingHeldLock {
         fn into_response(self) -> Response {
             tracing::error!("{self}");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "no lock held for this request\n",
-            )
-                .into_response()
+            let body = match self.several {
+                Some(_) => "several locks held for this request\n",
+                None => "no lock held for this request\n",
+            };
+            (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
         }
     }
 
@@ -104,15 +206,39 @@ mod axum_impls {
         type Rejection = MissingHeldLock;
 
         async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-            parts
-                .extensions
-                .get::<Self>()
-                .cloned()
-                .ok_or(MissingHeldLock)
+            if let Some(lock) = parts.extensions.get::<Self>() {
+                return Ok(lock.clone());
+            }
+            // Requests locked on one key have both extensions, on several keys `HeldLocks` only.
+            let several = parts.extensions.get::<HeldLocks>().map(HeldLocks::len);
+            Err(MissingHeldLock { several })
         }
     }
 
     impl<S: Send + Sync> OptionalFromRequestParts<S> for HeldLock {
+        type Rejection = std::convert::Infallible;
+
+        async fn from_request_parts(
+            parts: &mut Parts,
+            _: &S,
+        ) -> Result<Option<Self>, Self::Rejection> {
+            Ok(parts.extensions.get::<Self>().cloned())
+        }
+    }
+
+    impl<S: Send + Sync> FromRequestParts<S> for HeldLocks {
+        type Rejection = MissingHeldLock;
+
+        async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+            parts
+                .extensions
+                .get::<Self>()
+                .cloned()
+                .ok_or(MissingHeldLock { several: None })
+        }
+    }
+
+    impl<S: Send + Sync> OptionalFromRequestParts<S> for HeldLocks {
         type Rejection = std::convert::Infallible;
 
         async fn from_request_parts(

@@ -9,13 +9,14 @@ use std::task::{ready, Context, Poll};
 
 use http::{Request, Response};
 use http_body::Body;
-use lock_core::{AcquireFuture, LockError, LockGuard};
+use lock_core::LockError;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 use tracing::Span;
 
+use crate::acquire::{Acquiring, Guard};
 use crate::body::LockedBody;
-use crate::extension::HeldLock;
+use crate::extension::{HeldLock, HeldLocks};
 use crate::layer::{HoldUntil, Settings};
 use crate::reject::{Reject, Rejection, RetryAfter};
 use crate::release::{Held, Release};
@@ -23,7 +24,8 @@ use crate::release::{Held, Release};
 pin_project! {
     /// The response future of [`DistributedLockService`](crate::DistributedLockService).
     ///
-    /// It owns the lock acquire, then the [`LockGuard`](lock_core::LockGuard) alongside the
+    /// It owns the lock acquire, then the guard ([`LockGuard`](lock_core::LockGuard), or
+    /// [`MultiLockGuard`](lock_core::MultiLockGuard) for several keys) alongside the
     /// inner service's future, so the lock lives exactly as long as the response. When the
     /// inner future completes, the lock is released and the response returned once Redis
     /// confirmed the release (with [`HoldUntil::BodyEnd`], the guard moves into the
@@ -80,7 +82,7 @@ where
 {
     /// The lock is being taken.
     Acquiring {
-        acquire: AcquireFuture,
+        acquire: Acquiring,
         call: PendingCall<S, ReqBody, R>,
     },
     /// The response is in; it is returned once the lock's release is confirmed.
@@ -112,7 +114,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
     /// instead.
     fn start<ResBody>(
         self,
-        acquired: Result<LockGuard, LockError>,
+        acquired: Result<Guard, LockError>,
         span: &Span,
     ) -> Result<(S::Future, Lock), Response<ResBody>>
     where
@@ -130,7 +132,12 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
         let lock = match acquired {
             Ok(guard) => {
                 span.record("outcome", "acquired");
-                request.extensions_mut().insert(HeldLock::new(&guard));
+                // One key: `HeldLock` too; several: `HeldLocks` only, so that a handler
+                // written for one lock cannot fence only one of several keys.
+                if let Guard::One(one) = &guard {
+                    request.extensions_mut().insert(HeldLock::new(one));
+                }
+                request.extensions_mut().insert(HeldLocks::new(&guard));
                 Lock::Held(Held::new(guard, span.clone()), hold_until)
             }
             Err(error) if error.is_backend() && fail_open => {
@@ -153,7 +160,7 @@ where
     S: Service<Request<ReqBody>>,
 {
     pub(crate) fn acquiring(
-        acquire: AcquireFuture,
+        acquire: Acquiring,
         service: S,
         request: Request<ReqBody>,
         reject: Arc<R>,

@@ -1,24 +1,29 @@
-//! Which lock a request needs: the [`KeyExtractor`] trait and the ready-made [`KeyFrom`]
-//! extractors.
+//! Which lock(s) a request needs: the [`KeyExtractor`] trait, the [`LockKeys`] it returns, and
+//! the ready-made [`KeyFrom`] extractors.
 
 use std::fmt;
 use std::sync::Arc;
 
 use http::{HeaderName, Request};
 
-/// Derives the lock key of a request, or `None` when the request has none.
+/// Derives the lock key (or keys) of a request, or `None` when the request has none.
 ///
-/// Implemented for every `Fn(&Request<B>) -> Option<String>` closure, and by [`KeyFrom`].
-/// What happens to a request without a key is set with
+/// Implemented for every closure `Fn(&Request<B>) -> Option<K>` where `K` is one key (a
+/// `String` or `&'static str`) or several (`Vec<String>`, `[String; N]`; anything
+/// `Into<`[`LockKeys`]`>`), and by [`KeyFrom`]. One key is locked with `Locker::lock` (or
+/// `Locker::read`, see [`Mode`](crate::Mode)); several are locked together with
+/// `Locker::lock_all`, all or nothing, in one order for every request, so requests naming the
+/// same keys in different orders cannot deadlock. What happens to a request without a key (or
+/// with an empty list) is set with
 /// [`on_missing_key`](crate::DistributedLockLayer::on_missing_key); a key that is not a valid
-/// lock key (empty, or longer than [`lock_core::MAX_KEY_LEN`]) is rejected with `400 Bad Request`
-/// by default.
+/// lock key (empty, or longer than [`lock_core::MAX_KEY_LEN`]) is rejected with `400 Bad
+/// Request` by default.
 ///
 /// # Examples
 ///
 /// ```
 /// use http::Request;
-/// use lock_tower::KeyExtractor;
+/// use lock_tower::{KeyExtractor, LockKeys};
 ///
 /// // Lock per tenant and order, from a header and the path.
 /// let key = |req: &Request<()>| {
@@ -27,17 +32,149 @@ use http::{HeaderName, Request};
 ///     Some(format!("order:{tenant}:{order}"))
 /// };
 /// let req = Request::builder().uri("/orders/7").header("x-tenant", "acme").body(()).unwrap();
-/// assert_eq!(key.extract_key(&req).as_deref(), Some("order:acme:7"));
+/// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("order:acme:7")));
+///
+/// // Both accounts of `/transfer/{from}/{to}`: a transfer locks the two.
+/// let keys = |req: &Request<()>| {
+///     let (from, to) = req.uri().path().strip_prefix("/transfer/")?.split_once('/')?;
+///     Some([format!("account:{from}"), format!("account:{to}")])
+/// };
+/// let req = Request::builder().uri("/transfer/7/3").body(()).unwrap();
+/// assert_eq!(keys.extract_keys(&req), Some(LockKeys::all(["account:7", "account:3"])));
 /// ```
 pub trait KeyExtractor<B> {
-    /// The lock key of `request`, or `None` when it has none.
-    fn extract_key(&self, request: &Request<B>) -> Option<String>;
+    /// The lock key(s) of `request`, or `None` when it has none. Return `None` when any of
+    /// several keys is missing: a request is locked on all its keys or on none.
+    fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys>;
 
-    /// Whose fault it is when [`extract_key`](Self::extract_key) finds no key, which decides
+    /// Whose fault it is when [`extract_keys`](Self::extract_keys) finds no key, which decides
     /// the default answer (see [`MissingKey::Reject`](crate::MissingKey::Reject)). Default
     /// [`KeyAbsence::Request`]: the request lacks what the key comes from.
     fn absence(&self) -> KeyAbsence {
         KeyAbsence::Request
+    }
+}
+
+/// The lock key(s) of one request: one key, or several locked together.
+///
+/// Built from a `String` or `&str` (one key), from `Vec<String>` or an array (several), or
+/// with [`one`](Self::one) / [`all`](Self::all). Several keys, even a list of one, are locked
+/// with `Locker::lock_all` and show in the handler as [`HeldLocks`](crate::HeldLocks) only;
+/// one key also as [`HeldLock`](crate::HeldLock). So what a route's handler can extract
+/// depends on the extractor, not on the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockKeys(Keys);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Keys {
+    One(String),
+    All(Vec<String>),
+}
+
+impl LockKeys {
+    /// One key.
+    pub fn one(key: impl Into<String>) -> Self {
+        Self(Keys::One(key.into()))
+    }
+
+    /// Several keys, locked together, all or nothing. An empty list counts as no key.
+    pub fn all<I, S>(keys: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self(Keys::All(keys.into_iter().map(Into::into).collect()))
+    }
+
+    /// The keys, as extracted (in the extractor's order; the lock order is sorted).
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let keys: &[String] = match &self.0 {
+            Keys::One(key) => std::slice::from_ref(key),
+            Keys::All(keys) => keys,
+        };
+        keys.iter().map(String::as_str)
+    }
+
+    /// How many keys.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Keys::One(_) => 1,
+            Keys::All(keys) => keys.len(),
+        }
+    }
+
+    /// Whether there is no key at all (an empty list).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether these are several keys to lock together ([`all`](Self::all)), even a list of
+    /// one.
+    pub fn is_several(&self) -> bool {
+        matches!(self.0, Keys::All(_))
+    }
+
+    /// `Ok(key)` for one key, `Err(keys)` for several.
+    pub(crate) fn into_one_or_all(self) -> Result<String, Vec<String>> {
+        match self.0 {
+            Keys::One(key) => Ok(key),
+            Keys::All(keys) => Err(keys),
+        }
+    }
+
+    /// Puts `prefix` in front of every non-empty key.
+    fn prefixed(self, prefix: &str) -> Self {
+        let add = |key: String| {
+            if key.is_empty() {
+                key
+            } else {
+                let mut prefixed = String::with_capacity(prefix.len() + key.len());
+                prefixed.push_str(prefix);
+                prefixed.push_str(&key);
+                prefixed
+            }
+        };
+        Self(match self.0 {
+            Keys::One(key) => Keys::One(add(key)),
+            Keys::All(keys) => Keys::All(keys.into_iter().map(add).collect()),
+        })
+    }
+}
+
+impl fmt::Display for LockKeys {
+    /// One key as it is; several as `a, b`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, key) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
+    }
+}
+
+impl From<String> for LockKeys {
+    fn from(key: String) -> Self {
+        Self::one(key)
+    }
+}
+
+impl From<&str> for LockKeys {
+    fn from(key: &str) -> Self {
+        Self::one(key)
+    }
+}
+
+impl<S: Into<String>> From<Vec<S>> for LockKeys {
+    fn from(keys: Vec<S>) -> Self {
+        Self::all(keys)
+    }
+}
+
+impl<S: Into<String>, const N: usize> From<[S; N]> for LockKeys {
+    fn from(keys: [S; N]) -> Self {
+        Self::all(keys)
     }
 }
 
@@ -55,17 +192,18 @@ pub enum KeyAbsence {
     Route,
 }
 
-impl<B, F> KeyExtractor<B> for F
+impl<B, F, K> KeyExtractor<B> for F
 where
-    F: Fn(&Request<B>) -> Option<String>,
+    F: Fn(&Request<B>) -> Option<K>,
+    K: Into<LockKeys>,
 {
-    fn extract_key(&self, request: &Request<B>) -> Option<String> {
-        self(request)
+    fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys> {
+        self(request).map(Into::into)
     }
 }
 
-/// Ready-made key extractors: a path parameter, a header, a query parameter or a fixed key,
-/// optionally behind a [`prefix`](Self::prefix).
+/// Ready-made key extractors: a path parameter (or several), a header, a query parameter or a
+/// fixed key, optionally behind a [`prefix`](Self::prefix).
 ///
 /// An empty value is kept as an empty key (and [`prefix`](Self::prefix) does not make it
 /// valid), so the request is rejected as an invalid key rather than locking a key shared by
@@ -74,15 +212,15 @@ where
 /// # Examples
 ///
 /// ```
-/// use lock_tower::{KeyExtractor, KeyFrom};
+/// use lock_tower::{KeyExtractor, KeyFrom, LockKeys};
 ///
 /// let key = KeyFrom::query_param("order").prefix("order:");
 /// let req = http::Request::builder().uri("/pay?order=7&x=1").body(()).unwrap();
-/// assert_eq!(key.extract_key(&req).as_deref(), Some("order:7"));
+/// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("order:7")));
 ///
 /// let key = KeyFrom::header("x-account").prefix("account:");
 /// let req = http::Request::builder().header("x-account", "42").body(()).unwrap();
-/// assert_eq!(key.extract_key(&req).as_deref(), Some("account:42"));
+/// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("account:42")));
 /// ```
 #[derive(Clone)]
 pub struct KeyFrom {
@@ -94,6 +232,8 @@ pub struct KeyFrom {
 enum Source {
     #[cfg(feature = "axum")]
     PathParam(Arc<str>),
+    #[cfg(feature = "axum")]
+    PathParams(Arc<[Arc<str>]>),
     Header(HeaderName),
     QueryParam(Arc<str>),
     Fixed(Arc<str>),
@@ -115,6 +255,27 @@ impl KeyFrom {
     #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn path_param(name: impl Into<String>) -> Self {
         Self::new(Source::PathParam(name.into().into()))
+    }
+
+    /// Several axum path parameters, locked together: `["from", "to"]` for a route
+    /// `/transfer/{from}/{to}` locks both accounts, with [`prefix`](Self::prefix) in front of
+    /// each (`KeyFrom::path_params(["from", "to"]).prefix("account:")`). The keys are taken
+    /// with `Locker::lock_all`, all or nothing, in one order for every request (sorted), so
+    /// `/transfer/7/3` and `/transfer/3/7` at once cannot deadlock; a transfer from an account
+    /// to itself locks it once. The handler sees them as [`HeldLocks`](crate::HeldLocks).
+    ///
+    /// As for [`path_param`](Self::path_param): any of them missing (or not UTF-8) means no
+    /// key, a server misconfiguration ([`KeyAbsence::Route`]); the request is never locked
+    /// on some of its keys only.
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn path_params<I, S>(names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let names: Vec<Arc<str>> = names.into_iter().map(|n| n.into().into()).collect();
+        Self::new(Source::PathParams(names.into()))
     }
 
     /// The first value of the header `name`. Absent, or not valid UTF-8: no key.
@@ -143,7 +304,7 @@ impl KeyFrom {
         Self::new(Source::Fixed(key.into().into()))
     }
 
-    /// Puts `prefix` in front of every non-empty key, e.g. `"inventory:"`, so keys of
+    /// Puts `prefix` in front of every non-empty key (each of several), e.g. `"inventory:"`, so keys of
     /// different routes or resources cannot collide. Calling it again replaces the prefix.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into().into());
@@ -157,10 +318,12 @@ impl KeyFrom {
         }
     }
 
-    fn raw<B>(&self, request: &Request<B>) -> Option<String> {
-        match &self.source {
+    fn raw<B>(&self, request: &Request<B>) -> Option<LockKeys> {
+        let one = match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_param(request, name),
+            Source::PathParam(name) => path_params(request, std::slice::from_ref(name))?.pop(),
+            #[cfg(feature = "axum")]
+            Source::PathParams(names) => return path_params(request, names).map(LockKeys::all),
             Source::Header(name) => {
                 let value = request.headers().get(name)?;
                 std::str::from_utf8(value.as_bytes())
@@ -169,7 +332,8 @@ impl KeyFrom {
             }
             Source::QueryParam(name) => query_param(request.uri().query()?, name),
             Source::Fixed(key) => Some(key.to_string()),
-        }
+        };
+        one.map(LockKeys::one)
     }
 }
 
@@ -179,22 +343,17 @@ impl<B> KeyExtractor<B> for KeyFrom {
     fn absence(&self) -> KeyAbsence {
         match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(_) => KeyAbsence::Route,
+            Source::PathParam(_) | Source::PathParams(_) => KeyAbsence::Route,
             Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => KeyAbsence::Request,
         }
     }
 
-    fn extract_key(&self, request: &Request<B>) -> Option<String> {
+    fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys> {
         let raw = self.raw(request)?;
-        match &self.prefix {
-            Some(prefix) if !raw.is_empty() => {
-                let mut key = String::with_capacity(prefix.len() + raw.len());
-                key.push_str(prefix);
-                key.push_str(&raw);
-                Some(key)
-            }
-            _ => Some(raw),
-        }
+        Some(match &self.prefix {
+            Some(prefix) => raw.prefixed(prefix),
+            None => raw,
+        })
     }
 }
 
@@ -204,6 +363,8 @@ impl fmt::Debug for KeyFrom {
         match &self.source {
             #[cfg(feature = "axum")]
             Source::PathParam(name) => d.field("path_param", name),
+            #[cfg(feature = "axum")]
+            Source::PathParams(names) => d.field("path_params", names),
             Source::Header(name) => d.field("header", name),
             Source::QueryParam(name) => d.field("query_param", name),
             Source::Fixed(key) => d.field("fixed", key),
@@ -212,10 +373,11 @@ impl fmt::Debug for KeyFrom {
     }
 }
 
-/// Reads one path parameter through `axum::extract::RawPathParams`, the public way to reach
-/// the parameters axum stores in the request extensions after routing.
+/// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
+/// reach the parameters axum stores in the request extensions after routing; `None` when any
+/// is missing.
 #[cfg(feature = "axum")]
-fn path_param<B>(request: &Request<B>, name: &str) -> Option<String> {
+fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Option<Vec<String>> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
 
@@ -230,10 +392,15 @@ fn path_param<B>(request: &Request<B>, name: &str) -> Option<String> {
         .as_mut()
         .poll(&mut Context::from_waker(Waker::noop()))
     {
-        Poll::Ready(Ok(params)) => params
+        Poll::Ready(Ok(params)) => names
             .iter()
-            .find(|(key, _)| *key == name)
-            .map(|(_, value)| value.to_owned()),
+            .map(|name| {
+                params
+                    .iter()
+                    .find(|(key, _)| *key == &**name)
+                    .map(|(_, value)| value.to_owned())
+            })
+            .collect(),
         Poll::Ready(Err(_)) | Poll::Pending => None,
     }
 }
@@ -283,6 +450,20 @@ fn hex(b: u8) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one key an extractor finds (these tests are about single keys).
+    trait ExtractOne<B> {
+        fn extract_key(&self, request: &Request<B>) -> Option<String>;
+    }
+
+    impl<B, K: KeyExtractor<B>> ExtractOne<B> for K {
+        fn extract_key(&self, request: &Request<B>) -> Option<String> {
+            match self.extract_keys(request)?.into_one_or_all() {
+                Ok(key) => Some(key),
+                Err(keys) => panic!("several keys: {keys:?}"),
+            }
+        }
+    }
 
     fn req(uri: &str) -> Request<()> {
         Request::builder().uri(uri).body(()).unwrap()
@@ -362,9 +543,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn closures_may_return_several_keys() {
+        let r = req("/transfer/7/3");
+        let pair = |r: &Request<()>| {
+            let (a, b) = r.uri().path().strip_prefix("/transfer/")?.split_once('/')?;
+            Some([a.to_owned(), b.to_owned()])
+        };
+        let keys = pair.extract_keys(&r).unwrap();
+        assert!(keys.is_several());
+        assert_eq!(keys.iter().collect::<Vec<_>>(), ["7", "3"]);
+        assert_eq!(keys.to_string(), "7, 3");
+        let list = |_: &Request<()>| Some(vec!["only"]);
+        let keys = list.extract_keys(&r).unwrap();
+        assert!(keys.is_several(), "a list of one is still a list");
+        assert_eq!(keys.len(), 1);
+        let none = |_: &Request<()>| Some(Vec::<String>::new());
+        assert!(none.extract_keys(&r).unwrap().is_empty());
+        let one = |_: &Request<()>| Some("fixed");
+        assert_eq!(one.extract_keys(&r), Some(LockKeys::one("fixed")));
+    }
+
+    #[test]
+    fn prefix_goes_before_each_of_several_keys_but_not_an_empty_one() {
+        let keys = LockKeys::all(["7", "", "3"]).prefixed("account:");
+        assert_eq!(
+            keys.iter().collect::<Vec<_>>(),
+            ["account:7", "", "account:3"]
+        );
+        assert_eq!(
+            LockKeys::one("x").prefixed("p:").into_one_or_all(),
+            Ok("p:x".to_owned())
+        );
+    }
+
     #[cfg(feature = "axum")]
     #[test]
     fn no_path_params_outside_a_router() {
+        assert_eq!(
+            KeyFrom::path_params(["from", "to"]).extract_keys(&req("/transfer/1/2")),
+            None
+        );
         assert_eq!(
             KeyFrom::path_param("sku").extract_key(&req("/skus/1")),
             None

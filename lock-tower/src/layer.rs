@@ -7,6 +7,7 @@ use std::time::Duration;
 use lock_core::Locker;
 use tower_layer::Layer;
 
+use crate::mode::ByMethod;
 use crate::reject::{BusyInfo, DefaultReject, RetryAfter};
 use crate::service::{DistributedLockService, LoggedRoutes};
 
@@ -75,14 +76,17 @@ impl Default for Settings {
     }
 }
 
-/// A [`Layer`] that takes a distributed lock per request key before calling the inner
-/// service, and holds it until the response is done.
+/// A [`Layer`] that takes a distributed lock per request key (or keys), before calling the
+/// inner service, and holds it until the response is done.
 ///
 /// `K` is the [`KeyExtractor`](crate::KeyExtractor), `R` the [`Reject`](crate::Reject) that
-/// builds the responses of rejected requests. See the [crate docs](crate) for the behaviour.
+/// builds the responses of rejected requests, `M` the [`ChooseMode`](crate::ChooseMode) that
+/// decides between the read and the exclusive lock. See the [crate docs](crate) for the
+/// behaviour.
 ///
 /// | setting | default |
 /// |---|---|
+/// | [`mode`](Self::mode) | [`ByMethod`]: `GET`, `HEAD`, `OPTIONS`, `TRACE` take the read lock, other methods the exclusive lock (several keys: always exclusive) |
 /// | [`wait`](Self::wait) | zero: try once and answer `409` when busy |
 /// | [`lease`](Self::lease) | none: the locker's watchdog lease, renewed while held |
 /// | [`max_hold`](Self::max_hold) | the locker's |
@@ -91,9 +95,10 @@ impl Default for Settings {
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
 /// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
 /// | [`retry_after`](Self::retry_after) | 0.5 to 1.5 s, random, at most the holder's lease ([`RetryAfter::default`]) |
-pub struct DistributedLockLayer<K, R = DefaultReject> {
+pub struct DistributedLockLayer<K, R = DefaultReject, M = ByMethod> {
     pub(crate) locker: Locker,
     pub(crate) key: Arc<K>,
+    pub(crate) mode: Arc<M>,
     pub(crate) reject: Arc<R>,
     pub(crate) retry_after: RetryAfter,
     pub(crate) settings: Settings,
@@ -107,6 +112,7 @@ impl<K> DistributedLockLayer<K> {
         Self {
             locker,
             key: Arc::new(key),
+            mode: Arc::new(ByMethod),
             reject: Arc::new(DefaultReject),
             retry_after: RetryAfter::default(),
             settings: Settings::default(),
@@ -115,7 +121,44 @@ impl<K> DistributedLockLayer<K> {
     }
 }
 
-impl<K, R> DistributedLockLayer<K, R> {
+impl<K, R, M> DistributedLockLayer<K, R, M> {
+    /// Chooses per request between the read lock and the exclusive lock: a [`Mode`](crate::Mode)
+    /// for every request, or any [`ChooseMode`](crate::ChooseMode), e.g. a closure
+    /// `Fn(&Request<B>) -> Mode`. Default [`ByMethod`]: safe methods (`GET`, `HEAD`,
+    /// `OPTIONS`, `TRACE`) read, the others are exclusive. Requests with several keys are
+    /// locked exclusively whatever the mode.
+    ///
+    /// Before read locks existed the layer took the exclusive lock for every request;
+    /// `.mode(Mode::Exclusive)` keeps that.
+    ///
+    /// ```
+    /// # fn layer(locker: lock_core::Locker) {
+    /// use lock_tower::{DistributedLockLayer, KeyFrom, Mode};
+    ///
+    /// // Every request alone, GETs too (a GET that refreshes a cache under the lock).
+    /// let exclusive = DistributedLockLayer::new(locker.clone(), KeyFrom::header("x-report"))
+    ///     .mode(Mode::Exclusive);
+    /// // Reads share the lock unless the client asks for a rebuild.
+    /// let custom = DistributedLockLayer::new(locker, KeyFrom::header("x-report")).mode(
+    ///     |req: &http::Request<String>| {
+    ///         if req.headers().contains_key("x-rebuild") { Mode::Exclusive } else { Mode::Read }
+    ///     },
+    /// );
+    /// # let _ = (exclusive, custom);
+    /// # }
+    /// ```
+    pub fn mode<M2>(self, mode: M2) -> DistributedLockLayer<K, R, M2> {
+        DistributedLockLayer {
+            locker: self.locker,
+            key: self.key,
+            mode: Arc::new(mode),
+            reject: self.reject,
+            retry_after: self.retry_after,
+            settings: self.settings,
+            misconfigured: self.misconfigured,
+        }
+    }
+
     /// The longest time a request waits for its lock before it is rejected as
     /// [busy](crate::Rejection::Busy). Default `Duration::ZERO`: fail fast.
     pub fn wait(mut self, wait: Duration) -> Self {
@@ -183,10 +226,11 @@ impl<K, R> DistributedLockLayer<K, R> {
 
     /// Builds the responses of rejected requests with `reject`: a
     /// [`Reject`](crate::Reject), e.g. a closure `Fn(Rejection) -> Response<B>`.
-    pub fn reject_with<R2>(self, reject: R2) -> DistributedLockLayer<K, R2> {
+    pub fn reject_with<R2>(self, reject: R2) -> DistributedLockLayer<K, R2, M> {
         DistributedLockLayer {
             locker: self.locker,
             key: self.key,
+            mode: self.mode,
             reject: Arc::new(reject),
             retry_after: self.retry_after,
             settings: self.settings,
@@ -195,19 +239,20 @@ impl<K, R> DistributedLockLayer<K, R> {
     }
 }
 
-impl<S, K, R> Layer<S> for DistributedLockLayer<K, R> {
-    type Service = DistributedLockService<S, K, R>;
+impl<S, K, R, M> Layer<S> for DistributedLockLayer<K, R, M> {
+    type Service = DistributedLockService<S, K, R, M>;
 
     fn layer(&self, inner: S) -> Self::Service {
         DistributedLockService::from_layer(inner, self)
     }
 }
 
-impl<K, R> Clone for DistributedLockLayer<K, R> {
+impl<K, R, M> Clone for DistributedLockLayer<K, R, M> {
     fn clone(&self) -> Self {
         Self {
             locker: self.locker.clone(),
             key: self.key.clone(),
+            mode: self.mode.clone(),
             reject: self.reject.clone(),
             retry_after: self.retry_after.clone(),
             settings: self.settings,
@@ -216,11 +261,12 @@ impl<K, R> Clone for DistributedLockLayer<K, R> {
     }
 }
 
-impl<K, R> fmt::Debug for DistributedLockLayer<K, R> {
+impl<K, R, M> fmt::Debug for DistributedLockLayer<K, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DistributedLockLayer")
             .field("locker", &self.locker)
             .field("key", &std::any::type_name::<K>())
+            .field("mode", &std::any::type_name::<M>())
             .field("reject", &std::any::type_name::<R>())
             .field("settings", &self.settings)
             .finish()

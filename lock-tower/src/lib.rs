@@ -1,6 +1,8 @@
 //! A tower middleware that takes a distributed lock per request key: requests for the same
 //! key (the same SKU, account, order) run one at a time across every instance of a service
-//! that shares one Redis, requests for different keys run in parallel.
+//! that shares one Redis, requests for different keys run in parallel. A request can lock
+//! several keys at once (both accounts of a transfer), and reads (`GET`) of a key share its
+//! read lock while writes are exclusive.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -34,6 +36,21 @@
 //! - **Key.** A [`KeyExtractor`] names the lock of each request: any
 //!   `Fn(&Request<B>) -> Option<String>`, or a ready-made [`KeyFrom`] (axum path parameter,
 //!   header, query parameter, fixed key, each with an optional [`prefix`](KeyFrom::prefix)).
+//! - **Several keys.** An extractor may name several keys ([`KeyFrom::path_params`], or a
+//!   closure returning `Option<Vec<String>>` or an array; see [`LockKeys`]): the request then
+//!   holds all of them, taken with `Locker::lock_all` (all or nothing, in one order for every
+//!   request, so `/transfer/7/3` and `/transfer/3/7` cannot deadlock), exclusively whatever
+//!   the mode. A request missing any of them is treated as a request without a key (below):
+//!   it is never locked on some of its keys only.
+//! - **Mode.** Each request takes its key's read lock or its exclusive lock, chosen by a
+//!   [`ChooseMode`] set with [`mode`](DistributedLockLayer::mode). Default [`ByMethod`]: the
+//!   safe methods `GET`, `HEAD`, `OPTIONS` and `TRACE` take the [read lock](Mode::Read)
+//!   (requests for one key read together, in every instance, and never while a write holds
+//!   it), every other method the [exclusive lock](Mode::Exclusive) (the key's write lock).
+//!   **This changed:** before read locks existed, every request took the exclusive lock. A
+//!   `GET` route whose handler writes under its key, or calls a `#[distributed_lock]` fn on
+//!   the same key (which then fails with `LockError::WriteInsideRead`), needs
+//!   `.mode(Mode::Exclusive)`, which restores the old behaviour for the layer.
 //!   The layer never lets a request through unlocked by default: a request without a key is
 //!   rejected ([`MissingKey::Reject`]), with `400` when the request lacks a header or query
 //!   parameter, with `500` (logged as an error once per route) when the route lacks the path
@@ -73,10 +90,14 @@
 //!   timeout fired, the handler panicked), the guard is dropped with it and `lock_core`
 //!   releases it in the background at once. If the process dies, the lock expires after one
 //!   lease.
-//! - **In the handler.** A [`HeldLock`] (the key, and the fencing token on request) is inserted
-//!   into the request extensions; with axum it is also an extractor (`HeldLock` or `Option<HeldLock>`).
-//! - **Tracing.** Each locked request runs in a `distributed_lock` debug span with the `key`,
-//!   the `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`, `invalid_key`, `failed`);
+//! - **In the handler.** A [`HeldLock`] (the key, whether it is a read lock, and the fencing
+//!   token on request; read locks have none) is inserted into the request extensions of a
+//!   request locked on one key, and [`HeldLocks`] (every lock, each with its own fencing token)
+//!   into those of every locked request; with axum both are extractors (also as `Option<..>`).
+//!   A handler that extracts `HeldLock` on a route of several keys gets a `500` that says to
+//!   extract `HeldLocks`, so it cannot fence one of the keys only by mistake.
+//! - **Tracing.** Each locked request runs in a `distributed_lock` debug span with the `key`
+//!   (or the keys, comma-separated), the `mode` (`read`, `exclusive`), the `outcome` (`acquired`, `busy`, `unavailable`, `fail_open`, `invalid_key`, `failed`);
 //!   the inner service runs inside it.
 //!
 //! # Owners and reentrancy
@@ -100,26 +121,30 @@
 //!
 //! # Feature flags
 //!
-//! - `axum` (default): [`KeyFrom::path_param`], the [`HeldLock`] extractor and
+//! - `axum` (default): [`KeyFrom::path_param`], [`KeyFrom::path_params`], the [`HeldLock`]
+//!   and [`HeldLocks`] extractors and
 //!   `IntoResponse for Rejection`. Without it the crate does not depend on axum and works with
 //!   any tower stack over `http` types.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod acquire;
 mod body;
 mod extension;
 pub mod future;
 mod key;
 mod layer;
+mod mode;
 mod reject;
 mod release;
 mod service;
 
 pub use body::LockedBody;
-pub use extension::HeldLock;
 #[cfg(feature = "axum")]
 pub use extension::MissingHeldLock;
-pub use key::{KeyAbsence, KeyExtractor, KeyFrom};
+pub use extension::{HeldLock, HeldLocks};
+pub use key::{KeyAbsence, KeyExtractor, KeyFrom, LockKeys};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
+pub use mode::{ByMethod, ChooseMode, Mode};
 pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
 pub use service::DistributedLockService;
 
@@ -148,5 +173,7 @@ mod bounds {
         is_sync::<DistributedLockLayer<KeyFrom>>();
         is_send::<HeldLock>();
         is_sync::<HeldLock>();
+        is_send::<HeldLocks>();
+        is_sync::<HeldLocks>();
     }
 }

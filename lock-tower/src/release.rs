@@ -12,18 +12,19 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use lock_core::LockGuard;
 use tracing::{Instrument, Span};
 
-/// The lock of one request, held until the end of the request's hold.
+use crate::acquire::Guard;
+
+/// The lock(s) of one request, held until the end of the request's hold.
 pub(crate) struct Held {
-    guard: LockGuard,
+    guard: Guard,
     /// The request's `distributed_lock` span, which the release logs into.
     span: Span,
 }
 
 impl Held {
-    pub(crate) fn new(guard: LockGuard, span: Span) -> Self {
+    pub(crate) fn new(guard: Guard, span: Span) -> Self {
         Self { guard, span }
     }
 
@@ -31,8 +32,8 @@ impl Held {
     /// response means another holder may have run concurrently.
     ///
     /// The release runs in a task of its own and the returned future only waits for it:
-    /// `LockGuard::release` must not be cancelled once started (the guard would be gone
-    /// without its key being deleted, leaving the key locked until its lease ends), and the
+    /// `LockGuard::release` (and `MultiLockGuard::release`) must not be cancelled once started
+    /// (the guard would be gone without its key being deleted, leaving the key locked until its lease ends), and the
     /// response future or body waiting for it can be dropped at any moment (the client hangs
     /// up).
     pub(crate) fn release(self) -> Release {

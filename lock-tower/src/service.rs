@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
@@ -10,13 +9,15 @@ use http::{Request, Response};
 use lock_core::Locker;
 use tower_service::Service;
 
+use crate::acquire::Acquiring;
 use crate::body::LockedBody;
 use crate::future::ResponseFuture;
 use crate::key::{KeyAbsence, KeyExtractor};
 use crate::layer::{DistributedLockLayer, MissingKey, Settings};
+use crate::mode::{ByMethod, ChooseMode};
 use crate::reject::{DefaultReject, Reject, Rejection, RetryAfter};
 
-/// Takes a distributed lock per request key, then calls the inner service; built by
+/// Takes a distributed lock per request key (or keys), then calls the inner service; built by
 /// [`DistributedLockLayer`].
 ///
 /// The key is extracted and the acquire started in [`call`](Service::call), not in
@@ -25,10 +26,11 @@ use crate::reject::{DefaultReject, Reject, Rejection, RetryAfter};
 /// inner service that was driven to readiness into the response future (it is called once the
 /// lock is held) and keeps a fresh clone for the next request, so the inner service must be
 /// `Clone` (axum's routes and `tower::util::BoxCloneService` are).
-pub struct DistributedLockService<S, K, R = DefaultReject> {
+pub struct DistributedLockService<S, K, R = DefaultReject, M = ByMethod> {
     inner: S,
     locker: Locker,
     key: Arc<K>,
+    mode: Arc<M>,
     reject: Arc<R>,
     retry_after: RetryAfter,
     settings: Settings,
@@ -49,12 +51,13 @@ impl<S, K> DistributedLockService<S, K> {
     }
 }
 
-impl<S, K, R> DistributedLockService<S, K, R> {
-    pub(crate) fn from_layer(inner: S, layer: &DistributedLockLayer<K, R>) -> Self {
+impl<S, K, R, M> DistributedLockService<S, K, R, M> {
+    pub(crate) fn from_layer(inner: S, layer: &DistributedLockLayer<K, R, M>) -> Self {
         Self {
             inner,
             locker: layer.locker.clone(),
             key: layer.key.clone(),
+            mode: layer.mode.clone(),
             reject: layer.reject.clone(),
             retry_after: layer.retry_after.clone(),
             settings: layer.settings,
@@ -78,12 +81,13 @@ impl<S, K, R> DistributedLockService<S, K, R> {
     }
 }
 
-impl<S, K, R, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLockService<S, K, R>
+impl<S, K, R, M, ReqBody, ResBody> Service<Request<ReqBody>> for DistributedLockService<S, K, R, M>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
     ResBody: http_body::Body,
     K: KeyExtractor<ReqBody>,
     R: Reject<ResBody>,
+    M: ChooseMode<ReqBody>,
 {
     type Response = Response<LockedBody<ResBody>>;
     type Error = S::Error;
@@ -94,7 +98,12 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let Some(key) = self.key.extract_key(&request) else {
+        // An empty list of keys is no key: the same fail-closed rules apply.
+        let keys = self
+            .key
+            .extract_keys(&request)
+            .filter(|keys| !keys.is_empty());
+        let Some(keys) = keys else {
             return match (self.settings.missing_key, self.key.absence()) {
                 (MissingKey::Pass, _) => {
                     tracing::debug!("request has no lock key: passing it through unlocked");
@@ -118,17 +127,14 @@ where
         };
         let span = tracing::debug_span!(
             "distributed_lock",
-            key = %key,
+            key = %keys,
+            mode = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let mut acquire = self.locker.lock(key).wait(self.settings.wait);
-        if let Some(lease) = self.settings.lease {
-            acquire = acquire.lease(lease);
-        }
-        if let Some(max) = self.settings.max_hold {
-            acquire = acquire.max_hold(max);
-        }
-        let acquire = span.in_scope(|| acquire.into_future());
+        let mode = self.mode.mode(&request);
+        let (acquire, mode) =
+            span.in_scope(|| Acquiring::start(&self.locker, keys, mode, &self.settings));
+        span.record("mode", mode.as_str());
         // The service that was driven to readiness serves this request once the lock is held;
         // the clone left behind must be driven to readiness again before the next call.
         let clone = self.inner.clone();
@@ -172,12 +178,13 @@ impl LoggedRoutes {
     }
 }
 
-impl<S: Clone, K, R> Clone for DistributedLockService<S, K, R> {
+impl<S: Clone, K, R, M> Clone for DistributedLockService<S, K, R, M> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
             locker: self.locker.clone(),
             key: self.key.clone(),
+            mode: self.mode.clone(),
             reject: self.reject.clone(),
             retry_after: self.retry_after.clone(),
             settings: self.settings,
@@ -186,12 +193,13 @@ impl<S: Clone, K, R> Clone for DistributedLockService<S, K, R> {
     }
 }
 
-impl<S: fmt::Debug, K, R> fmt::Debug for DistributedLockService<S, K, R> {
+impl<S: fmt::Debug, K, R, M> fmt::Debug for DistributedLockService<S, K, R, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DistributedLockService")
             .field("inner", &self.inner)
             .field("locker", &self.locker)
             .field("key", &std::any::type_name::<K>())
+            .field("mode", &std::any::type_name::<M>())
             .field("reject", &std::any::type_name::<R>())
             .field("settings", &self.settings)
             .finish()

@@ -18,7 +18,7 @@ use common::{client, locker, post as post_to, serve, server, time_until_unlocked
 use http::StatusCode;
 use http_body::Frame;
 use http_body_util::BodyExt;
-use lock_tower::{DistributedLockLayer, HoldUntil, KeyFrom};
+use lock_tower::{DistributedLockLayer, HoldUntil, KeyFrom, Mode};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 use tower::ServiceExt;
@@ -172,7 +172,10 @@ fn streaming_app(
             }),
         )
         .route_layer(
+            // Exclusive for the GETs too (the default would let them read together): these
+            // tests see the hold through a second request that finds the key taken.
             DistributedLockLayer::new(locker, KeyFrom::fixed("report"))
+                .mode(Mode::Exclusive)
                 .lease(Duration::from_secs(30))
                 .hold_until(hold),
         );

@@ -16,6 +16,10 @@ mod shadowed {
     struct Ok;
     struct Err;
     struct String;
+    struct Vec;
+    macro_rules! vec {
+        () => {};
+    }
     struct Duration;
     struct Locker;
     trait From {}
@@ -26,6 +30,16 @@ mod shadowed {
     #[::lock_core::distributed_lock(key = "shadowed:<id>", wait = "1s", lease = "2s")]
     pub(crate) async fn locked(id: u32) -> ::core::result::Result<u32, ::lock_core::LockError> {
         ::core::result::Result::Ok(id)
+    }
+
+    #[::lock_core::distributed_lock(key = "shadowed:<id>", mode = "read")]
+    pub(crate) async fn read(id: u32) -> ::core::result::Result<u32, ::lock_core::LockError> {
+        ::core::result::Result::Ok(id)
+    }
+
+    #[::lock_core::distributed_lock(keys = ["a:<a>", "b:<b>"])]
+    pub(crate) async fn all(a: u32, b: u32) -> ::core::result::Result<u32, ::lock_core::LockError> {
+        ::core::result::Result::Ok(a + b)
     }
 
     #[::lock_core::distributed_lock(key = "fixed")]
@@ -39,4 +53,6 @@ fn assert_send<T: Send>(_: T) {}
 fn main() {
     assert_send(shadowed::locked(1));
     assert_send(shadowed::fixed());
+    assert_send(shadowed::read(1));
+    assert_send(shadowed::all(1, 2));
 }

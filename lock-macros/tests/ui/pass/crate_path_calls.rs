@@ -29,6 +29,16 @@ mod recorded {
                 wait: Option<Duration>,
                 lease: Option<Duration>,
             },
+            AcquireRead {
+                key: String,
+                wait: Option<Duration>,
+                lease: Option<Duration>,
+            },
+            AcquireAll {
+                keys: Vec<String>,
+                wait: Option<Duration>,
+                lease: Option<Duration>,
+            },
             Run {
                 on_lost: OnLost,
             },
@@ -61,8 +71,37 @@ mod recorded {
             lock_core::__private::acquire(locker, key, wait, lease).await
         }
 
-        pub async fn run<T, E, F>(guard: LockGuard, on_lost: OnLost, body: F) -> Result<T, E>
+        pub async fn acquire_read(
+            locker: &Locker,
+            key: String,
+            wait: Option<Duration>,
+            lease: Option<Duration>,
+        ) -> Result<LockGuard, LockError> {
+            record(Call::AcquireRead {
+                key: key.clone(),
+                wait,
+                lease,
+            });
+            lock_core::__private::acquire_read(locker, key, wait, lease).await
+        }
+
+        pub async fn acquire_all(
+            locker: &Locker,
+            keys: Vec<String>,
+            wait: Option<Duration>,
+            lease: Option<Duration>,
+        ) -> Result<MultiLockGuard, LockError> {
+            record(Call::AcquireAll {
+                keys: keys.clone(),
+                wait,
+                lease,
+            });
+            lock_core::__private::acquire_all(locker, keys, wait, lease).await
+        }
+
+        pub async fn run<G, T, E, F>(guard: G, on_lost: OnLost, body: F) -> Result<T, E>
         where
+            G: Section,
             F: Future<Output = Result<T, E>>,
             E: From<LockError>,
         {
@@ -90,6 +129,29 @@ async fn defaults(locker: &Locker, a: &str, b: &str) -> Result<String, LockError
     Ok(format!("{a}{b}"))
 }
 
+#[distributed_lock(key = "catalogue:<id>", mode = "read", wait = "1s", locker = locker, crate = "crate::recorded")]
+async fn reader(locker: &Locker, id: u32) -> Result<u32, LockError> {
+    // A read lock: shared, no fencing token.
+    Ok(id)
+}
+
+#[distributed_lock(key = "catalogue:<id>", mode = "write", locker = locker, crate = "crate::recorded")]
+async fn writer(locker: &Locker, id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(
+    keys = ["account:<from>", "account:<to>"],
+    wait = "2s",
+    lease = "10s",
+    locker = locker,
+    on_lost = "continue",
+    crate = "crate::recorded",
+)]
+async fn transfer(locker: &Locker, from: u32, to: u32) -> Result<(u32, u32), LockError> {
+    Ok((from, to))
+}
+
 #[distributed_lock(key = "fixed", crate = "crate::recorded")]
 async fn global_locker() -> Result<(), LockError> {
     unreachable!("no global locker is set: the body does not run")
@@ -105,6 +167,9 @@ fn main() {
         let locker = Locker::builder().url(server.url()).build().await.unwrap();
         assert_eq!(every_option(&locker, "x:1").await.unwrap(), 7);
         assert_eq!(defaults(&locker, "x:y", "z").await.unwrap(), "x:yz");
+        assert_eq!(reader(&locker, 5).await.unwrap(), 5);
+        assert_eq!(writer(&locker, 5).await.unwrap(), 5);
+        assert_eq!(transfer(&locker, 9, 3).await.unwrap(), (9, 3));
         assert!(matches!(
             global_locker().await,
             Err(LockError::NotConfigured)
@@ -133,6 +198,35 @@ fn main() {
             },
             Call::Run {
                 on_lost: OnLost::Abort,
+            },
+            // `mode = "read"` takes the read lock, `mode = "write"` the exclusive one.
+            Call::Locker { named: true },
+            Call::AcquireRead {
+                key: "catalogue:5".to_owned(),
+                wait: Some(Duration::from_secs(1)),
+                lease: None,
+            },
+            Call::Run {
+                on_lost: OnLost::Abort,
+            },
+            Call::Locker { named: true },
+            Call::Acquire {
+                key: "catalogue:5".to_owned(),
+                wait: None,
+                lease: None,
+            },
+            Call::Run {
+                on_lost: OnLost::Abort,
+            },
+            // `keys`: every key, in the order written (lock-core sorts them), in one acquire.
+            Call::Locker { named: true },
+            Call::AcquireAll {
+                keys: vec!["account:9".to_owned(), "account:3".to_owned()],
+                wait: Some(Duration::from_secs(2)),
+                lease: Some(Duration::from_secs(10)),
+            },
+            Call::Run {
+                on_lost: OnLost::Continue,
             },
             // No `locker`: the global one, which is not set, so nothing else runs.
             Call::Locker { named: false },

@@ -1,0 +1,85 @@
+//! The acquire of a request's lock, as its keys and mode ask: one key exclusively
+//! (`Locker::lock`) or for reading (`Locker::read`), or several keys together
+//! (`Locker::lock_all`, exclusive); and the [`Guard`] it gives.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use lock_core::{AcquireAll, AcquireFuture, LockError, LockGuard, Locker, MultiLockGuard};
+
+use crate::key::LockKeys;
+use crate::layer::Settings;
+use crate::mode::Mode;
+
+/// The lock(s) a request holds.
+#[derive(Debug)]
+pub(crate) enum Guard {
+    One(LockGuard),
+    All(MultiLockGuard),
+}
+
+impl Guard {
+    pub(crate) async fn release(self) -> Result<(), LockError> {
+        match self {
+            Self::One(guard) => guard.release().await,
+            Self::All(guard) => guard.release().await,
+        }
+    }
+}
+
+/// An acquire in progress.
+pub(crate) enum Acquiring {
+    One(AcquireFuture),
+    All(<AcquireAll as IntoFuture>::IntoFuture),
+}
+
+impl Acquiring {
+    /// Starts acquiring `keys` with `mode` (one key only: several are always exclusive) and
+    /// the layer's settings. Returns the mode actually taken.
+    pub(crate) fn start(
+        locker: &Locker,
+        keys: LockKeys,
+        mode: Mode,
+        settings: &Settings,
+    ) -> (Self, Mode) {
+        match keys.into_one_or_all() {
+            Ok(key) => {
+                let mut acquire = match mode {
+                    Mode::Read => locker.read(key),
+                    Mode::Exclusive => locker.lock(key),
+                };
+                acquire = acquire.wait(settings.wait);
+                if let Some(lease) = settings.lease {
+                    acquire = acquire.lease(lease);
+                }
+                if let Some(max) = settings.max_hold {
+                    acquire = acquire.max_hold(max);
+                }
+                (Self::One(acquire.into_future()), mode)
+            }
+            Err(keys) => {
+                let mut acquire = locker.lock_all(keys).wait(settings.wait);
+                if let Some(lease) = settings.lease {
+                    acquire = acquire.lease(lease);
+                }
+                if let Some(max) = settings.max_hold {
+                    acquire = acquire.max_hold(max);
+                }
+                (Self::All(acquire.into_future()), Mode::Exclusive)
+            }
+        }
+    }
+}
+
+impl Future for Acquiring {
+    type Output = Result<Guard, LockError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // Both futures are `Unpin` (the multi-key one is boxed), so this enum is too.
+        match self.get_mut() {
+            Self::One(acquire) => Pin::new(acquire).poll(cx).map(|r| r.map(Guard::One)),
+            Self::All(acquire) => acquire.as_mut().poll(cx).map(|r| r.map(Guard::All)),
+        }
+    }
+}
