@@ -17,7 +17,7 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
-use lock_tower::{DistributedLockLayer, KeyFrom};
+use lock_tower::{DistributedLockLayer, KeyFrom, Mode};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
@@ -141,10 +141,12 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         .await?;
         let app = Router::new()
             .route("/locked/{id}", get(echo))
-            .route_layer(DistributedLockLayer::new(
-                locker,
-                KeyFrom::path_param("id").prefix("w7:"),
-            ))
+            // Exclusive, as the hand-rolled lock it is compared with (GETs would take the read
+            // lock by default).
+            .route_layer(
+                DistributedLockLayer::new(locker, KeyFrom::path_param("id").prefix("w7:"))
+                    .mode(Mode::Exclusive),
+            )
             .route("/plain/{id}", get(echo))
             .merge(
                 Router::new()
