@@ -148,9 +148,8 @@ impl LockGuard {
                 self.held.confirm_extension(sent_at, by);
                 Ok(())
             }
-            Some(Renewal::NotOurs) => {
-                self.held
-                    .mark_lost("extension found another owner or no key");
+            Some(Renewal::NotOurs(gone)) => {
+                self.held.mark_lost(self.held.reason_for(*gone));
                 Err(self.held.lost_error())
             }
             Some(Renewal::Unknown) | None => Err(LockError::backend(
@@ -193,6 +192,13 @@ impl LockGuard {
         let result = release::release_held(&inner.store, &self.held).await;
         on_drop.disarm();
         result
+    }
+}
+
+impl LockGuard {
+    /// The error that reports this lock's loss, with its reason.
+    pub(crate) fn lost_error(&self) -> LockError {
+        self.held.lost_error()
     }
 }
 
