@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend_error::BackendError;
-use crate::error::{DurationSetting, LockError};
+use crate::error::{DurationSetting, LockError, LostReason};
 use crate::fence::Fence;
 use crate::held::HeldLock;
 use crate::limits;
@@ -126,6 +126,22 @@ impl LockGuard {
     pub async fn lost(&self) {
         self.held.touched();
         self.held.lost().await;
+    }
+
+    /// Why the lock was lost, once it is ([`lost`](Self::lost) resolved, or
+    /// [`is_held`](Self::is_held) is `false`); `None` while it is held. For code that waits
+    /// on [`lost`](Self::lost) and reports the loss itself:
+    /// `LockError::Lost { key: guard.key().to_owned(), reason }`.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.held.touched();
+        if !self.held.is_lost() {
+            return None;
+        }
+        // Marks it lost with the clock's reason if nothing marked it yet.
+        match self.held.lost_error() {
+            LockError::Lost { reason, .. } => Some(reason),
+            _ => None,
+        }
     }
 
     /// Sets the lock's remaining lease to `by` from now, if it is still ours. For a watchdog

@@ -119,6 +119,7 @@ async fn deleting_the_key_is_noticed_within_one_renewal_interval() {
         "noticed after {took:?}"
     );
     assert!(!guard.is_held());
+    assert_eq!(guard.lost_reason(), Some(LostReason::Deleted));
     let lost = guard.release().await.unwrap_err();
     assert_eq!(lost_reason(lost), LostReason::Deleted);
     common::assert_nothing_left(&server, &[&holder]).await;
@@ -184,6 +185,7 @@ async fn max_hold_stops_renewal_and_reports_lost() {
         .max_hold(Duration::from_millis(500))
         .await
         .unwrap();
+    assert_eq!(guard.lost_reason(), None);
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
