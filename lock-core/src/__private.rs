@@ -23,9 +23,7 @@ impl Section for LockGuard {
     }
 
     fn lost_error(&self) -> LockError {
-        LockError::Lost {
-            key: self.key().to_owned(),
-        }
+        Self::lost_error(self)
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
@@ -39,10 +37,7 @@ impl Section for MultiLockGuard {
     }
 
     fn lost_error(&self) -> LockError {
-        let key = self.lost_key().or_else(|| self.keys().next());
-        LockError::Lost {
-            key: key.unwrap_or_default().to_owned(),
-        }
+        Self::lost_error(self)
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {

@@ -17,6 +17,7 @@ use crate::key::{self, Access, RedisKeys};
 use crate::limits::{self, WAIT_FOREVER};
 use crate::local::LocalLocks;
 use crate::locker::Locker;
+use crate::metrics;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
 use crate::slot::{Baton, SlotRef};
@@ -163,9 +164,37 @@ enum Try {
     Busy { ttl: Option<Duration> },
 }
 
+/// An acquire that waited at least this long is logged at info level when it gets the lock
+/// (quicker ones at debug): long waits are what an operator looks for, and they are rare
+/// enough not to flood the log.
+const LONG_WAIT: Duration = Duration::from_secs(1);
+
 impl Acquire {
     async fn run(self) -> Result<LockGuard, LockError> {
         let started = Instant::now();
+        let mut metric = metrics::Acquisition::start(self.access, started);
+        let mut reentered = false;
+        let result = self.take(started, &mut metric, &mut reentered).await;
+        metric.finish(&result, reentered);
+        if result.is_ok() && !reentered {
+            let waited = started.elapsed();
+            if waited >= LONG_WAIT {
+                tracing::info!(key = %self.key, ?waited, "lock acquired after a long wait");
+            } else {
+                tracing::debug!(?waited, "lock acquired");
+            }
+        }
+        result
+    }
+
+    /// The acquire itself; `reentered` is set when the answer is about a lock the task
+    /// already holds (a nested guard, or the loss of that lock).
+    async fn take(
+        &self,
+        started: Instant,
+        metric: &mut metrics::Acquisition,
+        reentered: &mut bool,
+    ) -> Result<LockGuard, LockError> {
         key::validate(&self.key)?;
         let inner = &self.locker.inner;
         let settings = &inner.settings;
@@ -184,8 +213,17 @@ impl Acquire {
         let owner = Owner::current();
         let slot = match self.slot(owner) {
             Ok(slot) => slot,
-            Err(reentered) => return reentered,
+            Err(Ok(guard)) => {
+                *reentered = true;
+                return Ok(guard);
+            }
+            Err(Err(error @ LockError::Lost { .. })) => {
+                *reentered = true;
+                return Err(error);
+            }
+            Err(Err(refused)) => return Err(refused),
         };
+        metric.waiting();
         let (permit, grant) = match self.access {
             Access::Fair => self.in_line_then_local(&slot, mode, when).await?,
             _ => self.local_then_in_redis(&slot, mode, when).await?,
@@ -204,7 +242,6 @@ impl Acquire {
             permit,
         );
         let held = inner.local.register(held);
-        tracing::debug!(waited = ?started.elapsed(), "lock acquired");
         Ok(LockGuard::new(self.locker.clone(), held))
     }
 

@@ -24,11 +24,14 @@ pub enum LockError {
         /// The holder's remaining lease at the last attempt, when Redis reported one.
         holder_ttl: Option<Duration>,
     },
-    /// The lock is no longer ours: its lease ran out, or another owner took it over.
-    #[error("lock `{key}` was lost")]
+    /// The lock is no longer ours: its lease ran out, another owner took it over, its key was
+    /// deleted, ... ([`LostReason`] says which, as far as the kit can tell).
+    #[error("lock `{key}` was lost: {reason}")]
     Lost {
         /// The user's key.
         key: String,
+        /// Why, as far as the kit can tell.
+        reason: LostReason,
     },
     /// The key is not a valid lock key.
     #[error("invalid lock key {key:?}: {reason}")]
@@ -118,6 +121,85 @@ pub enum LockError {
     /// [`Locker::set_global`](crate::Locker::set_global).
     #[error("no locker configured: call Locker::set_global(..) at start-up or pass `locker = ..`")]
     NotConfigured,
+}
+
+/// Why a lock was lost, as far as the kit can tell: carried by [`LockError::Lost`], shown in
+/// its message and in the `lock lost` warning, and the `reason` label of the
+/// `lock_lost_total` metric ([`LostReason::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The lease ran out before a renewal confirmed it: renewals failed (Redis unreachable, a
+    /// partition, this process paused) until the last confirmed lease ended, a fixed lease
+    /// ended before the release, or a renewal found the holder's lease ended.
+    Expired,
+    /// The key holds another holder's token (or a value the kit did not write): someone else
+    /// took the lock after it was lost here, or wrote over it.
+    TakenOver,
+    /// The key was gone while its lease should still have run: deleted by
+    /// [`Locker::force_unlock`](crate::Locker::force_unlock), a `DEL`, a flush, or evicted.
+    Deleted,
+    /// The Redis server restarted while the lock was held and came back without it (no
+    /// persistence, or an older snapshot): the server's uptime is shorter than the hold.
+    ServerRestarted,
+    /// The lock was held longer than its `max_hold`, so the watchdog stopped renewing it and
+    /// its lease ran out.
+    MaxHold,
+    /// The kit cannot tell why: the lock is not held by this holder any more (a fencing token
+    /// was refused, RedLock nodes disagreed on the cause).
+    Unknown,
+}
+
+impl LostReason {
+    /// A short snake_case name: `expired`, `taken_over`, `deleted`, `server_restarted`,
+    /// `max_hold`, `unknown` (the `reason` field of the log and label of the metric).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Expired => "expired",
+            Self::TakenOver => "taken_over",
+            Self::Deleted => "deleted",
+            Self::ServerRestarted => "server_restarted",
+            Self::MaxHold => "max_hold",
+            Self::Unknown => "unknown",
+        }
+    }
+
+    /// The code kept in an atomic (never 0, which means "not lost").
+    pub(crate) const fn code(self) -> u8 {
+        match self {
+            Self::Expired => 1,
+            Self::TakenOver => 2,
+            Self::Deleted => 3,
+            Self::ServerRestarted => 4,
+            Self::MaxHold => 5,
+            Self::Unknown => 6,
+        }
+    }
+
+    pub(crate) const fn from_code(code: u8) -> Option<Self> {
+        Some(match code {
+            1 => Self::Expired,
+            2 => Self::TakenOver,
+            3 => Self::Deleted,
+            4 => Self::ServerRestarted,
+            5 => Self::MaxHold,
+            6 => Self::Unknown,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "its lease expired before it was renewed",
+            Self::TakenOver => "another owner holds it now",
+            Self::Deleted => "its key was deleted while its lease still ran",
+            Self::ServerRestarted => "the redis server restarted without it",
+            Self::MaxHold => "it was held past its max_hold",
+            Self::Unknown => "it is no longer held by this holder",
+        })
+    }
 }
 
 /// What is wrong with a lock key.
@@ -359,7 +441,7 @@ impl LockError {
     pub fn key(&self) -> Option<&str> {
         match self {
             Self::Busy { key, .. }
-            | Self::Lost { key }
+            | Self::Lost { key, .. }
             | Self::InvalidKey { key, .. }
             | Self::WrongType { key, .. }
             | Self::NotReplicated { key, .. }
@@ -461,6 +543,39 @@ mod tests {
             busy(Duration::from_micros(999_700), None),
             "lock `inventory:42` is busy (waited 1s)"
         );
+    }
+
+    #[test]
+    fn lost_says_why() {
+        let lost = |reason| {
+            LockError::Lost {
+                key: "inventory:42".into(),
+                reason,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            lost(LostReason::TakenOver),
+            "lock `inventory:42` was lost: another owner holds it now"
+        );
+        assert_eq!(
+            lost(LostReason::Expired),
+            "lock `inventory:42` was lost: its lease expired before it was renewed"
+        );
+        let all = [
+            LostReason::Expired,
+            LostReason::TakenOver,
+            LostReason::Deleted,
+            LostReason::ServerRestarted,
+            LostReason::MaxHold,
+            LostReason::Unknown,
+        ];
+        for reason in all {
+            assert_eq!(LostReason::from_code(reason.code()), Some(reason));
+        }
+        let names: std::collections::HashSet<_> = all.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), all.len());
+        assert_eq!(LostReason::from_code(0), None);
     }
 
     #[test]

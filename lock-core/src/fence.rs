@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
 use crate::locker::Locker;
 
@@ -97,7 +97,8 @@ impl Fence {
             Ok(Some(fence)) if !held.is_lost() => Ok(fence),
             Ok(Some(_)) => Err(held.lost_error()),
             Ok(None) => {
-                held.mark_lost("no fencing token: the lock is held by another owner or gone");
+                // fence.lua does not tell an absent key from another token.
+                held.mark_lost(LostReason::Unknown);
                 Err(held.lost_error())
             }
             Err(error) => Err(LockError::backend(Some(held.key()), error)),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend_error::BackendError;
-use crate::error::{DurationSetting, LockError};
+use crate::error::{DurationSetting, LockError, LostReason};
 use crate::fence::Fence;
 use crate::held::HeldLock;
 use crate::limits;
@@ -128,6 +128,22 @@ impl LockGuard {
         self.held.lost().await;
     }
 
+    /// Why the lock was lost, once it is ([`lost`](Self::lost) resolved, or
+    /// [`is_held`](Self::is_held) is `false`); `None` while it is held. For code that waits
+    /// on [`lost`](Self::lost) and reports the loss itself:
+    /// `LockError::Lost { key: guard.key().to_owned(), reason }`.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.held.touched();
+        if !self.held.is_lost() {
+            return None;
+        }
+        // Marks it lost with the clock's reason if nothing marked it yet.
+        match self.held.lost_error() {
+            LockError::Lost { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
     /// Sets the lock's remaining lease to `by` from now, if it is still ours. For a watchdog
     /// lock the watchdog takes over again at its next tick.
     ///
@@ -148,9 +164,8 @@ impl LockGuard {
                 self.held.confirm_extension(sent_at, by);
                 Ok(())
             }
-            Some(Renewal::NotOurs) => {
-                self.held
-                    .mark_lost("extension found another owner or no key");
+            Some(Renewal::NotOurs(gone)) => {
+                self.held.mark_lost(self.held.reason_for(*gone));
                 Err(self.held.lost_error())
             }
             Some(Renewal::Unknown) | None => Err(LockError::backend(
@@ -193,6 +208,13 @@ impl LockGuard {
         let result = release::release_held(&inner.store, &self.held).await;
         on_drop.disarm();
         result
+    }
+}
+
+impl LockGuard {
+    /// The error that reports this lock's loss, with its reason.
+    pub(crate) fn lost_error(&self) -> LockError {
+        self.held.lost_error()
     }
 }
 

@@ -4,17 +4,18 @@
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `HeldLock`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::key::RedisKeys;
 use crate::owner::Owner;
 use crate::slot::SlotRef;
+use crate::store::Gone;
 
 /// How a held lock's lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +71,9 @@ pub(crate) struct HeldLock {
     /// A guard of this lock was used by a task other than its owner: the lock is no longer
     /// reentrant for the owner (it may have been handed to that task, which may still be inside).
     escaped: AtomicBool,
-    /// Marked lost; `lost_signal` wakes the tasks waiting in [`lost`](Self::lost).
-    lost: AtomicBool,
+    /// Marked lost: the [`LostReason`]'s code, 0 while not marked; `lost_signal` wakes the
+    /// tasks waiting in [`lost`](Self::lost).
+    lost: AtomicU8,
     lost_signal: Notify,
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
@@ -123,7 +125,7 @@ impl HeldLock {
                 extended_at: None,
             }),
             escaped: AtomicBool::new(false),
-            lost: AtomicBool::new(false),
+            lost: AtomicU8::new(0),
             lost_signal: Notify::new(),
             permit: Mutex::new(Some(permit)),
             slot,
@@ -200,9 +202,50 @@ impl HeldLock {
         self.grant.sent_at.elapsed()
     }
 
+    /// The error that reports this lock's loss. A lock found lost by its clock alone (a fixed
+    /// lease that ended, renewals that failed) is marked lost here if nothing marked it yet,
+    /// so the loss is logged and counted once whoever notices it first.
     pub(crate) fn lost_error(&self) -> LockError {
+        if !self.marked_lost() && self.is_lost() {
+            self.mark_lost(self.clock_reason());
+        }
         LockError::Lost {
             key: self.key.clone(),
+            reason: self.lost_reason().unwrap_or(LostReason::Unknown),
+        }
+    }
+
+    /// Why the lock was marked lost, if it was.
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        LostReason::from_code(self.lost.load(Ordering::Acquire))
+    }
+
+    /// Why a lock whose validity ran out is lost: `max_hold` stopped its renewals, or its lease
+    /// ended before a renewal confirmed it.
+    fn clock_reason(&self) -> LostReason {
+        match (self.terms.mode, self.terms.max_hold) {
+            (LeaseMode::Watchdog(_), Some(max)) if self.held_for() >= max => LostReason::MaxHold,
+            _ => LostReason::Expired,
+        }
+    }
+
+    /// Why the lock is lost, given what Redis said about its key: another value is a takeover;
+    /// an ended lease an expiry; a key gone while the local clock still counts it valid was
+    /// deleted, unless the server started after the lock was taken (it restarted without it).
+    pub(crate) fn reason_for(&self, gone: Gone) -> LostReason {
+        match gone {
+            Gone::Replaced => LostReason::TakenOver,
+            Gone::Expired => self.clock_reason(),
+            // The reported uptime (whole seconds of the server's clock) is within a second
+            // of the real one: one that short of the hold is a start after the grant.
+            Gone::Absent { uptime }
+                if uptime.is_some_and(|up| up + Duration::from_secs(1) < self.held_for()) =>
+            {
+                LostReason::ServerRestarted
+            }
+            Gone::Absent { .. } if Instant::now() < self.valid_until() => LostReason::Deleted,
+            Gone::Absent { .. } => self.clock_reason(),
+            Gone::Unknown => LostReason::Unknown,
         }
     }
 
@@ -254,20 +297,30 @@ impl HeldLock {
     }
 
     fn marked_lost(&self) -> bool {
-        self.lost.load(Ordering::Acquire)
+        self.lost.load(Ordering::Acquire) != 0
     }
 
     pub(crate) fn is_lost(&self) -> bool {
         self.marked_lost() || Instant::now() >= self.valid_until()
     }
 
-    /// Marks the lock lost (once) and logs why. The local queue place is given back at once:
-    /// Redis no longer holds the lock for us, so other tasks of this process may contend for it
-    /// there while this guard lives on (a hung holder past `max_hold`, a holder that has not
-    /// noticed yet).
-    pub(crate) fn mark_lost(&self, why: &'static str) {
-        if !self.lost.swap(true, Ordering::AcqRel) {
-            tracing::warn!(key = %self.key, fence = self.fence(), reason = why, "lock lost");
+    /// Marks the lock lost (once: the first reason stays) and logs why. The local queue place
+    /// is given back at once: Redis no longer holds the lock for us, so other tasks of this
+    /// process may contend for it there while this guard lives on (a hung holder past
+    /// `max_hold`, a holder that has not noticed yet).
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let marked =
+            self.lost
+                .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
+        if marked.is_ok() {
+            tracing::warn!(
+                key = %self.key,
+                fence = self.fence(),
+                reason = reason.as_str(),
+                held_for = ?self.held_for(),
+                "lock lost: {reason}"
+            );
+            crate::metrics::lost(self.keys().access, reason);
             self.lost_signal.notify_waiters();
             self.give_back_place();
         }
@@ -288,7 +341,7 @@ impl HeldLock {
                 _ = marked => return,
                 _ = tokio::time::sleep_until(until) => {
                     if Instant::now() >= self.valid_until() {
-                        self.mark_lost("lease ran out before it was renewed");
+                        self.mark_lost(self.clock_reason());
                         return;
                     }
                 }
@@ -319,12 +372,21 @@ mod tests {
     use crate::slot::Slots;
 
     fn held(slots: &Slots<HeldLock>, lease: Duration, sent_at: Instant) -> HeldLock {
+        held_at_most(slots, lease, sent_at, None)
+    }
+
+    fn held_at_most(
+        slots: &Slots<HeldLock>,
+        lease: Duration,
+        sent_at: Instant,
+        max_hold: Option<Duration>,
+    ) -> HeldLock {
         let slot = slots.get("k");
         let permit = slot.queue.clone().try_acquire_owned().unwrap();
         let terms = Terms {
             owner: Owner::current(),
             mode: LeaseMode::Watchdog(lease),
-            max_hold: None,
+            max_hold,
         };
         let grant = Grant {
             keys: RedisKeys::new("p:", "k"),
@@ -360,13 +422,68 @@ mod tests {
         assert!(held.valid_until() > extension_sent + Duration::from_secs(20));
     }
 
+    fn reason(error: LockError) -> LostReason {
+        match error {
+            LockError::Lost { reason, .. } => reason,
+            other => panic!("expected Lost, got {other}"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loss_is_explained_by_what_redis_found_and_by_the_clock() {
+        let slots = Slots::default();
+        let lease = Duration::from_secs(30);
+        let held = held(&slots, lease, Instant::now());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let absent = |uptime: Option<u64>| Gone::Absent {
+            uptime: uptime.map(Duration::from_secs),
+        };
+        assert_eq!(held.reason_for(Gone::Replaced), LostReason::TakenOver);
+        assert_eq!(held.reason_for(Gone::Unknown), LostReason::Unknown);
+        // Gone while the lease still runs: deleted, unless the server is younger than the hold.
+        assert_eq!(held.reason_for(absent(None)), LostReason::Deleted);
+        assert_eq!(held.reason_for(absent(Some(6))), LostReason::Deleted);
+        assert_eq!(held.reason_for(absent(Some(4))), LostReason::Deleted);
+        assert_eq!(
+            held.reason_for(absent(Some(3))),
+            LostReason::ServerRestarted
+        );
+        // Past the confirmed lease, an absent key has expired.
+        tokio::time::advance(lease).await;
+        assert_eq!(held.reason_for(absent(None)), LostReason::Expired);
+        assert_eq!(held.reason_for(Gone::Expired), LostReason::Expired);
+        // Nothing marked it yet: the error marks it, with the clock's reason.
+        assert_eq!(held.lost_reason(), None);
+        assert_eq!(reason(held.lost_error()), LostReason::Expired);
+        assert_eq!(held.lost_reason(), Some(LostReason::Expired));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_past_its_max_hold_is_lost_for_that_reason() {
+        let slots = Slots::default();
+        let lease = Duration::from_secs(3);
+        let max = Duration::from_secs(10);
+        let held = held_at_most(&slots, lease, Instant::now(), Some(max));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        held.confirm(Instant::now(), lease);
+        assert!(held.wants_renewal(Instant::now()).is_some());
+        tokio::time::advance(max).await;
+        assert_eq!(held.wants_renewal(Instant::now()), None);
+        assert!(held.is_lost());
+        held.lost().await;
+        assert_eq!(reason(held.lost_error()), LostReason::MaxHold);
+    }
+
     #[tokio::test]
     async fn a_lost_lock_gives_back_its_local_place() {
         let slots = Slots::default();
         let held = held(&slots, Duration::from_secs(30), Instant::now());
         assert_eq!(held.slot().queue.available_permits(), 0);
-        held.mark_lost("test");
+        held.mark_lost(LostReason::Deleted);
         assert_eq!(held.slot().queue.available_permits(), 1);
+        // The first reason stays.
+        held.mark_lost(LostReason::Expired);
+        assert_eq!(held.lost_reason(), Some(LostReason::Deleted));
         held.give_back_place();
         assert_eq!(held.slot().queue.available_permits(), 1);
     }

@@ -75,7 +75,9 @@
 //!   background task per locker renews all such locks every third of it, in one round trip.
 //! - **Loss detection.** A renewal that finds another owner, or renewals failing until the
 //!   last confirmed lease ends (monotonic clock, 1 % safety margin), marks the guard lost:
-//!   [`LockGuard::lost`] resolves and [`LockGuard::release`] returns [`LockError::Lost`].
+//!   [`LockGuard::lost`] resolves and [`LockGuard::release`] returns [`LockError::Lost`],
+//!   whose [`LostReason`] says why when the kit can tell (expired, taken over, deleted,
+//!   server restarted, `max_hold` reached).
 //! - **Fencing tokens.** See below.
 //!
 //! # Reentrancy
@@ -205,6 +207,36 @@
 //! URL fragment needs a `redis` feature the kit does not enable, so such URLs fail to connect;
 //! do not enable it.
 //!
+//! # Metrics
+//!
+//! With the feature `metrics`, the kit records through the [`metrics`](https://docs.rs/metrics)
+//! facade into whatever recorder the application installed (a Prometheus exporter, say). Names
+//! start with `lock_`; labels are `kind` (`mutex`, `read`, `fair`, `semaphore`) and an
+//! `outcome` or `reason`, never the key. The [`metrics`] module lists every value of each.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
+//! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
+//! | `lock_waiters` | gauge | `kind` | acquires under way |
+//! | `lock_held` | gauge | `kind` | locks held (outermost guards alive) |
+//! | `lock_hold_seconds` | histogram | `kind`, `outcome` | time from grant to release, by release outcome |
+//! | `lock_releases_total` | counter | `kind`, `outcome` | releases: `released`, `handed_over`, `lost`, `failed` |
+//! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown` |
+//! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals per lock: `renewed`, `lost`, `failed` |
+//! | `lock_renewal_calls_total` | counter | | renewal script calls (one per batch, not per lock) |
+//!
+//! Without the feature nothing is recorded and the calls compile to nothing.
+//!
+//! # Logging
+//!
+//! The kit logs through `tracing`. At `info` and above only what an operator acts on, at most a
+//! line per lock: a lock lost (`warn`, with its reason and how long it was held), an acquire
+//! that got its lock after waiting a second or more, a release after a hold of a whole lease
+//! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail (the
+//! `lock.acquire` span with the key, acquired, busy, released, retries) is at `debug` and
+//! `trace`.
+//!
 //! # What a Redis lock does not protect against
 //!
 //! A primary that fails over before the lock key replicated can grant the lock twice; a
@@ -225,6 +257,7 @@ mod key;
 mod limits;
 mod local;
 mod locker;
+pub mod metrics;
 mod multi;
 mod owner;
 mod release;
@@ -245,7 +278,7 @@ pub mod __private;
 pub use acquire::{Acquire, AcquireFuture};
 pub use backend_error::BackendError;
 pub use builder::LockerBuilder;
-pub use error::{ConfigError, DurationSetting, InvalidKeyReason, LockError};
+pub use error::{ConfigError, DurationSetting, InvalidKeyReason, LockError, LostReason};
 pub use fence::Fence;
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;

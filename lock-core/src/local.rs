@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::error::LockError;
 use crate::held::{Grant, HeldLock, LeaseMode};
 use crate::key::Access;
+use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::slot::{Baton, SlotRef, Slots};
 use crate::store::Store;
@@ -133,6 +134,7 @@ impl LocalLocks {
     pub(crate) fn register(&self, held: HeldLock) -> Arc<HeldLock> {
         let held = Arc::new(held);
         *held.slot().holder() = Arc::downgrade(&held);
+        metrics::held(held.keys().access);
         if let LeaseMode::Watchdog(_) = held.mode() {
             self.watchdog.insert(held.clone());
         }
@@ -153,6 +155,7 @@ impl LocalLocks {
         if let LeaseMode::Watchdog(_) = held.mode() {
             self.watchdog.remove(held.id());
         }
+        metrics::unheld(held.keys().access);
         Leave::Outermost
     }
 
@@ -199,6 +202,11 @@ impl LocalLocks {
             streak: held.streak() + 1,
         });
         held.give_back_place();
+        metrics::released(
+            held.keys().access,
+            ReleaseOutcome::HandedOver,
+            held.held_for(),
+        );
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let slot = self.slot(held.key());
         let store = store.clone();

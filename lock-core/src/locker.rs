@@ -344,6 +344,7 @@ impl Locker {
     ) -> Self {
         let store = Arc::new(store);
         store.warn_on_eviction_policy().await;
+        crate::metrics::describe();
         let lease = settings.watchdog_lease;
         let shutdown = CancellationToken::new();
         let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());

@@ -298,6 +298,16 @@ impl MultiLockGuard {
             .map(LockGuard::key)
     }
 
+    /// The error that reports the loss of the first key found lost (of the first key when
+    /// none is, which the caller does not ask for).
+    pub(crate) fn lost_error(&self) -> LockError {
+        let lost = self.guards.iter().find(|g| !g.is_held());
+        match lost.or_else(|| self.guards.first()) {
+            Some(guard) => guard.lost_error(),
+            None => LockError::NoKeys,
+        }
+    }
+
     /// Sets every key's remaining lease to `by` from now (see [`LockGuard::extend`]).
     ///
     /// # Errors

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
 use crate::key::RedisKeys;
 use crate::local::LocalLocks;
+use crate::metrics::{self, ReleaseOutcome};
 use crate::store::Store;
 
 /// Work for the background releaser.
@@ -39,19 +40,37 @@ pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), L
     let was_lost = held.is_lost();
     let result = store.release(held.keys(), held.token()).await;
     LocalLocks::settle(held, result.as_ref().ok().map(|r| r.others_waiting));
-    match result.map(|r| r.ours) {
-        Ok(true) if !was_lost => {
-            tracing::debug!(key = %held.key(), held_for = ?held.held_for(), "lock released");
-            Ok(())
-        }
+    let released = match result {
+        Ok(reply) if reply.ours && !was_lost => Ok(()),
         // Already lost before the release: that is the answer, whatever the clean-up met.
         Ok(_) | Err(_) if was_lost => Err(held.lost_error()),
-        Ok(_) => {
-            held.mark_lost("released after it had been lost");
+        Ok(reply) => {
+            held.mark_lost(
+                reply
+                    .gone
+                    .map_or(LostReason::Unknown, |g| held.reason_for(g)),
+            );
             Err(held.lost_error())
         }
         Err(error) => Err(LockError::backend(Some(held.key()), error)),
-    }
+    };
+    let held_for = held.held_for();
+    let outcome = match &released {
+        Ok(()) => {
+            // A hold longer than a whole lease is worth an operator's eye (a long critical
+            // section, or one that hung); ordinary ones are debug chatter.
+            if held_for >= held.mode().lease() {
+                tracing::info!(key = %held.key(), ?held_for, "lock released after a long hold");
+            } else {
+                tracing::debug!(key = %held.key(), ?held_for, "lock released");
+            }
+            ReleaseOutcome::Released
+        }
+        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
+        Err(_) => ReleaseOutcome::Failed,
+    };
+    metrics::released(held.keys().access, outcome, held_for);
+    released
 }
 
 /// What a [`ReleaseOnDrop`] hands to the background releaser.

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::held::HeldLock;
+use crate::metrics;
 use crate::store::{Renewal, Store};
 
 /// The locks the watchdog keeps alive, and counters for tests and metrics.
@@ -69,7 +70,8 @@ impl Watchdog {
         let mut due: HashMap<Duration, Vec<Arc<HeldLock>>> = HashMap::new();
         self.locks().retain(|_, held| {
             if held.is_lost() {
-                held.mark_lost("lease ran out before it was renewed");
+                // Marks it lost, with the reason the clock gives, if nothing did yet.
+                drop(held.lost_error());
                 return false;
             }
             if let Some(lease) = held.wants_renewal(now) {
@@ -83,17 +85,19 @@ impl Watchdog {
         // All watchdog locks share the locker's lease; grouping by lease keeps this correct
         // anyway. Every group is renewed at once.
         let calls = due.into_iter().map(|(lease, locks)| {
-            self.renew_calls
-                .fetch_add(Store::renew_calls(locks.len()), Ordering::Relaxed);
+            let calls = Store::renew_calls(locks.len());
+            self.renew_calls.fetch_add(calls, Ordering::Relaxed);
+            metrics::renewal_calls(calls);
             async move {
                 let sent_at = Instant::now();
                 let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
                 let answers = store.renew(&pairs, lease).await;
                 for (held, answer) in locks.iter().zip(answers) {
+                    metrics::renewed(held.keys().access, answer);
                     match answer {
                         Renewal::Renewed => held.confirm(sent_at, lease),
-                        Renewal::NotOurs => {
-                            held.mark_lost("renewal found another owner or no key");
+                        Renewal::NotOurs(gone) => {
+                            held.mark_lost(held.reason_for(gone));
                             self.remove(held.id());
                         }
                         Renewal::Unknown => {}

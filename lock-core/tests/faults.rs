@@ -5,8 +5,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{eventually, keys, lock_key, locker, locker_with_lease, server};
-use lock_core::{ConfigError, LockError, Locker};
+use common::{eventually, keys, lock_key, locker, locker_with_lease, lost_reason, server};
+use lock_core::{ConfigError, LockError, Locker, LostReason};
 use lock_testkit::{Persistence, RedisServer};
 
 fn lock_keys(server: &RedisServer) -> Vec<String> {
@@ -65,13 +65,16 @@ async fn a_timed_out_acquire_leaves_no_ghost_lock() {
 }
 
 /// F6: a restart without persistence loses the key; the holder learns it within a renewal
-/// interval, and a new acquire works.
+/// interval, with the reason (the server is younger than the hold), and a new acquire works.
 #[tokio::test]
 async fn a_restart_without_persistence_is_detected_as_loss() {
     let mut server = server();
     let lease = Duration::from_millis(600);
     let holder = locker_with_lease(&server, lease).await;
     let guard = holder.lock("k").await.unwrap();
+    // Held for a while: the server's uptime after the restart, in whole seconds and within
+    // one of the real one, is then certainly shorter than the hold.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     server.restart().unwrap();
     let restarted = Instant::now();
     tokio::time::timeout(lease * 2, guard.lost())
@@ -87,7 +90,8 @@ async fn a_restart_without_persistence_is_detected_as_loss() {
     );
     // While the lost guard lives, this task's reentrant acquire reports the loss; after it is
     // dropped a fresh acquire works.
-    assert!(holder.lock("k").await.unwrap_err().is_lost());
+    let lost = holder.lock("k").await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::ServerRestarted);
     drop(guard);
     holder
         .lock("k")
@@ -228,7 +232,8 @@ async fn an_evicted_lock_is_reported_lost() {
     tokio::time::timeout(lease, guard.lost())
         .await
         .expect("eviction noticed");
-    assert!(guard.release().await.unwrap_err().is_lost());
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Deleted);
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, increments, keys, lock_key, locker, server};
-use lock_core::{InvalidKeyReason, LockError, Locker, MAX_KEY_LEN};
+use common::{eventually, increments, keys, lock_key, locker, lost_reason, server};
+use lock_core::{InvalidKeyReason, LockError, Locker, LostReason, MAX_KEY_LEN};
 use lock_testkit::oracle::Oracle;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -116,11 +116,8 @@ async fn a_non_owner_cannot_release_or_renew() {
     let token: String = server.cmd(&["GET", &name]);
     // Another client's token takes over the key behind the holder's back.
     let _: () = server.cmd(&["SET", &name, "someone-else", "PX", "60000"]);
-    assert!(guard
-        .extend(Duration::from_secs(10))
-        .await
-        .unwrap_err()
-        .is_lost());
+    let extended = guard.extend(Duration::from_secs(10)).await.unwrap_err();
+    assert_eq!(lost_reason(extended), LostReason::TakenOver);
     let err = guard.release().await.unwrap_err();
     assert!(err.is_lost(), "{err}");
     let value: String = server.cmd(&["GET", &name]);
@@ -623,7 +620,8 @@ async fn force_unlock_frees_the_key_and_the_holder_learns_it() {
     tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
         .expect("holder notices");
-    assert!(guard.release().await.unwrap_err().is_lost());
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Deleted);
     common::assert_nothing_left(&server, &[&holder, &admin]).await;
 }
 

@@ -1122,3 +1122,36 @@ async fn a_reader_waiting_for_a_force_unlocked_writer_gets_in_at_once() {
     );
     common::assert_nothing_left(&server, &[&w, &r, &admin]).await;
 }
+
+/// A renewal tells why a read lock is gone: the reader's own lease ended (its entry is still
+/// there), or the lock key now holds something else than the readers' marker.
+#[tokio::test]
+async fn a_lost_read_lock_says_why() {
+    let server = server();
+    let locker = common::locker_with_lease(&server, Duration::from_millis(300)).await;
+    let reader = locker.read("cat").await.unwrap();
+    let readers = server
+        .keys("lock:*")
+        .into_iter()
+        .find(|k| k.contains(":readers:"))
+        .unwrap();
+    let tokens: Vec<String> = server.cmd(&["ZRANGE", &readers, "0", "-1"]);
+    // The reader's lease ended as far as Redis knows (its score is in the past).
+    let _: i64 = server.cmd(&["ZADD", &readers, "XX", "1", &tokens[0]]);
+    tokio::time::timeout(Duration::from_secs(2), reader.lost())
+        .await
+        .expect("the renewal notices");
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::Expired);
+
+    let reader = locker.read("cat").await.unwrap();
+    let lock = common::lock_key(&server, "cat");
+    let _: () = server.cmd(&["SET", &lock, "a-writer", "PX", "60000"]);
+    tokio::time::timeout(Duration::from_secs(2), reader.lost())
+        .await
+        .expect("the renewal notices");
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::TakenOver);
+    let _: () = server.cmd(&["DEL", &lock]);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}

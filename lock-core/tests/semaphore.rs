@@ -171,7 +171,16 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
     // Someone deletes the set: the holder learns it at its next renewal or release.
     let _: i64 = server.cmd(&["DEL", &set]);
     let err = permit.release().await.unwrap_err();
-    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: lock_core::LostReason::Deleted,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(
         common::eventually(Duration::from_secs(3), || {
             a.stats().local_keys == 0 && b.stats().local_keys == 0 && b.stats().subscriptions == 0

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, lock_key, locker, locker_with_lease, server};
-use lock_core::Locker;
+use common::{eventually, lock_key, locker, locker_with_lease, lost_reason, server};
+use lock_core::{Locker, LostReason};
 use redis::AsyncCommands;
 
 const LEASE: Duration = Duration::from_millis(300);
@@ -119,7 +119,9 @@ async fn deleting_the_key_is_noticed_within_one_renewal_interval() {
         "noticed after {took:?}"
     );
     assert!(!guard.is_held());
-    assert!(guard.release().await.unwrap_err().is_lost());
+    assert_eq!(guard.lost_reason(), Some(LostReason::Deleted));
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Deleted);
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
@@ -133,7 +135,8 @@ async fn a_foreign_token_is_noticed_and_left_alone() {
     tokio::time::timeout(LEASE, guard.lost())
         .await
         .expect("lost");
-    assert!(guard.release().await.unwrap_err().is_lost());
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::TakenOver);
     let value: String = server.cmd(&["GET", &name]);
     assert_eq!(value, "intruder");
     // The intruder's key is this test's own: remove it, then nothing of the kit may be left.
@@ -168,7 +171,8 @@ async fn a_stopped_server_makes_the_lock_lost_by_the_end_of_the_lease() {
         "reported lost {took:?} after the server stopped; lease {LEASE:?}"
     );
     assert!(!guard.is_held());
-    drop(guard);
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Expired);
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
@@ -181,6 +185,7 @@ async fn max_hold_stops_renewal_and_reports_lost() {
         .max_hold(Duration::from_millis(500))
         .await
         .unwrap();
+    assert_eq!(guard.lost_reason(), None);
     let started = Instant::now();
     tokio::time::timeout(Duration::from_secs(2), guard.lost())
         .await
@@ -197,7 +202,12 @@ async fn max_hold_stops_renewal_and_reports_lost() {
             .any(|_| true))
         .await
     );
-    drop(guard);
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(
+        lost.to_string(),
+        "lock `k` was lost: it was held past its max_hold"
+    );
+    assert_eq!(lost_reason(lost), LostReason::MaxHold);
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 

@@ -81,7 +81,7 @@ async fn a_lost_lock_aborts_the_body_with_lost() {
         })
         .await;
     assert!(
-        matches!(result, Err(AppError::Lock(LockError::Lost { ref key })) if key == "inventory:3"),
+        matches!(result, Err(AppError::Lock(LockError::Lost { ref key, .. })) if key == "inventory:3"),
         "{result:?}"
     );
     assert!(

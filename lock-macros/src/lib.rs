@@ -211,7 +211,7 @@ use proc_macro2::TokenStream;
 ///
 /// ```no_run
 /// # use std::time::Duration;
-/// # use lock_core::{LockError, Locker};
+/// # use lock_core::{LockError, Locker, LostReason};
 /// # #[derive(Debug)] enum AppError { Lock(LockError), OutOfStock }
 /// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { Self::Lock(e) } }
 /// # struct Inventory { locker: Locker }
@@ -233,7 +233,7 @@ use proc_macro2::TokenStream;
 ///         let result = tokio::select! {
 ///             biased;
 ///             result = body => result,
-///             () = guard.lost() => Err(AppError::from(LockError::Lost { key: guard.key().to_owned() })),
+///             () = guard.lost() => Err(AppError::from(LockError::Lost { key: guard.key().to_owned(), reason: guard.lost_reason().unwrap_or(LostReason::Unknown) })),
 ///         };
 ///         if let Err(error) = guard.release().await {
 ///             tracing::warn!(%error, "lock release after the locked fn failed");

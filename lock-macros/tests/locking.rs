@@ -460,7 +460,7 @@ async fn on_lost_abort_stops_the_body() {
 
     let result = within(task).await.unwrap();
     match result {
-        Err(AppError::Lock(LockError::Lost { key })) => assert_eq!(key, "lost:1"),
+        Err(AppError::Lock(LockError::Lost { key, .. })) => assert_eq!(key, "lost:1"),
         other => panic!("expected Lost, got {other:?}"),
     }
     assert!(

@@ -431,7 +431,10 @@ mod tests {
         });
         assert!(matches!(invalid, Rejection::InvalidKey(_)));
         assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
-        let lost = Rejection::from(LockError::Lost { key: "k".into() });
+        let lost = Rejection::from(LockError::Lost {
+            key: "k".into(),
+            reason: lock_core::LostReason::Unknown,
+        });
         assert!(matches!(lost, Rejection::Lost(_)));
         assert_eq!(lost.status(), StatusCode::SERVICE_UNAVAILABLE);
         let unreplicated = Rejection::from(LockError::NotReplicated {

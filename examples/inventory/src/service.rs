@@ -570,6 +570,7 @@ mod tests {
         assert!(retry == "1" || retry == "2", "{retry}");
         let lost = AppError::Lock(LockError::Lost {
             key: "inventory:1".into(),
+            reason: lock_core::LostReason::Expired,
         });
         assert_eq!(
             lost.into_response().status(),

@@ -4,8 +4,12 @@
 -- ARGV[1]   the new lease in milliseconds (>= 1)
 -- ARGV[i+1] the holder in KEYS[i]: `<token>:<permits>`
 --
--- Returns an array with one entry per key: 1 renewed, 0 not held (its lease ended, the set was
--- deleted, or a key of another type).
+-- Returns an array with one entry per key:
+--   1  renewed
+--   0  the holder is not in the set (its lease ended and it was cleared, or the set was
+--      deleted)
+--  -1  the key is of another type
+--  -2  the holder is there but its lease had ended
 local lease = tonumber(ARGV[1])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
@@ -16,12 +20,16 @@ local result = {}
 for i, key in ipairs(KEYS) do
   local ok, score = pcall(redis.call, 'ZSCORE', key, ARGV[i + 1])
   score = ok and tonumber(score or '')
-  if score and score > now then
+  if not ok then
+    result[i] = -1
+  elseif not score then
+    result[i] = 0
+  elseif score <= now then
+    result[i] = -2
+  else
     redis.call('ZADD', key, 'XX', string.format('%.0f', now + lease), ARGV[i + 1])
     redis.call('PEXPIRE', key, lease, 'GT')
     result[i] = 1
-  else
-    result[i] = 0
   end
 end
 return result

@@ -5,8 +5,12 @@
 -- ARGV[2i]    the reader's token for KEYS[i]
 -- ARGV[2i+1]  the readers set of KEYS[i], a key name in its hash slot
 --
--- Returns an array with one entry per key: 1 renewed, 0 not held (the reader's lease ended,
--- the marker is gone or replaced, or a key of another type).
+-- Returns an array with one entry per key:
+--   1  renewed
+--   0  the lock key or the reader's entry is absent (expired and cleared, or deleted)
+--  -1  the lock key holds something else than the marker (a writer's token), or is of another
+--      type
+--  -2  the reader's entry is there but its lease had ended
 local lease = tonumber(ARGV[1])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
@@ -18,9 +22,13 @@ for i, key in ipairs(KEYS) do
   local token, readers = ARGV[2 * i], ARGV[2 * i + 1]
   local ok, current = pcall(redis.call, 'GET', key)
   result[i] = 0
-  if ok and current == 'readers' then
+  if not ok or (current and current ~= 'readers') then
+    result[i] = -1
+  elseif current then
     local score = tonumber(redis.call('ZSCORE', readers, token) or '')
-    if score and score > now then
+    if score and score <= now then
+      result[i] = -2
+    elseif score then
       redis.call('ZADD', readers, 'XX', string.format('%.0f', now + lease), token)
       -- The marker lives as long as the longest reader lease (this one may have shortened).
       local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')

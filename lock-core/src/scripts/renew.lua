@@ -4,8 +4,10 @@
 -- ARGV[1]    the new lease in milliseconds (>= 1; PEXPIRE with 0 or less would delete the key)
 -- ARGV[i+1]  the token expected in KEYS[i]
 --
--- Returns an array with one entry per key: 1 renewed, 0 not held by that token (expired,
--- deleted, taken over, or a key of another type).
+-- Returns an array with one entry per key:
+--   1  renewed
+--   0  the key is absent (it expired, or was deleted or forgotten)
+--  -1  the key holds another token (taken over), or is of another type
 local lease = tonumber(ARGV[1])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
@@ -16,8 +18,10 @@ for i, key in ipairs(KEYS) do
   if ok and current == ARGV[i + 1] then
     redis.call('PEXPIRE', key, lease)
     result[i] = 1
-  else
+  elseif ok and not current then
     result[i] = 0
+  else
+    result[i] = -1
   end
 end
 return result

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 pub(crate) use node::Node;
 pub(crate) use redlock::{Quorum, RedLockStore};
-pub(crate) use reply::{AcquireReply, ReleaseReply, Renewal};
+pub(crate) use reply::{AcquireReply, Gone, ReleaseReply, Renewal};
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;

@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 
-use super::reply::{AcquireReply, FenceReply, ReleaseReply, RenewReply, Renewal};
+use super::reply::{AcquireReply, FenceReply, Gone, ReleaseReply, RenewReply, Renewal};
 use super::{AcquireArgs, MinReplicas, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::Connection;
@@ -235,7 +235,39 @@ impl Node {
         for (i, answer) in renewed.into_iter().flatten() {
             answers[i] = answer;
         }
+        let absent = |a: &Renewal| matches!(a, Renewal::NotOurs(Gone::Absent { .. }));
+        if answers.iter().any(absent) {
+            // Rare (a lock gone from under its holder), so worth one more round trip to tell
+            // a restart from a deletion.
+            if let Some(uptime) = self.uptime().await {
+                for answer in answers.iter_mut().filter(|a| absent(a)) {
+                    *answer = Renewal::NotOurs(Gone::Absent {
+                        uptime: Some(uptime),
+                    });
+                }
+            }
+        }
         answers
+    }
+
+    /// The server's uptime (`INFO server`), in whole seconds, within one second of the real
+    /// one; `None` when it cannot be known: a cluster (the command would reach any node),
+    /// an ACL without `+info`, a failure.
+    async fn uptime(&self) -> Option<Duration> {
+        if self.conn.is_cluster() {
+            return None;
+        }
+        let info: RedisResult<String> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.conn.clone())
+            .await;
+        match info {
+            Ok(info) => parse_uptime(&info),
+            Err(error) => {
+                tracing::debug!(%error, "cannot read the server's uptime; a lost lock's reason may be less precise");
+                None
+            }
+        }
     }
 
     /// Renews `locks`, all of one kind, with that kind's renewal script.
@@ -346,6 +378,14 @@ impl Node {
     }
 }
 
+/// `uptime_in_seconds` of an `INFO server` reply.
+fn parse_uptime(info: &str) -> Option<Duration> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|secs| secs.trim().parse().ok())
+        .map(Duration::from_secs)
+}
+
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
 /// connection; for idempotent calls only.
 async fn retry_dropped<T, F, Fut>(mut call: F) -> Result<T, BackendError>
@@ -415,5 +455,17 @@ async fn with_wait(
                 return Ok((reply, acked));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uptime_is_read_from_info() {
+        let info = "# Server\r\nredis_version:7.2.4\r\nrun_id:ab12\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
+        assert_eq!(parse_uptime(info), Some(Duration::from_secs(42)));
+        assert_eq!(parse_uptime("# Server\r\n"), None);
     }
 }

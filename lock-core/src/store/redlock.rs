@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::node::Node;
-use super::reply::{AcquireReply, ReleaseReply, Renewal};
+use super::reply::{AcquireReply, Gone, ReleaseReply, Renewal};
 use super::{AcquireArgs, Outcome};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
@@ -263,14 +263,17 @@ impl RedLockStore {
         let others_waiting = replies
             .iter()
             .any(|r| matches!(r, Ok(r) if r.others_waiting));
+        let gone = agreed(replies.iter().filter_map(|r| r.as_ref().ok()?.gone));
         if !quorum.carried(yes) && !quorum.defeated(no) {
             // Neither side has a majority: the errors decide nothing, so report one.
             if let Some(Err(error)) = replies.into_iter().find(Result::is_err) {
                 return Err(error);
             }
         }
+        let ours = quorum.carried(yes);
         Ok(ReleaseReply {
-            ours: quorum.carried(yes),
+            ours,
+            gone: if ours { None } else { gone },
             others_waiting,
         })
     }
@@ -292,11 +295,16 @@ impl RedLockStore {
         let quorum = self.quorum();
         (0..locks.len())
             .map(|i| {
-                let count = |want| per_node.iter().filter(|n| n[i] == want).count();
-                if quorum.carried(count(Renewal::Renewed)) {
+                let renewed = per_node.iter().filter(|n| n[i] == Renewal::Renewed).count();
+                let not_ours = per_node.iter().filter(|n| n[i].is_not_ours()).count();
+                if quorum.carried(renewed) {
                     Renewal::Renewed
-                } else if quorum.defeated(count(Renewal::NotOurs)) {
-                    Renewal::NotOurs
+                } else if quorum.defeated(not_ours) {
+                    let gone = per_node.iter().filter_map(|n| match n[i] {
+                        Renewal::NotOurs(gone) => Some(gone),
+                        _ => None,
+                    });
+                    Renewal::NotOurs(agreed(gone).unwrap_or(Gone::Unknown))
                 } else {
                     Renewal::Unknown
                 }
@@ -326,6 +334,21 @@ impl RedLockStore {
             _ => Ok(any),
         }
     }
+}
+
+/// What the nodes that no longer hold a lock found, if they agree on its kind: a lock lost on
+/// a majority has one cause there, or the cause is unknown. Absent keys agree whatever the
+/// uptimes; the longest one is kept, so a restart is reported only when every such node
+/// restarted during the hold.
+fn agreed(mut found: impl Iterator<Item = Gone>) -> Option<Gone> {
+    let first = found.next()?;
+    found.try_fold(first, |agreed, gone| match (agreed, gone) {
+        (Gone::Absent { uptime: a }, Gone::Absent { uptime: b }) => Some(Gone::Absent {
+            uptime: a.zip(b).map(|(a, b)| a.max(b)),
+        }),
+        (a, b) if a == b => Some(a),
+        _ => Some(Gone::Unknown),
+    })
 }
 
 /// Collects the results of spawned per-node calls until `decided` says the outcome is known;
@@ -360,5 +383,29 @@ mod tests {
         let five = Quorum::of(5);
         assert_eq!(five.needed(), 3);
         assert!(five.defeated(3) && !five.defeated(2));
+    }
+
+    #[test]
+    fn nodes_agree_on_why_a_lock_is_gone_or_it_is_unknown() {
+        let absent = |secs| Gone::Absent {
+            uptime: Some(Duration::from_secs(secs)),
+        };
+        assert_eq!(agreed([].into_iter()), None);
+        assert_eq!(
+            agreed([Gone::Replaced, Gone::Replaced].into_iter()),
+            Some(Gone::Replaced)
+        );
+        assert_eq!(
+            agreed([absent(1), absent(90)].into_iter()),
+            Some(absent(90))
+        );
+        assert_eq!(
+            agreed([absent(1), Gone::Absent { uptime: None }].into_iter()),
+            Some(Gone::Absent { uptime: None })
+        );
+        assert_eq!(
+            agreed([Gone::Replaced, absent(1)].into_iter()),
+            Some(Gone::Unknown)
+        );
     }
 }

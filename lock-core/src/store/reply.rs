@@ -42,6 +42,8 @@ pub(crate) struct ReleaseReply {
     /// now, or in an earlier try whose reply was lost, as the try's latch proves. `false` means
     /// the lock had been lost before any try of this release ran.
     pub(crate) ours: bool,
+    /// When not `ours`: what the release found instead.
+    pub(crate) gone: Option<Gone>,
     /// Another locker flagged that it waits for this lock (and was told on the release
     /// channel). This locker's own waiters queue locally and never flag.
     pub(crate) others_waiting: bool,
@@ -52,9 +54,15 @@ impl FromRedisValue for ReleaseReply {
         // 1/2 deleted now, 3/4 deleted by an earlier try (the latch says so); 2 and 4 when
         // another locker flagged it waits; -1 no key, 0 another token.
         let reply: i64 = FromRedisValue::from_redis_value(value)?;
+        let gone = match reply {
+            -1 => Some(Gone::Absent { uptime: None }),
+            0 => Some(Gone::Replaced),
+            _ => None,
+        };
         match reply {
             -1..=4 => Ok(Self {
                 ours: reply >= 1,
+                gone,
                 others_waiting: reply == 2 || reply == 4,
             }),
             other => Err(format!("release script answered {other}, expected -1 to 4").into()),
@@ -77,29 +85,53 @@ impl FromRedisValue for FenceReply {
     }
 }
 
+/// What a node found where a lock should be, when it is not the caller's any more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// No key (or, for a reader or a permit holder, no entry of its token): it expired or was
+    /// deleted. `uptime`: the server's, when it was asked (after a renewal found this), to
+    /// tell a restart from a deletion.
+    Absent { uptime: Option<Duration> },
+    /// Another holder's token, or a value of another type.
+    Replaced,
+    /// The holder's entry is still there, but its lease had ended (readers, permit holders).
+    Expired,
+    /// Not ours, for reasons the nodes disagree on (RedLock).
+    Unknown,
+}
+
 /// What one renewal learned about one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {
     /// The lease was extended.
     Renewed,
-    /// The key is gone or holds another token: the lock is lost.
-    NotOurs,
+    /// The lock is lost; what was found instead.
+    NotOurs(Gone),
     /// No answer that decides it (Redis unreachable, no quorum either way).
     Unknown,
 }
 
-/// `scripts/renew.lua`'s reply: one flag per lock of the batch.
+impl Renewal {
+    pub(crate) fn is_not_ours(self) -> bool {
+        matches!(self, Self::NotOurs(_))
+    }
+}
+
+/// The renewal scripts' reply (`renew.lua`, `read_renew.lua`, `permit_renew.lua`): one code
+/// per lock of the batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RenewReply(pub(crate) Vec<Renewal>);
 
 impl FromRedisValue for RenewReply {
     fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
-        let flags: Vec<i64> = FromRedisValue::from_redis_value(value)?;
-        let renewals = flags.into_iter().map(|flag| match flag {
+        let codes: Vec<i64> = FromRedisValue::from_redis_value(value)?;
+        let renewals = codes.into_iter().map(|code| match code {
             1 => Ok(Renewal::Renewed),
-            0 => Ok(Renewal::NotOurs),
+            0 => Ok(Renewal::NotOurs(Gone::Absent { uptime: None })),
+            -1 => Ok(Renewal::NotOurs(Gone::Replaced)),
+            -2 => Ok(Renewal::NotOurs(Gone::Expired)),
             other => Err(ParsingError::from(format!(
-                "renew script answered {other} for a lock, expected 0 or 1"
+                "renew script answered {other} for a lock, expected 1, 0, -1 or -2"
             ))),
         });
         renewals.collect::<Result<_, _>>().map(Self)
@@ -138,16 +170,23 @@ mod tests {
     #[test]
     fn release_replies_decode() {
         let decode = |i| ReleaseReply::from_redis_value(int(i));
-        let reply = |ours, others_waiting| ReleaseReply {
+        let reply = |ours, gone, others_waiting| ReleaseReply {
             ours,
+            gone,
             others_waiting,
         };
-        assert_eq!(decode(1).unwrap(), reply(true, false));
-        assert_eq!(decode(2).unwrap(), reply(true, true));
-        assert_eq!(decode(3).unwrap(), reply(true, false));
-        assert_eq!(decode(4).unwrap(), reply(true, true));
-        assert_eq!(decode(0).unwrap(), reply(false, false));
-        assert_eq!(decode(-1).unwrap(), reply(false, false));
+        assert_eq!(decode(1).unwrap(), reply(true, None, false));
+        assert_eq!(decode(2).unwrap(), reply(true, None, true));
+        assert_eq!(decode(3).unwrap(), reply(true, None, false));
+        assert_eq!(decode(4).unwrap(), reply(true, None, true));
+        assert_eq!(
+            decode(0).unwrap(),
+            reply(false, Some(Gone::Replaced), false)
+        );
+        assert_eq!(
+            decode(-1).unwrap(),
+            reply(false, Some(Gone::Absent { uptime: None }), false)
+        );
         assert!(decode(5).is_err());
     }
 
@@ -164,8 +203,18 @@ mod tests {
 
     #[test]
     fn renew_replies_decode() {
-        let reply = RenewReply::from_redis_value(Value::Array(vec![int(1), int(0)])).unwrap();
-        assert_eq!(reply.0, vec![Renewal::Renewed, Renewal::NotOurs]);
+        let codes = [1, 0, -1, -2].map(int).to_vec();
+        let reply = RenewReply::from_redis_value(Value::Array(codes)).unwrap();
+        assert_eq!(
+            reply.0,
+            vec![
+                Renewal::Renewed,
+                Renewal::NotOurs(Gone::Absent { uptime: None }),
+                Renewal::NotOurs(Gone::Replaced),
+                Renewal::NotOurs(Gone::Expired),
+            ]
+        );
         assert!(RenewReply::from_redis_value(Value::Array(vec![int(3)])).is_err());
+        assert!(RenewReply::from_redis_value(Value::Array(vec![int(-3)])).is_err());
     }
 }

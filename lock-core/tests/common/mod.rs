@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_core::{LockGuard, Locker};
+use lock_core::{LockError, LockGuard, Locker, LostReason};
 use lock_testkit::oracle::Oracle;
 use lock_testkit::RedisServer;
 use redis::AsyncCommands;
@@ -27,6 +27,14 @@ pub async fn locker_with_lease(server: &RedisServer, lease: Duration) -> Locker 
         .build()
         .await
         .expect("connect locker")
+}
+
+/// The reason of a [`LockError::Lost`]; panics on any other error.
+pub fn lost_reason(error: LockError) -> LostReason {
+    match error {
+        LockError::Lost { reason, .. } => reason,
+        other => panic!("expected a lost lock, got: {other}"),
+    }
 }
 
 /// Every Redis key under `prefix`.

@@ -1,0 +1,298 @@
+//! The kit's metrics, recorded through the [`metrics`](https://docs.rs/metrics) facade with the
+//! feature `metrics`: the application installs the recorder (a Prometheus exporter, say) and
+//! the kit's numbers appear next to its own. Without the feature nothing is recorded and the
+//! recording calls compile to nothing.
+//!
+//! Every name starts with `lock_`. Labels are bounded: `kind` is the kind of lock (`mutex`
+//! for [`lock`](crate::Locker::lock), [`write`](crate::Locker::write) and each key of
+//! [`lock_all`](crate::Locker::lock_all); `read`, `fair`, `semaphore`), `outcome` and `reason`
+//! take the values listed below. Keys are never labels: they are unbounded.
+//!
+//! | name | type | labels | meaning |
+//! |---|---|---|---|
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by how they ended: `acquired` (in Redis, or handed over by the previous local holder), `reentered` (a nested guard of a lock the task holds), `busy` (the wait ran out), `cancelled` (the acquire future was dropped), or the error: `backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost` (a nested acquire of a lost lock), `invalid_key`, `config`, `write_inside_read`, `other` |
+//! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | how long an acquire took from its start to that outcome: the wait, local queue included (`reentered` is not recorded: it never waits) |
+//! | `lock_waiters` | gauge | `kind` | acquires of this process under way right now (queued locally or waiting in Redis) |
+//! | `lock_held` | gauge | `kind` | locks this process holds right now: acquisitions whose outermost guard is alive (a lost lock counts until its guard is released or dropped; nested guards do not count) |
+//! | `lock_hold_seconds` | histogram | `kind`, `outcome` | how long a lock was held, from its grant to its release, by the release's `outcome` (as `lock_releases_total`) |
+//! | `lock_releases_total` | counter | `kind`, `outcome` | releases of held locks (explicit, or of a dropped guard): `released` (deleted in Redis while ours), `handed_over` (to the next local waiter without a Redis round trip), `lost` (it had been lost), `failed` (Redis failed; the key expires with its lease) |
+//! | `lock_lost_total` | counter | `kind`, `reason` | locks lost, once per lock, by [`LostReason`](crate::LostReason): `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown` |
+//! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals, one per lock and tick: `renewed`, `lost` (the renewal found the lock gone or taken), `failed` (no answer: Redis unreachable, no RedLock majority; the lock turns lost if this lasts until its lease ends) |
+//! | `lock_renewal_calls_total` | counter | | renewal script calls the watchdog sent: one per tick for up to 500 locks of one kind, not one per lock (as [`LockerStats::renewal_calls`](crate::LockerStats)) |
+//!
+//! Useful signals: a rising `busy` or `lock_acquire_wait_seconds` is contention;
+//! `backend`/`timeout` and renewals that `failed` are Redis trouble; any `lock_lost_total` is
+//! worth an alert (a holder ran without its lock; fencing tokens are the safety net);
+//! `lock_hold_seconds` shows critical sections longer than expected.
+//!
+//! Descriptions (the `HELP` lines of a Prometheus exporter) are registered when a locker is
+//! built; an application that installs its recorder after that calls [`describe`] itself.
+//!
+//! ```ignore
+//! // With metrics-exporter-prometheus, before building the locker:
+//! metrics_exporter_prometheus::PrometheusBuilder::new().install()?;
+//! let locker = lock_core::Locker::connect("redis://127.0.0.1:6379").await?;
+//! ```
+
+use crate::key::Access;
+
+/// Counter: acquires by `kind` and `outcome`.
+pub const ACQUISITIONS: &str = "lock_acquisitions_total";
+/// Histogram (seconds): acquire time by `kind` and `outcome`.
+pub const ACQUIRE_WAIT: &str = "lock_acquire_wait_seconds";
+/// Gauge: acquires under way by `kind`.
+pub const WAITERS: &str = "lock_waiters";
+/// Gauge: locks held by `kind`.
+pub const HELD: &str = "lock_held";
+/// Histogram (seconds): hold time by `kind` and release `outcome`.
+pub const HOLD: &str = "lock_hold_seconds";
+/// Counter: releases by `kind` and `outcome`.
+pub const RELEASES: &str = "lock_releases_total";
+/// Counter: losses by `kind` and `reason`.
+pub const LOST: &str = "lock_lost_total";
+/// Counter: watchdog renewals by `kind` and `outcome`.
+pub const RENEWALS: &str = "lock_renewals_total";
+/// Counter: renewal script calls.
+pub const RENEWAL_CALLS: &str = "lock_renewal_calls_total";
+
+/// The `kind` label of a way to hold a key.
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) const fn kind(access: Access) -> &'static str {
+    match access {
+        Access::Exclusive => "mutex",
+        Access::Shared => "read",
+        Access::Fair => "fair",
+        Access::Permits { .. } => "semaphore",
+    }
+}
+
+/// How a release of a held lock ended, the `outcome` of `lock_releases_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) enum ReleaseOutcome {
+    Released,
+    HandedOver,
+    Lost,
+    Failed,
+}
+
+impl ReleaseOutcome {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Released => "released",
+            Self::HandedOver => "handed_over",
+            Self::Lost => "lost",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+pub use record::describe;
+pub(crate) use record::{held, lost, released, renewal_calls, renewed, unheld, Acquisition};
+
+#[cfg(feature = "metrics")]
+mod record {
+    use std::time::Duration;
+
+    use ::metrics::{
+        counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+    };
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::error::{LockError, LostReason};
+    use crate::guard::LockGuard;
+    use crate::store::Renewal;
+
+    /// Registers the descriptions (and units) of every metric of the kit with the installed
+    /// recorder. Called when a locker is built; call it again after installing a recorder
+    /// later than that. Does nothing without the feature `metrics`.
+    pub fn describe() {
+        describe_counter!(ACQUISITIONS, "Lock acquires by kind and outcome");
+        describe_histogram!(
+            ACQUIRE_WAIT,
+            Unit::Seconds,
+            "Time from the start of a lock acquire to its outcome"
+        );
+        describe_gauge!(WAITERS, "Lock acquires under way");
+        describe_gauge!(HELD, "Locks held by this process");
+        describe_histogram!(
+            HOLD,
+            Unit::Seconds,
+            "Time a lock was held, by release outcome"
+        );
+        describe_counter!(RELEASES, "Releases of held locks by outcome");
+        describe_counter!(LOST, "Locks lost, by reason");
+        describe_counter!(RENEWALS, "Watchdog lease renewals, per lock, by outcome");
+        describe_counter!(RENEWAL_CALLS, "Renewal script calls sent by the watchdog");
+    }
+
+    /// The `outcome` label of a failed acquire.
+    fn error_outcome(error: &LockError) -> &'static str {
+        match error {
+            LockError::Busy { .. } => "busy",
+            LockError::Backend { source, .. } if source.is_timeout() => "timeout",
+            LockError::Backend { .. } => "backend",
+            LockError::Tls { .. } => "tls",
+            LockError::WrongType { .. } => "wrong_type",
+            LockError::NotReplicated { .. } => "not_replicated",
+            LockError::Lost { .. } => "lost",
+            LockError::InvalidKey { .. } => "invalid_key",
+            LockError::Config(_) => "config",
+            LockError::WriteInsideRead { .. } => "write_inside_read",
+            _ => "other",
+        }
+    }
+
+    /// One acquire: counted once it ends (`cancelled` if its future is dropped first), and a
+    /// waiter while it waits.
+    #[derive(Debug)]
+    pub(crate) struct Acquisition {
+        kind: &'static str,
+        started: Instant,
+        waiting: bool,
+        done: bool,
+    }
+
+    impl Acquisition {
+        pub(crate) fn start(access: Access, started: Instant) -> Self {
+            Self {
+                kind: kind(access),
+                started,
+                waiting: false,
+                done: false,
+            }
+        }
+
+        /// The acquire has to take the lock (it is not a reentry or a refusal): a waiter
+        /// until it ends.
+        pub(crate) fn waiting(&mut self) {
+            if !self.waiting {
+                self.waiting = true;
+                gauge!(WAITERS, "kind" => self.kind).increment(1.0);
+            }
+        }
+
+        /// Records how the acquire ended; `reentered`: the guard is a nested one.
+        pub(crate) fn finish(&mut self, result: &Result<LockGuard, LockError>, reentered: bool) {
+            let outcome = match result {
+                Ok(_) if reentered => "reentered",
+                Ok(_) => "acquired",
+                Err(error) => error_outcome(error),
+            };
+            self.end(outcome, !reentered);
+        }
+
+        fn end(&mut self, outcome: &'static str, timed: bool) {
+            self.done = true;
+            counter!(ACQUISITIONS, "kind" => self.kind, "outcome" => outcome).increment(1);
+            if timed {
+                histogram!(ACQUIRE_WAIT, "kind" => self.kind, "outcome" => outcome)
+                    .record(self.started.elapsed().as_secs_f64());
+            }
+            if std::mem::take(&mut self.waiting) {
+                gauge!(WAITERS, "kind" => self.kind).decrement(1.0);
+            }
+        }
+    }
+
+    impl Drop for Acquisition {
+        fn drop(&mut self) {
+            if !self.done {
+                self.end("cancelled", true);
+            }
+        }
+    }
+
+    /// A lock was registered as held.
+    pub(crate) fn held(access: Access) {
+        gauge!(HELD, "kind" => kind(access)).increment(1.0);
+    }
+
+    /// A held lock's outermost guard left.
+    pub(crate) fn unheld(access: Access) {
+        gauge!(HELD, "kind" => kind(access)).decrement(1.0);
+    }
+
+    /// A held lock's release ended with `outcome` after it was held `held_for`.
+    pub(crate) fn released(access: Access, outcome: ReleaseOutcome, held_for: Duration) {
+        let (kind, outcome) = (kind(access), outcome.as_str());
+        counter!(RELEASES, "kind" => kind, "outcome" => outcome).increment(1);
+        histogram!(HOLD, "kind" => kind, "outcome" => outcome).record(held_for.as_secs_f64());
+    }
+
+    /// A lock was marked lost.
+    pub(crate) fn lost(access: Access, reason: LostReason) {
+        counter!(LOST, "kind" => kind(access), "reason" => reason.as_str()).increment(1);
+    }
+
+    /// The watchdog's renewal of one lock answered `renewal`.
+    pub(crate) fn renewed(access: Access, renewal: Renewal) {
+        let outcome = match renewal {
+            Renewal::Renewed => "renewed",
+            Renewal::NotOurs(_) => "lost",
+            Renewal::Unknown => "failed",
+        };
+        counter!(RENEWALS, "kind" => kind(access), "outcome" => outcome).increment(1);
+    }
+
+    /// The watchdog sent `calls` renewal script calls.
+    pub(crate) fn renewal_calls(calls: u64) {
+        counter!(RENEWAL_CALLS).increment(calls);
+    }
+}
+
+/// Without the feature: the same calls, doing nothing (and inlined away).
+#[cfg(not(feature = "metrics"))]
+mod record {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::ReleaseOutcome;
+    use crate::error::{LockError, LostReason};
+    use crate::guard::LockGuard;
+    use crate::key::Access;
+    use crate::store::Renewal;
+
+    /// Registers the descriptions (and units) of every metric of the kit with the installed
+    /// recorder. Called when a locker is built; call it again after installing a recorder
+    /// later than that. Does nothing without the feature `metrics`.
+    #[inline(always)]
+    pub fn describe() {}
+
+    #[derive(Debug)]
+    pub(crate) struct Acquisition;
+
+    impl Acquisition {
+        #[inline(always)]
+        pub(crate) fn start(_: Access, _: Instant) -> Self {
+            Self
+        }
+
+        #[inline(always)]
+        pub(crate) fn waiting(&mut self) {}
+
+        #[inline(always)]
+        pub(crate) fn finish(&mut self, _: &Result<LockGuard, LockError>, _: bool) {}
+    }
+
+    #[inline(always)]
+    pub(crate) fn held(_: Access) {}
+
+    #[inline(always)]
+    pub(crate) fn unheld(_: Access) {}
+
+    #[inline(always)]
+    pub(crate) fn released(_: Access, _: ReleaseOutcome, _: Duration) {}
+
+    #[inline(always)]
+    pub(crate) fn lost(_: Access, _: LostReason) {}
+
+    #[inline(always)]
+    pub(crate) fn renewed(_: Access, _: Renewal) {}
+
+    #[inline(always)]
+    pub(crate) fn renewal_calls(_: u64) {}
+}
