@@ -1,6 +1,8 @@
 //! W3: one hot key. Tasks loop acquire (waiting up to 10 s), hold 1 ms, release, for a fixed
 //! time; in one process (16 tasks) and across processes (4 processes x 4 tasks, the benchmark
-//! re-executing itself as `hot-key-worker`).
+//! re-executing itself as `hot-key-worker`). The same harness runs the other kinds of lock on
+//! one hot name: W8, a semaphore of 3 permits (against the permit-limited maximum, permits /
+//! measured hold), and W11, the fair lock across processes (against the floor).
 //!
 //! Every acquisition is recorded with `CLOCK_MONOTONIC` timestamps (comparable across
 //! processes): when the acquire returned, when release was called, when it returned. Sorted by
@@ -10,12 +12,12 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::time::Instant;
 
-use crate::lock::{BoxError, Lock};
+use crate::lock::{BoxError, KitKind, Lock};
 use crate::redis_stats::CommandStats;
 use crate::report::{Check, Row};
 use crate::stats::percentile;
@@ -55,6 +57,9 @@ impl Outcome {
 #[derive(Debug, Clone)]
 struct Spec {
     key: String,
+    kind: KitKind,
+    /// Holders allowed at once (a semaphore's permits; 1 for locks).
+    permits: u32,
     first_task: u32,
     tasks: usize,
     secs: f64,
@@ -80,7 +85,10 @@ async fn contend(lock: &Lock, spec: &Spec) -> Result<Outcome, BoxError> {
                 let task = spec.first_task + t as u32;
                 let mut out = Outcome::default();
                 while Instant::now() < end {
-                    match lock.acquire(&spec.key, spec.wait).await {
+                    match lock
+                        .acquire_as(&spec.key, spec.wait, spec.kind, spec.permits)
+                        .await
+                    {
                         Ok(Some(held)) => {
                             let acquired = mono_ns();
                             hold(spec.hold).await;
@@ -137,6 +145,7 @@ struct Metrics {
 fn analyze(
     mut outcome: Outcome,
     tasks: usize,
+    permits: u32,
     go_ns: u64,
     stats: &CommandStats,
     redis_cpu_secs: f64,
@@ -148,17 +157,17 @@ fn analyze(
     let end = events.iter().map(|e| e.released).max().unwrap_or(go_ns);
     let per_sec = n as f64 / ((end.saturating_sub(go_ns)) as f64 / 1e9).max(1e-9);
     let mut gaps = Vec::with_capacity(n);
-    let (mut other, mut overlaps) = (0u64, 0u64);
+    let mut other = 0u64;
     for pair in events.windows(2) {
         let (prev, next) = (pair[0], pair[1]);
-        match next.acquired.checked_sub(prev.release_called) {
-            Some(gap) => gaps.push(gap),
-            None => overlaps += 1,
+        if let Some(gap) = next.acquired.checked_sub(prev.release_called) {
+            gaps.push(gap);
         }
         if next.task != prev.task {
             other += 1;
         }
     }
+    let overlaps = over_limit(events, permits);
     let mut counts = vec![0u64; tasks];
     for e in events.iter() {
         if let Some(c) = counts.get_mut(e.task as usize) {
@@ -173,7 +182,7 @@ fn analyze(
     let acquisitions = n.max(1) as f64;
     if overlaps > 0 {
         eprintln!(
-            "[W3] {}: {overlaps} acquisitions before the previous release (exclusion violated)",
+            "[W3] {}: {overlaps} acquisitions with {permits} holders already inside (exclusion violated)",
             side.name()
         );
     }
@@ -205,6 +214,26 @@ fn analyze(
     }
 }
 
+/// Acquisitions that found `permits` holders already inside (holding from acquired to release
+/// called): a sweep over the acquisitions in time order with the current holders' ends.
+fn over_limit(events: &[Event], permits: u32) -> u64 {
+    let mut inside = std::collections::BinaryHeap::new();
+    let mut over = 0;
+    for e in events {
+        while inside
+            .peek()
+            .is_some_and(|std::cmp::Reverse(end)| *end <= e.acquired)
+        {
+            inside.pop();
+        }
+        if inside.len() >= permits as usize {
+            over += 1;
+        }
+        inside.push(std::cmp::Reverse(e.release_called));
+    }
+    over
+}
+
 fn progress(ctx: &Ctx, w: &str, rep: usize, side: Side, m: &Metrics, stats: &CommandStats) {
     ctx.progress(
         w,
@@ -219,8 +248,8 @@ fn progress(ctx: &Ctx, w: &str, rep: usize, side: Side, m: &Metrics, stats: &Com
 
 /// What a hot-key run must reach (the performance issue's targets).
 struct Targets {
-    /// Acquisitions/s as a multiple of the floor's.
-    rate: f64,
+    /// Acquisitions/s against the floor's.
+    rate: Check,
     gap_p50_us: f64,
     min_max: f64,
 }
@@ -237,12 +266,7 @@ fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
         Row::new(workload, metric, unit, k, fl, check)
     };
     vec![
-        row(
-            "acquisitions/s",
-            "",
-            |m| m.per_sec,
-            Check::RatioAtLeast(targets.rate),
-        ),
+        row("acquisitions/s", "", |m| m.per_sec, targets.rate),
         row(
             "handoff gap p50",
             "µs",
@@ -290,10 +314,81 @@ fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
     ]
 }
 
+/// The rows of a semaphore run. There is no floor for it: the second column is the
+/// permit-limited maximum of each run, permits / measured hold.
+fn semaphore_rows(workload: &str, permits: u32, kit: &[Metrics]) -> Vec<Row> {
+    let values = |f: fn(&Metrics) -> f64| kit.iter().map(f).collect::<Vec<_>>();
+    let most: Vec<f64> = kit
+        .iter()
+        .map(|m| f64::from(permits) * 1e6 / m.hold_mean_us.max(1.0))
+        .collect();
+    vec![
+        Row::new(
+            workload,
+            "acquisitions/s (second column: permits / measured hold)",
+            "",
+            values(|m| m.per_sec),
+            most,
+            Check::RatioAtLeast(0.85),
+        ),
+        Row::new(
+            workload,
+            "hold as measured (mean)",
+            "µs",
+            values(|m| m.hold_mean_us),
+            vec![],
+            Check::Info,
+        ),
+        Row::new(
+            workload,
+            "per-task acquisitions min/max",
+            "",
+            values(|m| m.min_max),
+            vec![],
+            Check::KitAtLeast(0.8),
+        ),
+        Row::new(
+            workload,
+            "Redis commands/acquisition (commandstats, incl. inside scripts)",
+            "",
+            values(|m| m.cmds_all),
+            vec![],
+            Check::KitAtMost(6.0),
+        ),
+        Row::new(
+            workload,
+            "timeouts + errors + holders over the permits",
+            "",
+            values(|m| m.failures),
+            vec![],
+            Check::KitAllEqual(0.0),
+        ),
+    ]
+}
+
+/// The lock a hot-key workload takes, and which sides it runs.
+#[derive(Debug, Clone, Copy)]
+struct Taken {
+    /// The prefix tag and progress name (`w3`, `w8`, ...).
+    tag: &'static str,
+    kind: KitKind,
+    permits: u32,
+    sides: &'static [Side],
+}
+
+const MUTEX: Taken = Taken {
+    tag: "w3",
+    kind: KitKind::Mutex,
+    permits: 1,
+    sides: &Side::BOTH,
+};
+
 impl Ctx {
-    fn hot_key_spec(&self, key: String, first_task: u32, tasks: usize) -> Spec {
+    fn hot_key_spec(&self, taken: Taken, first_task: u32, tasks: usize) -> Spec {
         Spec {
-            key,
+            key: "hot".to_owned(),
+            kind: taken.kind,
+            permits: taken.permits,
             first_task,
             tasks,
             secs: self.params.w3_secs,
@@ -303,31 +398,96 @@ impl Ctx {
     }
 }
 
-/// W3 in one process.
-pub(crate) async fn in_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+/// The runs of one process of `w3_tasks` tasks, per side (floor runs empty when not taken).
+async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxError> {
     let p = &ctx.params;
     let mut runs = [vec![], vec![]];
     for rep in 0..p.reps {
         for (s, side) in Side::BOTH.into_iter().enumerate() {
-            let lock = ctx.open(side, &ctx.prefix("w3", rep, side)).await?;
-            let spec = ctx.hot_key_spec("hot".to_owned(), 0, p.w3_tasks);
+            if !taken.sides.contains(&side) {
+                continue;
+            }
+            let lock = ctx.open(side, &ctx.prefix(taken.tag, rep, side)).await?;
+            let spec = ctx.hot_key_spec(taken, 0, p.w3_tasks);
             let before = ctx.stats().await?;
             let cpu0 = ctx.cpu().await?;
             let go = mono_ns();
             let outcome = contend(&lock, &spec).await?;
             let cpu = ctx.cpu().await?.server - cpu0.server;
             let stats = ctx.stats().await?.since(&before);
-            let m = analyze(outcome, p.w3_tasks, go, &stats, cpu, side);
-            progress(ctx, "W3", rep, side, &m, &stats);
+            let m = analyze(outcome, p.w3_tasks, taken.permits, go, &stats, cpu, side);
+            progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
             runs[s].push(m);
         }
     }
+    Ok(runs)
+}
+
+/// W3 in one process.
+pub(crate) async fn in_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let runs = one_process(ctx, MUTEX).await?;
     Ok(rows(
-        &format!("W3 hot key, 1 process x {} tasks", p.w3_tasks),
+        &format!("W3 hot key, 1 process x {} tasks", ctx.params.w3_tasks),
         Targets {
-            rate: 1.2,
+            rate: Check::RatioAtLeast(1.2),
             gap_p50_us: 50.0,
             min_max: 0.8,
+        },
+        runs,
+    ))
+}
+
+/// W8: a semaphore of `w8_permits` permits on one name, in one process and across processes.
+pub(crate) async fn semaphore(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let permits = p.w8_permits;
+    let mut taken = Taken {
+        tag: "w8",
+        kind: KitKind::Semaphore,
+        permits,
+        sides: &[Side::Kit],
+    };
+    let [kit, _] = one_process(ctx, taken).await?;
+    let mut rows = semaphore_rows(
+        &format!(
+            "W8 semaphore of {permits}, 1 process x {} tasks",
+            p.w3_tasks
+        ),
+        permits,
+        &kit,
+    );
+    taken.tag = "w8x";
+    let [kit, _] = processes(ctx, taken).await?;
+    rows.extend(semaphore_rows(
+        &format!(
+            "W8 semaphore of {permits}, {} processes x {} tasks",
+            p.w3_procs, p.w3_tasks_per_proc
+        ),
+        permits,
+        &kit,
+    ));
+    Ok(rows)
+}
+
+/// W11: the fair lock across processes, against the floor's mutex.
+pub(crate) async fn fair(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+    let p = &ctx.params;
+    let taken = Taken {
+        tag: "w11",
+        kind: KitKind::Fair,
+        permits: 1,
+        sides: &Side::BOTH,
+    };
+    let runs = processes(ctx, taken).await?;
+    Ok(rows(
+        &format!(
+            "W11 fair lock, {} processes x {} tasks",
+            p.w3_procs, p.w3_tasks_per_proc
+        ),
+        Targets {
+            rate: Check::Info,
+            gap_p50_us: 1_000.0,
+            min_max: 0.9,
         },
         runs,
     ))
@@ -344,6 +504,10 @@ pub(crate) struct WorkerArgs {
     prefix: String,
     #[arg(long)]
     key: String,
+    #[arg(long, value_enum)]
+    kind: KitKind,
+    #[arg(long)]
+    permits: u32,
     #[arg(long)]
     first_task: u32,
     #[arg(long)]
@@ -375,6 +539,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
         .await?;
     let spec = Spec {
         key: args.key,
+        kind: args.kind,
+        permits: args.permits,
         first_task: args.first_task,
         tasks: args.tasks,
         secs: args.secs,
@@ -397,12 +563,37 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
 /// W3 across processes.
 pub(crate) async fn cross_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
+    let taken = Taken {
+        tag: "w3x",
+        ..MUTEX
+    };
+    let runs = processes(ctx, taken).await?;
+    Ok(rows(
+        &format!(
+            "W3 hot key, {} processes x {} tasks",
+            p.w3_procs, p.w3_tasks_per_proc
+        ),
+        Targets {
+            rate: Check::RatioAtLeast(1.0),
+            gap_p50_us: 250.0,
+            min_max: 0.5,
+        },
+        runs,
+    ))
+}
+
+/// The runs of `w3_procs` worker processes of `w3_tasks_per_proc` tasks each, per side.
+async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxError> {
+    let p = &ctx.params;
     let exe = std::env::current_exe()?;
     let total = p.w3_procs * p.w3_tasks_per_proc;
     let mut runs = [vec![], vec![]];
     for rep in 0..p.reps {
         for (s, side) in Side::BOTH.into_iter().enumerate() {
-            let prefix = ctx.prefix("w3x", rep, side);
+            if !taken.sides.contains(&side) {
+                continue;
+            }
+            let prefix = ctx.prefix(taken.tag, rep, side);
             let mut workers = Vec::new();
             for proc in 0..p.w3_procs {
                 let mut child = tokio::process::Command::new(&exe)
@@ -416,6 +607,15 @@ pub(crate) async fn cross_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
                         &prefix,
                     ])
                     .args(["--key", "hot"])
+                    .args([
+                        "--kind",
+                        taken
+                            .kind
+                            .to_possible_value()
+                            .ok_or("kind name")?
+                            .get_name(),
+                    ])
+                    .args(["--permits", &taken.permits.to_string()])
                     .args(["--first-task", &(proc * p.w3_tasks_per_proc).to_string()])
                     .args(["--tasks", &p.w3_tasks_per_proc.to_string()])
                     .args(["--secs", &p.w3_secs.to_string()])
@@ -461,21 +661,10 @@ pub(crate) async fn cross_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             }
             let cpu = ctx.cpu().await?.server - cpu0.server;
             let stats = ctx.stats().await?.since(&before);
-            let m = analyze(outcome, total, go, &stats, cpu, side);
-            progress(ctx, "W3x", rep, side, &m, &stats);
+            let m = analyze(outcome, total, taken.permits, go, &stats, cpu, side);
+            progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
             runs[s].push(m);
         }
     }
-    Ok(rows(
-        &format!(
-            "W3 hot key, {} processes x {} tasks",
-            p.w3_procs, p.w3_tasks_per_proc
-        ),
-        Targets {
-            rate: 1.0,
-            gap_p50_us: 250.0,
-            min_max: 0.5,
-        },
-        runs,
-    ))
+    Ok(runs)
 }

@@ -17,6 +17,19 @@ pub(crate) enum Lock {
     Floor(Floor),
 }
 
+/// Which lock of the kit a hot-key run takes (the floor always takes its plain mutex).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+pub(crate) enum KitKind {
+    /// `Locker::lock`.
+    Mutex,
+    /// `Locker::fair_lock`.
+    Fair,
+    /// `Locker::semaphore(key, permits)`.
+    Semaphore,
+}
+
 /// A held lock of either side.
 pub(crate) enum Held {
     Kit(LockGuard),
@@ -70,6 +83,30 @@ impl Lock {
                 Err(e) => Err(e.into()),
             },
             Self::Floor(floor) => Ok(floor.lock(key, wait).await?.map(Held::Floor)),
+        }
+    }
+
+    /// Acquires `key` as `kind` (semaphores of `permits`), waiting up to `wait`; `Ok(None)`
+    /// when the wait ran out. The floor has only its mutex.
+    pub(crate) async fn acquire_as(
+        &self,
+        key: &str,
+        wait: Duration,
+        kind: KitKind,
+        permits: u32,
+    ) -> Result<Option<Held>, BoxError> {
+        let Self::Kit(locker) = self else {
+            return self.acquire(key, wait).await;
+        };
+        let acquire = match kind {
+            KitKind::Mutex => locker.lock(key),
+            KitKind::Fair => locker.fair_lock(key),
+            KitKind::Semaphore => locker.semaphore(key, permits).acquire(),
+        };
+        match acquire.wait(wait).await {
+            Ok(guard) => Ok(Some(Held::Kit(guard))),
+            Err(LockError::Busy { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -1,11 +1,11 @@
-//! W8 (read-write lock) and W9 (multi-key lock): what the other lock kinds cost and gain against
+//! W9 (read-write lock) and W10 (multi-key lock): what the other lock kinds cost and gain against
 //! the mutex, and against the floor doing the same shape by hand.
 //!
-//! W8: tasks loop on one key for a fixed time; each cycle reads (90 %) or writes, holding the
+//! W9: tasks loop on one key for a fixed time; each cycle reads (90 %) or writes, holding the
 //! lock 1 ms. Three arms alternate: the kit's read/write lock (readers share), the kit's mutex
 //! for every cycle, and the floor's mutex for every cycle (a hand-rolled lock has no read side).
 //!
-//! W9: two keys at once. Uncontended: one task, acquire+release of fresh key pairs. Contended:
+//! W10: two keys at once. Uncontended: one task, acquire+release of fresh key pairs. Contended:
 //! transfers between random pairs of a few accounts, naming the keys in random order, 1 ms
 //! holds. Arms: the kit's `lock_all`, the kit's mutex on each key one after the other (sorted,
 //! so they cannot deadlock), and the floor doing the same with `SET NX` (sorted, busy retry).
@@ -22,7 +22,7 @@ use crate::report::{Check, Row};
 use crate::stats::percentile;
 use crate::{Ctx, Side};
 
-/// The lock of one W8 arm.
+/// The lock of one W9 arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Rw {
     /// The kit's read lock for reads, its write lock for writes.
@@ -52,7 +52,7 @@ impl Rw {
     }
 }
 
-/// What the tasks of one W8 run did.
+/// What the tasks of one W9 run did.
 #[derive(Debug, Default)]
 struct RwOutcome {
     reads: u64,
@@ -108,11 +108,11 @@ async fn rw_cycle(
 
 async fn rw_run(ctx: &Ctx, arm: Rw, lock: &Lock) -> Result<(f64, RwOutcome), BoxError> {
     let p = &ctx.params;
-    let (hold_for, wait) = (Duration::from_micros(p.w8_hold_us), ctx.wait());
-    let read_pct = p.w8_read_pct.min(100);
+    let (hold_for, wait) = (Duration::from_micros(p.w9_hold_us), ctx.wait());
+    let read_pct = p.w9_read_pct.min(100);
     let started = Instant::now();
-    let end = started + Duration::from_secs_f64(p.w8_secs);
-    let tasks: Vec<_> = (0..p.w8_tasks)
+    let end = started + Duration::from_secs_f64(p.w9_secs);
+    let tasks: Vec<_> = (0..p.w9_tasks)
         .map(|_| {
             let lock = lock.clone();
             tokio::spawn(async move {
@@ -153,7 +153,7 @@ async fn rw_run(ctx: &Ctx, arm: Rw, lock: &Lock) -> Result<(f64, RwOutcome), Box
     Ok((started.elapsed().as_secs_f64(), all))
 }
 
-/// W8: the read-write lock against the mutex for all, kit and floor.
+/// W9: the read-write lock against the mutex for all, kit and floor.
 pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     // [arm] -> per-run values
@@ -164,17 +164,17 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     );
     for rep in 0..p.reps {
         for (a, arm) in Rw::ALL.into_iter().enumerate() {
-            let prefix = format!("{}{}:", ctx.prefix("w8", rep, arm.side()), a);
+            let prefix = format!("{}{}:", ctx.prefix("w9", rep, arm.side()), a);
             let lock = ctx.open(arm.side(), &prefix).await?;
             let (secs, mut out) = rw_run(ctx, arm, &lock).await?;
             let r = (out.reads + out.writes) as f64 / secs;
-            let w99 = percentile(&mut out.write_waits, 99.0) / 1e6;
+            let w109 = percentile(&mut out.write_waits, 99.0) / 1e6;
             ctx.progress(
-                "W8",
+                "W9",
                 rep,
                 arm.side(),
                 &format!(
-                    "{}: {r:.0} acquisitions/s ({} reads, {} writes), write wait p99 {w99:.1} ms, {} failed{}",
+                    "{}: {r:.0} acquisitions/s ({} reads, {} writes), write wait p99 {w109:.1} ms, {} failed{}",
                     arm.name(),
                     out.reads,
                     out.writes,
@@ -183,15 +183,15 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
                 ),
             );
             rate[a].push(r);
-            write_p99[a].push(w99);
+            write_p99[a].push(w109);
             failed[a].push(out.failed as f64);
         }
     }
     let w = format!(
-        "W8 read-write, {} tasks, {} % reads, {} ms holds",
-        p.w8_tasks,
-        p.w8_read_pct.min(100),
-        p.w8_hold_us as f64 / 1e3
+        "W9 read-write, {} tasks, {} % reads, {} ms holds",
+        p.w9_tasks,
+        p.w9_read_pct.min(100),
+        p.w9_hold_us as f64 / 1e3
     );
     let [rw_rate, mutex_rate, floor_rate] = rate;
     let gain: Vec<f64> = rw_rate
@@ -199,7 +199,7 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         .zip(&mutex_rate)
         .map(|(r, m)| r / m)
         .collect();
-    let [rw_w99, mutex_w99, floor_w99] = write_p99;
+    let [rw_w109, mutex_w109, floor_w109] = write_p99;
     let [rw_failed, mutex_failed, _] = failed;
     let kit_failed: Vec<f64> = rw_failed
         .iter()
@@ -240,7 +240,7 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             &w,
             "write wait p99, read/write lock",
             "ms",
-            rw_w99,
+            rw_w109,
             vec![],
             Check::Info,
         )
@@ -249,8 +249,8 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             &w,
             "write wait p99, mutex for all",
             "ms",
-            mutex_w99,
-            floor_w99,
+            mutex_w109,
+            floor_w109,
             Check::Info,
         ),
         Row::new(
@@ -264,7 +264,7 @@ pub(crate) async fn read_write(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     ])
 }
 
-/// The lock of one W9 arm.
+/// The lock of one W10 arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pair {
     /// The kit's `lock_all` of both keys.
@@ -344,7 +344,7 @@ async fn release_pair(lock: &Lock, held: HeldPair) -> Result<(), BoxError> {
     }
 }
 
-/// W9: two keys at once, uncontended and contended.
+/// W10: two keys at once, uncontended and contended.
 pub(crate) async fn multi_key(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
@@ -355,10 +355,10 @@ pub(crate) async fn multi_key(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     );
     for rep in 0..p.reps {
         for (a, arm) in Pair::ALL.into_iter().enumerate() {
-            let prefix = format!("{}{}:", ctx.prefix("w9", rep, arm.side()), a);
+            let prefix = format!("{}{}:", ctx.prefix("w10", rep, arm.side()), a);
             let lock = ctx.open(arm.side(), &prefix).await?;
             // Uncontended: fresh pairs, one task.
-            let pairs: Vec<[String; 2]> = (0..p.w9_cycles)
+            let pairs: Vec<[String; 2]> = (0..p.w10_cycles)
                 .map(|i| [format!("to:{i}"), format!("from:{i}")])
                 .collect();
             let mut latencies = Vec::with_capacity(pairs.len());
@@ -373,11 +373,11 @@ pub(crate) async fn multi_key(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             let lat = percentile(&mut latencies, 50.0) / 1e3;
 
             // Contended: transfers between random pairs of accounts.
-            let hold_for = Duration::from_micros(p.w9_hold_us);
-            let accounts = p.w9_accounts.max(2);
+            let hold_for = Duration::from_micros(p.w10_hold_us);
+            let accounts = p.w10_accounts.max(2);
             let started = Instant::now();
-            let end = started + Duration::from_secs_f64(p.w9_secs);
-            let tasks: Vec<_> = (0..p.w9_tasks)
+            let end = started + Duration::from_secs_f64(p.w10_secs);
+            let tasks: Vec<_> = (0..p.w10_tasks)
                 .map(|_| {
                     let lock = lock.clone();
                     tokio::spawn(async move {
@@ -423,7 +423,7 @@ pub(crate) async fn multi_key(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             }
             let r = done as f64 / started.elapsed().as_secs_f64();
             ctx.progress(
-                "W9",
+                "W10",
                 rep,
                 arm.side(),
                 &format!(
@@ -438,10 +438,10 @@ pub(crate) async fn multi_key(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         }
     }
     let w = format!(
-        "W9 two keys at once; contended: {} tasks, {} accounts, {} ms holds",
-        p.w9_tasks,
-        p.w9_accounts.max(2),
-        p.w9_hold_us as f64 / 1e3
+        "W10 two keys at once; contended: {} tasks, {} accounts, {} ms holds",
+        p.w10_tasks,
+        p.w10_accounts.max(2),
+        p.w10_hold_us as f64 / 1e3
     );
     let [all50, seq50, floor50] = p50;
     let [all_rate, seq_rate, floor_rate] = rate;

@@ -94,10 +94,14 @@ enum Workload {
     W6,
     /// The tower layer on an axum route.
     W7,
-    /// Read-write lock: 16 tasks, 90 % reads, against the mutex for all.
+    /// Semaphore of 3 permits on one name, 16 tasks and 4 processes x 4 tasks.
     W8,
-    /// Multi-key lock: `lock_all` of two keys against two mutex locks and the floor.
+    /// Read-write lock: 16 tasks, 90 % reads, against the mutex for all.
     W9,
+    /// Multi-key lock: `lock_all` of two keys against two mutex locks and the floor.
+    W10,
+    /// Fair lock: one hot key, 4 processes x 4 tasks.
+    W11,
 }
 
 /// Which side of a comparison runs.
@@ -320,10 +324,16 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
         rows.extend(http::run(&ctx).await?);
     }
     if selected(Workload::W8) {
-        rows.extend(lock_kinds::read_write(&ctx).await?);
+        rows.extend(hot_key::semaphore(&ctx).await?);
     }
     if selected(Workload::W9) {
+        rows.extend(lock_kinds::read_write(&ctx).await?);
+    }
+    if selected(Workload::W10) {
         rows.extend(lock_kinds::multi_key(&ctx).await?);
+    }
+    if selected(Workload::W11) {
+        rows.extend(hot_key::fair(&ctx).await?);
     }
     let elapsed = clock.elapsed().as_secs_f64();
 

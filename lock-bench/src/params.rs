@@ -85,22 +85,24 @@ params! {
     w7_conns: usize = 64, 64;
     /// W7: seconds per run.
     w7_secs: f64 = 5.0, 1.0;
-    /// W8: tasks on one key, reading or writing.
-    w8_tasks: usize = 16, 16;
-    /// W8: percentage of cycles that read (the others write).
-    w8_read_pct: u32 = 90, 90;
-    /// W8: how long each holder keeps the lock (µs).
-    w8_hold_us: u64 = 1_000, 1_000;
-    /// W8: seconds per run of each arm.
-    w8_secs: f64 = 5.0, 1.0;
-    /// W9: uncontended acquire+release cycles of fresh key pairs, one task.
-    w9_cycles: usize = 2_000, 300;
-    /// W9: tasks transferring between random pairs of accounts.
+    /// W8: permits of the semaphore (its tasks, processes, hold and time are W3's).
+    w8_permits: u32 = 3, 3;
+    /// W9: tasks on one key, reading or writing.
     w9_tasks: usize = 16, 16;
-    /// W9: accounts the transfers choose from.
-    w9_accounts: usize = 8, 8;
-    /// W9: how long each transfer holds its two keys (µs).
+    /// W9: percentage of cycles that read (the others write).
+    w9_read_pct: u32 = 90, 90;
+    /// W9: how long each holder keeps the lock (µs).
     w9_hold_us: u64 = 1_000, 1_000;
-    /// W9: seconds per contended run of each arm.
+    /// W9: seconds per run of each arm.
     w9_secs: f64 = 5.0, 1.0;
+    /// W10: uncontended acquire+release cycles of fresh key pairs, one task.
+    w10_cycles: usize = 2_000, 300;
+    /// W10: tasks transferring between random pairs of accounts.
+    w10_tasks: usize = 16, 16;
+    /// W10: accounts the transfers choose from.
+    w10_accounts: usize = 8, 8;
+    /// W10: how long each transfer holds its two keys (µs).
+    w10_hold_us: u64 = 1_000, 1_000;
+    /// W10: seconds per contended run of each arm.
+    w10_secs: f64 = 5.0, 1.0;
 }
