@@ -158,18 +158,31 @@ fn short(workload: &str) -> String {
     workload.replace("W3 hot key, ", "W3, ")
 }
 
-/// `(x, share at or below x)` steps of a CDF of `values` (ns), in µs.
+/// At most this many points per CDF line: a full run has tens of thousands of gaps, and a
+/// point each would make a megabyte of SVG that looks the same.
+const CDF_POINTS: usize = 600;
+
+/// `(x, share at or below x)` of `values` (ns), in µs: every value's step when there are few,
+/// else the values at evenly spaced ranks.
 fn cdf_us(values: &[u64]) -> Vec<(f64, f64)> {
     let mut sorted = values.to_vec();
     sorted.sort_unstable();
-    let n = sorted.len().max(1) as f64;
-    let mut points = Vec::with_capacity(sorted.len() * 2);
-    for (i, v) in sorted.iter().enumerate() {
-        let x = (*v as f64 / 1e3).max(0.1);
-        points.push((x, i as f64 / n));
-        points.push((x, (i + 1) as f64 / n));
+    let n = sorted.len();
+    let at = |i: usize| (sorted[i] as f64 / 1e3).max(0.1);
+    if n <= CDF_POINTS {
+        let mut points = Vec::with_capacity(n * 2);
+        for i in 0..n {
+            points.push((at(i), i as f64 / n as f64));
+            points.push((at(i), (i + 1) as f64 / n as f64));
+        }
+        return points;
     }
-    points
+    (0..CDF_POINTS)
+        .map(|k| {
+            let i = k * (n - 1) / (CDF_POINTS - 1);
+            (at(i), (i + 1) as f64 / n as f64)
+        })
+        .collect()
 }
 
 /// The handoff-gap CDFs of each W3 workload, kit and floor, on a logarithmic µs axis.
@@ -365,6 +378,19 @@ mod tests {
         );
         assert!(!ratios.contains("failed"), "only ratio rows");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn long_cdfs_are_thinned_to_evenly_spaced_ranks() {
+        let few = cdf_us(&[3_000, 1_000]);
+        assert_eq!(few, [(1.0, 0.0), (1.0, 0.5), (3.0, 0.5), (3.0, 1.0)]);
+        let many: Vec<u64> = (1..=10_000).collect();
+        let points = cdf_us(&many);
+        assert_eq!(points.len(), CDF_POINTS);
+        assert_eq!(points.last(), Some(&(10.0, 1.0)));
+        assert!(points
+            .windows(2)
+            .all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
     }
 
     #[test]
