@@ -129,6 +129,8 @@ async fn contend(lock: &Lock, spec: &Spec) -> Result<Outcome, BoxError> {
 #[derive(Debug, Clone)]
 struct Metrics {
     per_task: Vec<u64>,
+    /// Every handoff gap of the run (ns), for the charts.
+    gaps_ns: Vec<u64>,
     hold_mean_us: f64,
     gap_mean_us: f64,
     redis_cpu_pct: f64,
@@ -211,6 +213,7 @@ fn analyze(
         cmds_client: stats.client_sent(side) as f64 / acquisitions,
         failures: (outcome.timeouts + outcome.errors + overlaps) as f64,
         per_task: counts,
+        gaps_ns: gaps,
     }
 }
 
@@ -252,6 +255,43 @@ struct Targets {
     rate: Check,
     gap_p50_us: f64,
     min_max: f64,
+}
+
+/// What the charts show of a hot-key workload: every handoff gap and each task's
+/// acquisitions, per side (kit, floor), over all runs.
+#[derive(Debug, Clone)]
+pub(crate) struct HotKeyDetail {
+    pub(crate) workload: String,
+    /// Handoff gaps in ns, every run's, per side.
+    pub(crate) gaps_ns: [Vec<u64>; 2],
+    /// Acquisitions per task, summed over the runs, per side.
+    pub(crate) per_task: [Vec<u64>; 2],
+    pub(crate) runs: usize,
+}
+
+impl HotKeyDetail {
+    fn new(workload: &str, runs: &[Vec<Metrics>; 2]) -> Self {
+        let gaps = |side: &Vec<Metrics>| {
+            side.iter()
+                .flat_map(|m| m.gaps_ns.iter().copied())
+                .collect()
+        };
+        let per_task = |side: &Vec<Metrics>| {
+            let mut sum = vec![0u64; side.iter().map(|m| m.per_task.len()).max().unwrap_or(0)];
+            for m in side {
+                for (total, n) in sum.iter_mut().zip(&m.per_task) {
+                    *total += n;
+                }
+            }
+            sum
+        };
+        Self {
+            workload: workload.to_owned(),
+            gaps_ns: [gaps(&runs[0]), gaps(&runs[1])],
+            per_task: [per_task(&runs[0]), per_task(&runs[1])],
+            runs: runs[0].len(),
+        }
+    }
 }
 
 fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
@@ -424,17 +464,20 @@ async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxEr
 }
 
 /// W3 in one process.
-pub(crate) async fn in_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+pub(crate) async fn in_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail), BoxError> {
     let runs = one_process(ctx, MUTEX).await?;
-    Ok(rows(
-        &format!("W3 hot key, 1 process x {} tasks", ctx.params.w3_tasks),
+    let workload = format!("W3 hot key, 1 process x {} tasks", ctx.params.w3_tasks);
+    let detail = HotKeyDetail::new(&workload, &runs);
+    let rows = rows(
+        &workload,
         Targets {
             rate: Check::RatioAtLeast(1.2),
             gap_p50_us: 50.0,
             min_max: 0.8,
         },
         runs,
-    ))
+    );
+    Ok((rows, detail))
 }
 
 /// W8: a semaphore of `w8_permits` permits on one name, in one process and across processes.
@@ -561,25 +604,28 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
 }
 
 /// W3 across processes.
-pub(crate) async fn cross_process(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
+pub(crate) async fn cross_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail), BoxError> {
     let p = &ctx.params;
     let taken = Taken {
         tag: "w3x",
         ..MUTEX
     };
     let runs = processes(ctx, taken).await?;
-    Ok(rows(
-        &format!(
-            "W3 hot key, {} processes x {} tasks",
-            p.w3_procs, p.w3_tasks_per_proc
-        ),
+    let workload = format!(
+        "W3 hot key, {} processes x {} tasks",
+        p.w3_procs, p.w3_tasks_per_proc
+    );
+    let detail = HotKeyDetail::new(&workload, &runs);
+    let rows = rows(
+        &workload,
         Targets {
             rate: Check::RatioAtLeast(1.0),
             gap_p50_us: 250.0,
             min_max: 0.5,
         },
         runs,
-    ))
+    );
+    Ok((rows, detail))
 }
 
 /// The runs of `w3_procs` worker processes of `w3_tasks_per_proc` tasks each, per side.

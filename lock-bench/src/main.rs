@@ -12,8 +12,9 @@
 //! compare-and-delete `EVALSHA` on one multiplexed connection, busy-retrying `SET NX` to
 //! wait), alternating kit, floor, kit, floor, ..., and reports the median of the runs, so that
 //! the ratio holds on a noisy machine. The table goes to stdout (progress to stderr), the JSON
-//! with every run's value to `--json`.
+//! with every run's value to `--json`, and SVG charts next to it (`<json stem>-*.svg`).
 
+mod charts;
 mod correctness;
 mod floor;
 mod hot_key;
@@ -299,6 +300,7 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
     let selected = |w: Workload| cli.only.is_empty() || cli.only.contains(&w);
     let clock = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
+    let mut details = Vec::new();
     if selected(Workload::W1) {
         rows.extend(uncontended::w1(&ctx).await?);
     }
@@ -306,10 +308,14 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
         rows.extend(uncontended::w2(&ctx).await?);
     }
     if selected(Workload::W3) {
-        rows.extend(hot_key::in_process(&ctx).await?);
+        let (w3, detail) = hot_key::in_process(&ctx).await?;
+        rows.extend(w3);
+        details.push(detail);
     }
     if selected(Workload::W3x) {
-        rows.extend(hot_key::cross_process(&ctx).await?);
+        let (w3x, detail) = hot_key::cross_process(&ctx).await?;
+        rows.extend(w3x);
+        details.push(detail);
     }
     if selected(Workload::W4) {
         rows.extend(correctness::run(&ctx).await?);
@@ -358,6 +364,9 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
         std::fs::create_dir_all(dir)?;
     }
     std::fs::write(&cli.json, serde_json::to_string_pretty(&doc)?)?;
+    for chart in charts::write(&cli.json, &rows, &details)? {
+        eprintln!("lock-bench: chart {}", chart.display());
+    }
     eprintln!(
         "lock-bench: {} of {} targets met; JSON in {}",
         doc["summary"]["passed"],

@@ -4,7 +4,9 @@
 //! - [`db`]: the SQLite database (WAL mode) with `skus` and `orders`.
 //! - [`service`]: the purchase endpoints, one per [`Variant`], and [`app`], the router.
 //! - [`server`]: `inventory serve`, one instance.
+//! - [`trace`]: what each instance records of the purchases it serves, for the report.
 //! - [`demo`]: starts Redis, the instances and the load, and reports what each variant sold.
+//! - [`report`]: the demo's HTML report: timelines and charts of what happened.
 //!
 //! Run the demo with `scripts/demo.sh` from the repository root, or
 //! `cargo run --release -p inventory -- --help`.
@@ -12,8 +14,10 @@
 pub mod db;
 pub mod demo;
 mod instances;
+pub mod report;
 pub mod server;
 pub mod service;
+pub mod trace;
 
 pub use service::{app, AppState, Inventory, ServiceConfig};
 
@@ -25,8 +29,12 @@ pub enum Variant {
     /// `#[distributed_lock(key = "inventory:<sku>", wait = "10s", locker = self.locker)]` on
     /// the service method.
     Macro,
-    /// The route behind `DistributedLockLayer` with `KeyFrom::path_param("sku")`.
+    /// The route behind `DistributedLockLayer` with `KeyFrom::path_param("sku")`, waiting
+    /// for the lock.
     Layer,
+    /// The same layer with its default wait of zero: a purchase that finds the SKU locked is
+    /// answered `409 busy` with `Retry-After` at once, and the client retries.
+    LayerFailFast,
     /// `Locker::lock` with a fixed lease, plus the fencing token checked by the database.
     Fenced,
     /// `Locker::lock` with a fixed lease and an `is_held()` check before the write, but no
@@ -36,7 +44,13 @@ pub enum Variant {
 
 impl Variant {
     /// The variants the demo runs by default.
-    pub const DEFAULT: [Self; 4] = [Self::Unlocked, Self::Macro, Self::Layer, Self::Fenced];
+    pub const DEFAULT: [Self; 5] = [
+        Self::Unlocked,
+        Self::Macro,
+        Self::Layer,
+        Self::LayerFailFast,
+        Self::Fenced,
+    ];
 
     /// The name used in URLs, orders and the table.
     pub fn name(self) -> &'static str {
@@ -44,6 +58,7 @@ impl Variant {
             Self::Unlocked => "unlocked",
             Self::Macro => "macro",
             Self::Layer => "layer",
+            Self::LayerFailFast => "layer-fail-fast",
             Self::Fenced => "fenced",
             Self::LockedNoFence => "locked-no-fence",
         }
@@ -55,6 +70,7 @@ impl Variant {
             Self::Unlocked => "/skus/{sku}/purchase/unlocked",
             Self::Macro => "/skus/{sku}/purchase/macro",
             Self::Layer => "/skus/{sku}/purchase/layer",
+            Self::LayerFailFast => "/skus/{sku}/purchase/layer-fail-fast",
             Self::Fenced => "/skus/{sku}/purchase/fenced",
             Self::LockedNoFence => "/skus/{sku}/purchase/locked-no-fence",
         }
@@ -88,6 +104,7 @@ mod tests {
             Variant::Unlocked,
             Variant::Macro,
             Variant::Layer,
+            Variant::LayerFailFast,
             Variant::Fenced,
             Variant::LockedNoFence,
         ] {

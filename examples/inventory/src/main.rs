@@ -9,6 +9,9 @@
 //! scripts/demo.sh --help          # every option
 //! ```
 //!
+//! It prints a table and writes an HTML report with the timelines (default
+//! `target/oversell-demo.html`, `--report PATH` to choose).
+//!
 //! or with cargo: `cargo run --release -p inventory -- --chaos`. With `REDIS_URL` set, the
 //! demo uses that Redis instead of starting one.
 //!
@@ -82,6 +85,7 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
         }
     };
     let config = args.into_config(exe);
+    let report_path = config.report.clone();
     // Everything the demo starts lives in this future: leaving the select drops it, which
     // kills the instances and the redis-server and removes the temporary database.
     let result = tokio::select! {
@@ -94,6 +98,13 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
     match result {
         Ok(report) => {
             print!("{}", report.render());
+            match inventory::report::write(&report, &report_path) {
+                Ok(path) => println!("\nReport (timelines and charts): {}", path.display()),
+                Err(error) => {
+                    eprintln!("oversell demo: {error}");
+                    return ExitCode::from(2);
+                }
+            }
             let failures = report.failures();
             if failures.is_empty() {
                 ExitCode::SUCCESS

@@ -8,6 +8,9 @@
 //! | `POST /skus/{sku}/purchase/{variant}` | buys one: `200` with the order, or `409`/`404`/`503` with `{"error", "message"}` |
 //! | `PUT /debug/chaos` | `{"pause_ms", "every", "max"}`: stalls every `every`-th write of this instance (at most `max` times) for `pause_ms`, right before it writes |
 //! | `DELETE /debug/chaos` | stops stalling |
+//! | `PUT /debug/trace` | starts recording the purchases that carry an `x-purchase-id` header ([`trace`](crate::trace)) |
+//! | `GET /debug/trace` | the [`Attempt`](crate::trace::Attempt)s recorded since the last `GET`, as JSON |
+//! | `DELETE /debug/trace` | stops recording |
 //!
 //! Every purchase variant does the same read-check-write: read the stock, answer `409
 //! sold_out` when it is 0, wait [`ServiceConfig::think`] (a pricing or payment call in a real
@@ -27,6 +30,7 @@ use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom, Rejection};
 use serde::{Deserialize, Serialize};
 
 use crate::db::{ClaimOutcome, Db, DbError, NewOrder, SkuStatus, WriteOutcome};
+use crate::trace::{self, Attempt, TraceLog};
 use crate::Variant;
 
 /// Settings of one service instance.
@@ -64,6 +68,7 @@ pub struct Inventory {
     /// The instance's settings.
     pub config: ServiceConfig,
     chaos: Chaos,
+    pub(crate) trace: TraceLog,
 }
 
 /// What the router holds.
@@ -77,6 +82,7 @@ impl Inventory {
             db,
             config,
             chaos: Chaos::default(),
+            trace: TraceLog::default(),
         })
     }
 
@@ -89,7 +95,11 @@ impl Inventory {
     /// `inventory:<sku>` at a time across all instances (watchdog lease).
     #[distributed_lock(key = "inventory:<sku>", wait = "10s", locker = self.locker)]
     pub async fn purchase_with_macro(&self, sku: i64) -> Result<Sale, AppError> {
-        self.read_check_write(sku, Variant::Macro, None).await
+        // The body runs exactly while the macro holds the lock.
+        trace::acquired(None);
+        let result = self.read_check_write(sku, Variant::Macro, None).await;
+        trace::releasing();
+        result
     }
 
     /// The `locked-no-fence` variant: `Locker::lock` with a fixed lease and a check that the
@@ -100,6 +110,7 @@ impl Inventory {
         let result = self
             .read_check_write(sku, Variant::LockedNoFence, Some(&guard))
             .await;
+        trace::releasing();
         release(guard).await;
         result
     }
@@ -111,16 +122,20 @@ impl Inventory {
     pub async fn purchase_fenced(&self, sku: i64) -> Result<Sale, AppError> {
         let guard = self.lock_with_lease(sku).await?;
         let result = self.fenced_read_check_write(sku, &guard).await;
+        trace::releasing();
         release(guard).await;
         result
     }
 
     async fn lock_with_lease(&self, sku: i64) -> Result<LockGuard, LockError> {
-        self.locker
+        let guard = self
+            .locker
             .lock(lock_key(sku))
             .wait(self.config.wait)
             .lease(self.config.lease)
-            .await
+            .await?;
+        trace::acquired(Some(guard.remaining()));
+        Ok(guard)
     }
 
     /// Read, check, await, write: separate statements, as the race needs.
@@ -130,20 +145,21 @@ impl Inventory {
         variant: Variant,
         guard: Option<&LockGuard>,
     ) -> Result<Sale, AppError> {
-        let stock = self
-            .db
-            .read_stock(sku)
-            .await?
-            .ok_or(AppError::NotFound(sku))?;
+        trace::read_started();
+        let stock = self.db.read_stock(sku).await?;
+        trace::read_done(stock);
+        let stock = stock.ok_or(AppError::NotFound(sku))?;
         if stock <= 0 {
             return Err(AppError::SoldOut(sku));
         }
         tokio::time::sleep(self.config.think).await;
         self.before_write(guard).await?;
+        trace::write_started();
         let order_id = self
             .db
             .write_sale(sku, stock - 1, self.order(variant))
             .await?;
+        trace::written(stock - 1, order_id);
         Ok(self.sale(order_id, sku, stock - 1, variant, None))
     }
 
@@ -153,29 +169,36 @@ impl Inventory {
         // Claim the row with our token as we read it: a holder that stalled between its read
         // and its write would otherwise still write after we read, and we would sell from a
         // stale stock ourselves.
-        let stock = match self
-            .db
-            .claim_and_read(sku, fence)
-            .await?
-            .ok_or(AppError::NotFound(sku))?
-        {
-            ClaimOutcome::Claimed { stock } => stock,
-            ClaimOutcome::Stale => return Err(stale()),
+        trace::read_started();
+        let claim = self.db.claim_and_read(sku, fence).await?;
+        let stock = match claim.ok_or(AppError::NotFound(sku))? {
+            ClaimOutcome::Claimed { stock } => {
+                trace::read_done(Some(stock));
+                stock
+            }
+            ClaimOutcome::Stale => {
+                trace::read_done(None);
+                trace::stale();
+                return Err(stale());
+            }
         };
         if stock <= 0 {
             return Err(AppError::SoldOut(sku));
         }
         tokio::time::sleep(self.config.think).await;
         self.before_write(Some(guard)).await?;
+        trace::write_started();
         match self
             .db
             .write_sale_fenced(sku, stock - 1, fence, self.order(Variant::Fenced))
             .await?
         {
             WriteOutcome::Written { order_id } => {
+                trace::written(stock - 1, order_id);
                 Ok(self.sale(order_id, sku, stock - 1, Variant::Fenced, Some(fence)))
             }
             WriteOutcome::Stale => {
+                trace::stale();
                 tracing::info!(sku, fence, "stale write rejected by the fencing token");
                 Err(stale())
             }
@@ -192,7 +215,9 @@ impl Inventory {
         }
         if let Some(pause) = self.chaos.next_pause() {
             tracing::info!(?pause, "chaos: stalling before the write");
+            trace::stall_started();
             tokio::time::sleep(pause).await;
+            trace::stall_ended();
         }
         Ok(())
     }
@@ -377,10 +402,16 @@ pub fn app(state: AppState) -> Router {
         state.locker.clone(),
         KeyFrom::path_param("sku").prefix("inventory:"),
     )
-    .wait(state.config.wait)
     .reject_with(lock_response as fn(Rejection) -> Response);
     let layered = Router::new()
         .route(Variant::Layer.route(), post(purchase_layer))
+        .route_layer(lock.clone().wait(state.config.wait));
+    // The layer as it comes: one try, `409 busy` with `Retry-After` when the SKU is locked.
+    let fail_fast = Router::new()
+        .route(
+            Variant::LayerFailFast.route(),
+            post(purchase_layer_fail_fast),
+        )
         .route_layer(lock);
 
     Router::new()
@@ -394,7 +425,17 @@ pub fn app(state: AppState) -> Router {
             post(purchase_locked_no_fence),
         )
         .route("/debug/chaos", put(arm_chaos).delete(disarm_chaos))
+        .route(
+            "/debug/trace",
+            put(start_trace).get(take_trace).delete(stop_trace),
+        )
         .merge(layered)
+        .merge(fail_fast)
+        // Outermost, so a recorded attempt starts before any lock layer waits.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            trace::record,
+        ))
         .with_state(state)
 }
 
@@ -418,11 +459,34 @@ async fn purchase_layer(
     Path(sku): Path<i64>,
     lock: HeldLock,
 ) -> Result<Json<Sale>, AppError> {
-    let mut sale = inventory
-        .read_check_write(sku, Variant::Layer, None)
-        .await?;
-    sale.fencing_token = Some(lock.fencing_token().await?);
-    Ok(Json(sale))
+    purchase_in_layer(&inventory, sku, Variant::Layer, &lock).await
+}
+
+/// The same, behind the layer that does not wait.
+async fn purchase_layer_fail_fast(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+    lock: HeldLock,
+) -> Result<Json<Sale>, AppError> {
+    purchase_in_layer(&inventory, sku, Variant::LayerFailFast, &lock).await
+}
+
+async fn purchase_in_layer(
+    inventory: &Inventory,
+    sku: i64,
+    variant: Variant,
+    lock: &HeldLock,
+) -> Result<Json<Sale>, AppError> {
+    // The handler runs while the layer holds the lock (it lets go after the response).
+    trace::acquired(None);
+    let result = async {
+        let mut sale = inventory.read_check_write(sku, variant, None).await?;
+        sale.fencing_token = Some(lock.fencing_token().await?);
+        Ok(Json(sale))
+    }
+    .await;
+    trace::releasing();
+    result
 }
 
 async fn purchase_fenced(
@@ -523,6 +587,20 @@ async fn arm_chaos(State(inventory): State<AppState>, Json(plan): Json<ChaosPlan
 
 async fn disarm_chaos(State(inventory): State<AppState>) -> StatusCode {
     inventory.chaos.arm(None);
+    StatusCode::NO_CONTENT
+}
+
+async fn start_trace(State(inventory): State<AppState>) -> StatusCode {
+    inventory.trace.start();
+    StatusCode::NO_CONTENT
+}
+
+async fn take_trace(State(inventory): State<AppState>) -> Json<Vec<Attempt>> {
+    Json(inventory.trace.take())
+}
+
+async fn stop_trace(State(inventory): State<AppState>) -> StatusCode {
+    inventory.trace.stop();
     StatusCode::NO_CONTENT
 }
 

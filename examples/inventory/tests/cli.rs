@@ -20,6 +20,7 @@ fn help_lists_the_demo_options_and_serve() {
         "--variants",
         "--chaos",
         "--redis-url",
+        "--report",
         "serve",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");

@@ -8,6 +8,7 @@ use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use inventory::db::{Db, SkuStatus};
 use inventory::service::{ErrorBody, ErrorCode, Sale};
+use inventory::trace::Attempt;
 use inventory::{app, Inventory, ServiceConfig, Variant};
 use lock_core::Locker;
 use lock_testkit::RedisServer;
@@ -22,12 +23,24 @@ impl Drop for TempDir {
 }
 
 async fn call(app: &Router, method: Method, uri: &str, body: &str) -> (StatusCode, String) {
-    let request = Request::builder()
+    call_with(app, method, uri, &[], body).await
+}
+
+async fn call_with(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, String) {
+    let mut request = Request::builder()
         .method(method)
         .uri(uri)
-        .header("content-type", "application/json")
-        .body(Body::from(body.to_owned()))
-        .expect("request");
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Body::from(body.to_owned())).expect("request");
     let response = app.clone().oneshot(request).await.expect("infallible");
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
@@ -69,16 +82,17 @@ async fn purchases_through_every_variant() {
         &app,
         Method::PUT,
         "/skus/7",
-        r#"{"name":"gadget","stock":5}"#,
+        r#"{"name":"gadget","stock":6}"#,
     )
     .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
 
-    let mut stock = 5;
+    let mut stock = 6;
     for variant in [
         Variant::Unlocked,
         Variant::Macro,
         Variant::Layer,
+        Variant::LayerFailFast,
         Variant::Fenced,
         Variant::LockedNoFence,
     ] {
@@ -89,7 +103,10 @@ async fn purchases_through_every_variant() {
         // The fenced write and the layer carry the lock's fencing token.
         assert_eq!(
             sale.fencing_token.is_some(),
-            matches!(variant, Variant::Fenced | Variant::Layer),
+            matches!(
+                variant,
+                Variant::Fenced | Variant::Layer | Variant::LayerFailFast
+            ),
             "{variant}"
         );
     }
@@ -110,7 +127,45 @@ async fn purchases_through_every_variant() {
     let (status, body) = call(&app, Method::GET, "/skus/7", "").await;
     assert_eq!(status, StatusCode::OK);
     let status: SkuStatus = serde_json::from_str(&body).expect("status");
-    assert_eq!((status.stock, status.sold), (0, 5));
+    assert_eq!((status.stock, status.sold), (0, 6));
+
+    // While tracing, a purchase that names itself is recorded with its steps.
+    let (status, _) = call(&app, Method::PUT, "/debug/trace", "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    call(
+        &app,
+        Method::PUT,
+        "/skus/7",
+        r#"{"name":"gadget","stock":1}"#,
+    )
+    .await;
+    let id = [(inventory::trace::PURCHASE_HEADER, "17")];
+    let (status, _) = call_with(&app, Method::POST, &Variant::Fenced.path(7), &id, "").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&app, Method::POST, &Variant::Fenced.path(7), "").await;
+    assert_eq!(status, StatusCode::CONFLICT, "sold out, and not recorded");
+    let (status, body) = call(&app, Method::GET, "/debug/trace", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let attempts: Vec<Attempt> = serde_json::from_str(&body).expect("attempts");
+    assert_eq!(attempts.len(), 1, "{attempts:?}");
+    let attempt = &attempts[0];
+    assert_eq!((attempt.purchase, attempt.status), (17, 200));
+    assert_eq!(
+        (attempt.stock_read, attempt.stock_written),
+        (Some(1), Some(0))
+    );
+    let (acquired, read, write) = (
+        attempt.acquired.expect("acquired"),
+        attempt.read.expect("read"),
+        attempt.write.expect("write"),
+    );
+    let lease_end = attempt.lease_end.expect("a fixed lease");
+    let releasing = attempt.releasing.expect("released");
+    assert!(attempt.received <= acquired && acquired <= read.start);
+    assert!(read.end <= write.start && write.end <= releasing);
+    assert!(releasing <= attempt.responded && releasing < lease_end);
+    let (status, _) = call(&app, Method::DELETE, "/debug/trace", "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
 
     // The lock keys are all released.
     let held: Vec<String> = redis.cmd(&["KEYS", "lock:*:lock:*"]);

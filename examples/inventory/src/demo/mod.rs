@@ -1,15 +1,15 @@
 //! The oversell demo: N instances, one SQLite file, one Redis, M concurrent purchases of one
-//! SKU per variant, and a table of what each variant sold.
+//! SKU per variant, a table of what each variant sold, and what happened when (each round's
+//! [`RoundTrace`], drawn by [`report`](crate::report)).
+
+mod client;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
-use hyper::{Method, Request, StatusCode};
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper::{Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,10 +17,13 @@ use lock_core::{LockError, Locker};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use self::client::{purchase, send, HttpClient};
+pub use self::client::{Answer, ClientPurchase};
 use crate::db::{Db, DbError, DEMO_SKU};
 use crate::instances::Instances;
 use crate::server::ServeArgs;
-use crate::service::{ChaosPlan, ErrorBody, ErrorCode};
+use crate::service::ChaosPlan;
+use crate::trace::{now_ns, Attempt};
 use crate::Variant;
 
 /// What the demo does.
@@ -50,11 +53,14 @@ pub struct DemoConfig {
     pub chaos_plan: ChaosPlan,
     /// Show a progress bar per round (on standard error, when it is a terminal).
     pub progress: bool,
+    /// Where the binary writes the HTML report.
+    pub report: PathBuf,
 }
 
 impl DemoConfig {
     /// The defaults: 3 instances, stock 100, 1,000 purchases, 64 in flight, the default
-    /// variants, a 5 ms await, a 200 ms lease, and chaos stalls of 400 ms.
+    /// variants, a 5 ms await, a 200 ms lease, chaos stalls of 400 ms, and the report in
+    /// `target/oversell-demo.html`.
     pub fn new(exe: impl Into<PathBuf>) -> Self {
         Self {
             exe: exe.into(),
@@ -73,6 +79,7 @@ impl DemoConfig {
                 max: 3,
             },
             progress: true,
+            report: PathBuf::from(DEFAULT_REPORT),
         }
     }
 
@@ -85,6 +92,24 @@ impl DemoConfig {
         }
         rounds
     }
+}
+
+/// Where the report goes unless `--report` says otherwise (relative to the working directory,
+/// which `scripts/demo.sh` sets to the repository root).
+pub const DEFAULT_REPORT: &str = "target/oversell-demo.html";
+
+/// What happened in one round, as recorded: the client's view of every purchase and each
+/// instance's view of every request it served. Timestamps are [`now_ns`].
+#[derive(Debug, Clone, Default)]
+pub struct RoundTrace {
+    /// When the round's first purchase was sent.
+    pub started: u64,
+    /// When its last answer arrived.
+    pub ended: u64,
+    /// Every purchase, in the order they were sent.
+    pub purchases: Vec<ClientPurchase>,
+    /// Every request the instances served (a retried purchase has several).
+    pub attempts: Vec<Attempt>,
 }
 
 /// Why the demo could not run.
@@ -151,7 +176,8 @@ pub struct Row {
     pub sold: i64,
     /// Purchases answered `sold_out`.
     pub sold_out: u64,
-    /// Purchases answered `busy` (the lock stayed taken for the whole wait).
+    /// `409 busy` answers (the lock stayed taken for the whole wait); the client retried
+    /// each after its `Retry-After`, except the last of a purchase it gave up on.
     pub busy: u64,
     /// Purchases whose write the fencing token rejected.
     pub stale: u64,
@@ -167,6 +193,8 @@ pub struct Row {
     pub elapsed: Duration,
     /// Purchases in the round.
     pub purchases: usize,
+    /// What happened when.
+    pub trace: RoundTrace,
 }
 
 impl Row {
@@ -299,7 +327,8 @@ impl Report {
         out
     }
 
-    fn verdict(&self, r: &Row) -> String {
+    /// What a round showed, in one sentence (as printed below the table).
+    pub fn verdict(&self, r: &Row) -> String {
         let label = r.label();
         let think = self.config.think.as_millis();
         let plan = self.config.chaos_plan;
@@ -342,7 +371,8 @@ impl Report {
     }
 }
 
-fn fmt_ms(d: Duration) -> String {
+/// A latency for the table: one decimal below 10 ms.
+pub(crate) fn fmt_ms(d: Duration) -> String {
     let ms = d.as_secs_f64() * 1000.0;
     if ms < 10.0 {
         format!("{ms:.1}ms")
@@ -479,18 +509,6 @@ pub(crate) async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError
     .map_err(|e| DemoError::RedisStart(std::io::Error::other(e)))?
 }
 
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-/// How one purchase ended.
-#[derive(Debug)]
-enum Outcome {
-    Sold,
-    SoldOut,
-    Busy,
-    Stale,
-    Failed(String),
-}
-
 async fn round(
     config: &DemoConfig,
     db: &Db,
@@ -506,17 +524,28 @@ async fn round(
         .map_err(DbError::from)??;
     for &addr in addrs {
         let body = if chaos {
-            serde_json::to_vec(&config.chaos_plan).expect("serializable")
+            serde_json::to_vec(&config.chaos_plan)
+                .map_err(|e| DemoError::Config(format!("chaos plan: {e}")))?
         } else {
             Vec::new()
         };
         let method = if chaos { Method::PUT } else { Method::DELETE };
-        let (status, text) = send(client, method, addr, "/debug/chaos", body).await;
-        if status != Some(StatusCode::NO_CONTENT) {
-            return Err(DemoError::Http {
-                addr,
-                message: format!("setting up chaos: {status:?} {text}"),
-            });
+        for (method, path, body, what) in [
+            (method, "/debug/chaos", body, "setting up chaos"),
+            (
+                Method::PUT,
+                "/debug/trace",
+                Vec::new(),
+                "starting the trace",
+            ),
+        ] {
+            let reply = send(client, method, addr, path, &[], body).await;
+            if reply.status != Some(StatusCode::NO_CONTENT) {
+                return Err(DemoError::Http {
+                    addr,
+                    message: format!("{what}: {:?} {}", reply.status, reply.body),
+                });
+            }
         }
     }
 
@@ -543,38 +572,57 @@ async fn round(
     let limit = Arc::new(Semaphore::new(config.concurrency));
     let mut tasks = JoinSet::new();
     let started = Instant::now();
+    let started_ns = now_ns();
     for i in 0..config.purchases {
-        let permit = limit.clone().acquire_owned().await.expect("open semaphore");
+        let permit = limit
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| DemoError::Config(format!("purchase slots: {e}")))?;
         let (client, bar, path) = (client.clone(), bar.clone(), path.clone());
         let addr = addrs[i % addrs.len()];
+        let id = i as u64;
         tasks.spawn(async move {
-            let sent = Instant::now();
-            let outcome = purchase(&client, addr, &path).await;
-            let latency = sent.elapsed();
+            let purchase = purchase(&client, addr, &path, id).await;
             bar.inc(1);
             drop(permit);
-            (outcome, latency)
+            purchase
         });
     }
-    let mut latencies = Vec::with_capacity(config.purchases);
+    let mut purchases = Vec::with_capacity(config.purchases);
     let (mut sold_out, mut busy, mut stale, mut errors, mut sold_ok) = (0, 0, 0, 0, 0u64);
     let mut first_error = None;
     while let Some(joined) = tasks.join_next().await {
-        let (outcome, latency) =
-            joined.unwrap_or_else(|e| (Outcome::Failed(e.to_string()), Duration::ZERO));
-        latencies.push(latency);
-        match outcome {
-            Outcome::Sold => sold_ok += 1,
-            Outcome::SoldOut => sold_out += 1,
-            Outcome::Busy => busy += 1,
-            Outcome::Stale => stale += 1,
-            Outcome::Failed(message) => {
+        let purchase = match joined {
+            Ok(purchase) => purchase,
+            Err(error) => {
                 errors += 1;
-                first_error.get_or_insert(message);
+                first_error.get_or_insert(error.to_string());
+                continue;
+            }
+        };
+        busy += u64::from(purchase.busy_answers);
+        match purchase.answer {
+            Answer::Sold => sold_ok += 1,
+            Answer::SoldOut => sold_out += 1,
+            Answer::Busy => busy += 1,
+            Answer::Stale => stale += 1,
+            Answer::Failed => {
+                errors += 1;
+                if let Some(message) = &purchase.error {
+                    first_error.get_or_insert(message.clone());
+                }
             }
         }
+        purchases.push(purchase);
     }
     let elapsed = started.elapsed();
+    let ended_ns = now_ns();
+    purchases.sort_by_key(|p| p.id);
+    let mut attempts = Vec::new();
+    for &addr in addrs {
+        attempts.extend(take_trace(client, addr).await?);
+    }
     bar.finish();
     if !bar.is_hidden() {
         // indicatif leaves the cursor at the end of a finished bar.
@@ -585,7 +633,7 @@ async fn round(
     let status = tokio::task::spawn_blocking(move || status_db.status_blocking(DEMO_SKU))
         .await
         .map_err(DbError::from)??
-        .expect("the demo SKU exists");
+        .ok_or_else(|| DemoError::Config(format!("SKU {DEMO_SKU} vanished from the database")))?;
     if i64::try_from(sold_ok).ok() != Some(status.sold) {
         tracing::warn!(
             answered = sold_ok,
@@ -593,6 +641,10 @@ async fn round(
             "the number of sales answered differs from the orders stored"
         );
     }
+    let mut latencies: Vec<Duration> = purchases
+        .iter()
+        .map(|p| Duration::from_nanos(p.latency()))
+        .collect();
     latencies.sort_unstable();
     Ok(Row {
         variant,
@@ -609,6 +661,27 @@ async fn round(
         p99: percentile(&latencies, 0.99),
         elapsed,
         purchases: config.purchases,
+        trace: RoundTrace {
+            started: started_ns,
+            ended: ended_ns,
+            purchases,
+            attempts,
+        },
+    })
+}
+
+/// The attempts an instance recorded in the round.
+async fn take_trace(client: &HttpClient, addr: SocketAddr) -> Result<Vec<Attempt>, DemoError> {
+    let reply = send(client, Method::GET, addr, "/debug/trace", &[], Vec::new()).await;
+    if reply.status != Some(StatusCode::OK) {
+        return Err(DemoError::Http {
+            addr,
+            message: format!("reading the trace: {:?} {}", reply.status, reply.body),
+        });
+    }
+    serde_json::from_str(&reply.body).map_err(|e| DemoError::Http {
+        addr,
+        message: format!("reading the trace: {e}"),
     })
 }
 
@@ -618,64 +691,6 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-async fn purchase(client: &HttpClient, addr: SocketAddr, path: &str) -> Outcome {
-    let (status, body) = send(client, Method::POST, addr, path, Vec::new()).await;
-    let Some(status) = status else {
-        return Outcome::Failed(body);
-    };
-    if status == StatusCode::OK {
-        return Outcome::Sold;
-    }
-    match serde_json::from_str::<ErrorBody>(&body) {
-        Ok(ErrorBody {
-            error: ErrorCode::SoldOut,
-            ..
-        }) => Outcome::SoldOut,
-        Ok(ErrorBody {
-            error: ErrorCode::Busy,
-            ..
-        }) => Outcome::Busy,
-        Ok(ErrorBody {
-            error: ErrorCode::StaleFence,
-            ..
-        }) => Outcome::Stale,
-        Ok(ErrorBody { message, .. }) => Outcome::Failed(format!("{status}: {message}")),
-        Err(_) => Outcome::Failed(format!("{status}: {}", body.trim())),
-    }
-}
-
-/// Sends one request and reads the whole answer: `(None, error)` when there was none.
-async fn send(
-    client: &HttpClient,
-    method: Method,
-    addr: SocketAddr,
-    path: &str,
-    body: Vec<u8>,
-) -> (Option<StatusCode>, String) {
-    let request = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .expect("valid request");
-    let exchange = async {
-        let response = client.request(request).await.map_err(|e| e.to_string())?;
-        let status = response.status();
-        let bytes = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        Ok::<_, String>((status, String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    match tokio::time::timeout(Duration::from_secs(60), exchange).await {
-        Ok(Ok((status, body))) => (Some(status), body),
-        Ok(Err(error)) => (None, format!("{addr}: {error}")),
-        Err(_) => (None, format!("{addr}: no answer within 60 s")),
-    }
 }
 
 /// The demo's command-line options.
@@ -710,6 +725,9 @@ pub struct DemoArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    /// Where to write the HTML report (timelines and charts of every round).
+    #[arg(long, default_value = DEFAULT_REPORT)]
+    pub report: PathBuf,
 }
 
 impl DemoArgs {
@@ -725,6 +743,7 @@ impl DemoArgs {
             redis_url: self.redis_url,
             think: Duration::from_millis(self.think_ms),
             progress: !self.quiet,
+            report: self.report,
             ..DemoConfig::new(exe.as_ref())
         }
     }
@@ -747,11 +766,11 @@ mod tests {
     #[test]
     fn chaos_adds_the_two_stalled_rounds() {
         let mut config = DemoConfig::new("inventory");
-        assert_eq!(config.rounds().len(), 4);
+        assert_eq!(config.rounds().len(), 5);
         config.chaos = true;
         let rounds = config.rounds();
         assert_eq!(
-            &rounds[4..],
+            &rounds[5..],
             [(Variant::LockedNoFence, true), (Variant::Fenced, true)]
         );
     }
@@ -773,6 +792,7 @@ mod tests {
             p99: Duration::ZERO,
             elapsed: Duration::from_secs(1),
             purchases: 20,
+            trace: RoundTrace::default(),
         };
         assert!(!row(Variant::Unlocked, false).must_be_exact());
         assert!(!row(Variant::LockedNoFence, true).must_be_exact());
