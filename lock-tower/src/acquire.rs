@@ -1,6 +1,7 @@
 //! The acquire of a request's lock, as its keys and mode ask: one key exclusively
-//! (`Locker::lock`) or for reading (`Locker::read`), or several keys together
-//! (`Locker::lock_all`, exclusive); and the [`Guard`] it gives.
+//! (`Locker::lock`), for reading (`Locker::read`) or as one of a semaphore's permits
+//! (`Locker::semaphore`), or several keys together (`Locker::lock_all`, exclusive); and the
+//! [`Guard`] it gives.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -48,6 +49,7 @@ impl Acquiring {
                 let mut acquire = match mode {
                     Mode::Read => locker.read(key),
                     Mode::Exclusive => locker.lock(key),
+                    Mode::Limit(permits) => locker.semaphore(key, permits).acquire(),
                 };
                 acquire = acquire.wait(settings.wait);
                 if let Some(lease) = settings.lease {

@@ -18,6 +18,7 @@ use crate::acquire::{Acquiring, Guard};
 use crate::body::LockedBody;
 use crate::extension::{HeldLock, HeldLocks};
 use crate::layer::{HoldUntil, Settings};
+use crate::mode::Mode;
 use crate::reject::{Reject, Rejection, RetryAfter};
 use crate::release::{Held, Release};
 
@@ -106,6 +107,8 @@ struct PendingCall<S, ReqBody, R> {
     retry_after: RetryAfter,
     fail_open: bool,
     hold_until: HoldUntil,
+    /// The request's lock is a permit of a concurrency limit: a busy answer means full.
+    limit: bool,
 }
 
 impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
@@ -128,6 +131,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
             retry_after,
             fail_open,
             hold_until,
+            limit,
         } = self;
         let lock = match acquired {
             Ok(guard) => {
@@ -146,7 +150,10 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                 Lock::Unlocked
             }
             Err(error) => {
-                let rejection = Rejection::from_error(error, &retry_after);
+                let mut rejection = Rejection::from_error(error, &retry_after);
+                if limit {
+                    rejection = rejection.under_limit();
+                }
                 trace_rejection(span, &rejection);
                 return Err(reject.reject(rejection));
             }
@@ -159,8 +166,10 @@ impl<S, ReqBody, R> ResponseFuture<S, ReqBody, R>
 where
     S: Service<Request<ReqBody>>,
 {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn acquiring(
         acquire: Acquiring,
+        mode: Mode,
         service: S,
         request: Request<ReqBody>,
         reject: Arc<R>,
@@ -175,6 +184,7 @@ where
             retry_after,
             fail_open: settings.fail_open,
             hold_until: settings.hold_until,
+            limit: matches!(mode, Mode::Limit(_)),
         };
         Self::new(Step::Acquiring { acquire, call }, span)
     }

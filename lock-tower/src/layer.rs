@@ -119,6 +119,36 @@ impl<K> DistributedLockLayer<K> {
             misconfigured: Arc::default(),
         }
     }
+
+    /// At most `max` requests per key at once across every instance sharing the locker's
+    /// Redis: the distributed counterpart of tower's `ConcurrencyLimitLayer`, which limits one
+    /// process. The same layer with [`Mode::Limit`](crate::Mode::Limit) for every request:
+    /// each request holds one permit of the key's semaphore; one that finds them all taken
+    /// for the whole [`wait`](Self::wait) (zero by default) gets `429 Too Many Requests` with
+    /// `Retry-After` ([`Rejection::Full`](crate::Rejection::Full)). Permits expire with their
+    /// lease, so requests of a crashed instance give theirs back.
+    ///
+    /// ```no_run
+    /// use axum::{routing::post, Router};
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    /// # fn app(locker: lock_core::Locker) -> Router {
+    /// // At most 3 exports per tenant at a time, whatever instance they reach.
+    /// Router::new()
+    ///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
+    ///     .route_layer(DistributedLockLayer::concurrency_limit(
+    ///         locker,
+    ///         KeyFrom::path_param("tenant").prefix("exports:"),
+    ///         3,
+    ///     ))
+    /// # }
+    /// ```
+    pub fn concurrency_limit(
+        locker: Locker,
+        key: K,
+        max: u32,
+    ) -> DistributedLockLayer<K, DefaultReject, crate::Mode> {
+        Self::new(locker, key).mode(crate::Mode::Limit(max))
+    }
 }
 
 impl<K, R, M> DistributedLockLayer<K, R, M> {

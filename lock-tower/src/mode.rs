@@ -16,14 +16,22 @@ pub enum Mode {
     /// one holder at a time, readers excluded, with fencing tokens. What the layer took for
     /// every request before read locks existed.
     Exclusive,
+    /// At most this many requests per key at once, across every instance: the key's
+    /// semaphore (`Locker::semaphore(key, n)`), the distributed counterpart of tower's
+    /// `ConcurrencyLimitLayer`. A request that finds every permit taken for the whole wait is
+    /// rejected with [`Rejection::Full`](crate::Rejection::Full) (`429 Too Many Requests` with
+    /// `Retry-After`). Permits expire with their lease like locks, so a crashed instance's
+    /// requests give theirs back; no fencing token. Several keys are locked exclusively.
+    Limit(u32),
 }
 
 impl Mode {
-    /// `"read"` or `"exclusive"`, for logs.
+    /// `"read"`, `"exclusive"` or `"limit"`, for logs.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Read => "read",
             Self::Exclusive => "exclusive",
+            Self::Limit(_) => "limit",
         }
     }
 }

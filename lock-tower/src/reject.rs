@@ -21,6 +21,7 @@ use rand::Rng;
 /// | variant | from | status | headers |
 /// |---|---|---|---|
 /// | [`Busy`](Self::Busy) | [`LockError::Busy`] | `409 Conflict` | `Retry-After` (see [`RetryAfter`]) |
+/// | [`Full`](Self::Full) | [`LockError::Busy`] under [`Mode::Limit`](crate::Mode::Limit) | `429 Too Many Requests` | `Retry-After` |
 /// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
 /// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
@@ -38,6 +39,14 @@ pub enum Rejection {
         error: LockError,
         /// When the client should try again (the `Retry-After` header, in whole seconds
         /// rounded up); chosen by the [`RetryAfter`] policy.
+        retry_after: Duration,
+    },
+    /// Every permit of the key's concurrency limit ([`Mode::Limit`](crate::Mode::Limit)) was
+    /// taken for the whole wait ([`LockError::Busy`] of its semaphore).
+    Full {
+        /// The error.
+        error: LockError,
+        /// When the client should try again, as for [`Busy`](Self::Busy).
         retry_after: Duration,
     },
     /// Redis was unreachable, timed out or failed ([`LockError::Backend`], [`LockError::Tls`],
@@ -92,10 +101,21 @@ impl Rejection {
         }
     }
 
+    /// The same rejection for a request under a concurrency limit
+    /// ([`Mode::Limit`](crate::Mode::Limit)): [`Busy`](Self::Busy) becomes
+    /// [`Full`](Self::Full); the others stay.
+    pub fn under_limit(self) -> Self {
+        match self {
+            Self::Busy { error, retry_after } => Self::Full { error, retry_after },
+            other => other,
+        }
+    }
+
     /// The status code of the default response.
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Busy { .. } => StatusCode::CONFLICT,
+            Self::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidKey(_) | Self::MissingKey => StatusCode::BAD_REQUEST,
             Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -107,6 +127,7 @@ impl Rejection {
     pub fn error(&self) -> Option<&LockError> {
         match self {
             Self::Busy { error, .. }
+            | Self::Full { error, .. }
             | Self::Unavailable(error)
             | Self::Lost(error)
             | Self::InvalidKey(error)
@@ -115,11 +136,12 @@ impl Rejection {
         }
     }
 
-    /// A short name of the variant, for logs and machine-readable bodies: `busy`,
+    /// A short name of the variant, for logs and machine-readable bodies: `busy`, `full`,
     /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `misconfigured`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "busy",
+            Self::Full { .. } => "full",
             Self::Unavailable(_) => "unavailable",
             Self::Lost(_) => "lost",
             Self::InvalidKey(_) => "invalid_key",
@@ -134,7 +156,9 @@ impl Rejection {
     /// other variants.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
-            Self::Busy { retry_after, .. } => Some(ceil_secs(*retry_after)),
+            Self::Busy { retry_after, .. } | Self::Full { retry_after, .. } => {
+                Some(ceil_secs(*retry_after))
+            }
             _ => None,
         }
     }
@@ -143,6 +167,7 @@ impl Rejection {
     fn message(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "the resource is locked by another request; retry later\n",
+            Self::Full { .. } => "too many requests for this resource at once; retry later\n",
             Self::Unavailable(_) => "the lock service is unavailable; retry later\n",
             Self::Lost(_) => "the lock was lost before the work finished; retry later\n",
             Self::InvalidKey(_) => "the request does not name a valid lock key\n",

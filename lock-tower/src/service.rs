@@ -141,6 +141,7 @@ where
         let ready = std::mem::replace(&mut self.inner, clone);
         ResponseFuture::acquiring(
             acquire,
+            mode,
             ready,
             request,
             self.reject.clone(),
