@@ -69,15 +69,7 @@ pub async fn acquire(
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
-    let mut acquire = locker.lock(key);
-    if let Some(wait) = wait {
-        acquire = acquire.wait(wait);
-    }
-    if let Some(lease) = lease {
-        acquire = acquire.lease(lease);
-    }
-    // The locker is at hand here: a foreign value's error names the full Redis key.
-    acquire.await.map_err(|e| e.in_locker(locker.prefix()))
+    configured(locker, locker.lock(key), wait, lease).await
 }
 
 /// Acquires the read lock of `key` with the attribute's settings (`mode = "read"`).
@@ -87,13 +79,23 @@ pub async fn acquire_read(
     wait: Option<Duration>,
     lease: Option<Duration>,
 ) -> Result<LockGuard, LockError> {
-    let mut acquire = locker.read(key);
+    configured(locker, locker.read(key), wait, lease).await
+}
+
+/// Runs `acquire` with the attribute's `wait` and `lease`, where given.
+async fn configured(
+    locker: &Locker,
+    mut acquire: crate::Acquire,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+) -> Result<LockGuard, LockError> {
     if let Some(wait) = wait {
         acquire = acquire.wait(wait);
     }
     if let Some(lease) = lease {
         acquire = acquire.lease(lease);
     }
+    // The locker is at hand here: a foreign value's error names the full Redis key.
     acquire.await.map_err(|e| e.in_locker(locker.prefix()))
 }
 
