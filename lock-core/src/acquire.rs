@@ -5,7 +5,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::OwnedSemaphorePermit;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -316,17 +318,7 @@ impl Acquire {
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
-        let permit = if when.try_once {
-            slot.queue.clone().try_acquire_many_owned(self.permits).ok()
-        } else {
-            let _queued = slot.queued();
-            let queued = slot.queue.clone().acquire_many_owned(self.permits);
-            match when.deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
-                None => Some(queued.await),
-            }
-            .and_then(Result::ok)
-        };
+        let permit = queue_for(&slot.queue, self.permits, when, Some(slot)).await;
         let Some(permit) = permit else {
             let holder_ttl = slot
                 .holder()
@@ -347,6 +339,19 @@ impl Acquire {
                     let until = when.deadline.map_or(until, |d| d.min(until));
                     tokio::time::sleep_until(until).await;
                 }
+                // A semaphore's waiters take turns to wait in Redis, one per process (the
+                // others wait here, in order), so a release does not wake every local holder's
+                // worth of them at once.
+                let _turn = match self.access {
+                    Access::Permits { limit } => {
+                        let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
+                        match queue_for(&turn.queue, 1, when, None).await {
+                            Some(permit) => Some((permit, turn)),
+                            None => return Err(self.busy(when.started, None)),
+                        }
+                    }
+                    _ => None,
+                };
                 self.acquire_in_redis(self.redis_keys(), mode.lease(), when)
                     .await?
             }
@@ -602,6 +607,27 @@ impl Acquire {
             }
         }
     }
+}
+
+/// `places` places of a local `queue`, first come first served, by `when`'s deadline (at
+/// once for a zero wait); counted as queued in `slot` meanwhile, when given (the local
+/// handoff looks at it). `None` when the wait ran out.
+async fn queue_for(
+    queue: &Arc<Semaphore>,
+    places: u32,
+    when: When,
+    slot: Option<&SlotRef<HeldLock>>,
+) -> Option<OwnedSemaphorePermit> {
+    if when.try_once {
+        return queue.clone().try_acquire_many_owned(places).ok();
+    }
+    let _queued = slot.map(|slot| slot.queued());
+    let queued = queue.clone().acquire_many_owned(places);
+    match when.deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
+        None => Some(queued.await),
+    }
+    .and_then(Result::ok)
 }
 
 /// 128 random bits from the thread-local CSPRNG, as 32 hex digits.

@@ -88,6 +88,12 @@ impl LocalLocks {
             .get_sized(&format!("{limit}\0{key}"), limit as usize)
     }
 
+    /// The one-place queue of the semaphore `key` of `limit` permits for waiting in Redis:
+    /// one task of this process at a time.
+    pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
+        self.semaphores.get(&format!("turn\0{limit}\0{key}"))
+    }
+
     /// Whether `owner` holds a read lock of `key`.
     pub(crate) fn reads(&self, key: &str, owner: Owner) -> bool {
         if self.readers.len() == 0 {
