@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use crate::template::KeyBuilder;
-pub use crate::{LockError, LockGuard, Locker, MultiLockGuard};
+pub use crate::{Fence, LockError, LockGuard, Locker, MultiLockGuard};
 
 /// What the runner needs of a guard: one lock or several.
 pub trait Section: Send + Sync + Sized {
@@ -114,6 +114,35 @@ pub async fn acquire_all(
         acquire = acquire.lease(lease);
     }
     acquire.await.map_err(|e| e.in_locker(locker.prefix()))
+}
+
+/// The [`Fence`] of each of `keys`, in their order (the order `keys = [..]` lists the
+/// templates, not the lock order), for `fence = <name>` with `keys`. Equal keys were locked
+/// once, so they get the same acquisition's fence, and the same token.
+///
+/// # Errors
+///
+/// `LockError::InvalidKey` for a key the guard does not hold; not expected, since the guard
+/// was acquired with these keys.
+pub fn fences<const N: usize>(
+    guard: &MultiLockGuard,
+    keys: &[String; N],
+) -> Result<[Fence; N], LockError> {
+    let not_held = |key: &str| LockError::InvalidKey {
+        key: key.chars().take(64).collect(),
+        reason: crate::error::InvalidKeyReason::NotHeld,
+    };
+    let fences = keys
+        .iter()
+        .map(|key| {
+            guard
+                .guard(key)
+                .map(LockGuard::fence)
+                .ok_or_else(|| not_held(key))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // One fence per key was found above, so the lengths match.
+    <[Fence; N]>::try_from(fences).map_err(|_| not_held(keys.first().map_or("", String::as_str)))
 }
 
 /// Runs the body under the guard, then releases the lock. A failed release is logged, not

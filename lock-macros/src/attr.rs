@@ -2,8 +2,9 @@
 //!
 //! Only the grammar is checked here: known option names, each at most once, each with `=` and
 //! a value of the right kind (a string literal; a bracketed list of them for `keys`; any
-//! expression for `locker`). What a value means (a duration, an `on_lost` or `mode` word, a
-//! path, a key template) and how options combine are checked in `valid.rs`.
+//! expression for `locker` and `fence`). What a value means (a duration, an `on_lost` or `mode`
+//! word, a path, a key template, a name to bind) and how options combine are checked in
+//! `valid.rs`.
 
 use quote::ToTokens;
 use syn::ext::IdentExt;
@@ -19,10 +20,12 @@ mod kw {
     syn::custom_keyword!(lease);
     syn::custom_keyword!(locker);
     syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(fence);
 }
 
 /// The options in the order the docs list them, for "expected one of" messages.
-const OPTIONS: &str = "`key`, `keys`, `mode`, `wait`, `lease`, `locker`, `on_lost`, `crate`";
+const OPTIONS: &str =
+    "`key`, `keys`, `mode`, `wait`, `lease`, `locker`, `on_lost`, `fence`, `crate`";
 
 /// The options of one `#[distributed_lock(..)]`, each as written (`None`: left out).
 pub(crate) struct Args {
@@ -33,6 +36,9 @@ pub(crate) struct Args {
     pub(crate) lease: Option<LitStr>,
     pub(crate) locker: Option<Expr>,
     pub(crate) on_lost: Option<LitStr>,
+    /// `fence = <name>`: the value as written, checked to be a plain name in `valid.rs` (parsed
+    /// as an expression so that `fence = self` or `fence = "f"` get a message of ours).
+    pub(crate) fence: Option<Expr>,
     pub(crate) krate: Option<LitStr>,
 }
 
@@ -46,6 +52,7 @@ impl Parse for Args {
             lease: None,
             locker: None,
             on_lost: None,
+            fence: None,
             krate: None,
         };
 
@@ -85,6 +92,11 @@ impl Parse for Args {
                 let kw = input.parse::<kw::on_lost>()?;
                 let lit = string_value(&kw, input, "on_lost = \"abort\"")?;
                 set_once(&mut args.on_lost, &kw, lit)?;
+            } else if input.peek(kw::fence) {
+                let kw = input.parse::<kw::fence>()?;
+                expect_eq(&kw, input, "fence = fence")?;
+                let expr = input.parse::<Expr>()?;
+                set_once(&mut args.fence, &kw, expr)?;
             } else if input.peek(Token![crate]) {
                 let kw = input.parse::<Token![crate]>()?;
                 let lit = string_value(&kw, input, "crate = \"my_lock_core\"")?;
@@ -238,6 +250,9 @@ fn unknown_option(input: ParseStream<'_>) -> syn::Error {
                 "read" | "shared" | "readonly" => " (did you mean `mode = \"read\"`?)",
                 "write" | "exclusive" => " (did you mean `mode = \"write\"`?)",
                 "on_lose" | "lost" | "onlost" => " (did you mean `on_lost`?)",
+                "guard" | "token" | "fencing_token" | "fencing" | "fence_token" => {
+                    " (did you mean `fence = <name>`? it binds the lock's `Fence` in the body)"
+                }
                 _ => "",
             };
             syn::Error::new(

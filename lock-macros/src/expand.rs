@@ -122,23 +122,56 @@ fn locked_body(
     let run = respan(quote!(#private::run), error_span);
     let body_block = quote_spanned!(error_span=> async move { #body });
     let run_call = quote_spanned!(error_span=> #run(#guard, #on_lost, #body_block).await);
-    // The key (or the keys, in the order written: lock-core sorts them) and the helper that
-    // takes it the way the attribute says.
-    let (key_type, key_value, acquire) = match locks {
+    // The key (or the keys, in the order written: lock-core sorts them), the call that takes
+    // it the way the attribute says, and the binding of `fence = <name>` once it is held.
+    let (key_type, key_value, acquire, fence) = match locks {
         Locks::One { key, mode } => {
             let key = key_expr(key, &private);
-            let acquire = match mode {
+            // valid.rs refuses `fence` with `mode = "read"`: only the write lock reaches here
+            // with a name.
+            let helper = match mode {
                 Mode::Write => quote!(#private::acquire),
                 Mode::Read => quote!(#private::acquire_read),
             };
-            (quote!(::std::string::String), key, acquire)
+            let acquire = quote!(#helper(#locker, #key_var, #wait, #lease));
+            let fence = options.fence.as_ref().map(|name| {
+                quote! {
+                    let #name: #private::Fence = #private::LockGuard::fence(&#guard);
+                }
+            });
+            (quote!(::std::string::String), key, acquire, fence)
         }
         Locks::All(keys) => {
+            let count = keys.len();
             let keys = keys.iter().map(|key| key_expr(key, &private));
+            let (acquire, fence) = match &options.fence {
+                None => (
+                    quote!(#private::acquire_all(#locker, ::std::vec::Vec::from(#key_var), #wait, #lease)),
+                    None,
+                ),
+                // The keys are kept to find each one's fence in the guard, so that the body
+                // gets them in the order the templates are written.
+                Some(name) => (
+                    quote!(#private::acquire_all(
+                        #locker,
+                        ::std::vec::Vec::from(::core::clone::Clone::clone(&#key_var)),
+                        #wait,
+                        #lease,
+                    )),
+                    Some(quote! {
+                        #[allow(clippy::useless_conversion)]
+                        let #name: [#private::Fence; #count] = match #private::fences(&#guard, &#key_var) {
+                            ::core::result::Result::Ok(#value) => #value,
+                            #bail
+                        };
+                    }),
+                ),
+            };
             (
-                quote!(::std::vec::Vec<::std::string::String>),
-                quote!(::std::vec::Vec::from([#(#keys),*])),
-                quote!(#private::acquire_all),
+                quote!([::std::string::String; #count]),
+                quote!([#(#keys),*]),
+                acquire,
+                fence,
             )
         }
     };
@@ -152,10 +185,11 @@ fn locked_body(
         };
         let #key_var: #key_type = #key_value;
         #[allow(clippy::useless_conversion)]
-        let #guard = match #acquire(#locker, #key_var, #wait, #lease).await {
+        let #guard = match #acquire.await {
             ::core::result::Result::Ok(#value) => #value,
             #bail
         };
+        #fence
         #run_call
     }
 }

@@ -74,6 +74,7 @@ use proc_macro2::TokenStream;
 /// | `lease = "10s"` | a fixed lease, at least `1ms`: the lock expires after it and is never renewed | watchdog lease, renewed while the body runs |
 /// | `locker = <expr>` | the `Locker` to use: any expression of type `Locker`, `&Locker` or `Arc<Locker>` (anything `AsRef<Locker>`), e.g. `self.locker` or `state.locker` | `Locker::global()` |
 /// | `on_lost = "abort"` or `"continue"` | what happens when the lock is lost while the body runs (below) | `"abort"` |
+/// | `fence = <name>` | binds the lock's `Fence` to `<name>` in the body, for its fencing token (`[Fence; N]` with `keys`) ([The fencing token](#the-fencing-token-fence)) | no binding |
 /// | `crate = "path"` | the path of lock-core, when it is renamed in `Cargo.toml` | `::lock_core` |
 ///
 /// Durations are [humantime](https://docs.rs/humantime) strings: `"250ms"`, `"3s"`, `"1m 30s"`.
@@ -145,6 +146,52 @@ use proc_macro2::TokenStream;
 /// the task's own write of the key nests; a write inside its own read fails at once with
 /// `LockError::WriteInsideRead` (a read lock cannot be upgraded: it would wait for itself).
 ///
+/// # The fencing token: `fence`
+///
+/// A lock alone cannot stop a holder that lost it without knowing (a pause longer than its
+/// lease, a partition) from writing after the next holder did. A fencing token can: it is
+/// strictly greater for every later holder of the key, so the database can refuse a write
+/// that carries an older one. `fence = <name>` binds the held lock's `lock_core::Fence` to
+/// `<name>` in the body; `<name>.token().await?` is the fencing token, the one
+/// `LockGuard::fencing_token` gives for the same acquisition.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, LockError, Locker};
+///
+/// struct Inventory {
+///     locker: Locker,
+/// }
+///
+/// impl Inventory {
+///     #[distributed_lock(key = "inventory:<sku>", wait = "3s", locker = self.locker, fence = fence)]
+///     async fn reserve(&self, sku: u64) -> Result<u64, LockError> {
+///         let token = fence.token().await?;
+///         // UPDATE skus SET stock = stock - 1, last_fence = ?token
+///         //   WHERE id = ?sku AND last_fence < ?token
+///         let _ = sku;
+///         Ok(token)
+///     }
+/// }
+/// ```
+///
+/// - The token is issued by Redis on the first `token()` (one round trip, and only while the
+///   lock is still ours: a holder that lost it gets `LockError::Lost`, never a token); later
+///   calls return it without a round trip. A body that binds the fence and never asks pays
+///   nothing.
+/// - The `Fence` is an owned handle (`Clone`, `Send`, `'static`), so it can go with the
+///   work to another task or into a `move` closure; it belongs to this acquisition only.
+/// - With `keys = [..]`, `<name>` is an array `[Fence; N]`, one fence per template **in the
+///   order the templates are written** (not the sorted order the keys are locked in), so
+///   `let [debit, credit] = fences;` matches `keys = ["account:<from>", "account:<to>"]`
+///   whatever the values. Equal keys (a transfer from an account to itself) are locked once
+///   and share one fence, so they get the same token.
+/// - `mode = "read"` has no fencing token (readers hold the key together, so no token could
+///   order their writes): `fence` with it is a compile error, as is a name that is not an
+///   identifier or that hides a parameter of the fn.
+///
+/// `fence` rather than the guard itself: the macro owns the guard (it watches it for loss and
+/// releases it on every path), and a guard the body could release or move would undo that.
+///
 /// # The key template
 ///
 /// Literal text with placeholders: `<name>` is a parameter of the fn, `<name.field.sub>` a
@@ -181,8 +228,8 @@ use proc_macro2::TokenStream;
 /// where a half-done body would be worse than a duplicate. Aborting drops the body's future at
 /// an `.await`, so a body whose partial effects matter should be written with that in mind (a
 /// transaction that is not committed rolls back). Neither mode can stop a write that is already
-/// in flight: for that, pass the guard's fencing token to the database (use `Locker::lock`
-/// directly to get the guard).
+/// in flight: for that, pass the lock's fencing token to the database (`fence = ..`,
+/// [below](#the-fencing-token-fence)).
 ///
 /// # Requirements on the fn
 ///
@@ -245,7 +292,9 @@ use proc_macro2::TokenStream;
 ///
 /// With `mode = "read"` the acquire is `locker.read(..)` instead of `locker.lock(..)`; with
 /// `keys` it is `locker.lock_all([format!(..), format!(..)])`, whose `MultiLockGuard` has the
-/// same `lost()` and `release()`.
+/// same `lost()` and `release()`. With `fence = fence`, `let fence = guard.fence();` comes
+/// right after the acquire and the body block moves it in (with `keys`: the guard's fence of
+/// each formatted key, in template order).
 ///
 /// # Errors
 ///
@@ -274,7 +323,8 @@ use proc_macro2::TokenStream;
 /// Each is reported on the offending token with what to write instead: a missing `key` (or
 /// `keys`); both `key` and `keys`; an empty `keys = []`, a `keys` that is no bracketed list of
 /// strings, a template listed twice; an unknown `mode`, or `mode = "read"` with `keys`; an
-/// unknown or repeated option; a value of the wrong kind (`wait = 5`); a malformed duration or
+/// unknown or repeated option; a value of the wrong kind (`wait = 5`); a `fence` value that is
+/// not a plain name, that names a parameter, or `fence` with `mode = "read"`; a malformed duration or
 /// a lease under 1 ms; an unclosed `<` or an empty `<>` in the template; a placeholder naming no
 /// parameter, or naming `self` in a fn without a receiver; a non-`async` fn; a fn without a
 /// return type. A body whose error type lacks `From<LockError>` is reported by rustc on the

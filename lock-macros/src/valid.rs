@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use proc_macro2::Span;
-use syn::{Expr, LitStr, Path, ReturnType, Type};
+use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Path, ReturnType, Type};
 
 use crate::attr::{Args, KeyList};
 use crate::item::{BoxedAsync, ItemFn};
@@ -54,6 +54,10 @@ pub(crate) struct Options {
     pub(crate) lease: Option<Duration>,
     pub(crate) locker: Option<Expr>,
     pub(crate) on_lost: OnLost,
+    /// `fence = <name>`: the name the body sees the lock's `Fence` (`[Fence; N]` for `keys`)
+    /// under. Never set with `mode = "read"`, and checked against the fn's parameters by
+    /// [`locked_fn`].
+    pub(crate) fence: Option<Ident>,
     /// Path of the lock-core crate: `::lock_core` unless `crate = ".."` says otherwise.
     pub(crate) krate: Path,
 }
@@ -91,10 +95,27 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
     let lease = args.lease.map(|lit| lease(&lit)).transpose()?;
     let on_lost = args.on_lost.map(|lit| on_lost(&lit)).transpose()?;
     let krate = args.krate.map(|lit| crate_path(&lit)).transpose()?;
+    let fence = args.fence.map(|expr| fence_name(&expr)).transpose()?;
     let mode = args
         .mode
         .map(|lit| mode(&lit).map(|m| (m, lit)))
         .transpose()?;
+    if let (Some(name), Some((Mode::Read, lit))) = (&fence, &mode) {
+        let mut error = syn::Error::new(
+            name.span(),
+            format!(
+                "`fence = {name}` cannot be combined with `mode = \"read\"`: a read lock has no \
+                 fencing token (readers hold the key together, so no token could order their \
+                 writes); drop `fence`, or take the write lock (`mode = \"write\"`) for a fn \
+                 that writes"
+            ),
+        );
+        error.combine(syn::Error::new(
+            lit.span(),
+            "the read lock is asked for here",
+        ));
+        return Err(error);
+    }
     let target = match (args.key, args.keys) {
         (Some(key), _) => Target::One {
             key,
@@ -126,6 +147,7 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
         lease,
         locker: args.locker,
         on_lost: on_lost.unwrap_or(OnLost::Abort),
+        fence,
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::lock_core)),
     })
 }
@@ -135,6 +157,30 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
 pub(crate) fn locked_fn(options: Options, item: &ItemFn) -> syn::Result<Locked<'_>> {
     let body = body(item)?;
     let scope = item.scope();
+    if let Some(name) = &options.fence {
+        // The binding is made after the key is formatted, so it would work, but the body
+        // could no longer reach the parameter: almost surely a mistake, and a confusing one
+        // (`fence.token()` on a `u64`).
+        if let Some(param) = scope.params.iter().find(|param| *param == name) {
+            let suggestion = if name == "fence" {
+                "lock_fence"
+            } else {
+                "fence"
+            };
+            let mut error = syn::Error::new(
+                name.span(),
+                format!(
+                    "`fence = {name}` would hide the parameter `{name}` in the body: name the \
+                     lock's fence differently, e.g. `fence = {suggestion}`"
+                ),
+            );
+            error.combine(syn::Error::new(
+                param.span(),
+                format!("`{name}` is declared here"),
+            ));
+            return Err(error);
+        }
+    }
     let locks = match &options.target {
         Target::One { key, mode } => Locks::One {
             key: Template::parse(key, &scope)?,
@@ -260,6 +306,50 @@ fn key_list(list: KeyList) -> syn::Result<Vec<LitStr>> {
         }
     }
     Ok(list.templates)
+}
+
+/// The name of `fence = <name>`: one identifier, which the body can bind.
+fn fence_name(expr: &Expr) -> syn::Result<Ident> {
+    const EXAMPLE: &str = "fence = fence";
+    if let Expr::Path(ExprPath {
+        attrs,
+        qself: None,
+        path,
+    }) = expr
+    {
+        if attrs.is_empty() {
+            if let Some(ident) = path.get_ident() {
+                if matches!(
+                    ident.to_string().as_str(),
+                    "self" | "Self" | "super" | "crate"
+                ) {
+                    return Err(syn::Error::new(
+                        ident.span(),
+                        format!(
+                            "`fence = {ident}`: `{ident}` is a keyword, not a name the body can \
+                             use; write e.g. `{EXAMPLE}`"
+                        ),
+                    ));
+                }
+                return Ok(ident.clone());
+            }
+        }
+    }
+    let hint = match expr {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) if syn::parse_str::<Ident>(&lit.value()).is_ok() => {
+            format!("write `fence = {}`, without quotes", lit.value())
+        }
+        _ => format!("write e.g. `{EXAMPLE}`"),
+    };
+    Err(syn::Error::new_spanned(
+        expr,
+        format!(
+            "`fence` expects a name: the body gets the lock's `Fence` under it (its `token()` is \
+             the fencing token); {hint}"
+        ),
+    ))
 }
 
 fn crate_path(lit: &LitStr) -> syn::Result<Path> {

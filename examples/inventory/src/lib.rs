@@ -3,6 +3,7 @@
 //!
 //! - [`db`]: the SQLite database (WAL mode) with `skus` and `orders`.
 //! - [`service`]: the purchase endpoints, one per [`Variant`], and [`app`], the router.
+//! - [`metrics`]: `GET /metrics`, the lock kit's metrics in the Prometheus text format.
 //! - [`server`]: `inventory serve`, one instance.
 //! - [`trace`]: what each instance records of the purchases it serves, for the report.
 //! - [`demo`]: starts Redis, the instances and the load, and reports what each variant sold.
@@ -14,6 +15,7 @@
 pub mod db;
 pub mod demo;
 mod instances;
+pub mod metrics;
 pub mod report;
 pub mod server;
 pub mod service;

@@ -22,6 +22,7 @@
 //! cargo run --release -p inventory -- serve --port 3000
 //! curl -X POST localhost:3000/skus/42/purchase/fenced
 //! curl localhost:3000/skus/42
+//! curl localhost:3000/metrics     # the lock metrics (lock_*), Prometheus text
 //! ```
 
 use std::process::ExitCode;

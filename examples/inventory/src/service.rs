@@ -3,6 +3,7 @@
 //! | route | what it does |
 //! |---|---|
 //! | `GET /health` | `ok` |
+//! | `GET /metrics` | the lock kit's metrics (`lock_*`) in the Prometheus text format ([`metrics`](crate::metrics)) |
 //! | `GET /skus/{sku}` | `{"id", "stock", "sold"}` |
 //! | `PUT /skus/{sku}` | `{"name", "stock"}`: sets the stock (creates the SKU) |
 //! | `POST /skus/{sku}/purchase/{variant}` | buys one: `200` with the order, or `409`/`404`/`503` with `{"error", "message"}` |
@@ -394,6 +395,9 @@ fn lock_response(rejection: Rejection) -> Response {
 /// The router of one instance. Split out of `serve` so tests can call it with
 /// `tower::ServiceExt::oneshot`.
 pub fn app(state: AppState) -> Router {
+    // Before the first purchase, so that every lock it takes is counted (once per process:
+    // later calls find the recorder in place).
+    crate::metrics::install();
     // Only the `layer` route is behind the layer (`route_layer` wraps the routes added before
     // it). The layer waits for the lock like the other variants, so requests for one SKU are
     // served in turn: with `.wait(Duration::ZERO)` (its default) a request that finds the SKU
@@ -416,6 +420,7 @@ pub fn app(state: AppState) -> Router {
 
     Router::new()
         .route("/health", get(|| async { "ok" }))
+        .route("/metrics", get(crate::metrics::render))
         .route("/skus/{sku}", get(sku_status).put(restock))
         .route(Variant::Unlocked.route(), post(purchase_unlocked))
         .route(Variant::Macro.route(), post(purchase_macro))

@@ -95,6 +95,23 @@ fn serve_without_redis_url_starts_its_own_redis_server() {
     stream.read_to_string(&mut response).expect("response");
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 
+    // The instance serves its own lock metrics, which counted that purchase's lock.
+    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .expect("request");
+    let mut metrics = String::new();
+    stream.read_to_string(&mut metrics).expect("response");
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("lock_acquisitions_total{")
+                && l.contains("outcome=\"acquired\"")
+                && l.ends_with(" 1")),
+        "{metrics}"
+    );
+
     drop(child.stdin.take()); // --watch-stdin: the instance exits, and its redis-server with it
     let status = child.wait().expect("wait");
     let mut stderr = String::new();

@@ -22,6 +22,9 @@ mod shadowed {
     }
     struct Duration;
     struct Locker;
+    struct Fence;
+    struct LockGuard;
+    trait Clone {}
     trait From {}
     macro_rules! format {
         () => {};
@@ -42,6 +45,21 @@ mod shadowed {
         ::core::result::Result::Ok(a + b)
     }
 
+    #[::lock_core::distributed_lock(key = "shadowed:<id>", fence = fence)]
+    pub(crate) async fn fenced(id: u32) -> ::core::result::Result<u32, ::lock_core::LockError> {
+        let _: ::lock_core::Fence = fence;
+        ::core::result::Result::Ok(id)
+    }
+
+    #[::lock_core::distributed_lock(keys = ["a:<a>", "b:<b>"], fence = fences)]
+    pub(crate) async fn all_fenced(
+        a: u32,
+        b: u32,
+    ) -> ::core::result::Result<u32, ::lock_core::LockError> {
+        let _: [::lock_core::Fence; 2] = fences;
+        ::core::result::Result::Ok(a + b)
+    }
+
     #[::lock_core::distributed_lock(key = "fixed")]
     pub(crate) async fn fixed() -> ::core::result::Result<(), ::lock_core::LockError> {
         ::core::result::Result::Ok(())
@@ -55,4 +73,6 @@ fn main() {
     assert_send(shadowed::fixed());
     assert_send(shadowed::read(1));
     assert_send(shadowed::all(1, 2));
+    assert_send(shadowed::fenced(1));
+    assert_send(shadowed::all_fenced(1, 2));
 }

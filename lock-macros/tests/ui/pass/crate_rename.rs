@@ -20,9 +20,16 @@ pub async fn nested_path(id: u32) -> Result<u32, renamed::LockError> {
     Ok(id)
 }
 
+#[renamed::distributed_lock(keys = ["a:<id>", "b:<id>"], crate = "renamed", fence = fences)]
+pub async fn renamed_fence(id: u32) -> Result<u64, renamed::LockError> {
+    let [a, _] = fences;
+    Ok(a.token().await? + u64::from(id))
+}
+
 fn assert_send<T: Send>(_: T) {}
 
 fn main() {
     assert_send(renamed_path(1));
     assert_send(nested_path(1));
+    assert_send(renamed_fence(1));
 }
