@@ -317,3 +317,53 @@ async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
         common::assert_nothing_left(server, &[&locker]).await;
     }
 }
+
+/// A grant that lands on a slow node after the majority was out of reach is undone before the
+/// failed acquire answers. Before, the acquire answered at once and the late grant stayed
+/// until its own undo came back through the slow node: the caller's next try (under a fresh
+/// token) took it for another holder's lock with a whole lease left, and a waiter with a long
+/// fallback retry waited out its deadline (two CI runs: `Busy` after 10 s, "holder" TTL
+/// 29.999 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_of_a_failed_try_is_gone_when_the_acquire_answers() {
+    use lock_testkit::{FaultProxy, ProxyMode};
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let slow = FaultProxy::start(servers[1].port()).await.unwrap();
+    let urls = vec![servers[0].url(), slow.url(), servers[2].url()];
+    let locker = Locker::builder().redlock(urls).build().await.unwrap();
+    // Someone else holds nodes 0 and 2: two refusals decide the try while node 1, free but
+    // slow, is still answering.
+    let name = {
+        // The lock's Redis name, read off a lock of "k" on node 0 alone.
+        let probe = Locker::builder()
+            .url(servers[0].url())
+            .build()
+            .await
+            .unwrap();
+        let guard = probe.lock("k").await.unwrap();
+        let name = common::lock_key(&servers[0], "k");
+        guard.release().await.unwrap();
+        name
+    };
+    for s in [&servers[0], &servers[2]] {
+        let _: () = s.cmd(&["SET", &name, "someone", "PX", "60000"]);
+    }
+    slow.set_mode(ProxyMode::Delay(Duration::from_millis(100)))
+        .await;
+    let busy = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    // From the answer on, node 1 never holds the caller's grant.
+    let until = Instant::now() + Duration::from_millis(600);
+    while Instant::now() < until {
+        assert!(
+            lock_keys(&servers[1]).is_empty(),
+            "a grant of the failed try is still on the slow node after the acquire answered"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    slow.set_mode(ProxyMode::Pass).await;
+    for s in [&servers[0], &servers[2]] {
+        let _: i64 = s.cmd(&["DEL", &name]);
+    }
+    locker.lock("k").await.unwrap().release().await.unwrap();
+}

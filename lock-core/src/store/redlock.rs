@@ -84,6 +84,7 @@ impl RedLockStore {
         let started = Instant::now();
         let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
         let (running_tx, running_rx) = watch::channel(self.nodes.len());
+        let mut answered = running_rx.clone();
         self.in_flight.lock().insert(token.to_owned(), running_rx);
         let running_tx = Arc::new(running_tx);
         let tasks = self.nodes.iter().map(|node| {
@@ -161,9 +162,16 @@ impl RedLockStore {
             return Ok(Outcome::Acquired);
         }
         let _ = verdict_tx.send(Verdict::Undo);
-        // The nodes that granted are undone before answering (their tasks do it again, harmlessly),
-        // so a failed acquire returns with no grant of ours left on any node that answered.
-        join_all(won.iter().map(|node| node.release(keys, token))).await;
+        // Every node's grant is undone before answering (the nodes' tasks do it again,
+        // harmlessly): first the nodes still answering are waited for (each is cut at its
+        // per-node limit), then every node is released. A grant that landed after the majority
+        // was out of reach would otherwise still be there when the caller tries again under a
+        // fresh token, which it cannot tell from another holder's lock: it would wait out a
+        // whole lease for its own grant (seen in CI: Busy after a 10 s wait with the "holder's"
+        // TTL at 29.999 s). On the multiplexed connection a release sent after a cut-off
+        // acquire also runs after it.
+        let _ = tokio::time::timeout(per_node, answered.wait_for(|n| *n == 0)).await;
+        join_all(self.nodes.iter().map(|node| node.release(keys, token))).await;
         match first_error {
             Some(error) if !refused => Err(error),
             _ => Ok(Outcome::Busy { ttl }),
