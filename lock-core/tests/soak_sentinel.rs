@@ -13,7 +13,8 @@
 //! that has not yet asked Sentinel again still talks to it.
 //!
 //! At the end: a clean oracle report (no unsignalled overlap, no unexplained occupancy
-//! collision, no fence regression, no stale write accepted), every section finished
+//! collision, no fence regression, no stale write accepted), no overlap signalled later than
+//! one renewal interval (the failover window of RELIABILITY.md S2), every section finished
 //! (completed, lost or release failed), at least two failovers in a 20 s run, and nothing
 //! left on the current master or in the lockers. One line starting with `SOAK SENTINEL:`
 //! gives the figures (`--nocapture`, or the CI log via `lock_testkit::figure`).
@@ -326,11 +327,15 @@ fn sentinel_failover_soak() {
     assert_eq!(report.unsignalled_overlaps, 0);
     assert_eq!(report.occupancy_violations, 0);
     assert_eq!(report.stale_accepted, 0);
-    // Nothing is paused or killed here: an overlap could only be signalled in time.
-    assert_eq!(
-        report.late_signalled_overlaps + report.killed_overlaps,
-        0,
-        "{report}"
+    // Nothing is paused or killed here. A late signal can still come from the documented
+    // failover window (RELIABILITY.md S2): renewals are not `WAIT`ed, so the promoted replica
+    // may hold a TTL up to one renewal interval (lease / 3) shorter than the one its holder
+    // counts on; the holder learns it at its next renewal. Within that bound it is the window,
+    // beyond it a bug. (Seen once in 14 runs: a signal 741 us late, the stale write fenced off.)
+    assert_eq!(report.killed_overlaps, 0, "{report}");
+    assert!(
+        report.max_late_signal <= LEASE / 3,
+        "a signal later than one renewal interval: {report}"
     );
     assert_eq!(report.unfinished, 0, "sections left open");
     assert_eq!(report.enters, report.cycles, "enters without a logged end");
