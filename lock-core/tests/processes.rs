@@ -3,56 +3,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
+use common::child::{spawn_child, wait_for_line, MODE, REFEREE, URL};
 use common::{locker, server};
 use lock_core::Locker;
 use lock_testkit::oracle::{Oracle, Report};
-
-const MODE: &str = "LOCK_CHILD_MODE";
-const URL: &str = "LOCK_CHILD_URL";
-const REFEREE: &str = "LOCK_CHILD_REFEREE";
-
-fn spawn_child(mode: &str, url: &str) -> Child {
-    spawn_child_with_referee(mode, url, "")
-}
-
-fn spawn_child_with_referee(mode: &str, url: &str, referee: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_worker",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(MODE, mode)
-        .env(URL, url)
-        .env(REFEREE, referee)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Blocks until the child prints `line` on stdout.
-fn wait_for_line(child: &mut Child, line: &str) {
-    let stdout = child.stdout.as_mut().unwrap();
-    let mut reader = BufReader::new(stdout);
-    let mut buf = String::new();
-    loop {
-        buf.clear();
-        assert!(
-            reader.read_line(&mut buf).unwrap() > 0,
-            "child exited before printing {line}"
-        );
-        if buf.trim_end().ends_with(line) {
-            return;
-        }
-    }
-}
 
 /// The worker side. Does nothing unless started by a test of this file.
 #[test]
@@ -109,7 +66,7 @@ fn child_worker() {
 fn run_increments(mode: &str) -> (i64, Report) {
     let (server, referee) = (server(), server());
     let children: Vec<Child> = (0..3)
-        .map(|_| spawn_child_with_referee(mode, &server.url(), &referee.url()))
+        .map(|_| spawn_child(mode, &server.url(), &referee.url()))
         .collect();
     for mut child in children {
         assert!(child.wait().unwrap().success());
@@ -150,7 +107,7 @@ fn control_three_processes_without_the_lock_lose_updates() {
 
 async fn killed_holder_frees_within_lease(mode: &str, hold_before_kill: Duration) -> Duration {
     let server = server();
-    let mut child = spawn_child(mode, &server.url());
+    let mut child = spawn_child(mode, &server.url(), "");
     wait_for_line(&mut child, "HELD");
     let locker = locker(&server).await;
     tokio::time::sleep(hold_before_kill).await;

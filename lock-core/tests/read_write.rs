@@ -7,12 +7,12 @@
 mod common;
 
 use std::future::IntoFuture;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::child::{spawn_child, wait_for_line, MODE, REFEREE, URL};
 use common::{eventually, keys, locker, server};
 use lock_core::{LockError, Locker};
 use lock_testkit::oracle::{Oracle, Outcome, Report};
@@ -134,10 +134,6 @@ async fn lock_all_takes_every_key_or_none() {
 
 /// The key every reader and writer of the concurrent runs locks.
 const CATALOGUE: &str = "catalogue";
-
-const MODE: &str = "LOCK_CHILD_MODE";
-const URL: &str = "LOCK_CHILD_URL";
-const REFEREE: &str = "LOCK_CHILD_REFEREE";
 
 /// How the writers of a run lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,41 +296,6 @@ async fn control_writers_with_only_the_read_lock_are_caught() {
         a < writes || torn > 0,
         "no lost update and no torn read: {a} {writes} {torn}"
     );
-}
-
-fn spawn_child(mode: &str, url: &str, referee: &str) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child_worker",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(MODE, mode)
-        .env(URL, url)
-        .env(REFEREE, referee)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-/// Blocks until the child prints `line` on stdout.
-fn wait_for_line(child: &mut Child, line: &str) {
-    let stdout = child.stdout.as_mut().unwrap();
-    let mut reader = BufReader::new(stdout);
-    let mut buf = String::new();
-    loop {
-        buf.clear();
-        assert!(
-            reader.read_line(&mut buf).unwrap() > 0,
-            "child exited before printing {line}"
-        );
-        if buf.trim_end().ends_with(line) {
-            return;
-        }
-    }
 }
 
 /// The worker side. Does nothing unless started by a test of this file.

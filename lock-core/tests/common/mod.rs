@@ -1,6 +1,8 @@
 //! Shared set-up of the integration tests: a fresh redis-server and locker per test.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod child;
+
 use std::time::Duration;
 
 use lock_core::{LockError, LockGuard, Locker, LostReason};

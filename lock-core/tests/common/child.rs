@@ -1,0 +1,48 @@
+//! A test binary re-executing itself as a worker process: the test named `child_worker` of the
+//! same file (ignored when run normally), told what to do by environment variables.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// What the child does (the test file's own modes).
+pub const MODE: &str = "LOCK_CHILD_MODE";
+/// The Redis URL the child locks on.
+pub const URL: &str = "LOCK_CHILD_URL";
+/// The oracle's referee URL (empty when the mode needs none).
+pub const REFEREE: &str = "LOCK_CHILD_REFEREE";
+
+/// Starts this test binary's `child_worker` in `mode`, stdout piped for [`wait_for_line`].
+pub fn spawn_child(mode: &str, url: &str, referee: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_worker",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(MODE, mode)
+        .env(URL, url)
+        .env(REFEREE, referee)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Blocks until the child prints `line` on stdout.
+pub fn wait_for_line(child: &mut Child, line: &str) {
+    let stdout = child.stdout.as_mut().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut buf = String::new();
+    loop {
+        buf.clear();
+        assert!(
+            reader.read_line(&mut buf).unwrap() > 0,
+            "child exited before printing {line}"
+        );
+        if buf.trim_end().ends_with(line) {
+            return;
+        }
+    }
+}
