@@ -138,8 +138,10 @@ impl AcquireAll {
             if let Some(error) = failed {
                 return Err(error);
             }
-            if wait.is_zero() {
-                return Err(busy.map_or(LockError::NoKeys, |e| waited_since(e, started)));
+            match busy {
+                // A zero wait had its one try.
+                Some(busy) if wait.is_zero() => return Err(waited_since(busy, started)),
+                _ => {}
             }
         }
         let mut guards = Vec::with_capacity(keys.len());
