@@ -26,7 +26,6 @@ use crate::locker::Locker;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
 pub struct Fence {
     locker: Locker,
     held: Arc<HeldLock>,
@@ -41,8 +40,21 @@ impl std::fmt::Debug for Fence {
     }
 }
 
+impl Clone for Fence {
+    fn clone(&self) -> Self {
+        Self::new(self.locker.clone(), self.held.clone())
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        self.held.count_fence(false);
+    }
+}
+
 impl Fence {
     pub(crate) fn new(locker: Locker, held: Arc<HeldLock>) -> Self {
+        held.count_fence(true);
         Self { locker, held }
     }
 

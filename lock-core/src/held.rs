@@ -66,6 +66,10 @@ pub(crate) struct HeldLock {
     fence: AtomicU64,
     /// Nested guards alive (1 for a plain acquisition).
     depth: AtomicUsize,
+    /// [`Fence`](crate::Fence) handles alive: one could still ask for a token under this
+    /// Redis token, so the lock is not handed over locally while any lives. (Counted apart
+    /// from the `Arc`: the watchdog's renewal in flight holds one too, and does no harm.)
+    fences: AtomicUsize,
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
     validity: Mutex<Validity>,
     /// A guard of this lock was used by a task other than its owner: the lock is no longer
@@ -120,6 +124,7 @@ impl HeldLock {
             terms,
             fence: AtomicU64::new(0),
             depth: AtomicUsize::new(1),
+            fences: AtomicUsize::new(0),
             validity: Mutex::new(Validity {
                 until,
                 extended_at: None,
@@ -363,6 +368,20 @@ impl HeldLock {
     /// Gives the local queue place back (once).
     pub(crate) fn give_back_place(&self) {
         drop(self.permit.lock().take());
+    }
+
+    /// Counts a [`Fence`](crate::Fence) handle made (`true`) or dropped (`false`).
+    pub(crate) fn count_fence(&self, made: bool) {
+        if made {
+            self.fences.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.fences.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether a [`Fence`](crate::Fence) handle of this acquisition is alive.
+    pub(crate) fn has_fences(&self) -> bool {
+        self.fences.load(Ordering::Acquire) > 0
     }
 }
 

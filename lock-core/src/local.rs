@@ -172,9 +172,9 @@ impl LocalLocks {
     ///
     /// Only a watchdog lock with time to spare, a local acquirer queued, a streak under
     /// [`MAX_STREAK`], no other locker found waiting at the last release through Redis (they
-    /// get their turn in Redis order instead), and no other reference to `held` (no [`Fence`](crate::Fence) handle that
-    /// could still ask for a token under this Redis token after the next holder did). A lock
-    /// nobody picks up within [`PICKUP`] is released in Redis.
+    /// get their turn in Redis order instead), and no [`Fence`](crate::Fence) handle of `held`
+    /// alive (it could still ask for a token under this Redis token after the next holder
+    /// did). A lock nobody picks up within [`PICKUP`] is released in Redis.
     pub(crate) fn hand_over(&self, held: &Arc<HeldLock>, store: &Arc<Store>) -> bool {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return false;
@@ -185,7 +185,7 @@ impl LocalLocks {
             return false;
         }
         let slot = held.slot();
-        if Arc::strong_count(held) != 1
+        if held.has_fences()
             || !slot.has_waiters()
             || slot.contended()
             || held.streak() >= MAX_STREAK

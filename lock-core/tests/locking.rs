@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::{eventually, increments, keys, lock_key, locker, lost_reason, server};
 use lock_core::{InvalidKeyReason, LockError, Locker, LostReason, MAX_KEY_LEN};
 use lock_testkit::oracle::Oracle;
+use lock_testkit::{FaultProxy, ProxyMode};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_tasks_never_lose_an_update() {
@@ -755,6 +756,106 @@ async fn a_handed_over_lock_nobody_takes_is_released_in_redis() {
         eventually(Duration::from_secs(2), || keys(&server, &name).is_empty()).await,
         "the handed-over lock stayed in Redis"
     );
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A `Fence` handle that outlives its guard keeps the lock from being handed over locally: it
+/// could still ask for a token under the Redis token the next holder would share. The release
+/// goes to Redis, and the old handle gets no token once the next holder has the lock.
+#[tokio::test]
+async fn a_live_fence_handle_keeps_the_lock_from_being_handed_over() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let fence = guard.fence();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker.lock("k").wait(Duration::from_secs(5)).await?;
+            let token = guard.fencing_token().await?;
+            let _ = rx.await;
+            guard.release().await.map(|()| token)
+        })
+    };
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let name = lock_key(&server, "k");
+    guard.release().await.unwrap();
+    assert!(
+        keys(&server, &name).is_empty(),
+        "the lock was handed over while a Fence handle of it lived"
+    );
+    // The next holder took it in Redis; the old handle's token request is refused.
+    assert!(
+        eventually(Duration::from_secs(2), || keys(&server, &name).len() == 1).await,
+        "the waiter did not take the lock"
+    );
+    let err = fence.token().await.unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    tx.send(()).unwrap();
+    assert!(waiter.await.unwrap().unwrap() > 0);
+    drop(fence);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A release while the watchdog's renewal of the lock is still in flight hands the lock over
+/// all the same: the renewal holds the lock's record until Redis answers, but cannot ask for a
+/// fencing token. (Before the fix the handoff counted every reference to the record as a
+/// possible `Fence`, so a release that met a renewal went to Redis; one CI run in a few failed
+/// `a_handed_over_lock_nobody_takes_is_released_in_redis` that way.)
+#[tokio::test]
+async fn a_release_during_a_renewal_still_hands_over() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    // Renewals every 200 ms.
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .watchdog_lease(Duration::from_millis(600))
+        .build()
+        .await
+        .unwrap();
+    let guard = locker.lock("k").await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker.lock("k").wait(Duration::from_secs(5)).await?;
+            guard.release().await
+        })
+    };
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let name = lock_key(&server, "k");
+    // One renewal first, undelayed: it loads the renewal script, so the one below is a
+    // single round trip.
+    assert!(
+        eventually(Duration::from_secs(2), || locker.stats().renewal_calls > 0).await,
+        "no renewal was sent"
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Each round trip now takes 200 ms: the next renewal is in flight for that long.
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(100)))
+        .await;
+    let calls = locker.stats().renewal_calls;
+    assert!(
+        eventually(Duration::from_secs(2), || locker.stats().renewal_calls
+            > calls)
+        .await,
+        "no renewal was sent"
+    );
+    guard.release().await.unwrap();
+    // Handed over, not released: the key is still there (checked before this task yields;
+    // a release through Redis would have taken 200 ms and deleted it).
+    assert_eq!(
+        keys(&server, &name).len(),
+        1,
+        "the release did not hand the lock over"
+    );
+    proxy.set_mode(ProxyMode::Pass).await;
+    waiter.await.unwrap().unwrap();
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
