@@ -326,7 +326,7 @@ impl Acquire {
                 .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
             return Err(self.busy(when.started, holder_ttl));
         };
-        let grant = match LocalLocks::take_over(slot, mode) {
+        let grant = match LocalLocks::take_over(slot, mode, self.permits) {
             // The last local holder handed the lock over: no Redis round trip.
             Some(Ok(grant)) => grant,
             handed => {

@@ -179,9 +179,12 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return false;
         };
-        if held.keys().access != Access::Exclusive {
-            // Only exclusive locks are handed over: readers do not queue behind each other,
-            // and a semaphore's freed permits are for whoever asks in Redis first.
+        if !matches!(
+            held.keys().access,
+            Access::Exclusive | Access::Permits { .. }
+        ) {
+            // Readers do not queue behind each other, and a fair lock's next holder is
+            // whoever is first in line in Redis.
             return false;
         }
         let slot = held.slot();
@@ -200,13 +203,16 @@ impl LocalLocks {
             return false;
         }
         let id = held.id();
-        slot.put_baton(Baton {
+        let left = slot.put_baton(Baton {
             id,
             keys: held.keys().clone(),
             token: held.token().to_owned(),
             valid_until,
             streak: held.streak() + 1,
         });
+        if !left {
+            return false;
+        }
         held.give_back_place();
         metrics::released(
             held.keys().access,
@@ -214,7 +220,7 @@ impl LocalLocks {
             held.held_for(),
         );
         tracing::trace!(key = %held.key(), "lock handed over locally");
-        let slot = self.slot(held.key());
+        let slot = slot.clone();
         let store = store.clone();
         runtime.spawn(async move {
             tokio::time::sleep(PICKUP).await;
@@ -233,11 +239,20 @@ impl LocalLocks {
     pub(crate) fn take_over(
         slot: &SlotRef<HeldLock>,
         mode: LeaseMode,
+        permits: u32,
     ) -> Option<Result<Grant, Baton>> {
         let baton = slot.take_baton()?;
         let LeaseMode::Watchdog(lease) = mode else {
             return Some(Err(baton));
         };
+        if let Access::Permits { .. } = baton.keys.access {
+            // A semaphore holder's token names its permits (`<token>:<permits>`): an
+            // acquire of another count cannot take it over.
+            let count = baton.token.rsplit(':').next();
+            if count.and_then(|c| c.parse::<u32>().ok()) != Some(permits) {
+                return Some(Err(baton));
+            }
+        }
         if !worth_handing_over(baton.valid_until, lease) {
             return Some(Err(baton));
         }

@@ -96,9 +96,16 @@ impl<H> Slot<H> {
         self.waiting.load(Ordering::Acquire) > 0
     }
 
-    /// Leaves a lock for the next local acquirer.
-    pub(crate) fn put_baton(&self, baton: Baton) {
-        *self.baton.lock() = Some(Box::new(baton));
+    /// Leaves a lock for the next local acquirer, unless one left earlier is still there (a
+    /// semaphore's slot has several holders; one baton waits at a time). Returns whether it
+    /// was left.
+    pub(crate) fn put_baton(&self, baton: Baton) -> bool {
+        let mut place = self.baton.lock();
+        if place.is_some() {
+            return false;
+        }
+        *place = Some(Box::new(baton));
+        true
     }
 
     /// Takes the lock left by the last local holder, if any.
@@ -192,6 +199,20 @@ impl<H> std::ops::Deref for SlotRef<H> {
 
     fn deref(&self) -> &Slot<H> {
         &self.slot
+    }
+}
+
+impl<H> Clone for SlotRef<H> {
+    fn clone(&self) -> Self {
+        // Counted under the map's lock, as in `get_sized`.
+        let slots = self.slots.lock();
+        self.slot.refs.fetch_add(1, Ordering::AcqRel);
+        drop(slots);
+        Self {
+            key: self.key.clone(),
+            slot: self.slot.clone(),
+            slots: self.slots.clone(),
+        }
     }
 }
 

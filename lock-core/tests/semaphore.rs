@@ -199,3 +199,88 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
         server.keys("lock:*")
     );
 }
+
+/// Local handoff of permits: tasks of one process queued for a semaphore take over the permits
+/// a releasing task leaves, without a Redis round trip, mixed with acquisitions through Redis
+/// by other lockers and by every few releases (so those get their turn). At most three inside
+/// at any time (a counter that a fourth holder would push above three); most of this
+/// process's acquisitions cost no script call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn queued_local_tasks_take_released_permits_over_without_redis() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    a.semaphore("warm", 3)
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    server.reset_stats();
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let round = |locker: lock_core::Locker, tasks: usize, rounds: usize| {
+        (0..tasks)
+            .map(|i| {
+                let (sem, inside, most) = (locker.semaphore("s", 3), inside.clone(), most.clone());
+                tokio::spawn(async move {
+                    for _ in 0..rounds {
+                        let permit = sem.acquire().wait(Duration::from_secs(20)).await.unwrap();
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(1 + i as u64 % 2)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        permit.release().await.unwrap();
+                    }
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    // Alone first: every release finds a local task queued.
+    for t in round(a.clone(), 12, 20) {
+        t.await.unwrap();
+    }
+    let alone = server.command_calls("evalsha") + server.command_calls("eval");
+    assert!(
+        alone < 240,
+        "{alone} script calls for 240 acquisitions of one process: no permit was handed over"
+    );
+    // Then with another locker contending in Redis.
+    let mut tasks = round(a.clone(), 8, 15);
+    tasks.extend(round(b.clone(), 4, 15));
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= 3, "{most} holders at once");
+    assert_eq!(most, 3, "the permits were never all used");
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
+
+/// A handed-over permit only fits an acquire of the same count: a queued `acquire_many(2)`
+/// behind a releasing single permit gets its permits through Redis, and the single permit
+/// goes back to Redis rather than staying held by nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handed_over_permit_of_another_count_goes_back_to_redis() {
+    let server = server();
+    let (locker, other) = (locker(&server).await, common::locker(&server).await);
+    let sem = locker.semaphore("s", 3);
+    let one = sem.acquire().await.unwrap();
+    let others = sem.acquire_many(2).await.unwrap();
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire_many(2).wait(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    one.release().await.unwrap();
+    others.release().await.unwrap();
+    let two = waiter.await.unwrap().unwrap();
+    // Redis holds the waiter's two permits and nothing else: another process gets one more,
+    // and no second.
+    let elsewhere = other.semaphore("s", 3);
+    let third = elsewhere.acquire().wait(Duration::ZERO).await.unwrap();
+    let full = elsewhere.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(full.is_busy(), "{full}");
+    third.release().await.unwrap();
+    two.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
+}
