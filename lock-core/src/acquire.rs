@@ -489,8 +489,9 @@ impl Acquire {
                 tried => tried?,
             };
             // A fair waiter stays armed between tries: it has a place in line, which the
-            // background releaser clears at once if this acquire is dropped or gives up.
-            if self.access != Access::Fair || try_once {
+            // background releaser clears at once if this acquire is dropped or gives up; so
+            // does a semaphore's waiter, which may be next (see `scripts/permit_acquire.lua`).
+            if !matches!(self.access, Access::Fair | Access::Permits { .. }) || try_once {
                 on_drop.disarm();
             }
             let ttl = match tried {
@@ -534,15 +535,22 @@ impl Acquire {
                 sleep = sleep.min(remaining);
             }
             tracing::trace!(?ttl, ?sleep, "waiting for release");
-            match notified {
-                Some(n) => {
+            let wake_at = Instant::now() + sleep;
+            match (notified, notify.as_deref(), subscription.as_ref()) {
+                (Some(mut n), Some(notify), Some(subscription)) => loop {
                     tokio::select! {
-                        _ = n => {}
-                        _ = tokio::time::sleep(sleep) => {}
+                        _ = &mut n => {}
+                        _ = tokio::time::sleep_until(wake_at) => break,
                     }
-                }
-                None => tokio::time::sleep(sleep).await,
-            }
+                    // Registered before the message is read, so a later one still wakes us.
+                    n = Box::pin(notify.notified());
+                    n.as_mut().enable();
+                    if !turn_of_another(&subscription.last_message(), &on_drop.target.token) {
+                        break;
+                    }
+                },
+                _ => tokio::time::sleep_until(wake_at).await,
+            };
         }
     }
 
@@ -628,6 +636,13 @@ async fn queue_for(
         None => Some(queued.await),
     }
     .and_then(Result::ok)
+}
+
+/// Whether a release message names the waiter whose turn it is and that is not `token`: a
+/// semaphore's release tells which waiter is next, if any (`scripts/permit_release.lua`);
+/// the others would only find the permits kept for it. Other messages are for everyone.
+fn turn_of_another(message: &str, token: &str) -> bool {
+    message.contains(':') && message != token
 }
 
 /// 128 random bits from the thread-local CSPRNG, as 32 hex digits.

@@ -59,6 +59,8 @@ struct Channel {
     /// When the last waiter left, for a channel nobody waits on.
     idle_since: Option<tokio::time::Instant>,
     notify: Arc<Notify>,
+    /// The payload of the last release message, read by the waiters it woke.
+    last: Arc<Mutex<String>>,
     /// `true` once the listener has handled the first SUBSCRIBE (successfully or not).
     settled: watch::Sender<bool>,
 }
@@ -92,6 +94,14 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     pub(crate) notify: Arc<Notify>,
+    last: Arc<Mutex<String>>,
+}
+
+impl Subscription {
+    /// The payload of the last release message on the channel (empty before the first).
+    pub(crate) fn last_message(&self) -> String {
+        self.last.lock().clone()
+    }
 }
 
 impl Waiters {
@@ -113,7 +123,7 @@ impl Waiters {
     /// Subscribes to `channel` and waits (at most `limit`) until the subscription is in place, so
     /// that a release after this returns is not missed.
     pub(crate) async fn subscribe(&self, channel: &str, limit: Duration) -> Subscription {
-        let (notify, mut settled) = {
+        let (notify, last, mut settled) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
                 let _ = self
@@ -124,17 +134,23 @@ impl Waiters {
                     refs: 0,
                     idle_since: None,
                     notify: Arc::new(Notify::new()),
+                    last: Arc::default(),
                     settled: watch::Sender::new(false),
                 }
             });
             entry.refs += 1;
             entry.idle_since = None;
-            (entry.notify.clone(), entry.settled.subscribe())
+            (
+                entry.notify.clone(),
+                entry.last.clone(),
+                entry.settled.subscribe(),
+            )
         };
         let subscription = Subscription {
             shared: self.shared.clone(),
             channel: channel.to_owned(),
             notify,
+            last,
         };
         let _ = tokio::time::timeout(limit, settled.wait_for(|s| *s)).await;
         subscription
@@ -239,6 +255,8 @@ async fn listen(
                     Some(message) => {
                         let channel = message.get_channel_name();
                         if let Some(entry) = shared.channels().get(channel) {
+                            let payload: String = message.get_payload().unwrap_or_default();
+                            *entry.last.lock() = payload;
                             entry.notify.notify_waiters();
                         }
                     }
@@ -322,6 +340,8 @@ fn settle_all(shared: &Shared) {
 
 fn wake_all(shared: &Shared) {
     for entry in shared.channels().values() {
+        // A wake-up for everyone: no release message names a waiter.
+        entry.last.lock().clear();
         entry.notify.notify_waiters();
     }
 }

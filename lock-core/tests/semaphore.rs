@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{locker, server};
-use lock_core::{ConfigError, LockError};
+use lock_core::{ConfigError, LockError, Locker};
+use lock_testkit::{FaultProxy, ProxyMode};
 
 #[tokio::test]
 async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
@@ -283,4 +284,131 @@ async fn a_handed_over_permit_of_another_count_goes_back_to_redis() {
     third.release().await.unwrap();
     two.release().await.unwrap();
     common::assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// Turns across processes: a waiter that found too few permits is next, and permits freed
+/// while it is are kept for it, even from an acquire that asks at once; once it took its
+/// permit the others may take the rest. The next waiter here is slow (every round trip of its
+/// locker is delayed 200 ms), so the other acquire comes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_freed_while_a_waiter_is_next_are_kept_for_it() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = locker(&server).await;
+    let other = locker(&server).await;
+    let slow = Locker::builder().url(proxy.url()).build().await.unwrap();
+    let held = holder.semaphore("s", 3);
+    let (p1, p2, p3) = (
+        held.acquire().await.unwrap(),
+        held.acquire().await.unwrap(),
+        held.acquire().await.unwrap(),
+    );
+    let waiter = {
+        let sem = slow.semaphore("s", 3);
+        tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
+    };
+    let flag = flag_key(&server).await;
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(100)))
+        .await;
+    p1.release().await.unwrap();
+    p2.release().await.unwrap();
+    // Two permits are free, but the slow waiter is next: an acquire that asks at once is
+    // refused while the waiter's round trip is under way.
+    let sem = other.semaphore("s", 3);
+    let refused = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    let taken = waiter.await.unwrap().unwrap();
+    // Its turn is over and a permit is left: the other gets it.
+    let got = sem.acquire().wait(Duration::from_secs(2)).await.unwrap();
+    let value: String = server.cmd(&["GET", &flag]);
+    assert!(
+        !value.contains('@'),
+        "the turn outlived its waiter's take: {value}"
+    );
+    proxy.set_mode(ProxyMode::Pass).await;
+    for permit in [got, p3, taken] {
+        permit.release().await.unwrap();
+    }
+    common::assert_nothing_left(&server, &[&holder, &other, &slow]).await;
+}
+
+/// A next waiter that is dropped hands its turn on at once (its background release), so the
+/// freed permit goes to the others; one whose process is cut off holds it back until its
+/// turn ends (half its waiting flag's life: 150 ms with a 100 ms fallback retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_waiter_that_gives_up_holds_nothing_back() {
+    for cut_off in [false, true] {
+        next_waiter_gone(cut_off).await;
+    }
+}
+
+async fn next_waiter_gone(cut_off: bool) {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = locker(&server).await;
+    let other = locker(&server).await;
+    let quitter = Locker::builder()
+        .url(proxy.url())
+        .fallback_retry(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let permit = holder.semaphore("s", 1).acquire().await.unwrap();
+    let waiter = {
+        let sem = quitter.semaphore("s", 1);
+        tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
+    };
+    let flag = flag_key(&server).await;
+    if cut_off {
+        proxy.set_mode(ProxyMode::Hole).await;
+    }
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    if !cut_off {
+        // The background release hands the turn on.
+        assert!(
+            common::eventually(Duration::from_secs(2), || {
+                !server
+                    .cmd::<Option<String>>(&["GET", &flag])
+                    .is_some_and(|v| v.contains('@'))
+            })
+            .await,
+            "the dropped waiter kept its turn"
+        );
+    }
+    permit.release().await.unwrap();
+    let started = std::time::Instant::now();
+    let got = other
+        .semaphore("s", 1)
+        .acquire()
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
+    // Generous: a cut-off waiter's turn ends 150 ms after its last try; the bound only says
+    // it was not the 5 s wait.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "waited {:?} behind a waiter that was gone ({flag}, cut off: {cut_off})",
+        started.elapsed()
+    );
+    got.release().await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+    drop(quitter);
+}
+
+/// The waiting flag of the only semaphore in `server`, once a waiter has become next there.
+async fn flag_key(server: &lock_testkit::RedisServer) -> String {
+    let mut found = None;
+    let seen = common::eventually(Duration::from_secs(5), || {
+        found = server
+            .keys("lock:*")
+            .into_iter()
+            .find(|k| k.contains("waiting:") && server.cmd::<String>(&["GET", k]).contains('@'));
+        found.is_some()
+    })
+    .await;
+    assert!(seen, "no waiter became next: {:?}", server.keys("lock:*"));
+    found.unwrap_or_default()
 }

@@ -1,9 +1,11 @@
 -- Give back a holder's permits if, and only if, its lease has not ended; leave a latch that
--- proves it; tell the waiters of other lockers, if any flagged that they wait.
+-- proves it; tell the waiters of other lockers, if any flagged that they wait (the flag names
+-- the waiter whose turn it is, if any: see permit_acquire.lua).
 --
 -- KEYS[1]  the semaphore's set (see permit_acquire.lua)
 -- ARGV[1]  the holder: `<token>:<permits>`
--- ARGV[2]  the release channel of the semaphore
+-- ARGV[2]  the release channel of the semaphore; the message is the holder name of the
+--          waiter whose turn it is (see permit_acquire.lua), or '1' for every waiter
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this holder
 -- ARGV[5]  the waiting flag of the semaphore
@@ -25,13 +27,35 @@ if score then
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREM', KEYS[1], ARGV[1])
   if score > now then
-    local waited = redis.call('DEL', ARGV[5])
+    -- The flag goes (the waiters told now set it again if they still wait), except a next
+    -- waiter's turn, which stays until it takes its permits or the turn lapses (see
+    -- permit_acquire.lua).
+    local flag = redis.call('GET', ARGV[5])
+    local waited = 0
+    local message = '1'
+    if flag then
+      waited = 1
+      local who, till = string.match(flag, '^(.*)@(%d+)$')
+      if who and tonumber(till) > now then
+        -- The message names the next waiter: the others need not try.
+        message = who
+      else
+        redis.call('DEL', ARGV[5])
+      end
+    end
     redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
     if waited == 1 then
-      redis.pcall('PUBLISH', ARGV[2], '1')
+      redis.pcall('PUBLISH', ARGV[2], message)
     end
     return waited + 1
   end
+end
+-- Not a holder: an acquire that gave up or was dropped. If it was next, the turn passes on
+-- now, and the other waiters are told (permits may be free that were kept for it).
+local flag = redis.call('GET', ARGV[5])
+if flag and string.sub(flag, 1, #ARGV[1] + 1) == ARGV[1] .. '@' then
+  redis.call('SET', ARGV[5], '1', 'KEEPTTL')
+  redis.pcall('PUBLISH', ARGV[2], '1')
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then

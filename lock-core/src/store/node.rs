@@ -67,7 +67,7 @@ impl Node {
                 call.arg(keys.readers()).arg(keys.readers_waiting());
             }
             Access::Permits { limit } => {
-                call.arg(limit);
+                call.arg(limit).arg(keys.channel());
             }
         }
         if let Some(guard) = &self.restart_guard {
