@@ -14,7 +14,11 @@ use crate::locker::Locker;
 /// token ([`LockError::NotExclusive`](crate::LockError::NotExclusive)). Waiters sleep until a
 /// release message (or the first held lease's end), they do not poll; within a process they
 /// line up first come, first served, and only as many as the semaphore has permits ask Redis
-/// at a time.
+/// at a time, one of them waiting there. A released permit goes to the next queued task of the
+/// same process without a Redis round trip while no other process is known to wait. Across
+/// processes waiters take turns: one that lost a race for a permit is next, and permits freed
+/// while it is are kept for it (a next waiter whose process is cut off holds them back until
+/// its turn ends, 1.5 fallback retries by default).
 ///
 /// The count travels with each acquire instead of living in Redis, so changing it is a
 /// deploy, not a migration: during a rolling change each caller admits up to its own count,
