@@ -79,11 +79,18 @@ impl RedisKeys {
     }
 
     fn of(prefix: &str, key: &str, access: Access) -> Self {
-        let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
-        let tag = &digest[..16];
+        // The tag: the first 8 bytes of the key's SHA-1, in hex.
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().bytes();
+        let mut tag = [0u8; 16];
+        for (i, byte) in digest[..8].iter().enumerate() {
+            tag[2 * i] = HEX[usize::from(byte >> 4)];
+            tag[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+        }
+        let tag = std::str::from_utf8(&tag).unwrap_or_default();
         let tagged = prefix.len() + tag.len() + 2;
         Self {
-            lock: format!("{prefix}{{{tag}}}:{}:{key}", access.word()),
+            lock: joined(&[prefix, "{", tag, "}:", access.word(), ":", key]),
             // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
             access,
@@ -107,9 +114,9 @@ impl RedisKeys {
         let (tagged, rest) = self.lock.split_at(self.tagged());
         let key = &rest[word.len() + 2..];
         match self.access {
-            Access::Permits { .. } => format!("{tagged}:{word}-{kind}:{key}"),
+            Access::Permits { .. } => joined(&[tagged, ":", word, "-", kind, ":", key]),
             Access::Exclusive | Access::Fair | Access::Shared => {
-                format!("{tagged}:{kind}:{key}")
+                joined(&[tagged, ":", kind, ":", key])
             }
         }
     }
@@ -151,8 +158,18 @@ impl RedisKeys {
 
     /// The release latch of `token` (see `scripts/release.lua`).
     pub(crate) fn latch(&self, token: &str) -> String {
-        format!("{}:unlocked:{token}", &self.lock[..self.tagged()])
+        joined(&[&self.lock[..self.tagged()], ":unlocked:", token])
     }
+}
+
+/// `parts` in one string, allocated once (names are built on every acquire and release;
+/// `format!` grows its buffer as it goes).
+fn joined(parts: &[&str]) -> String {
+    let mut name = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        name.push_str(part);
+    }
+    name
 }
 
 /// Checks a user key: non-empty and at most [`MAX_KEY_LEN`] bytes. Any other UTF-8 is accepted,

@@ -82,16 +82,54 @@ pub(crate) static RAISE_FENCE: LazyLock<Script> =
 /// its own (in a pipeline with `WAIT`); `redis::ScriptInvocation` does not hand out its command.
 pub(crate) struct ScriptCall {
     script: &'static Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    keys: Args,
+    args: Args,
+}
+
+/// Arguments in one buffer (a call has up to a dozen, built on every acquire and release; a
+/// `Vec<Vec<u8>>` would allocate each).
+#[derive(Default)]
+struct Args {
+    bytes: Vec<u8>,
+    /// Where each argument starts in `bytes`; it ends where the next starts.
+    starts: Vec<usize>,
+}
+
+impl Args {
+    fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        let ends = self.starts.iter().skip(1).copied();
+        self.starts
+            .iter()
+            .zip(ends.chain(std::iter::once(self.bytes.len())))
+            .map(|(&start, end)| &self.bytes[start..end])
+    }
+}
+
+impl redis::RedisWrite for Args {
+    fn write_arg(&mut self, arg: &[u8]) {
+        self.starts.push(self.bytes.len());
+        self.bytes.extend_from_slice(arg);
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        self.starts.push(self.bytes.len());
+        &mut self.bytes
+    }
 }
 
 impl ScriptCall {
     pub(crate) fn new(script: &'static Script) -> Self {
         Self {
             script,
-            keys: Vec::new(),
-            args: Vec::new(),
+            keys: Args::default(),
+            args: Args {
+                bytes: Vec::with_capacity(256),
+                starts: Vec::with_capacity(8),
+            },
         }
     }
 
@@ -110,10 +148,10 @@ impl ScriptCall {
     /// The `EVALSHA` command.
     pub(crate) fn command(&self) -> redis::Cmd {
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash())
-            .arg(self.keys.len())
-            .arg(&*self.keys)
-            .arg(&*self.args);
+        cmd.arg(self.script.get_hash()).arg(self.keys.len());
+        for arg in self.keys.iter().chain(self.args.iter()) {
+            cmd.arg(arg);
+        }
         cmd
     }
 
@@ -125,14 +163,20 @@ impl ScriptCall {
         self.script.load_async(conn).await.map(drop)
     }
 
-    /// Runs the call alone, through `redis::ScriptInvocation` (which loads the script when the
-    /// server answers NOSCRIPT).
+    /// Runs the call alone; loads the script and sends the call again when the server answers
+    /// NOSCRIPT (its script cache was flushed, or it is a promoted replica). The command is
+    /// built once (a `redis::ScriptInvocation` would copy every argument once more).
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
     ) -> redis::RedisResult<T> {
-        let mut invocation = self.script.prepare_invoke();
-        invocation.key(&self.keys).arg(&self.args);
-        invocation.invoke_async(conn).await
+        let cmd = self.command();
+        match cmd.query_async(conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.load(conn).await?;
+                cmd.query_async(conn).await
+            }
+            result => result,
+        }
     }
 }
