@@ -451,7 +451,14 @@ impl Acquire {
         let bound = deadline.map(|d| d.max(started + one_try));
         let attempt = Attempt::new(&keys, self.new_token());
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
-        let mut subscription: Option<Subscription> = None;
+        // A waiting acquire that finds the release channel subscribed already takes that
+        // subscription before its first try, so a first try that finds the lock taken is not
+        // repeated once subscribed (below).
+        let mut subscription: Option<Subscription> = if try_once {
+            None
+        } else {
+            inner.waiters.subscribed(&keys.channel())
+        };
         // The holder's TTL at the last try that found the lock held, once one did.
         let mut seen_busy: Option<Option<Duration>> = None;
         loop {

@@ -156,6 +156,25 @@ impl Waiters {
         subscription
     }
 
+    /// The subscription to `channel` when one is in place already (another waiter's, or one
+    /// lingering after its last waiter), without a round trip: taken before a first try, it
+    /// catches every release after that try, so the try need not be repeated once subscribed.
+    pub(crate) fn subscribed(&self, channel: &str) -> Option<Subscription> {
+        let mut channels = self.shared.channels();
+        let entry = channels.get_mut(channel)?;
+        if !*entry.settled.borrow() {
+            return None;
+        }
+        entry.refs += 1;
+        entry.idle_since = None;
+        Some(Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_owned(),
+            notify: entry.notify.clone(),
+            last: entry.last.clone(),
+        })
+    }
+
     /// Number of channels this locker is subscribed to, lingering ones included.
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.channels().len()

@@ -286,12 +286,12 @@ async fn a_handed_over_permit_of_another_count_goes_back_to_redis() {
     common::assert_nothing_left(&server, &[&locker, &other]).await;
 }
 
-/// Turns across processes: a waiter that found too few permits is next, and permits freed
-/// while it is are kept for it, even from an acquire that asks at once; once it took its
-/// permit the others may take the rest. The next waiter here is slow (every round trip of its
-/// locker is delayed 200 ms), so the other acquire comes first.
+/// The line across processes: a waiter that found too few permits is in line, and permits
+/// freed while it is first are kept for it, even from an acquire that asks at once; once it
+/// took its permit it leaves the line and the others may take the rest. The waiter here is
+/// slow (every round trip of its locker is delayed 200 ms), so the other acquire comes first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_freed_while_a_waiter_is_next_are_kept_for_it() {
+async fn permits_freed_while_a_waiter_is_first_in_line_are_kept_for_it() {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
     let holder = locker(&server).await;
@@ -307,25 +307,21 @@ async fn permits_freed_while_a_waiter_is_next_are_kept_for_it() {
         let sem = slow.semaphore("s", 3);
         tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
     };
-    let flag = flag_key(&server).await;
+    let line = line_key(&server, 1).await;
     proxy
         .set_mode(ProxyMode::Delay(Duration::from_millis(100)))
         .await;
     p1.release().await.unwrap();
     p2.release().await.unwrap();
-    // Two permits are free, but the slow waiter is next: an acquire that asks at once is
-    // refused while the waiter's round trip is under way.
+    // Two permits are free, but the slow waiter is first in line: an acquire that asks at
+    // once is refused while the waiter's round trip is under way.
     let sem = other.semaphore("s", 3);
     let refused = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     let taken = waiter.await.unwrap().unwrap();
-    // Its turn is over and a permit is left: the other gets it.
+    assert_eq!(line_len(&server, &line), 0, "the waiter stayed in line");
+    // A permit is left: the other gets it.
     let got = sem.acquire().wait(Duration::from_secs(2)).await.unwrap();
-    let value: String = server.cmd(&["GET", &flag]);
-    assert!(
-        !value.contains('@'),
-        "the turn outlived its waiter's take: {value}"
-    );
     proxy.set_mode(ProxyMode::Pass).await;
     for permit in [got, p3, taken] {
         permit.release().await.unwrap();
@@ -333,17 +329,53 @@ async fn permits_freed_while_a_waiter_is_next_are_kept_for_it() {
     common::assert_nothing_left(&server, &[&holder, &other, &slow]).await;
 }
 
-/// A next waiter that is dropped hands its turn on at once (its background release), so the
-/// freed permit goes to the others; one whose process is cut off holds it back until its
-/// turn ends (half its waiting flag's life: 150 ms with a 100 ms fallback retry).
+/// Waiters of three processes get a one-permit semaphore in the order they arrived, whatever
+/// order their release messages reach them in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_next_waiter_that_gives_up_holds_nothing_back() {
+async fn waiters_of_several_processes_get_permits_in_arrival_order() {
+    let server = server();
+    let holder = locker(&server).await;
+    let lockers = [
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    ];
+    let mut permit = Some(holder.semaphore("s", 1).acquire().await.unwrap());
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for (i, locker) in lockers.iter().enumerate() {
+        let (sem, order) = (locker.semaphore("s", 1), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let permit = sem.acquire().wait(Duration::from_secs(10)).await?;
+            order.lock().push(i);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            permit.release().await
+        }));
+        // The next one arrives once this one is in line.
+        let _ = line_key(&server, i + 1).await;
+    }
+    if let Some(permit) = permit.take() {
+        permit.release().await.unwrap();
+    }
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock(), vec![0, 1, 2]);
+    let refs: Vec<&Locker> = std::iter::once(&holder).chain(lockers.iter()).collect();
+    common::assert_nothing_left(&server, &refs).await;
+}
+
+/// A waiter first in line that is dropped leaves the line at once (its background release),
+/// so the freed permit goes to the others; one whose process is cut off holds it back until it
+/// stops counting as alive (its waiting flag's life: 300 ms with a 100 ms fallback retry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_holds_nothing_back() {
     for cut_off in [false, true] {
-        next_waiter_gone(cut_off).await;
+        waiter_gone(cut_off).await;
     }
 }
 
-async fn next_waiter_gone(cut_off: bool) {
+async fn waiter_gone(cut_off: bool) {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
     let holder = locker(&server).await;
@@ -359,22 +391,16 @@ async fn next_waiter_gone(cut_off: bool) {
         let sem = quitter.semaphore("s", 1);
         tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
     };
-    let flag = flag_key(&server).await;
+    let line = line_key(&server, 1).await;
     if cut_off {
         proxy.set_mode(ProxyMode::Hole).await;
     }
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     if !cut_off {
-        // The background release hands the turn on.
         assert!(
-            common::eventually(Duration::from_secs(2), || {
-                !server
-                    .cmd::<Option<String>>(&["GET", &flag])
-                    .is_some_and(|v| v.contains('@'))
-            })
-            .await,
-            "the dropped waiter kept its turn"
+            common::eventually(Duration::from_secs(2), || line_len(&server, &line) == 0).await,
+            "the dropped waiter stayed in line"
         );
     }
     permit.release().await.unwrap();
@@ -385,11 +411,11 @@ async fn next_waiter_gone(cut_off: bool) {
         .wait(Duration::from_secs(5))
         .await
         .unwrap();
-    // Generous: a cut-off waiter's turn ends 150 ms after its last try; the bound only says
-    // it was not the 5 s wait.
+    // Generous: a cut-off waiter stops counting 300 ms after its last try; the bound only
+    // says it was not the 5 s wait.
     assert!(
         started.elapsed() < Duration::from_secs(2),
-        "waited {:?} behind a waiter that was gone ({flag}, cut off: {cut_off})",
+        "waited {:?} behind a waiter that was gone (cut off: {cut_off})",
         started.elapsed()
     );
     got.release().await.unwrap();
@@ -398,17 +424,25 @@ async fn next_waiter_gone(cut_off: bool) {
     drop(quitter);
 }
 
-/// The waiting flag of the only semaphore in `server`, once a waiter has become next there.
-async fn flag_key(server: &lock_testkit::RedisServer) -> String {
+/// The line of the only semaphore in `server`, once `waiters` waiters are in it.
+async fn line_key(server: &lock_testkit::RedisServer, waiters: usize) -> String {
     let mut found = None;
     let seen = common::eventually(Duration::from_secs(5), || {
         found = server
             .keys("lock:*")
             .into_iter()
-            .find(|k| k.contains("waiting:") && server.cmd::<String>(&["GET", k]).contains('@'));
+            .find(|k| k.contains(":semaphore-line:") && line_len(server, k) == waiters);
         found.is_some()
     })
     .await;
-    assert!(seen, "no waiter became next: {:?}", server.keys("lock:*"));
+    assert!(
+        seen,
+        "{waiters} waiters never were in line: {:?}",
+        server.keys("lock:*")
+    );
     found.unwrap_or_default()
+}
+
+fn line_len(server: &lock_testkit::RedisServer, line: &str) -> usize {
+    server.cmd(&["ZCARD", line])
 }

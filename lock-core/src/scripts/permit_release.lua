@@ -1,16 +1,18 @@
 -- Give back a holder's permits if, and only if, its lease has not ended; leave a latch that
--- proves it; tell the waiters of other lockers, if any flagged that they wait (the flag names
--- the waiter whose turn it is, if any: see permit_acquire.lua).
+-- proves it; tell the first waiter in line, if any. A call for an acquire that gave up or was
+-- dropped (not a holder) takes it out of the line instead.
 --
 -- KEYS[1]  the semaphore's set (see permit_acquire.lua)
 -- ARGV[1]  the holder: `<token>:<permits>`
--- ARGV[2]  the release channel of the semaphore; the message is the holder name of the
---          waiter whose turn it is (see permit_acquire.lua), or '1' for every waiter
+-- ARGV[2]  the release channel of the semaphore; the message is the holder name of the first
+--          waiter in line, the only one that needs to try (see permit_acquire.lua)
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this holder
--- ARGV[5]  the waiting flag of the semaphore
+-- ARGV[5]  the waiting flag of the semaphore: not used (the line says who waits)
+-- ARGV[6]  the line of waiters (sorted set: holder -> arrival, us)
+-- ARGV[7]  the line's liveness (sorted set: holder -> alive until, ms)
 --
--- ARGV[4] and ARGV[5] are key names in the hash slot of KEYS[1], not declared (see
+-- ARGV[4], ARGV[6] and ARGV[7] are key names in the hash slot of KEYS[1], not declared (see
 -- release.lua).
 --
 -- Returns, as release.lua: 1 given back now, 2 given back now and another locker waits (it
@@ -21,41 +23,40 @@ local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
 if not ok then
   return 0
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- The first waiter in line that is still alive, after dropping those that are not.
+local function first_in_line()
+  local dead = redis.call('ZRANGEBYSCORE', ARGV[7], '-inf', string.format('%.0f', now))
+  if #dead > 0 then
+    redis.call('ZREM', ARGV[7], unpack(dead))
+    redis.call('ZREM', ARGV[6], unpack(dead))
+  end
+  return redis.call('ZRANGE', ARGV[6], 0, 0)[1]
+end
+
 score = tonumber(score or '')
 if score then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREM', KEYS[1], ARGV[1])
   if score > now then
-    -- The flag goes (the waiters told now set it again if they still wait), except a next
-    -- waiter's turn, which stays until it takes its permits or the turn lapses (see
-    -- permit_acquire.lua).
-    local flag = redis.call('GET', ARGV[5])
-    local waited = 0
-    local message = '1'
-    if flag then
-      waited = 1
-      local who, till = string.match(flag, '^(.*)@(%d+)$')
-      if who and tonumber(till) > now then
-        -- The message names the next waiter: the others need not try.
-        message = who
-      else
-        redis.call('DEL', ARGV[5])
-      end
-    end
+    local head = first_in_line()
+    local waited = head and 1 or 0
     redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
-    if waited == 1 then
-      redis.pcall('PUBLISH', ARGV[2], message)
+    if head then
+      redis.pcall('PUBLISH', ARGV[2], head)
     end
     return waited + 1
   end
 end
--- Not a holder: an acquire that gave up or was dropped. If it was next, the turn passes on
--- now, and the other waiters are told (permits may be free that were kept for it).
-local flag = redis.call('GET', ARGV[5])
-if flag and string.sub(flag, 1, #ARGV[1] + 1) == ARGV[1] .. '@' then
-  redis.call('SET', ARGV[5], '1', 'KEEPTTL')
-  redis.pcall('PUBLISH', ARGV[2], '1')
+-- Not a holder: an acquire that gave up or was dropped leaves the line; if it was first, the
+-- next one is told (permits may be free that were kept for it).
+if redis.call('ZREM', ARGV[6], ARGV[1]) == 1 then
+  redis.call('ZREM', ARGV[7], ARGV[1])
+  local head = first_in_line()
+  if head then
+    redis.pcall('PUBLISH', ARGV[2], head)
+  end
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then

@@ -67,7 +67,10 @@ impl Node {
                 call.arg(keys.readers()).arg(keys.readers_waiting());
             }
             Access::Permits { limit } => {
-                call.arg(limit).arg(keys.channel());
+                call.arg(limit)
+                    .arg(keys.channel())
+                    .arg(keys.line())
+                    .arg(keys.line_alive());
             }
         }
         if let Some(guard) = &self.restart_guard {
@@ -187,7 +190,9 @@ impl Node {
             Access::Shared => {
                 call.arg(keys.readers());
             }
-            Access::Permits { .. } => {}
+            Access::Permits { .. } => {
+                call.arg(keys.line()).arg(keys.line_alive());
+            }
         }
         retry_dropped(|| {
             let mut conn = self.conn.clone();
