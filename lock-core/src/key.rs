@@ -13,7 +13,8 @@
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |
 //! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>:<permits>`), scored by the end of their lease (ms) |
-//! | its channel, flag, latch | `p{h}:semaphore-released:k`, `p{h}:semaphore-waiting:k`, `p{h}:unlocked:<token>` | as the lock's |
+//! | its line | `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` | sorted sets: waiting holders (`<token>:<permits>`) by arrival (us), and by when each stops counting as alive (ms) |
+//! | its channel, latch | `p{h}:semaphore-released:k`, `p{h}:unlocked:<token>` | as the lock's; a release message names the first waiter in line |
 //!
 //! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
@@ -146,12 +147,13 @@ impl RedisKeys {
         self.sibling("readers")
     }
 
-    /// The line of waiters of a fair lock (see `scripts/fair_acquire.lua`).
+    /// The line of waiters of a fair lock or a semaphore (see `scripts/fair_acquire.lua`,
+    /// `scripts/permit_acquire.lua`).
     pub(crate) fn line(&self) -> String {
         self.sibling("line")
     }
 
-    /// The liveness of the waiters in the line of a fair lock.
+    /// The liveness of the waiters in the line of a fair lock or a semaphore.
     pub(crate) fn line_alive(&self) -> String {
         self.sibling("line-alive")
     }

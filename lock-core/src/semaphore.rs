@@ -16,9 +16,9 @@ use crate::locker::Locker;
 /// line up first come, first served, and only as many as the semaphore has permits ask Redis
 /// at a time, one of them waiting there. A released permit goes to the next queued task of the
 /// same process without a Redis round trip while no other process is known to wait. Across
-/// processes waiters take turns: one that lost a race for a permit is next, and permits freed
-/// while it is are kept for it (a next waiter whose process is cut off holds them back until
-/// its turn ends, 1.5 fallback retries by default).
+/// processes the waiters in Redis line up in arrival order, and freed permits are kept for the
+/// first in line (one that gives up leaves the line at once; one whose process is cut off
+/// stops counting after three fallback retries without a try, 3 s by default).
 ///
 /// The count travels with each acquire instead of living in Redis, so changing it is a
 /// deploy, not a migration: during a rolling change each caller admits up to its own count,
