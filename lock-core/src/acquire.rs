@@ -476,6 +476,8 @@ impl Acquire {
                 // still wakes us.
                 n.as_mut().enable();
             }
+            // The messages from here on are the ones the attempt may not have seen.
+            let mut mark = subscription.as_ref().map_or(0, Subscription::mark);
             let sent_at = Instant::now();
             on_drop.arm();
             // Another locker's release holds back its own next acquirer for us while we wait:
@@ -549,12 +551,16 @@ impl Acquire {
                         _ = &mut n => {}
                         _ = tokio::time::sleep_until(wake_at) => break,
                     }
-                    // Registered before the message is read, so a later one still wakes us.
+                    // Registered before the messages are read, so a later one still wakes us.
                     n = Box::pin(notify.notified());
                     n.as_mut().enable();
-                    if !turn_of_another(&subscription.last_message(), &on_drop.target.token) {
+                    let token = &on_drop.target.token;
+                    let (for_me, now) =
+                        subscription.for_me_since(mark, |m| !turn_of_another(m, token));
+                    if for_me {
                         break;
                     }
+                    mark = now;
                 },
                 _ => tokio::time::sleep_until(wake_at).await,
             };
@@ -645,11 +651,12 @@ async fn queue_for(
     .and_then(Result::ok)
 }
 
-/// Whether a release message names the waiter whose turn it is and that is not `token`: a
-/// semaphore's release tells which waiter is next, if any (`scripts/permit_release.lua`);
-/// the others would only find the permits kept for it. Other messages are for everyone.
+/// Whether a release message names a waiter other than `token`: the release of a semaphore
+/// or a fair lock names the first waiter in line (`scripts/permit_release.lua`,
+/// `scripts/release.lua`), and the others would only find the lock or permits kept for it.
+/// `1` (and the empty message of a wake-up after a reconnection) is for every waiter.
 fn turn_of_another(message: &str, token: &str) -> bool {
-    message.contains(':') && message != token
+    !message.is_empty() && message != "1" && message != token
 }
 
 /// 128 random bits from the thread-local CSPRNG, as 32 hex digits.

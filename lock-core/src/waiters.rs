@@ -8,7 +8,7 @@
 //! overtake a newer subscribe of the same channel. After a reconnect the listener subscribes
 //! every live channel again and wakes every waiter, since messages may have been missed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,8 +59,8 @@ struct Channel {
     /// When the last waiter left, for a channel nobody waits on.
     idle_since: Option<tokio::time::Instant>,
     notify: Arc<Notify>,
-    /// The payload of the last release message, read by the waiters it woke.
-    last: Arc<Mutex<String>>,
+    /// The recent release messages, read by the waiters they woke.
+    messages: Arc<Mutex<Messages>>,
     /// `true` once the listener has handled the first SUBSCRIBE (successfully or not).
     settled: watch::Sender<bool>,
 }
@@ -94,13 +94,45 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     pub(crate) notify: Arc<Notify>,
-    last: Arc<Mutex<String>>,
+    messages: Arc<Mutex<Messages>>,
+}
+
+/// The last [`Messages::KEPT`] release messages of a channel, numbered: a message may name
+/// the one waiter it is for (see `scripts/permit_release.lua`), and messages following each
+/// other quickly must not hide that from the waiter named in an earlier one.
+#[derive(Debug, Default)]
+struct Messages {
+    /// The number the next message gets.
+    next: u64,
+    recent: VecDeque<String>,
+}
+
+impl Messages {
+    const KEPT: usize = 32;
+
+    fn push(&mut self, message: String) {
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(message);
+        self.next += 1;
+    }
 }
 
 impl Subscription {
-    /// The payload of the last release message on the channel (empty before the first).
-    pub(crate) fn last_message(&self) -> String {
-        self.last.lock().clone()
+    /// A mark of the messages received so far, for [`for_me_since`](Self::for_me_since).
+    pub(crate) fn mark(&self) -> u64 {
+        self.messages.lock().next
+    }
+
+    /// Whether a message received after `mark` may be for the waiter of `token` (see
+    /// `is_for`), and the mark of now. Messages no longer kept count as for it.
+    pub(crate) fn for_me_since(&self, mark: u64, is_for: impl Fn(&str) -> bool) -> (bool, u64) {
+        let messages = self.messages.lock();
+        let new = usize::try_from(messages.next.saturating_sub(mark)).unwrap_or(usize::MAX);
+        let for_me = new > messages.recent.len()
+            || messages.recent.iter().rev().take(new).any(|m| is_for(m));
+        (for_me, messages.next)
     }
 }
 
@@ -123,7 +155,7 @@ impl Waiters {
     /// Subscribes to `channel` and waits (at most `limit`) until the subscription is in place, so
     /// that a release after this returns is not missed.
     pub(crate) async fn subscribe(&self, channel: &str, limit: Duration) -> Subscription {
-        let (notify, last, mut settled) = {
+        let (notify, messages, mut settled) = {
             let mut channels = self.shared.channels();
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
                 let _ = self
@@ -134,7 +166,7 @@ impl Waiters {
                     refs: 0,
                     idle_since: None,
                     notify: Arc::new(Notify::new()),
-                    last: Arc::default(),
+                    messages: Arc::default(),
                     settled: watch::Sender::new(false),
                 }
             });
@@ -142,7 +174,7 @@ impl Waiters {
             entry.idle_since = None;
             (
                 entry.notify.clone(),
-                entry.last.clone(),
+                entry.messages.clone(),
                 entry.settled.subscribe(),
             )
         };
@@ -150,7 +182,7 @@ impl Waiters {
             shared: self.shared.clone(),
             channel: channel.to_owned(),
             notify,
-            last,
+            messages,
         };
         let _ = tokio::time::timeout(limit, settled.wait_for(|s| *s)).await;
         subscription
@@ -171,7 +203,7 @@ impl Waiters {
             shared: self.shared.clone(),
             channel: channel.to_owned(),
             notify: entry.notify.clone(),
-            last: entry.last.clone(),
+            messages: entry.messages.clone(),
         })
     }
 
@@ -275,7 +307,7 @@ async fn listen(
                         let channel = message.get_channel_name();
                         if let Some(entry) = shared.channels().get(channel) {
                             let payload: String = message.get_payload().unwrap_or_default();
-                            *entry.last.lock() = payload;
+                            entry.messages.lock().push(payload);
                             entry.notify.notify_waiters();
                         }
                     }
@@ -359,8 +391,8 @@ fn settle_all(shared: &Shared) {
 
 fn wake_all(shared: &Shared) {
     for entry in shared.channels().values() {
-        // A wake-up for everyone: no release message names a waiter.
-        entry.last.lock().clear();
+        // A wake-up for everyone: a message that names no waiter.
+        entry.messages.lock().push(String::new());
         entry.notify.notify_waiters();
     }
 }

@@ -4,7 +4,8 @@
 --
 -- KEYS[1]  the lock key
 -- ARGV[1]  the caller's token
--- ARGV[2]  the release channel of this lock key
+-- ARGV[2]  the release channel of this lock key; the message is '1' (every waiter may try),
+--          or for a fair lock the token of the first waiter in line
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this token (`..:unlocked:<token>`)
 -- ARGV[5]  the waiting flag of this lock key (set by acquirers of other lockers that found it
@@ -38,19 +39,47 @@
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
 -- back to the holder's TTL and the safety-net retry.
+-- A fair lock's first waiter in line that is still alive, after dropping those that are not:
+-- the release message names it, the only waiter that may take the lock (the others need not
+-- try).
+local function first_in_line()
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local dead = redis.call('ZRANGEBYSCORE', ARGV[8], '-inf', string.format('%.0f', now))
+  if #dead > 0 then
+    redis.call('ZREM', ARGV[8], unpack(dead))
+    redis.call('ZREM', ARGV[7], unpack(dead))
+  end
+  return redis.call('ZRANGE', ARGV[7], 0, 0)[1]
+end
+
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local waited = math.min(redis.call('DEL', ARGV[5], ARGV[6]), 1)
+  -- A fair lock's line says who waits, also when the flag is gone: its waiters do not try
+  -- (and set the flag again) after a message that names another.
+  local head = ARGV[7] and first_in_line()
+  if head then
+    waited = 1
+  end
   redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
   if waited == 1 then
-    redis.pcall('PUBLISH', ARGV[2], '1')
+    redis.pcall('PUBLISH', ARGV[2], head or '1')
   end
   return waited + 1
 end
 if ARGV[7] then
+  local head = redis.call('ZRANGE', ARGV[7], 0, 0)[1]
   redis.call('ZREM', ARGV[7], ARGV[1])
   redis.call('ZREM', ARGV[8], ARGV[1])
+  if head == ARGV[1] then
+    -- The first in line gave up: the next one is told (the lock may be free).
+    local next_head = first_in_line()
+    if next_head then
+      redis.pcall('PUBLISH', ARGV[2], next_head)
+    end
+  end
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then
