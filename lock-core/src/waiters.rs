@@ -98,8 +98,9 @@ pub(crate) struct Subscription {
 }
 
 /// The last [`Messages::KEPT`] release messages of a channel, numbered: a message may name
-/// the one waiter it is for (see `scripts/permit_release.lua`), and messages following each
-/// other quickly must not hide that from the waiter named in an earlier one.
+/// the one waiter it is for (see `scripts/permit_release.lua`, `scripts/release.lua`), and
+/// messages following each other quickly must not hide that from the waiter named in an
+/// earlier one.
 #[derive(Debug, Default)]
 struct Messages {
     /// The number the next message gets.
@@ -401,6 +402,42 @@ fn wake_all(shared: &Shared) {
 mod tests {
     use super::*;
     use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
+
+    fn subscription(messages: Messages) -> Subscription {
+        let (commands, _) = mpsc::unbounded_channel();
+        Subscription {
+            shared: Arc::new(Shared {
+                channels: Mutex::default(),
+                commands,
+            }),
+            channel: "c".to_owned(),
+            notify: Arc::default(),
+            messages: Arc::new(Mutex::new(messages)),
+        }
+    }
+
+    #[test]
+    fn a_message_for_a_waiter_is_not_hidden_by_later_ones() {
+        let is_for_a = |m: &str| m == "a" || m == "1";
+        let sub = subscription(Messages::default());
+        let mark = sub.mark();
+        assert_eq!(sub.for_me_since(mark, is_for_a), (false, 0));
+        sub.messages.lock().push("a".to_owned());
+        sub.messages.lock().push("b".to_owned());
+        // "b" came last, but "a" came after the mark.
+        assert_eq!(sub.for_me_since(mark, is_for_a), (true, 2));
+        // Seen up to now: "b" alone is not for "a"; "1" is for everyone.
+        assert_eq!(sub.for_me_since(2, is_for_a), (false, 2));
+        sub.messages.lock().push("1".to_owned());
+        assert!(sub.for_me_since(2, is_for_a).0);
+        // More messages than are kept since the mark: one of the lost ones may have been for
+        // the waiter, so it tries.
+        for _ in 0..Messages::KEPT + 1 {
+            sub.messages.lock().push("b".to_owned());
+        }
+        assert!(sub.for_me_since(3, is_for_a).0);
+        assert!(!sub.for_me_since(3 + 1, is_for_a).0);
+    }
 
     fn subscribers(server: &RedisServer, channel: &str) -> i64 {
         let (_, count): (String, i64) = server.cmd(&["PUBSUB", "NUMSUB", channel]);
