@@ -24,11 +24,12 @@ pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// `scripts/fair_acquire.lua` (after `scripts/guard.lua`): take a fair lock in arrival order,
-/// or wait in line.
+/// `scripts/fair_acquire.lua` (after `scripts/guard.lua` and `scripts/line.lua`): take a fair
+/// lock in arrival order, or wait in line.
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/guard.lua"),
+        include_str!("scripts/line.lua"),
         include_str!("scripts/fair_acquire.lua")
     ))
 });
@@ -41,18 +42,24 @@ pub(crate) static READ_RELEASE: LazyLock<Script> =
 pub(crate) static READ_RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_renew.lua")));
 
-/// `scripts/permit_acquire.lua` (after `scripts/guard.lua`): take semaphore permits, or learn
-/// when the first held ones end.
+/// `scripts/permit_acquire.lua` (after `scripts/guard.lua` and `scripts/line.lua`): take
+/// semaphore permits, or wait in line.
 pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/guard.lua"),
+        include_str!("scripts/line.lua"),
         include_str!("scripts/permit_acquire.lua")
     ))
 });
 
-/// `scripts/permit_release.lua`: give semaphore permits back.
-pub(crate) static PERMIT_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/permit_release.lua")));
+/// `scripts/permit_release.lua` (after `scripts/line.lua`): give semaphore permits back and
+/// tell the first waiter in line.
+pub(crate) static PERMIT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/line.lua"),
+        include_str!("scripts/permit_release.lua")
+    ))
+});
 
 /// `scripts/permit_renew.lua`: extend semaphore holders' leases, for a batch of them.
 pub(crate) static PERMIT_RENEW: LazyLock<Script> =
@@ -62,9 +69,14 @@ pub(crate) static PERMIT_RENEW: LazyLock<Script> =
 pub(crate) static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
 
-/// `scripts/release.lua`: compare the token, delete, publish.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+/// `scripts/release.lua` (after `scripts/line.lua`, for the fair lock's line): compare the
+/// token, delete, publish.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/line.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
 
 /// `scripts/renew.lua`: compare the token and set a new lease, for a batch of exclusive locks.
 pub(crate) static RENEW: LazyLock<Script> =

@@ -1,6 +1,6 @@
 -- Take a fair lock: the lock key is free and the caller is first in line (or nobody is in
 -- line); else join the line (once: the first arrival keeps its place) and tell the caller how
--- long to wait. guard.lua is prepended to this script.
+-- long to wait. guard.lua and line.lua are prepended to this script.
 --
 -- The lock key is the mutex's (release, renewal and fencing are the mutex's scripts). The line
 -- is a sorted set of waiting tokens scored by arrival (server clock, us); a second sorted set
@@ -43,12 +43,7 @@ if current == ARGV[1] then
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = redis.call('ZRANGEBYSCORE', ARGV[6], '-inf', string.format('%.0f', now_ms))
-if #dead > 0 then
-  redis.call('ZREM', ARGV[6], unpack(dead))
-  redis.call('ZREM', ARGV[5], unpack(dead))
-end
-local head = redis.call('ZRANGE', ARGV[5], 0, 0)[1]
+local head = first_in_line(ARGV[5], ARGV[6], now_ms)
 if not current and (not head or head == ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
   if head then

@@ -1,6 +1,6 @@
 -- Take permits of a semaphore if enough are free and no earlier waiter is in line; else join
 -- the line (once: the first arrival keeps its place) and tell the caller how long to wait.
--- guard.lua is prepended to this script.
+-- guard.lua and line.lua are prepended to this script.
 --
 -- Layout: one sorted set per semaphore; each holder is one member, `<token>:<permits>`, scored
 -- by the end of its lease (server clock, ms). Members whose lease ended are dropped by the next
@@ -72,13 +72,7 @@ for i = 1, #holders, 2 do
   end
   used = used + (tonumber(string.match(holders[i], ':(%d+)$') or '1') or 1)
 end
-local dead = redis.call('ZRANGEBYSCORE', ARGV[8], '-inf', string.format('%.0f', now))
-if #dead > 0 then
-  redis.call('ZREM', ARGV[8], unpack(dead))
-  redis.call('ZREM', ARGV[7], unpack(dead))
-end
-local line = redis.call('ZRANGE', ARGV[7], 0, 1)
-local head = line[1]
+local head = first_in_line(ARGV[7], ARGV[8], now)
 if used + wanted <= limit and (not head or head == ARGV[1]) then
   redis.call('ZADD', KEYS[1], until_ms, ARGV[1])
   if #holders == 0 then
@@ -92,8 +86,11 @@ if used + wanted <= limit and (not head or head == ARGV[1]) then
     redis.call('ZREM', ARGV[7], ARGV[1])
     redis.call('ZREM', ARGV[8], ARGV[1])
     -- Permits left for the next in line: tell it now (the message that woke us named us).
-    if line[2] and used + wanted < limit then
-      redis.pcall('PUBLISH', ARGV[6], line[2])
+    if used + wanted < limit then
+      local next_head = redis.call('ZRANGE', ARGV[7], 0, 0)[1]
+      if next_head then
+        redis.pcall('PUBLISH', ARGV[6], next_head)
+      end
     end
   end
   return {1, 0}

@@ -1,6 +1,7 @@
 -- Give back a holder's permits if, and only if, its lease has not ended; leave a latch that
 -- proves it; tell the first waiter in line, if any. A call for an acquire that gave up or was
--- dropped (not a holder) takes it out of the line instead.
+-- dropped (not a holder) takes it out of the line instead. line.lua is prepended to this
+-- script.
 --
 -- KEYS[1]  the semaphore's set (see permit_acquire.lua)
 -- ARGV[1]  the holder: `<token>:<permits>`
@@ -26,21 +27,12 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
--- The first waiter in line that is still alive, after dropping those that are not.
-local function first_in_line()
-  local dead = redis.call('ZRANGEBYSCORE', ARGV[7], '-inf', string.format('%.0f', now))
-  if #dead > 0 then
-    redis.call('ZREM', ARGV[7], unpack(dead))
-    redis.call('ZREM', ARGV[6], unpack(dead))
-  end
-  return redis.call('ZRANGE', ARGV[6], 0, 0)[1]
-end
 
 score = tonumber(score or '')
 if score then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if score > now then
-    local head = first_in_line()
+    local head = first_in_line(ARGV[6], ARGV[7], now)
     local waited = head and 1 or 0
     redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
     if head then
@@ -53,7 +45,7 @@ end
 -- next one is told (permits may be free that were kept for it).
 if redis.call('ZREM', ARGV[6], ARGV[1]) == 1 then
   redis.call('ZREM', ARGV[7], ARGV[1])
-  local head = first_in_line()
+  local head = first_in_line(ARGV[6], ARGV[7], now)
   if head then
     redis.pcall('PUBLISH', ARGV[2], head)
   end

@@ -39,18 +39,12 @@
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
 -- back to the holder's TTL and the safety-net retry.
--- A fair lock's first waiter in line that is still alive, after dropping those that are not:
--- the release message names it, the only waiter that may take the lock (the others need not
--- try).
-local function first_in_line()
+-- A fair lock's first waiter in line that is still alive (see line.lua, prepended to this
+-- script): the release message names it, the only waiter that may take the lock (the others
+-- need not try).
+local function first_in_fair_line()
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local dead = redis.call('ZRANGEBYSCORE', ARGV[8], '-inf', string.format('%.0f', now))
-  if #dead > 0 then
-    redis.call('ZREM', ARGV[8], unpack(dead))
-    redis.call('ZREM', ARGV[7], unpack(dead))
-  end
-  return redis.call('ZRANGE', ARGV[7], 0, 0)[1]
+  return first_in_line(ARGV[7], ARGV[8], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
 
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
@@ -59,7 +53,7 @@ if ok and current == ARGV[1] then
   local waited = math.min(redis.call('DEL', ARGV[5], ARGV[6]), 1)
   -- A fair lock's line says who waits, also when the flag is gone: its waiters do not try
   -- (and set the flag again) after a message that names another.
-  local head = ARGV[7] and first_in_line()
+  local head = ARGV[7] and first_in_fair_line()
   if head then
     waited = 1
   end
@@ -75,7 +69,7 @@ if ARGV[7] then
   redis.call('ZREM', ARGV[8], ARGV[1])
   if head == ARGV[1] then
     -- The first in line gave up: the next one is told (the lock may be free).
-    local next_head = first_in_line()
+    local next_head = first_in_fair_line()
     if next_head then
       redis.pcall('PUBLISH', ARGV[2], next_head)
     end
