@@ -54,14 +54,7 @@ if not current and (not head or head == ARGV[1]) then
 end
 local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
-  local arrival = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  redis.call('ZADD', ARGV[5], 'NX', arrival, ARGV[1])
-  redis.call('ZADD', ARGV[6], string.format('%.0f', now_ms + stay), ARGV[1])
-  -- The line lives as long as its last waiter may.
-  if redis.call('PTTL', ARGV[5]) < stay then
-    redis.call('PEXPIRE', ARGV[5], stay)
-    redis.call('PEXPIRE', ARGV[6], stay)
-  end
+  join_line(ARGV[5], ARGV[6], ARGV[1], t, stay)
   redis.call('SET', ARGV[4], '1', 'PX', stay)
 end
 if current then

@@ -97,14 +97,7 @@ if used + wanted <= limit and (not head or head == ARGV[1]) then
 end
 local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
-  local arrival = string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))
-  redis.call('ZADD', ARGV[7], 'NX', arrival, ARGV[1])
-  redis.call('ZADD', ARGV[8], string.format('%.0f', now + stay), ARGV[1])
-  -- The line lives as long as its last waiter may.
-  if redis.call('PTTL', ARGV[7]) < stay then
-    redis.call('PEXPIRE', ARGV[7], stay)
-    redis.call('PEXPIRE', ARGV[8], stay)
-  end
+  join_line(ARGV[7], ARGV[8], ARGV[1], t, stay)
   head = head or ARGV[1]
 end
 if used + wanted > limit then
