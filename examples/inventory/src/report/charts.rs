@@ -60,6 +60,25 @@ fn label_font() -> TextStyle<'static> {
     ("sans-serif", 12).into_font().into()
 }
 
+/// The legend of a chart at `position`, in the report's style.
+fn draw_legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .label_font(label_font())
+        .draw()
+}
+
+/// The legend's sample of a line drawn in `style`.
+fn line_sample(style: ShapeStyle) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style)
+}
+
 /// A tick label with no more decimals than the axis needs.
 fn tick(v: &f64) -> String {
     if v.abs() >= 10.0 || v.fract().abs() < 1e-9 {
@@ -117,22 +136,16 @@ pub(crate) fn stock_and_orders(round: &RoundView, end_ns: u64) -> Result<String,
                 GREY.stroke_width(1),
             ))?
             .label("stock at the start")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], GREY.stroke_width(1)));
+            .legend(line_sample(GREY.stroke_width(1)));
         chart
             .draw_series(LineSeries::new(taken, ORANGE.stroke_width(2)))?
             .label("orders stored")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], ORANGE.stroke_width(2)));
+            .legend(line_sample(ORANGE.stroke_width(2)));
         chart
             .draw_series(LineSeries::new(stock, BLUE.stroke_width(2)))?
             .label("stock stored")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::MiddleRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font(label_font())
-            .draw()
+            .legend(line_sample(BLUE.stroke_width(2)));
+        draw_legend(&mut chart, SeriesLabelPosition::MiddleRight)
     })
 }
 
@@ -176,21 +189,15 @@ pub(crate) fn latency(round: &RoundView) -> Result<String, ReportError> {
         chart
             .draw_series(LineSeries::new(cdf(&round.latency), BLUE.stroke_width(2)))?
             .label("client latency")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLUE.stroke_width(2)));
+            .legend(line_sample(BLUE.stroke_width(2)));
         chart
             .draw_series(LineSeries::new(
                 cdf(&round.lock_wait),
                 ORANGE.stroke_width(2),
             ))?
             .label("of it waiting for the lock")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], ORANGE.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font(label_font())
-            .draw()
+            .legend(line_sample(ORANGE.stroke_width(2)));
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -277,13 +284,7 @@ pub(crate) fn answers(round: &RoundView) -> Result<String, ReportError> {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font(label_font())
-            .draw()
+        draw_legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
@@ -340,17 +341,9 @@ pub(crate) fn all_latencies(rounds: &[(String, &RoundView)]) -> Result<String, R
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))?
                 .label(label.as_str())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
+                .legend(line_sample(color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.3))
-            .label_font(label_font())
-            .draw()
+        draw_legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
