@@ -102,14 +102,7 @@ mod tests {
 
     #[test]
     fn paths_match_routes() {
-        for variant in [
-            Variant::Unlocked,
-            Variant::Macro,
-            Variant::Layer,
-            Variant::LayerFailFast,
-            Variant::Fenced,
-            Variant::LockedNoFence,
-        ] {
+        for &variant in <Variant as clap::ValueEnum>::value_variants() {
             assert_eq!(variant.route().replace("{sku}", "42"), variant.path(42));
             let parsed = <Variant as clap::ValueEnum>::from_str(variant.name(), false);
             assert_eq!(parsed, Ok(variant));

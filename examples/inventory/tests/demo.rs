@@ -31,14 +31,8 @@ fn run() -> &'static Run {
         config.concurrency = 32;
         // Wider than the demo's 5 ms, so the unlocked race shows at this small scale.
         config.think = Duration::from_millis(10);
-        config.variants = vec![
-            Variant::Unlocked,
-            Variant::Macro,
-            Variant::Layer,
-            Variant::LayerFailFast,
-            Variant::Fenced,
-            Variant::LockedNoFence,
-        ];
+        // Every variant, in the order they are declared.
+        config.variants = <Variant as clap::ValueEnum>::value_variants().to_vec();
         config.chaos = true;
         config.progress = false;
         config.redis_url = None; // the demo starts its own redis-server

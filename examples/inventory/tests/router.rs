@@ -88,14 +88,7 @@ async fn purchases_through_every_variant() {
     assert_eq!(status, StatusCode::NO_CONTENT);
 
     let mut stock = 6;
-    for variant in [
-        Variant::Unlocked,
-        Variant::Macro,
-        Variant::Layer,
-        Variant::LayerFailFast,
-        Variant::Fenced,
-        Variant::LockedNoFence,
-    ] {
+    for &variant in <Variant as clap::ValueEnum>::value_variants() {
         let sale = buy(&app, 7, variant).await.expect("in stock");
         stock -= 1;
         assert_eq!(sale.stock_left, stock, "{variant}");
