@@ -453,8 +453,9 @@ impl Acquire {
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
         // A waiting acquire that finds the release channel subscribed already takes that
         // subscription before its first try, so a first try that finds the lock taken is not
-        // repeated once subscribed (below).
-        let mut subscription: Option<Subscription> = if try_once {
+        // repeated once subscribed (below). Without any subscription in the locker (the
+        // uncontended case), the channel is not even named.
+        let mut subscription: Option<Subscription> = if try_once || !inner.waiters.any() {
             None
         } else {
             inner.waiters.subscribed(&keys.channel())

@@ -9,6 +9,7 @@
 //! every live channel again and wakes every waiter, since messages may have been missed.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -73,6 +74,9 @@ enum Command {
 #[derive(Debug)]
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
+    /// The number of entries in `channels`, readable without its lock (an uncontended
+    /// acquire asks whether any channel is subscribed at all, see `Waiters::any`).
+    live: AtomicUsize,
     commands: mpsc::UnboundedSender<Command>,
 }
 
@@ -147,6 +151,7 @@ impl Waiters {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            live: AtomicUsize::new(0),
             commands: tx,
         });
         tokio::spawn(listen(source, timeouts, shared.clone(), rx, shutdown));
@@ -173,11 +178,13 @@ impl Waiters {
             });
             entry.refs += 1;
             entry.idle_since = None;
-            (
+            let taken = (
                 entry.notify.clone(),
                 entry.messages.clone(),
                 entry.settled.subscribe(),
-            )
+            );
+            self.shared.live.store(channels.len(), Ordering::Relaxed);
+            taken
         };
         let subscription = Subscription {
             shared: self.shared.clone(),
@@ -206,6 +213,13 @@ impl Waiters {
             notify: entry.notify.clone(),
             messages: entry.messages.clone(),
         })
+    }
+
+    /// Whether any channel is subscribed (or being subscribed), without taking a lock: when
+    /// none is, [`subscribed`](Self::subscribed) has nothing to find, and its caller need not
+    /// even name the channel.
+    pub(crate) fn any(&self) -> bool {
+        self.shared.live.load(Ordering::Relaxed) > 0
     }
 
     /// Number of channels this locker is subscribed to, lingering ones included.
@@ -365,13 +379,15 @@ fn check(result: Result<redis::RedisResult<()>, tokio::time::error::Elapsed>, wh
 fn expire_idle(shared: &Shared) -> Vec<String> {
     let now = tokio::time::Instant::now();
     let mut expired = Vec::new();
-    shared.channels().retain(|name, entry| {
+    let mut channels = shared.channels();
+    channels.retain(|name, entry| {
         let idle = entry.refs == 0 && entry.idle_since.is_some_and(|t| now >= t + LINGER);
         if idle {
             expired.push(name.clone());
         }
         !idle
     });
+    shared.live.store(channels.len(), Ordering::Relaxed);
     expired
 }
 
@@ -408,6 +424,7 @@ mod tests {
         Subscription {
             shared: Arc::new(Shared {
                 channels: Mutex::default(),
+                live: AtomicUsize::new(0),
                 commands,
             }),
             channel: "c".to_owned(),
