@@ -509,6 +509,13 @@ impl Acquire {
                     on_drop.disarm();
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
+                    if let (Some(subscription), Some(_), Access::Exclusive) =
+                        (subscription, seen_busy, self.access)
+                    {
+                        // Won after waiting: the next wait of this process subscribes
+                        // again, behind the waiters of other processes (see `leave_now`).
+                        subscription.leave_now();
+                    }
                     return Ok(Grant {
                         keys,
                         token,

@@ -23,7 +23,7 @@ use crate::watchdog::Watchdog;
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
-const MAX_STREAK: u32 = 4;
+const MAX_STREAK: u32 = 6;
 
 /// Whether a lock valid until `valid_until` has time enough left to be handed over: the next
 /// holder's first renewal comes up to a third of the lease later, plus the pickup.
@@ -171,8 +171,9 @@ impl LocalLocks {
     /// whether it did; otherwise the caller releases the lock in Redis.
     ///
     /// Only a watchdog lock with time to spare, a local acquirer queued, a streak under
-    /// [`MAX_STREAK`], no other locker found waiting at the last release through Redis (they
-    /// get their turn in Redis order instead), and no [`Fence`](crate::Fence) handle of `held`
+    /// [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of other lockers
+    /// get their turn: the release tells them, and this process holds back its next acquirer
+    /// for a moment), and no [`Fence`](crate::Fence) handle of `held`
     /// alive (it could still ask for a token under this Redis token after the next holder
     /// did). A lock nobody picks up within [`PICKUP`] is released in Redis.
     pub(crate) fn hand_over(&self, held: &Arc<HeldLock>, store: &Arc<Store>) -> bool {
@@ -188,11 +189,7 @@ impl LocalLocks {
             return false;
         }
         let slot = held.slot();
-        if held.has_fences()
-            || !slot.has_waiters()
-            || slot.contended()
-            || held.streak() >= MAX_STREAK
-        {
+        if held.has_fences() || !slot.has_waiters() || held.streak() >= MAX_STREAK {
             return false;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -4,7 +4,7 @@
 //! local holder (for reentrancy).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -33,9 +33,6 @@ pub(crate) struct Slot<H> {
     refs: AtomicUsize,
     /// Local tasks queued for `queue`'s permit.
     waiting: AtomicUsize,
-    /// The last release through Redis found that other lockers wait: local handoffs would
-    /// keep the lock from them, so they stop until a release finds nobody waiting.
-    contended: AtomicBool,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
     /// Boxed: most slots never hold one, and a slot lives as long as its lock.
@@ -72,12 +69,6 @@ impl<H> Slot<H> {
     /// Records whether the last release told waiters of other lockers.
     pub(crate) fn released(&self, others_waiting: bool) {
         *self.yield_until.lock() = others_waiting.then(|| Instant::now() + Self::YIELD);
-        self.contended.store(others_waiting, Ordering::Release);
-    }
-
-    /// Whether other lockers were found waiting at the last release through Redis.
-    pub(crate) fn contended(&self) -> bool {
-        self.contended.load(Ordering::Acquire)
     }
 
     /// Until when a local acquirer should hold back, if at all.
@@ -161,7 +152,6 @@ impl<H> Slots<H> {
                     yield_until: Mutex::new(None),
                     refs: AtomicUsize::new(0),
                     waiting: AtomicUsize::new(0),
-                    contended: AtomicBool::new(false),
                     baton: Mutex::new(None),
                 })
             })

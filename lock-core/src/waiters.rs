@@ -69,6 +69,7 @@ struct Channel {
 #[derive(Debug)]
 enum Command {
     Subscribe(String),
+    Unsubscribe(String),
 }
 
 #[derive(Debug)]
@@ -99,6 +100,8 @@ pub(crate) struct Subscription {
     channel: String,
     pub(crate) notify: Arc<Notify>,
     messages: Arc<Mutex<Messages>>,
+    /// Unsubscribe at once when the last waiter leaves, instead of lingering.
+    leave_now: bool,
 }
 
 /// The last [`Messages::KEPT`] release messages of a channel, numbered: a message may name
@@ -132,6 +135,15 @@ impl Subscription {
 
     /// Whether a message received after `mark` may be for the waiter of `token` (see
     /// `is_for`), and the mark of now. Messages no longer kept count as for it.
+    /// Drops this interest in the channel and, if it was the last, unsubscribes at once rather
+    /// than lingering. Redis sends a channel's messages to its subscribers in the order they
+    /// subscribed, and the first to hear of a release is the first to try: a waiter that just
+    /// won the lock after a release leaves, so its process subscribes again at the end of that
+    /// order for its next wait, and the waiters of every process take turns being first.
+    pub(crate) fn leave_now(mut self) {
+        self.leave_now = true;
+    }
+
     pub(crate) fn for_me_since(&self, mark: u64, is_for: impl Fn(&str) -> bool) -> (bool, u64) {
         let messages = self.messages.lock();
         let new = usize::try_from(messages.next.saturating_sub(mark)).unwrap_or(usize::MAX);
@@ -191,6 +203,7 @@ impl Waiters {
             channel: channel.to_owned(),
             notify,
             messages,
+            leave_now: false,
         };
         let _ = tokio::time::timeout(limit, settled.wait_for(|s| *s)).await;
         subscription
@@ -212,6 +225,7 @@ impl Waiters {
             channel: channel.to_owned(),
             notify: entry.notify.clone(),
             messages: entry.messages.clone(),
+            leave_now: false,
         })
     }
 
@@ -234,7 +248,18 @@ impl Drop for Subscription {
         if let Some(entry) = channels.get_mut(&self.channel) {
             entry.refs -= 1;
             if entry.refs == 0 {
-                entry.idle_since = Some(tokio::time::Instant::now());
+                if self.leave_now {
+                    // Sent under the map's lock: a SUBSCRIBE of a waiter that comes next is
+                    // queued after this UNSUBSCRIBE, in the same order as the map changed.
+                    channels.remove(&self.channel);
+                    self.shared.live.store(channels.len(), Ordering::Relaxed);
+                    let _ = self
+                        .shared
+                        .commands
+                        .send(Command::Unsubscribe(std::mem::take(&mut self.channel)));
+                } else {
+                    entry.idle_since = Some(tokio::time::Instant::now());
+                }
             }
         }
     }
@@ -343,6 +368,10 @@ async fn listen(
                             }
                             check(result, "subscribe")
                         }
+                        Command::Unsubscribe(channel) => {
+                            let result = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                            check(result, "unsubscribe")
+                        }
                     };
                     if let Link::Broken = link {
                         break;
@@ -430,6 +459,7 @@ mod tests {
             channel: "c".to_owned(),
             notify: Arc::default(),
             messages: Arc::new(Mutex::new(messages)),
+            leave_now: false,
         }
     }
 
@@ -470,6 +500,55 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         cond()
+    }
+
+    /// A waiter that leaves now unsubscribes at once (not after the linger), unless another
+    /// waiter of the channel is still there; the next waiter subscribes again and hears releases.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn leaving_now_unsubscribes_at_once_and_the_next_waiter_subscribes_again() {
+        let server = RedisServer::start().unwrap();
+        let client = redis::Client::open(server.url()).unwrap();
+        let shutdown = CancellationToken::new();
+        let limit = Duration::from_secs(5);
+        let timeouts = Timeouts {
+            connect: limit,
+            command: limit,
+        };
+        let waiters = Waiters::start(
+            PubSubSource::Nodes(vec![client]),
+            timeouts,
+            shutdown.clone(),
+        );
+        let first = waiters.subscribe("p:c", limit).await;
+        let second = waiters.subscribed("p:c").unwrap();
+        first.leave_now();
+        tokio::time::sleep(LINGER / 5).await;
+        assert_eq!(
+            subscribers(&server, "p:c"),
+            1,
+            "left while another waiter was there"
+        );
+
+        let left = tokio::time::Instant::now();
+        second.leave_now();
+        assert!(until(limit, || subscribers(&server, "p:c") == 0).await);
+        assert!(
+            left.elapsed() < LINGER,
+            "unsubscribed after {:?}: it lingered",
+            left.elapsed()
+        );
+        assert_eq!(waiters.channel_count(), 0);
+        assert!(waiters.subscribed("p:c").is_none());
+
+        let next = waiters.subscribe("p:c", limit).await;
+        assert_eq!(subscribers(&server, "p:c"), 1);
+        let mark = next.mark();
+        let woken = next.notify.notified();
+        let _: i64 = server.cmd(&["PUBLISH", "p:c", "1"]);
+        tokio::time::timeout(limit, woken).await.unwrap();
+        assert!(next.for_me_since(mark, |m| m == "1").0);
+        drop(next);
+        shutdown.cancel();
     }
 
     /// A channel added while the listener re-subscribes after a reconnect is reported

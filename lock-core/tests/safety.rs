@@ -409,7 +409,7 @@ async fn a_cluster_waiter_subscribed_on_another_node_is_not_starved() {
     lock_testkit::figure(&format!(
         "cluster remote waiter behind 4 local tasks: passed over {passed_over:?} times, waits {waits:?}"
     ));
-    // Up to 4 local handoffs, then a release through Redis that tells the waiter; on a loaded
+    // Up to 6 local handoffs, then a release through Redis that tells the waiter; on a loaded
     // machine it may lose a few races to the local tasks' retries after their 1 ms pause.
     // Without the flag it was passed over for its whole 5 s wait (hundreds of sections).
     assert!(
