@@ -44,12 +44,25 @@ pub(crate) fn write(
         Ok(())
     };
     let ratio_rows: Vec<&Row> = rows.iter().filter(|r| ratio_target(r).is_some()).collect();
-    if !ratio_rows.is_empty() {
+    // A chart this run has no data for is removed: one left from an earlier run next to this
+    // run's JSON would pass for this run's.
+    let mut stale = Vec::new();
+    if ratio_rows.is_empty() {
+        stale.push("ratios");
+    } else {
         save("ratios", ratios(&ratio_rows)?)?;
     }
-    if !details.is_empty() {
+    if details.is_empty() {
+        stale.extend(["w3-gaps", "w3-fairness"]);
+    } else {
         save("w3-gaps", gaps(details)?)?;
         save("w3-fairness", fairness(details)?)?;
+    }
+    for name in stale {
+        match std::fs::remove_file(dir.join(format!("{stem}-{name}.svg"))) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
     }
     Ok(written)
 }
@@ -70,12 +83,11 @@ fn render(
     Ok(svg)
 }
 
-/// The target of a ratio row, and whether more is better.
-fn ratio_target(row: &Row) -> Option<(f64, bool)> {
+/// The target of a ratio row.
+fn ratio_target(row: &Row) -> Option<f64> {
     let both = !row.kit.is_empty() && !row.floor.is_empty() && row.ratio().is_finite();
     match row.check {
-        Check::RatioAtLeast(x) if both => Some((x, true)),
-        Check::RatioAtMost(x) if both => Some((x, false)),
+        Check::RatioAtLeast(x) | Check::RatioAtMost(x) if both => Some(x),
         _ => None,
     }
 }
@@ -92,7 +104,7 @@ fn ratios(rows: &[&Row]) -> Result<String, BoxError> {
     let n = rows.len();
     let x_max = rows
         .iter()
-        .filter_map(|r| ratio_target(r).map(|(t, _)| r.ratio().max(t)))
+        .filter_map(|r| ratio_target(r).map(|t| r.ratio().max(t)))
         .fold(1.0f64, f64::max)
         * 1.12;
     let height = 80 + 48 * n as u32;
@@ -122,7 +134,7 @@ fn ratios(rows: &[&Row]) -> Result<String, BoxError> {
             BLACK.mix(0.5).stroke_width(1),
         ))?;
         for (i, row) in rows.iter().enumerate() {
-            let Some((target, more_is_better)) = ratio_target(row) else {
+            let Some(target) = ratio_target(row) else {
                 continue;
             };
             // The first row at the top.
@@ -138,9 +150,9 @@ fn ratios(rows: &[&Row]) -> Result<String, BoxError> {
                 BLACK.stroke_width(3),
             )))?;
             let label = format!(
-                "{}: {ratio:.2} (target {} {target}x floor)",
+                "{}: {ratio:.2} (target {})",
                 row_label(row),
-                if more_is_better { "≥" } else { "≤" }
+                row.target_text()
             );
             // Text hangs from its top-left corner: above the bar, inside the row's band.
             chart.draw_series(std::iter::once(Text::new(
@@ -377,6 +389,13 @@ mod tests {
             "{ratios}"
         );
         assert!(!ratios.contains("failed"), "only ratio rows");
+        assert!(ratios.contains("(target ≥ 0.9x floor)"), "{ratios}");
+
+        // A later run without hot-key workloads leaves no W3 chart of the earlier one behind.
+        let written = write(&dir.join("run.json"), &rows, &[]).expect("charts");
+        assert_eq!(written.len(), 1);
+        assert!(!dir.join("run-w3-gaps.svg").exists());
+        assert!(!dir.join("run-w3-fairness.svg").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -370,7 +370,8 @@ fn semaphore_rows(workload: &str, permits: u32, kit: &[Metrics]) -> Vec<Row> {
             values(|m| m.per_sec),
             most,
             Check::RatioAtLeast(0.85),
-        ),
+        )
+        .target("≥ 0.85x permits / hold"),
         Row::new(
             workload,
             "hold as measured (mean)",

@@ -117,6 +117,11 @@ fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
 
 /// The overview timeline of a round, as SVG text.
 fn overview<'a>(html: &'a str, row: &Row) -> &'a str {
+    timeline(html, row, "overview")
+}
+
+/// One timeline (`view`: "overview" or "zoom") of a round, as SVG text.
+fn timeline<'a>(html: &'a str, row: &Row, view: &str) -> &'a str {
     let section = html
         .split("<section ")
         .find(|s| {
@@ -125,8 +130,8 @@ fn overview<'a>(html: &'a str, row: &Row) -> &'a str {
         })
         .unwrap_or_else(|| panic!("no section for {}", row.label()));
     let start = section
-        .find(r#"data-view="overview""#)
-        .unwrap_or_else(|| panic!("no overview for {}", row.label()));
+        .find(&format!(r#"data-view="{view}""#))
+        .unwrap_or_else(|| panic!("no {view} for {}", row.label()));
     let len = section[start..].find("</svg>").expect("closed svg");
     &section[start..start + len]
 }
@@ -200,14 +205,35 @@ fn the_report_draws_every_sale_and_every_refused_write() {
                 row.label()
             );
         }
-        if row.variant == Variant::LayerFailFast {
-            assert!(
-                !drawn(svg, "busy").is_empty(),
-                "{}: busy answers are drawn",
-                row.label()
-            );
-        }
+        assert_eq!(
+            drawn(svg, "busy").len() as u64,
+            row.busy,
+            "{}: one tick per busy answer",
+            row.label()
+        );
     }
+    // The chaos zoom of the fenced round: the stalled holder's refused write, and sales of
+    // the other instance while it slept.
+    let fenced = report.row(Variant::Fenced, true).expect("fenced chaos row");
+    let zoom = timeline(html, fenced, "zoom");
+    let stalls = drawn(zoom, "stall");
+    assert!(!stalls.is_empty(), "the zoom shows a stall");
+    assert!(
+        !drawn(zoom, "stale").is_empty(),
+        "the zoom shows a refused write"
+    );
+    let beside = drawn(zoom, "sale")
+        .into_iter()
+        .filter(|sale| {
+            stalls
+                .iter()
+                .any(|stall| sale.lane != stall.lane && sale.t1 > stall.t0 && sale.t1 < stall.t1)
+        })
+        .count();
+    assert!(
+        beside > 0,
+        "the zoom shows sales of another instance during the stall"
+    );
     let unlocked = report.row(Variant::Unlocked, false).expect("unlocked row");
     let across_lanes = overlaps(drawn(overview(html, unlocked), "sale"))
         .into_iter()

@@ -49,7 +49,7 @@ const SCRIPT: &str = r#"
 "#;
 
 const LEGEND: &str = r##"<p class="legend">
-<span class="key" style="background:#d6e4fa;border:1px solid #7fa6e3"></span>lock held
+<span class="key" style="background:#d6e4fa;border:1px solid #7fa6e3"></span>lock held, as the locked code saw it (the macro's body, the layer's handler: the lock is taken a little before and let go a little after)
 <span class="key" style="border-left:2px dashed #7fa6e3;width:4px"></span>fixed lease ran out
 <span class="key" style="background:#1c64d8"></span>purchase, from stock read to stock write
 <span class="key" style="background:#e8590c"></span>written after its lease ran out

@@ -3,7 +3,8 @@
 //!
 //! - a light band per lock hold (`class="hold"`), from when the code knew it held the lock to
 //!   when it let go, or to the end of its fixed lease (a dashed `lease-end` line) when that
-//!   came first;
+//!   came first (for the macro and the layer: their body or handler, which runs inside the
+//!   lock's real hold);
 //! - a bar per purchase that reached the stock, from its read to its write (`class="sale"`),
 //!   or to the refusal of its write (`class="refused"`, with a `stale` cross); bars that
 //!   overlap in time within one instance are stacked in tracks;
@@ -76,13 +77,20 @@ impl View {
 
 const MS: u64 = 1_000_000;
 
-/// From the round's start to just after its last bar (the sold-out answers after it are left
-/// out: they would squeeze the sales into a corner).
+/// From the round's start to just after its last bar or busy answer (the sold-out answers
+/// after them are left out: they would squeeze the sales into a corner; a busy answer is
+/// drawn, as the round's `busy` column counts every one).
 pub(crate) fn overview_window(view: &RoundView) -> Window {
+    let last_busy = view
+        .answers
+        .iter()
+        .filter(|(_, _, kind)| *kind == Kind::Busy)
+        .map(|(t, _, _)| *t);
     let last = view
         .bars
         .iter()
         .map(Bar::end)
+        .chain(last_busy)
         .max()
         .unwrap_or(view.duration);
     Window {
@@ -278,7 +286,7 @@ fn draw_bar(out: &mut String, round: &RoundView, bar: &Bar, top: f64, h: f64, sc
         let (s0, s1) = (x(stall.start), x(stall.end));
         let _ = write!(
             out,
-            r##"<rect class="stall" data-t0="{a}" data-t1="{b}" x="{s0:.2}" y="{y:.1}" width="{sw:.2}" height="{sh:.1}" fill="#fff" stroke="#868e96" stroke-width="0.8" stroke-dasharray="2 2"/>"##,
+            r##"<rect class="stall" data-lane="{lane}" data-t0="{a}" data-t1="{b}" x="{s0:.2}" y="{y:.1}" width="{sw:.2}" height="{sh:.1}" fill="#fff" stroke="#868e96" stroke-width="0.8" stroke-dasharray="2 2"/>"##,
             a = stall.start,
             b = stall.end,
             y = top + 1.0,
