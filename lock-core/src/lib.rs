@@ -67,10 +67,11 @@
 //!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
 //!   Local waiters of one key queue first come, first served, so only one task per process
 //!   contends in Redis; a release hands the lock straight to the next of them without a Redis
-//!   round trip (the key keeps its token) while no other process is known to wait for the key
-//!   (at most 4 handoffs in a row, then the lock goes back through Redis, which tells whether
-//!   other processes wait; while they do, every release goes through Redis so that they get
-//!   their turn).
+//!   round trip (the key keeps its token), at most 6 times in a row: then the lock goes back
+//!   through Redis, whose release tells the waiters of other processes, and this process holds
+//!   back for a moment so that they get their turn. Redis tells a channel's subscribers in the
+//!   order they subscribed; a waiter that won after a release subscribes again for its next
+//!   wait, behind the others, so processes take turns.
 //! - **Watchdog.** A lock without an explicit lease gets the watchdog lease (30 s) and one
 //!   background task per locker renews all such locks every third of it, in one round trip.
 //! - **Loss detection.** A renewal that finds another owner, or renewals failing until the
