@@ -25,6 +25,7 @@ use crate::release::{Attempt, ReleaseOnDrop};
 use crate::slot::{Baton, SlotRef};
 use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
+use crate::with_lock::OnLost;
 
 /// An acquisition of one lock, configured with builder methods and started by `.await`.
 ///
@@ -68,6 +69,8 @@ pub struct Acquire {
     wait: Option<Duration>,
     lease: Option<Duration>,
     max_hold: Option<Duration>,
+    /// What [`with_lock`](Self::with_lock) does on a loss.
+    on_lost: OnLost,
 }
 
 impl Acquire {
@@ -80,6 +83,7 @@ impl Acquire {
             wait: None,
             lease: None,
             max_hold: None,
+            on_lost: OnLost::Abort,
         }
     }
 
@@ -108,6 +112,21 @@ impl Acquire {
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
+    }
+
+    /// What [`with_lock`](Self::with_lock) does when the lock is lost while its body runs.
+    /// Default: [`OnLost::Abort`]. A plain `.await` of the acquire ignores it.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    pub(crate) fn on_lost_policy(&self) -> OnLost {
+        self.on_lost
+    }
+
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
     }
 }
 
