@@ -113,7 +113,8 @@ impl Fence {
                 held.mark_lost(LostReason::Unknown);
                 Err(held.lost_error())
             }
-            Err(error) => Err(LockError::backend(Some(held.key()), error)),
+            // fence.lua reads the lock key in a pcall: only the fence key can have another type.
+            Err(error) => Err(LockError::backend_at(held.keys().fence(), held.key(), error)),
         }
     }
 }

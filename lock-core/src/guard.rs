@@ -168,8 +168,9 @@ impl LockGuard {
                 self.held.mark_lost(self.held.reason_for(*gone));
                 Err(self.held.lost_error())
             }
-            Some(Renewal::Unknown) | None => Err(LockError::backend(
-                Some(self.held.key()),
+            Some(Renewal::Unknown) | None => Err(LockError::backend_on(
+                self.held.keys(),
+                self.held.key(),
                 BackendError::undecided("the extension got no decisive answer from redis"),
             )),
         }

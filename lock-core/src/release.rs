@@ -52,7 +52,7 @@ pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), L
             );
             Err(held.lost_error())
         }
-        Err(error) => Err(LockError::backend(Some(held.key()), error)),
+        Err(error) => Err(LockError::backend_on(held.keys(), held.key(), error)),
     };
     let held_for = held.held_for();
     let outcome = match &released {
