@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
 use crate::locker::Locker;
+use crate::metrics::{self, Operation};
 
 /// A handle to the fencing token of one acquisition, for code that does not hold the guard
 /// (a handler behind the tower layer, a task the work is handed to). Cheap to clone.
@@ -114,7 +115,14 @@ impl Fence {
                 Err(held.lost_error())
             }
             // fence.lua reads the lock key in a pcall: only the fence key can have another type.
-            Err(error) => Err(LockError::backend_at(held.keys().fence(), held.key(), error)),
+            Err(error) => {
+                metrics::backend_error(Operation::Fence, &error);
+                Err(LockError::backend_at(
+                    held.keys().fence(),
+                    held.key(),
+                    error,
+                ))
+            }
         }
     }
 }

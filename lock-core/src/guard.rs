@@ -12,6 +12,7 @@ use crate::held::HeldLock;
 use crate::limits;
 use crate::local::Leave;
 use crate::locker::Locker;
+use crate::metrics::{self, Operation};
 use crate::release::{self, ReleaseJob, ReleaseOnDrop};
 use crate::store::Renewal;
 
@@ -168,11 +169,16 @@ impl LockGuard {
                 self.held.mark_lost(self.held.reason_for(*gone));
                 Err(self.held.lost_error())
             }
-            Some(Renewal::Unknown) | None => Err(LockError::backend_on(
-                self.held.keys(),
-                self.held.key(),
-                BackendError::undecided("the extension got no decisive answer from redis"),
-            )),
+            Some(Renewal::Unknown) | None => {
+                let error =
+                    BackendError::undecided("the extension got no decisive answer from redis");
+                metrics::backend_error(Operation::Extend, &error);
+                Err(LockError::backend_on(
+                    self.held.keys(),
+                    self.held.key(),
+                    error,
+                ))
+            }
         }
     }
 

@@ -211,13 +211,15 @@
 //!
 //! With the feature `metrics`, the kit records through the [`metrics`](https://docs.rs/metrics)
 //! facade into whatever recorder the application installed (a Prometheus exporter, say). Names
-//! start with `lock_`; labels are `kind` (`mutex`, `read`, `fair`, `semaphore`) and an
-//! `outcome` or `reason`, never the key. The [`metrics`] module lists every value of each.
+//! start with `lock_`; labels are `kind` (`mutex`, `read`, `fair`, `semaphore`) or
+//! `operation`, and an `outcome` or `reason`, never the key. The [`metrics`] module lists every value of each.
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
+//! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | latency of one acquire call to Redis (a try) by its answer: `acquired`, `busy`, `not_replicated`, `cancelled`, or the error |
+//! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of `fence`, `extend`, `is_locked`, `force_unlock` calls, by error (`backend`, `timeout`, `tls`, `wrong_type`) |
 //! | `lock_waiters` | gauge | `kind` | acquires under way |
 //! | `lock_held` | gauge | `kind` | locks held (outermost guards alive) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | time from grant to release, by release outcome |
