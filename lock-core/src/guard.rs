@@ -12,7 +12,7 @@ use crate::held::HeldLock;
 use crate::limits;
 use crate::local::Leave;
 use crate::locker::Locker;
-use crate::metrics::{self, Operation};
+use crate::metrics::{self, Operation, ReleaseOutcome};
 use crate::release::{self, ReleaseJob, ReleaseOnDrop};
 use crate::store::Renewal;
 
@@ -207,6 +207,7 @@ impl LockGuard {
             };
         }
         if inner.local.hand_over(&self.held, &inner.store) {
+            release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
             return Ok(());
         }
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
@@ -219,6 +220,11 @@ impl LockGuard {
 }
 
 impl LockGuard {
+    /// Opens the `lock.hold` span of a new acquisition (kept until its release).
+    pub(crate) fn set_hold_span(&self, span: tracing::Span) {
+        self.held.set_hold_span(span);
+    }
+
     /// The error that reports this lock's loss, with its reason.
     pub(crate) fn lost_error(&self) -> LockError {
         self.held.lost_error()
@@ -234,6 +240,7 @@ impl Drop for LockGuard {
         let inner = &self.locker.inner;
         if let Leave::Outermost = inner.local.leave(&self.held) {
             if inner.local.hand_over(&self.held, &inner.store) {
+                release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
                 return;
             }
             // Never blocks, never panics, with or without a runtime.

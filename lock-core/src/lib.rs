@@ -235,9 +235,18 @@
 //! The kit logs through `tracing`. At `info` and above only what an operator acts on, at most a
 //! line per lock: a lock lost (`warn`, with its reason and how long it was held), an acquire
 //! that got its lock after waiting a second or more, a release after a hold of a whole lease
-//! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail (the
-//! `lock.acquire` span with the key, acquired, busy, released, retries) is at `debug` and
-//! `trace`.
+//! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail is at `debug`
+//! and `trace`.
+//!
+//! Spans, each with the `key` and an `outcome` field recorded when it ends:
+//!
+//! | span | level | covers | `outcome` |
+//! |---|---|---|---|
+//! | `lock.acquire` | debug | one acquire, from its start to its answer | as `lock_acquisitions_total`: `acquired`, `reentered`, `busy`, `cancelled`, or the error |
+//! | `lock.hold` | debug; info with [`trace_holds(true)`](LockerBuilder::trace_holds) | the held section, from the grant to the release (under the span that was current at the acquire) | the release's: `released`, `handed_over`, `lost`, `failed` |
+//! | `lock.release` | debug | one release in Redis, inside `lock.hold` | `released`, `lost`, `failed` |
+//!
+//! A span no subscriber wants costs no formatting and no allocation.
 //!
 //! # What a Redis lock does not protect against
 //!

@@ -69,6 +69,8 @@ pub(crate) struct Settings {
     pub(crate) fence_retention: Duration,
     pub(crate) fallback_retry: Duration,
     pub(crate) command_timeout: Duration,
+    /// The `lock.hold` span at info level instead of debug.
+    pub(crate) trace_holds: bool,
 }
 
 pub(crate) struct Inner {

@@ -85,8 +85,8 @@ pub(crate) enum ReleaseOutcome {
 }
 
 impl ReleaseOutcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const fn as_str(self) -> &'static str {
+    /// The label, also the `outcome` of the `lock.release` and `lock.hold` spans.
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Released => "released",
             Self::HandedOver => "handed_over",
@@ -115,6 +115,32 @@ impl Operation {
             Self::IsLocked => "is_locked",
             Self::ForceUnlock => "force_unlock",
         }
+    }
+}
+
+/// The `outcome` of an acquire: the label of `lock_acquisitions_total` and the field of the
+/// `lock.acquire` span.
+pub(crate) fn acquire_outcome(
+    result: &Result<crate::LockGuard, crate::LockError>,
+    reentered: bool,
+) -> &'static str {
+    use crate::LockError;
+    match result {
+        Ok(_) if reentered => "reentered",
+        Ok(_) => "acquired",
+        Err(error) => match error {
+            LockError::Busy { .. } => "busy",
+            LockError::Backend { source, .. } if source.is_timeout() => "timeout",
+            LockError::Backend { .. } => "backend",
+            LockError::Tls { .. } => "tls",
+            LockError::WrongType { .. } => "wrong_type",
+            LockError::NotReplicated { .. } => "not_replicated",
+            LockError::Lost { .. } => "lost",
+            LockError::InvalidKey { .. } => "invalid_key",
+            LockError::Config(_) => "config",
+            LockError::WriteInsideRead { .. } => "write_inside_read",
+            _ => "other",
+        },
     }
 }
 
@@ -168,23 +194,6 @@ mod record {
         describe_counter!(LOST, "Locks lost, by reason");
         describe_counter!(RENEWALS, "Watchdog lease renewals, per lock, by outcome");
         describe_counter!(RENEWAL_CALLS, "Renewal script calls sent by the watchdog");
-    }
-
-    /// The `outcome` label of a failed acquire.
-    fn error_outcome(error: &LockError) -> &'static str {
-        match error {
-            LockError::Busy { .. } => "busy",
-            LockError::Backend { source, .. } if source.is_timeout() => "timeout",
-            LockError::Backend { .. } => "backend",
-            LockError::Tls { .. } => "tls",
-            LockError::WrongType { .. } => "wrong_type",
-            LockError::NotReplicated { .. } => "not_replicated",
-            LockError::Lost { .. } => "lost",
-            LockError::InvalidKey { .. } => "invalid_key",
-            LockError::Config(_) => "config",
-            LockError::WriteInsideRead { .. } => "write_inside_read",
-            _ => "other",
-        }
     }
 
     /// The `outcome` label of a Redis failure.
@@ -280,12 +289,7 @@ mod record {
 
         /// Records how the acquire ended; `reentered`: the guard is a nested one.
         pub(crate) fn finish(&mut self, result: &Result<LockGuard, LockError>, reentered: bool) {
-            let outcome = match result {
-                Ok(_) if reentered => "reentered",
-                Ok(_) => "acquired",
-                Err(error) => error_outcome(error),
-            };
-            self.end(outcome, !reentered);
+            self.end(acquire_outcome(result, reentered), !reentered);
         }
 
         fn end(&mut self, outcome: &'static str, timed: bool) {
