@@ -15,8 +15,14 @@ use lock_core::{LockError, Locker};
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    run(&url).await
+}
+
+/// The quickstart against the Redis at `url` (lock-core's `tests/quickstart.rs` runs it against
+/// a server of its own, so this example cannot rot).
+pub(crate) async fn run(url: &str) -> Result<(), LockError> {
     // One Locker per process: it owns the connections and the watchdog task. Cloning it is cheap.
-    let locker = Locker::connect(&url).await?;
+    let locker = Locker::connect(url).await?;
 
     // Wait up to 3 s for the lock; the watchdog renews its 30 s lease while the guard lives.
     let guard = locker

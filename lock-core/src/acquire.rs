@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, DurationSetting, LockError};
@@ -25,6 +25,7 @@ use crate::release::{Attempt, ReleaseOnDrop};
 use crate::slot::{Baton, SlotRef};
 use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
+use crate::with_lock::OnLost;
 
 /// An acquisition of one lock, configured with builder methods and started by `.await`.
 ///
@@ -68,6 +69,8 @@ pub struct Acquire {
     wait: Option<Duration>,
     lease: Option<Duration>,
     max_hold: Option<Duration>,
+    /// What [`with_lock`](Self::with_lock) does on a loss.
+    on_lost: OnLost,
 }
 
 impl Acquire {
@@ -80,6 +83,7 @@ impl Acquire {
             wait: None,
             lease: None,
             max_hold: None,
+            on_lost: OnLost::Abort,
         }
     }
 
@@ -109,6 +113,21 @@ impl Acquire {
         self.max_hold = Some(max);
         self
     }
+
+    /// What [`with_lock`](Self::with_lock) does when the lock is lost while its body runs.
+    /// Default: [`OnLost::Abort`]. A plain `.await` of the acquire ignores it.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    pub(crate) fn on_lost_policy(&self) -> OnLost {
+        self.on_lost
+    }
+
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
+    }
 }
 
 /// The future of an [`Acquire`].
@@ -136,16 +155,71 @@ impl IntoFuture for Acquire {
     type IntoFuture = AcquireFuture;
 
     fn into_future(self) -> AcquireFuture {
+        // The macros check the level first: a disabled span formats nothing and allocates
+        // nothing (the uncontended acquire's hot path).
+        let outcome = tracing::field::Empty;
         let span = match self.access {
-            Access::Exclusive => tracing::debug_span!("lock.acquire", key = %self.key),
-            Access::Fair => tracing::debug_span!("lock.acquire", key = %self.key, fair = true),
-            Access::Shared => tracing::debug_span!("lock.acquire", key = %self.key, read = true),
+            Access::Exclusive => tracing::debug_span!("lock.acquire", key = %self.key, outcome),
+            Access::Fair => {
+                tracing::debug_span!("lock.acquire", key = %self.key, fair = true, outcome)
+            }
+            Access::Shared => {
+                tracing::debug_span!("lock.acquire", key = %self.key, read = true, outcome)
+            }
             Access::Permits { limit } => {
-                tracing::debug_span!("lock.acquire", key = %self.key, permits = self.permits, of = limit)
+                tracing::debug_span!("lock.acquire", key = %self.key, permits = self.permits, of = limit, outcome)
             }
         };
+        let caller = hold_parent(self.locker.inner.settings.trace_holds);
         AcquireFuture {
-            inner: Box::pin(self.run().instrument(span)),
+            inner: Box::pin(self.run(span.clone(), caller).instrument(span)),
+        }
+    }
+}
+
+/// The span the `lock.hold` span goes under: the caller's, not the acquire's, which ends
+/// when the lock is granted. Looked up only when a subscriber may want the hold span.
+fn hold_parent(trace_holds: bool) -> Span {
+    let wanted = if trace_holds {
+        tracing::level_enabled!(tracing::Level::INFO)
+    } else {
+        tracing::level_enabled!(tracing::Level::DEBUG)
+    };
+    if wanted {
+        Span::current()
+    } else {
+        Span::none()
+    }
+}
+
+/// The `lock.hold` span of a lock just granted: info level with `trace_holds`, else debug.
+fn hold_span(parent: &Span, key: &str, trace_holds: bool) -> Span {
+    let outcome = tracing::field::Empty;
+    if trace_holds {
+        tracing::info_span!(parent: parent, "lock.hold", key = %key, outcome)
+    } else {
+        tracing::debug_span!(parent: parent, "lock.hold", key = %key, outcome)
+    }
+}
+
+/// Records `cancelled` as the `lock.acquire` span's outcome if the acquire is dropped before
+/// it ends.
+struct SpanOutcome<'a> {
+    span: &'a Span,
+    recorded: bool,
+}
+
+impl SpanOutcome<'_> {
+    fn record(&mut self, outcome: &'static str) {
+        self.recorded = true;
+        self.span.record("outcome", outcome);
+    }
+}
+
+impl Drop for SpanOutcome<'_> {
+    fn drop(&mut self) {
+        if !self.recorded {
+            self.span.record("outcome", "cancelled");
         }
     }
 }
@@ -172,12 +246,23 @@ enum Try {
 const LONG_WAIT: Duration = Duration::from_secs(1);
 
 impl Acquire {
-    async fn run(self) -> Result<LockGuard, LockError> {
+    /// The acquire, run in `span` (the `lock.acquire` span, which gets its outcome); a lock
+    /// it takes gets its `lock.hold` span under `caller`.
+    async fn run(self, span: Span, caller: Span) -> Result<LockGuard, LockError> {
+        let mut outcome = SpanOutcome {
+            span: &span,
+            recorded: false,
+        };
         let started = Instant::now();
         let mut metric = metrics::Acquisition::start(self.access, started);
         let mut reentered = false;
         let result = self.take(started, &mut metric, &mut reentered).await;
         metric.finish(&result, reentered);
+        outcome.record(metrics::acquire_outcome(&result, reentered));
+        if let (Ok(guard), false) = (&result, reentered) {
+            let trace_holds = self.locker.inner.settings.trace_holds;
+            guard.set_hold_span(hold_span(&caller, &self.key, trace_holds));
+        }
         if result.is_ok() && !reentered {
             let waited = started.elapsed();
             if waited >= LONG_WAIT {

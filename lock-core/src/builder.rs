@@ -19,6 +19,7 @@ use crate::topology::{connect, redact, Topology};
 /// | [`watchdog_lease`](Self::watchdog_lease) | 30 s, renewed every 10 s |
 /// | [`default_wait`](Self::default_wait) | 30 s |
 /// | [`max_hold`](Self::max_hold) | none |
+/// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level |
 /// | [`fence_retention`](Self::fence_retention) | 1 hour |
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s |
@@ -93,6 +94,7 @@ impl Default for LockerBuilder {
                 fence_retention: Duration::from_secs(3600),
                 fallback_retry: Duration::from_secs(1),
                 command_timeout: Duration::from_secs(3),
+                trace_holds: false,
             },
             connect_timeout: Duration::from_secs(5),
         }
@@ -239,6 +241,15 @@ impl LockerBuilder {
     /// default; `.max_hold(..)` on an acquire overrides it.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.settings.max_hold = Some(max);
+        self
+    }
+
+    /// Emits the `lock.hold` tracing span (from the grant to the release, with the key and the
+    /// release's `outcome`) at info level instead of debug, so that an application logging at
+    /// info sees its critical sections (their durations, with span-aware subscribers) without
+    /// the per-acquire detail. Off by default: one span per lock is noise for most services.
+    pub fn trace_holds(mut self, on: bool) -> Self {
+        self.settings.trace_holds = on;
         self
     }
 

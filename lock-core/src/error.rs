@@ -47,17 +47,23 @@ pub enum LockError {
     /// A Redis key of the lock exists with a type the kit never writes (a hash, a list, ...):
     /// another program uses the name. An operator must inspect (and remove) it.
     #[error(
-        "redis key {} of lock `{key}` holds a value of another type (see TYPE in redis-cli); \
+        "redis key {}{} of lock `{key}` holds a value of another type (see TYPE in redis-cli); \
          the kit never overwrites it",
-        RedisKeyName(key, redis_key)
+        RedisKeyName(key, redis_key),
+        OrOneOf(others)
     )]
     WrongType {
         /// The user's key.
         key: String,
-        /// The Redis key to inspect (acquires and [`Locker::force_unlock`](crate::Locker::force_unlock)
-        /// name it). Where an operation did not know the locker's prefix the message names it
-        /// as `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
+        /// The Redis key to inspect: the lock key, or the companion key the failed call alone
+        /// could have found of another type (the fence key for a fencing token). Where an
+        /// operation did not know the locker's prefix the message names it as
+        /// `<prefix>{h}:lock:<key>` with the hash tag `h` filled in.
         redis_key: Option<String>,
+        /// Other Redis keys of the lock the failed call read with a type (a read lock's
+        /// readers set, the line of a fair lock or a semaphore), any of which may be the one:
+        /// Redis does not say which key of a script had the wrong type. Often empty.
+        others: Vec<String>,
     },
     /// Redis was unreachable, timed out, or answered with an error.
     #[error("redis error{}: {source}", OnKey(key))]
@@ -378,6 +384,22 @@ impl fmt::Display for RedisKeyName<'_> {
     }
 }
 
+/// ` (or one of `a`, `b`: ...)` when there are other candidates.
+struct OrOneOf<'a>(&'a [String]);
+
+impl fmt::Display for OrOneOf<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some((first, rest)) = self.0.split_first() else {
+            return Ok(());
+        };
+        write!(f, " (or one of `{first}`")?;
+        for name in rest {
+            write!(f, ", `{name}`")?;
+        }
+        f.write_str(": redis does not say which)")
+    }
+}
+
 /// ` on lock `k`` when there is a key.
 struct OnKey<'a>(&'a Option<String>);
 
@@ -464,6 +486,7 @@ impl LockError {
             Some(key) if source.is_wrong_type() => Self::WrongType {
                 key,
                 redis_key: None,
+                others: Vec::new(),
             },
             key if source.is_tls() => Self::Tls { key, source },
             key => Self::Backend { key, source },
@@ -477,24 +500,42 @@ impl LockError {
             Self::WrongType {
                 key,
                 redis_key: None,
+                others,
             } => Self::WrongType {
                 redis_key: Some(RedisKeys::new(prefix, &key).lock),
                 key,
+                others,
             },
             other => other,
         }
     }
 
-    /// [`backend`](Self::backend) for an operation that knows the Redis names of `key`, so a
-    /// [`WrongType`](Self::WrongType) names the Redis key to inspect.
+    /// [`backend`](Self::backend) for an acquire, a release or another call on the lock key
+    /// of `keys`, so a [`WrongType`](Self::WrongType) names the Redis key to inspect, and the
+    /// companions of that kind of hold that the scripts also read with a type.
     pub(crate) fn backend_on(keys: &RedisKeys, key: &str, source: BackendError) -> Self {
-        match Self::backend(Some(key), source) {
-            Self::WrongType { key, .. } => Self::WrongType {
-                key,
+        if source.is_wrong_type() {
+            return Self::WrongType {
+                key: key.to_owned(),
                 redis_key: Some(keys.lock.clone()),
-            },
-            other => other,
+                others: keys.typed_companions(),
+            };
         }
+        Self::backend(Some(key), source)
+    }
+
+    /// [`backend`](Self::backend) for a call whose only key that can have another type is
+    /// `redis_key` (the fence key of a fencing token's script, which reads the lock key in a
+    /// `pcall`).
+    pub(crate) fn backend_at(redis_key: String, key: &str, source: BackendError) -> Self {
+        if source.is_wrong_type() {
+            return Self::WrongType {
+                key: key.to_owned(),
+                redis_key: Some(redis_key),
+                others: Vec::new(),
+            };
+        }
+        Self::backend(Some(key), source)
     }
 }
 
@@ -583,6 +624,7 @@ mod tests {
         let known = LockError::WrongType {
             key: "k".into(),
             redis_key: Some("app:{13fbd79c3d390e5d}:lock:k".into()),
+            others: Vec::new(),
         };
         assert_eq!(
             known.to_string(),
@@ -592,6 +634,7 @@ mod tests {
         let unknown = LockError::WrongType {
             key: "k".into(),
             redis_key: None,
+            others: Vec::new(),
         };
         assert!(
             unknown

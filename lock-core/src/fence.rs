@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
 use crate::locker::Locker;
+use crate::metrics::{self, Operation};
 
 /// A handle to the fencing token of one acquisition, for code that does not hold the guard
 /// (a handler behind the tower layer, a task the work is handed to). Cheap to clone.
@@ -113,7 +114,15 @@ impl Fence {
                 held.mark_lost(LostReason::Unknown);
                 Err(held.lost_error())
             }
-            Err(error) => Err(LockError::backend(Some(held.key()), error)),
+            // fence.lua reads the lock key in a pcall: only the fence key can have another type.
+            Err(error) => {
+                metrics::backend_error(Operation::Fence, &error);
+                Err(LockError::backend_at(
+                    held.keys().fence(),
+                    held.key(),
+                    error,
+                ))
+            }
         }
     }
 }

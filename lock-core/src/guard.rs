@@ -12,6 +12,7 @@ use crate::held::HeldLock;
 use crate::limits;
 use crate::local::Leave;
 use crate::locker::Locker;
+use crate::metrics::{self, Operation, ReleaseOutcome};
 use crate::release::{self, ReleaseJob, ReleaseOnDrop};
 use crate::store::Renewal;
 
@@ -168,10 +169,16 @@ impl LockGuard {
                 self.held.mark_lost(self.held.reason_for(*gone));
                 Err(self.held.lost_error())
             }
-            Some(Renewal::Unknown) | None => Err(LockError::backend(
-                Some(self.held.key()),
-                BackendError::undecided("the extension got no decisive answer from redis"),
-            )),
+            Some(Renewal::Unknown) | None => {
+                let error =
+                    BackendError::undecided("the extension got no decisive answer from redis");
+                metrics::backend_error(Operation::Extend, &error);
+                Err(LockError::backend_on(
+                    self.held.keys(),
+                    self.held.key(),
+                    error,
+                ))
+            }
         }
     }
 
@@ -200,6 +207,7 @@ impl LockGuard {
             };
         }
         if inner.local.hand_over(&self.held, &inner.store) {
+            release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
             return Ok(());
         }
         // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
@@ -212,6 +220,11 @@ impl LockGuard {
 }
 
 impl LockGuard {
+    /// Opens the `lock.hold` span of a new acquisition (kept until its release).
+    pub(crate) fn set_hold_span(&self, span: tracing::Span) {
+        self.held.set_hold_span(span);
+    }
+
     /// The error that reports this lock's loss, with its reason.
     pub(crate) fn lost_error(&self) -> LockError {
         self.held.lost_error()
@@ -227,6 +240,7 @@ impl Drop for LockGuard {
         let inner = &self.locker.inner;
         if let Leave::Outermost = inner.local.leave(&self.held) {
             if inner.local.hand_over(&self.held, &inner.store) {
+                release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
                 return;
             }
             // Never blocks, never panics, with or without a runtime.

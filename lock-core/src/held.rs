@@ -83,6 +83,9 @@ pub(crate) struct HeldLock {
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps the key's slot registered while the lock lives.
     slot: SlotRef<Self>,
+    /// The `lock.hold` span, from the grant until the release takes it; `None` when no
+    /// subscriber wants it (nothing is stored then).
+    hold_span: Mutex<Option<tracing::Span>>,
 }
 
 /// The validity clock of a held lock.
@@ -134,7 +137,21 @@ impl HeldLock {
             lost_signal: Notify::new(),
             permit: Mutex::new(Some(permit)),
             slot,
+            hold_span: Mutex::new(None),
         }
+    }
+
+    /// Keeps `span` as this lock's `lock.hold` span until the release; a disabled one is not
+    /// stored.
+    pub(crate) fn set_hold_span(&self, span: tracing::Span) {
+        if !span.is_disabled() {
+            *self.hold_span.lock() = Some(span);
+        }
+    }
+
+    /// The `lock.hold` span, taken by the release that ends it (closed when dropped).
+    pub(crate) fn take_hold_span(&self) -> Option<tracing::Span> {
+        self.hold_span.lock().take()
     }
 
     pub(crate) fn id(&self) -> u64 {

@@ -162,6 +162,18 @@ impl RedisKeys {
     pub(crate) fn latch(&self, token: &str) -> String {
         joined(&[&self.lock[..self.tagged()], ":unlocked:", token])
     }
+
+    /// The other names this kind of hold's acquire and release scripts read with a type (the
+    /// sorted sets), so a foreign value at one of them is a WRONGTYPE too. Redis does not say
+    /// which key a script's WRONGTYPE came from: an error names the lock key and these. The
+    /// flags and the latch are written with `SET` or `DEL`, which never fail on a type.
+    pub(crate) fn typed_companions(&self) -> Vec<String> {
+        match self.access {
+            Access::Exclusive => Vec::new(),
+            Access::Shared => vec![self.readers()],
+            Access::Fair | Access::Permits { .. } => vec![self.line(), self.line_alive()],
+        }
+    }
 }
 
 /// `parts` in one string, allocated once (names are built on every acquire and release;

@@ -212,13 +212,15 @@
 //!
 //! With the feature `metrics`, the kit records through the [`metrics`](https://docs.rs/metrics)
 //! facade into whatever recorder the application installed (a Prometheus exporter, say). Names
-//! start with `lock_`; labels are `kind` (`mutex`, `read`, `fair`, `semaphore`) and an
-//! `outcome` or `reason`, never the key. The [`metrics`] module lists every value of each.
+//! start with `lock_`; labels are `kind` (`mutex`, `read`, `fair`, `semaphore`) or
+//! `operation`, and an `outcome` or `reason`, never the key. The [`metrics`] module lists every value of each.
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
+//! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | latency of one acquire call to Redis (a try) by its answer: `acquired`, `busy`, `not_replicated`, `cancelled`, or the error |
+//! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of `fence`, `extend`, `is_locked`, `force_unlock` calls, by error (`backend`, `timeout`, `tls`, `wrong_type`) |
 //! | `lock_waiters` | gauge | `kind` | acquires under way |
 //! | `lock_held` | gauge | `kind` | locks held (outermost guards alive) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | time from grant to release, by release outcome |
@@ -234,9 +236,18 @@
 //! The kit logs through `tracing`. At `info` and above only what an operator acts on, at most a
 //! line per lock: a lock lost (`warn`, with its reason and how long it was held), an acquire
 //! that got its lock after waiting a second or more, a release after a hold of a whole lease
-//! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail (the
-//! `lock.acquire` span with the key, acquired, busy, released, retries) is at `debug` and
-//! `trace`.
+//! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail is at `debug`
+//! and `trace`.
+//!
+//! Spans, each with the `key` and an `outcome` field recorded when it ends:
+//!
+//! | span | level | covers | `outcome` |
+//! |---|---|---|---|
+//! | `lock.acquire` | debug | one acquire, from its start to its answer | as `lock_acquisitions_total`: `acquired`, `reentered`, `busy`, `cancelled`, or the error |
+//! | `lock.hold` | debug; info with [`trace_holds(true)`](LockerBuilder::trace_holds) | the held section, from the grant to the release (under the span that was current at the acquire) | the release's: `released`, `handed_over`, `lost`, `failed` |
+//! | `lock.release` | debug | one release in Redis, inside `lock.hold` | `released`, `lost`, `failed` |
+//!
+//! A span no subscriber wants costs no formatting and no allocation.
 //!
 //! # What a Redis lock does not protect against
 //!
@@ -288,6 +299,7 @@ pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
 pub use tls::TlsConfig;
+pub use with_lock::OnLost;
 
 /// Protects an async fn with a distributed lock (one key, its read lock, or several keys); see
 /// the `lock-macros` crate docs.

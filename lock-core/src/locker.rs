@@ -12,6 +12,7 @@ use crate::connection::Timeouts;
 use crate::error::LockError;
 use crate::key::{self, Access, RedisKeys};
 use crate::local::LocalLocks;
+use crate::metrics::{self, Operation};
 use crate::multi::AcquireAll;
 use crate::release::{self, Releaser};
 use crate::semaphore::Semaphore;
@@ -68,6 +69,8 @@ pub(crate) struct Settings {
     pub(crate) fence_retention: Duration,
     pub(crate) fallback_retry: Duration,
     pub(crate) command_timeout: Duration,
+    /// The `lock.hold` span at info level instead of debug.
+    pub(crate) trace_holds: bool,
 }
 
 pub(crate) struct Inner {
@@ -247,11 +250,10 @@ impl Locker {
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         key::validate(key)?;
         let keys = self.inner.keys(key);
-        self.inner
-            .store
-            .exists(&keys.lock)
-            .await
-            .map_err(|e| LockError::backend_on(&keys, key, e))
+        self.inner.store.exists(&keys.lock).await.map_err(|e| {
+            metrics::backend_error(Operation::IsLocked, &e);
+            LockError::backend_on(&keys, key, e)
+        })
     }
 
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for
@@ -265,12 +267,10 @@ impl Locker {
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         key::validate(key)?;
         let keys = self.inner.keys(key);
-        let deleted = self
-            .inner
-            .store
-            .force_unlock(&keys)
-            .await
-            .map_err(|e| LockError::backend_on(&keys, key, e))?;
+        let deleted = self.inner.store.force_unlock(&keys).await.map_err(|e| {
+            metrics::backend_error(Operation::ForceUnlock, &e);
+            LockError::backend_on(&keys, key, e)
+        })?;
         tracing::info!(%key, deleted, "force unlock");
         Ok(deleted)
     }

@@ -5,13 +5,15 @@
 //!
 //! Every name starts with `lock_`. Labels are bounded: `kind` is the kind of lock (`mutex`
 //! for [`lock`](crate::Locker::lock), [`write`](crate::Locker::write) and each key of
-//! [`lock_all`](crate::Locker::lock_all); `read`, `fair`, `semaphore`), `outcome` and `reason`
-//! take the values listed below. Keys are never labels: they are unbounded.
+//! [`lock_all`](crate::Locker::lock_all); `read`, `fair`, `semaphore`), `operation`, `outcome`
+//! and `reason` take the values listed below. Keys are never labels: they are unbounded.
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
 //! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by how they ended: `acquired` (in Redis, or handed over by the previous local holder), `reentered` (a nested guard of a lock the task holds), `busy` (the wait ran out), `cancelled` (the acquire future was dropped), or the error: `backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost` (a nested acquire of a lost lock), `invalid_key`, `config`, `write_inside_read`, `other` |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | how long an acquire took from its start to that outcome: the wait, local queue included (`reentered` is not recorded: it never waits) |
+//! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | the latency of one acquire call to Redis (a try: `SET NX` or the acquire script, its retries on one node, or a RedLock quorum round), by its answer: `acquired`, `busy`, `not_replicated`, `cancelled` (cut at the acquire's deadline or dropped), or the error `backend`, `timeout`, `tls`, `wrong_type`. A waiting acquire makes several |
+//! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of the calls other than acquire, release and renewal (those count theirs above): `operation` `fence` (issuing a fencing token), `extend`, `is_locked`, `force_unlock`; `outcome` `backend`, `timeout`, `tls`, `wrong_type` |
 //! | `lock_waiters` | gauge | `kind` | acquires of this process under way right now (queued locally or waiting in Redis) |
 //! | `lock_held` | gauge | `kind` | locks this process holds right now: acquisitions whose outermost guard is alive (a lost lock counts until its guard is released or dropped; nested guards do not count) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | how long a lock was held, from its grant to its release, by the release's `outcome` (as `lock_releases_total`) |
@@ -20,8 +22,9 @@
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals, one per lock and tick: `renewed`, `lost` (the renewal found the lock gone or taken), `failed` (no answer: Redis unreachable, no RedLock majority; the lock turns lost if this lasts until its lease ends) |
 //! | `lock_renewal_calls_total` | counter | | renewal script calls the watchdog sent: one per tick for up to 500 locks of one kind, not one per lock (as [`LockerStats::renewal_calls`](crate::LockerStats)) |
 //!
-//! Useful signals: a rising `busy` or `lock_acquire_wait_seconds` is contention;
-//! `backend`/`timeout` and renewals that `failed` are Redis trouble; any `lock_lost_total` is
+//! Useful signals: a rising `busy` or `lock_acquire_wait_seconds` is contention; a rising
+//! `lock_acquire_call_seconds` is a slow Redis (or network), whatever the contention;
+//! `backend`/`timeout`, renewals that `failed` and `lock_backend_errors_total` are Redis trouble; any `lock_lost_total` is
 //! worth an alert (a holder ran without its lock; fencing tokens are the safety net);
 //! `lock_hold_seconds` shows critical sections longer than expected.
 //!
@@ -40,6 +43,11 @@ use crate::key::Access;
 pub const ACQUISITIONS: &str = "lock_acquisitions_total";
 /// Histogram (seconds): acquire time by `kind` and `outcome`.
 pub const ACQUIRE_WAIT: &str = "lock_acquire_wait_seconds";
+/// Histogram (seconds): latency of one acquire call to Redis by `kind` and `outcome`.
+pub const ACQUIRE_CALL: &str = "lock_acquire_call_seconds";
+/// Counter: Redis failures of fencing, extension and operator calls by `operation` and
+/// `outcome`.
+pub const BACKEND_ERRORS: &str = "lock_backend_errors_total";
 /// Gauge: acquires under way by `kind`.
 pub const WAITERS: &str = "lock_waiters";
 /// Gauge: locks held by `kind`.
@@ -77,8 +85,8 @@ pub(crate) enum ReleaseOutcome {
 }
 
 impl ReleaseOutcome {
-    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const fn as_str(self) -> &'static str {
+    /// The label, also the `outcome` of the `lock.release` and `lock.hold` spans.
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Self::Released => "released",
             Self::HandedOver => "handed_over",
@@ -88,8 +96,58 @@ impl ReleaseOutcome {
     }
 }
 
+/// A call whose Redis failures `lock_backend_errors_total` counts, its `operation` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+pub(crate) enum Operation {
+    Fence,
+    Extend,
+    IsLocked,
+    ForceUnlock,
+}
+
+impl Operation {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Fence => "fence",
+            Self::Extend => "extend",
+            Self::IsLocked => "is_locked",
+            Self::ForceUnlock => "force_unlock",
+        }
+    }
+}
+
+/// The `outcome` of an acquire: the label of `lock_acquisitions_total` and the field of the
+/// `lock.acquire` span.
+pub(crate) fn acquire_outcome(
+    result: &Result<crate::LockGuard, crate::LockError>,
+    reentered: bool,
+) -> &'static str {
+    use crate::LockError;
+    match result {
+        Ok(_) if reentered => "reentered",
+        Ok(_) => "acquired",
+        Err(error) => match error {
+            LockError::Busy { .. } => "busy",
+            LockError::Backend { source, .. } if source.is_timeout() => "timeout",
+            LockError::Backend { .. } => "backend",
+            LockError::Tls { .. } => "tls",
+            LockError::WrongType { .. } => "wrong_type",
+            LockError::NotReplicated { .. } => "not_replicated",
+            LockError::Lost { .. } => "lost",
+            LockError::InvalidKey { .. } => "invalid_key",
+            LockError::Config(_) => "config",
+            LockError::WriteInsideRead { .. } => "write_inside_read",
+            _ => "other",
+        },
+    }
+}
+
 pub use record::describe;
-pub(crate) use record::{held, lost, released, renewal_calls, renewed, unheld, Acquisition};
+pub(crate) use record::{
+    backend_error, held, lost, released, renewal_calls, renewed, unheld, AcquireCall, Acquisition,
+};
 
 #[cfg(feature = "metrics")]
 mod record {
@@ -101,9 +159,10 @@ mod record {
     use tokio::time::Instant;
 
     use super::*;
+    use crate::backend_error::BackendError;
     use crate::error::{LockError, LostReason};
     use crate::guard::LockGuard;
-    use crate::store::Renewal;
+    use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
     /// recorder. Called when a locker is built; call it again after installing a recorder
@@ -114,6 +173,15 @@ mod record {
             ACQUIRE_WAIT,
             Unit::Seconds,
             "Time from the start of a lock acquire to its outcome"
+        );
+        describe_histogram!(
+            ACQUIRE_CALL,
+            Unit::Seconds,
+            "Latency of one acquire call to Redis, by its answer"
+        );
+        describe_counter!(
+            BACKEND_ERRORS,
+            "Redis failures of fencing, extension and operator calls"
         );
         describe_gauge!(WAITERS, "Lock acquires under way");
         describe_gauge!(HELD, "Locks held by this process");
@@ -128,21 +196,66 @@ mod record {
         describe_counter!(RENEWAL_CALLS, "Renewal script calls sent by the watchdog");
     }
 
-    /// The `outcome` label of a failed acquire.
-    fn error_outcome(error: &LockError) -> &'static str {
-        match error {
-            LockError::Busy { .. } => "busy",
-            LockError::Backend { source, .. } if source.is_timeout() => "timeout",
-            LockError::Backend { .. } => "backend",
-            LockError::Tls { .. } => "tls",
-            LockError::WrongType { .. } => "wrong_type",
-            LockError::NotReplicated { .. } => "not_replicated",
-            LockError::Lost { .. } => "lost",
-            LockError::InvalidKey { .. } => "invalid_key",
-            LockError::Config(_) => "config",
-            LockError::WriteInsideRead { .. } => "write_inside_read",
-            _ => "other",
+    /// The `outcome` label of a Redis failure.
+    fn backend_outcome(error: &BackendError) -> &'static str {
+        if error.is_timeout() {
+            "timeout"
+        } else if error.is_tls() {
+            "tls"
+        } else if error.is_wrong_type() {
+            "wrong_type"
+        } else {
+            "backend"
         }
+    }
+
+    /// One acquire call to Redis, timed until its answer (`cancelled` if dropped first).
+    #[derive(Debug)]
+    pub(crate) struct AcquireCall {
+        kind: &'static str,
+        started: Instant,
+        done: bool,
+    }
+
+    impl AcquireCall {
+        pub(crate) fn start(access: Access) -> Self {
+            Self {
+                kind: kind(access),
+                started: Instant::now(),
+                done: false,
+            }
+        }
+
+        /// Records the call's latency by its answer.
+        pub(crate) fn finish(mut self, result: &Result<Outcome, BackendError>) {
+            let outcome = match result {
+                Ok(Outcome::Acquired) => "acquired",
+                Ok(Outcome::Busy { .. }) => "busy",
+                Ok(Outcome::NotReplicated { .. }) => "not_replicated",
+                Err(error) => backend_outcome(error),
+            };
+            self.record(outcome);
+        }
+
+        fn record(&mut self, outcome: &'static str) {
+            self.done = true;
+            histogram!(ACQUIRE_CALL, "kind" => self.kind, "outcome" => outcome)
+                .record(self.started.elapsed().as_secs_f64());
+        }
+    }
+
+    impl Drop for AcquireCall {
+        fn drop(&mut self) {
+            if !self.done {
+                self.record("cancelled");
+            }
+        }
+    }
+
+    /// A Redis failure of `operation`.
+    pub(crate) fn backend_error(operation: Operation, error: &BackendError) {
+        counter!(BACKEND_ERRORS, "operation" => operation.as_str(), "outcome" => backend_outcome(error))
+            .increment(1);
     }
 
     /// One acquire: counted once it ends (`cancelled` if its future is dropped first), and a
@@ -176,12 +289,7 @@ mod record {
 
         /// Records how the acquire ended; `reentered`: the guard is a nested one.
         pub(crate) fn finish(&mut self, result: &Result<LockGuard, LockError>, reentered: bool) {
-            let outcome = match result {
-                Ok(_) if reentered => "reentered",
-                Ok(_) => "acquired",
-                Err(error) => error_outcome(error),
-            };
-            self.end(outcome, !reentered);
+            self.end(acquire_outcome(result, reentered), !reentered);
         }
 
         fn end(&mut self, outcome: &'static str, timed: bool) {
@@ -250,11 +358,12 @@ mod record {
 
     use tokio::time::Instant;
 
-    use super::ReleaseOutcome;
+    use super::{Operation, ReleaseOutcome};
+    use crate::backend_error::BackendError;
     use crate::error::{LockError, LostReason};
     use crate::guard::LockGuard;
     use crate::key::Access;
-    use crate::store::Renewal;
+    use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
     /// recorder. Called when a locker is built; call it again after installing a recorder
@@ -277,6 +386,22 @@ mod record {
         #[inline(always)]
         pub(crate) fn finish(&mut self, _: &Result<LockGuard, LockError>, _: bool) {}
     }
+
+    #[derive(Debug)]
+    pub(crate) struct AcquireCall;
+
+    impl AcquireCall {
+        #[inline(always)]
+        pub(crate) fn start(_: Access) -> Self {
+            Self
+        }
+
+        #[inline(always)]
+        pub(crate) fn finish(self, _: &Result<Outcome, BackendError>) {}
+    }
+
+    #[inline(always)]
+    pub(crate) fn backend_error(_: Operation, _: &BackendError) {}
 
     #[inline(always)]
     pub(crate) fn held(_: Access) {}

@@ -20,6 +20,7 @@ use crate::fence::Fence;
 use crate::guard::LockGuard;
 use crate::key;
 use crate::locker::Locker;
+use crate::with_lock::OnLost;
 
 /// An acquisition of several locks at once, configured like [`Acquire`](crate::Acquire) and
 /// started by `.await`. Created by [`Locker::lock_all`].
@@ -44,6 +45,8 @@ pub struct AcquireAll {
     wait: Option<Duration>,
     lease: Option<Duration>,
     max_hold: Option<Duration>,
+    /// What [`with_lock`](Self::with_lock) does on a loss.
+    on_lost: OnLost,
 }
 
 impl AcquireAll {
@@ -54,6 +57,7 @@ impl AcquireAll {
             wait: None,
             lease: None,
             max_hold: None,
+            on_lost: OnLost::Abort,
         }
     }
 
@@ -77,22 +81,19 @@ impl AcquireAll {
         self
     }
 
-    /// Acquires, then runs `body` under all the locks as
-    /// [`Locker::with_lock`] does; `body` gets the [`Fence`] of every key, in lock order.
-    ///
-    /// # Errors
-    ///
-    /// What `body` returns, or a [`LockError`] converted into `E` (the acquire's errors,
-    /// [`LockError::Lost`] when any key was lost meanwhile).
-    pub async fn with_lock<T, E, F, Fut>(self, body: F) -> Result<T, E>
-    where
-        F: FnOnce(Vec<Fence>) -> Fut,
-        Fut: Future<Output = Result<T, E>>,
-        E: From<LockError>,
-    {
-        let guard = self.await?;
-        let fences = guard.fences();
-        crate::__private::run(guard, crate::__private::OnLost::Abort, body(fences)).await
+    /// What [`with_lock`](Self::with_lock) does when any of the locks is lost while its body
+    /// runs. Default: [`OnLost::Abort`]. A plain `.await` ignores it.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    pub(crate) fn on_lost_policy(&self) -> OnLost {
+        self.on_lost
+    }
+
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
     }
 
     async fn run(mut self) -> Result<MultiLockGuard, LockError> {

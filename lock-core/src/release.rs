@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
@@ -34,8 +35,41 @@ pub(crate) type Releaser = mpsc::UnboundedSender<ReleaseJob>;
 
 /// Releases a lock whose outermost guard has left, and settles it locally. `Ok` only when this
 /// release deleted the key while it was still ours; `Lost` when it had been lost before (its
-/// key, if it holds someone else's token, is left untouched).
+/// key, if it holds someone else's token, is left untouched). Runs in a `lock.release` span
+/// (key, outcome) inside the lock's `lock.hold` span, and ends the latter with the outcome.
 pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), LockError> {
+    let hold = held.take_hold_span();
+    // Disabled spans cost no formatting: the key is only rendered for a subscriber that wants
+    // the span.
+    let span = match &hold {
+        Some(hold) => {
+            tracing::debug_span!(parent: hold, "lock.release", key = %held.key(), outcome = tracing::field::Empty)
+        }
+        None => {
+            tracing::debug_span!("lock.release", key = %held.key(), outcome = tracing::field::Empty)
+        }
+    };
+    let released = release_in_redis(store, held).instrument(span.clone()).await;
+    let outcome = match &released {
+        Ok(()) => ReleaseOutcome::Released,
+        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
+        Err(_) => ReleaseOutcome::Failed,
+    };
+    span.record("outcome", outcome.as_str());
+    end_hold(hold, outcome);
+    metrics::released(held.keys().access, outcome, held.held_for());
+    released
+}
+
+/// Records how the hold ended on its `lock.hold` span, and closes it.
+pub(crate) fn end_hold(hold: Option<tracing::Span>, outcome: ReleaseOutcome) {
+    if let Some(hold) = hold {
+        hold.record("outcome", outcome.as_str());
+    }
+}
+
+/// The release in Redis and its logs.
+async fn release_in_redis(store: &Store, held: &HeldLock) -> Result<(), LockError> {
     // Includes the confirmed lease having run out.
     let was_lost = held.is_lost();
     let result = store.release(held.keys(), held.token()).await;
@@ -52,24 +86,18 @@ pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), L
             );
             Err(held.lost_error())
         }
-        Err(error) => Err(LockError::backend(Some(held.key()), error)),
+        Err(error) => Err(LockError::backend_on(held.keys(), held.key(), error)),
     };
-    let held_for = held.held_for();
-    let outcome = match &released {
-        Ok(()) => {
-            // A hold longer than a whole lease is worth an operator's eye (a long critical
-            // section, or one that hung); ordinary ones are debug chatter.
-            if held_for >= held.mode().lease() {
-                tracing::info!(key = %held.key(), ?held_for, "lock released after a long hold");
-            } else {
-                tracing::debug!(key = %held.key(), ?held_for, "lock released");
-            }
-            ReleaseOutcome::Released
+    if released.is_ok() {
+        let held_for = held.held_for();
+        // A hold longer than a whole lease is worth an operator's eye (a long critical
+        // section, or one that hung); ordinary ones are debug chatter.
+        if held_for >= held.mode().lease() {
+            tracing::info!(key = %held.key(), ?held_for, "lock released after a long hold");
+        } else {
+            tracing::debug!(key = %held.key(), ?held_for, "lock released");
         }
-        Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
-        Err(_) => ReleaseOutcome::Failed,
-    };
-    metrics::released(held.keys().access, outcome, held_for);
+    }
     released
 }
 

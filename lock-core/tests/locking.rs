@@ -883,3 +883,35 @@ async fn a_wait_longer_than_the_command_timeout_on_a_held_lock_ends_busy() {
     guard.release().await.unwrap();
     common::assert_nothing_left(&server, &[&holder, &waiter]).await;
 }
+
+/// fence.lua reads the lock key in a pcall: a WRONGTYPE can only come from the fence key, and
+/// the error names that key in full.
+#[tokio::test]
+async fn a_fence_key_of_another_type_is_named_in_the_fencing_token_error() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.lock("k").await.unwrap();
+    let fence = lock_key(&server, "k").replace(":lock:k", ":fence:k");
+    let _: () = server.cmd(&["HSET", &fence, "field", "1"]);
+    let err = guard.fencing_token().await.unwrap_err();
+    match &err {
+        LockError::WrongType {
+            key,
+            redis_key,
+            others,
+            ..
+        } => {
+            assert_eq!(key, "k");
+            assert_eq!(redis_key.as_deref(), Some(fence.as_str()));
+            assert!(others.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.to_string()
+            .contains(&format!("redis key `{fence}` of lock `k`")),
+        "{err}"
+    );
+    guard.release().await.unwrap();
+    let _: () = server.cmd(&["DEL", &fence]);
+}

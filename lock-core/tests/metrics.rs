@@ -160,6 +160,8 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
     for name in [
         names::ACQUISITIONS,
         names::ACQUIRE_WAIT,
+        names::ACQUIRE_CALL,
+        names::BACKEND_ERRORS,
         names::WAITERS,
         names::HELD,
         names::HOLD,
@@ -197,6 +199,10 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
     assert!(m
         .samples("lock_acquire_wait_seconds{kind=mutex,outcome=reentered}")
         .is_empty());
+    // The one Redis call of that acquire, timed on its own; the reentry made none.
+    let calls = m.samples("lock_acquire_call_seconds{kind=mutex,outcome=acquired}");
+    assert_eq!(calls.len(), 1);
+    assert!(calls[0] > 0.0 && calls[0] < 1.0, "{calls:?}");
     nested.release().await.unwrap();
     assert_eq!(
         m.gauge("lock_held{kind=mutex}"),
@@ -230,6 +236,10 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
     let busy = m.samples("lock_acquire_wait_seconds{kind=mutex,outcome=busy}");
     assert_eq!(busy.len(), 2);
     assert!(busy.iter().any(|s| *s >= 0.2), "{busy:?}");
+    // Each try of those waits is a call that found the lock held: at least one per acquire.
+    let busy_calls = m.samples("lock_acquire_call_seconds{kind=mutex,outcome=busy}");
+    assert!(busy_calls.len() >= 2, "{busy_calls:?}");
+    assert!(busy_calls.iter().all(|s| *s < 0.2), "{busy_calls:?}");
 
     // A wait given up by its caller (the future dropped) is cancelled, and no waiter stays.
     let gave_up = tokio::time::timeout(Duration::from_millis(50), b.lock("k")).await;
@@ -303,6 +313,18 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
         1
     );
 
+    // A Redis failure outside acquire, release and renewal: a fence key of another type.
+    let fenced = a.lock("fenced").await.unwrap();
+    let fence_key = lock_key(&server, "fenced").replace(":lock:", ":fence:");
+    let _: () = server.cmd(&["HSET", &fence_key, "field", "1"]);
+    assert!(fenced.fencing_token().await.is_err());
+    assert_eq!(
+        m.count("lock_backend_errors_total{operation=fence,outcome=wrong_type}"),
+        1
+    );
+    fenced.release().await.unwrap();
+    let _: () = server.cmd(&["DEL", &fence_key]);
+
     // No series is labelled by a key, and every one is a kit metric.
     let all = m.names("");
     assert!(all.iter().all(|n| n.starts_with("lock_")), "{all:?}");
@@ -312,4 +334,16 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
         "{all:?}"
     );
     common::assert_nothing_left(&server, &[&a, &b]).await;
+
+    // With Redis gone, an operator's `is_locked` counts its failure too.
+    let mut server = server;
+    server.stop();
+    assert!(a.is_locked("k").await.is_err());
+    assert_eq!(
+        m.count("lock_backend_errors_total{operation=is_locked,outcome=backend}")
+            + m.count("lock_backend_errors_total{operation=is_locked,outcome=timeout}"),
+        1,
+        "{:?}",
+        m.names("lock_backend_errors_total")
+    );
 }

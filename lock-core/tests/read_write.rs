@@ -842,7 +842,7 @@ async fn a_read_of_a_lock_key_of_another_type_is_wrong_type_and_the_key_survives
         .await
         .unwrap_err();
     match &err {
-        LockError::WrongType { key, redis_key } => {
+        LockError::WrongType { key, redis_key, .. } => {
             assert_eq!(key, "k");
             assert_eq!(redis_key.as_deref(), Some(name.as_str()));
         }
@@ -1115,4 +1115,38 @@ async fn a_lost_read_lock_says_why() {
     assert_eq!(common::lost_reason(lost), lock_core::LostReason::TakenOver);
     let _: () = server.cmd(&["DEL", &lock]);
     common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A read lock's readers set is another Redis key its scripts read with a type. Redis does not
+/// say which key of a script had the wrong type, so the errors of the acquire and the release
+/// name the lock key and the readers set, each in full.
+#[tokio::test]
+async fn a_readers_set_of_another_type_is_named_in_the_acquire_and_release_errors() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker.read("k").await.unwrap();
+    let name = common::lock_key(&server, "k");
+    let readers = name.replace(":lock:k", ":readers:k");
+    // The release meets a hash where its readers set was.
+    let _: () = server.cmd(&["DEL", &readers]);
+    let _: () = server.cmd(&["HSET", &readers, "field", "1"]);
+    let err = guard.release().await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LockError::WrongType { .. }), "{err:?}");
+    assert!(text.contains(&format!("`{name}`")), "{text}");
+    assert!(text.contains(&format!("`{readers}`")), "{text}");
+    // So does the next acquire.
+    let _: () = server.cmd(&["DEL", &name]);
+    let err = locker.read("k").wait(Duration::ZERO).await.unwrap_err();
+    match &err {
+        LockError::WrongType {
+            redis_key, others, ..
+        } => {
+            assert_eq!(redis_key.as_deref(), Some(name.as_str()));
+            assert_eq!(others, std::slice::from_ref(&readers));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains(&format!("`{readers}`")), "{err}");
+    let _: () = server.cmd(&["DEL", &readers]);
 }

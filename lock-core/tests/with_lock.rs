@@ -1,5 +1,6 @@
-//! `Locker::with_lock` and `Acquire::with_lock`: the closure runs under the lock, lock failures and
-//! loss become its error, and the lock is released on every path, a panic included.
+//! `Locker::with_lock`, `Acquire::with_lock` and `AcquireAll::with_lock`: the closure runs under
+//! the lock, lock failures and loss become its error (or, with `OnLost::Continue`, a loss lets
+//! the body finish), and the lock is released on every path, a panic included.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{locker, server};
-use lock_core::LockError;
+use lock_core::{LockError, OnLost};
 
 #[tokio::test]
 async fn the_body_runs_under_the_lock_and_the_lock_is_released_after() {
@@ -129,5 +130,53 @@ async fn a_panicking_body_still_releases_the_lock() {
         .await
         .unwrap();
     again.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+#[tokio::test]
+async fn on_lost_continue_lets_the_body_finish_and_returns_its_result() {
+    let server = server();
+    let locker = locker(&server).await;
+    // A fixed lease of 300 ms and a body that takes 1.5 s: the lock is lost under it.
+    let result = locker
+        .lock("inventory:5")
+        .lease(Duration::from_millis(300))
+        .on_lost(OnLost::Continue)
+        .with_lock(|_| async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok::<_, AppError>("finished")
+        })
+        .await;
+    assert!(matches!(result, Ok("finished")), "{result:?}");
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+#[tokio::test]
+async fn several_keys_abort_on_a_loss_by_default_and_continue_when_asked() {
+    let server = server();
+    let locker = locker(&server).await;
+    let slow_body = |fences: Vec<lock_core::Fence>| async move {
+        let keys: Vec<_> = fences.iter().map(|f| f.key().to_owned()).collect();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        Ok::<_, AppError>(keys)
+    };
+    let aborted = locker
+        .lock_all(["account:2", "account:1"])
+        .lease(Duration::from_millis(300))
+        .with_lock(slow_body)
+        .await;
+    assert!(
+        matches!(aborted, Err(AppError::Lock(LockError::Lost { .. }))),
+        "{aborted:?}"
+    );
+    let finished = locker
+        .lock_all(["account:2", "account:1"])
+        .lease(Duration::from_millis(300))
+        .on_lost(OnLost::Continue)
+        .with_lock(slow_body)
+        .await
+        .unwrap();
+    // The fences come in lock order.
+    assert_eq!(finished, ["account:1", "account:2"]);
     common::assert_nothing_left(&server, &[&locker]).await;
 }

@@ -69,10 +69,11 @@ pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
     }
 }
 
-/// Acquire (one key exclusively or for reading, or all of `keys` into a `MultiLockGuard`), run
-/// `body` (the contents of an `async move` block that evaluates to the fn's `Result`) under
-/// the guard, release. Errors of the lock become the fn's error via `From`;
-/// that code is spanned on the return type's error type (`error_span`), so a missing
+/// Acquire (one key exclusively or for reading, or all of `keys`) and run `body` (the contents
+/// of an `async move` block that evaluates to the fn's `Result`) under the lock with lock-core's
+/// public closure API, `Acquire::with_lock` / `AcquireAll::with_lock`, configured with the
+/// attribute's `wait`, `lease` and `on_lost`. Errors of the lock become the fn's error via
+/// `From`; that code is spanned on the return type's error type (`error_span`), so a missing
 /// `From<LockError>` impl or a return type that is no `Result` is reported there.
 fn locked_body(
     options: &Options,
@@ -85,7 +86,7 @@ fn locked_body(
     let locker = Ident::new("__lock_locker", Span::mixed_site());
     let locker_ref = Ident::new("__lock_locker_ref", Span::mixed_site());
     let key_var = Ident::new("__lock_key", Span::mixed_site());
-    let guard = Ident::new("__lock_guard", Span::mixed_site());
+    let fences = Ident::new("__lock_fences", Span::mixed_site());
     let value = Ident::new("__lock_value", Span::mixed_site());
     // Spanned (with call-site hygiene: rustc reports mixed-site spans of an external macro at
     // the attribute) where the conversion of a `LockError` fails; only this match arm sees it.
@@ -111,56 +112,57 @@ fn locked_body(
             return ::core::result::Result::Err(::core::convert::From::from(#error));
         }
     };
-    let wait = duration(options.wait);
-    let lease = duration(options.lease);
     let on_lost = match options.on_lost {
-        OnLost::Abort => quote!(#private::OnLost::Abort),
-        OnLost::Continue => quote!(#private::OnLost::Continue),
+        OnLost::Abort => quote!(#krate::OnLost::Abort),
+        OnLost::Continue => quote!(#krate::OnLost::Continue),
     };
-    // The whole call is spanned on the return type, so that an error type without
-    // `From<LockError>` or a body that is no `Result` is reported there.
-    let run = respan(quote!(#private::run), error_span);
-    let body_block = quote_spanned!(error_span=> async move { #body });
-    let run_call = quote_spanned!(error_span=> #run(#guard, #on_lost, #body_block).await);
-    // The key (or the keys, in the order written: lock-core sorts them), the call that takes
-    // it the way the attribute says, and the binding of `fence = <name>` once it is held.
-    let (key_type, key_value, acquire, fence) = match locks {
+    // The key (or the keys, in the order written: lock-core sorts them), the builder that
+    // takes it the way the attribute says, and what the closure binds for `fence = <name>`.
+    let (key_type, key_value, builder, acquire, param, fence) = match locks {
         Locks::One { key, mode } => {
             let key = key_expr(key, &private);
+            let method = match mode {
+                Mode::Write => quote!(lock),
+                Mode::Read => quote!(read),
+            };
+            let acquire = quote!(#krate::Locker::#method(#locker, #key_var));
             // valid.rs refuses `fence` with `mode = "read"`: only the write lock reaches here
             // with a name.
-            let helper = match mode {
-                Mode::Write => quote!(#private::acquire),
-                Mode::Read => quote!(#private::acquire_read),
+            let (param, fence) = match &options.fence {
+                Some(name) => (
+                    quote!(#fences: #krate::Fence),
+                    Some(quote!(let #name: #krate::Fence = #fences;)),
+                ),
+                None => (quote!(_: #krate::Fence), None),
             };
-            let acquire = quote!(#helper(#locker, #key_var, #wait, #lease));
-            let fence = options.fence.as_ref().map(|name| {
-                quote! {
-                    let #name: #private::Fence = #private::LockGuard::fence(&#guard);
-                }
-            });
-            (quote!(::std::string::String), key, acquire, fence)
+            (
+                quote!(::std::string::String),
+                key,
+                quote!(#krate::Acquire),
+                acquire,
+                param,
+                fence,
+            )
         }
         Locks::All(keys) => {
             let count = keys.len();
             let keys = keys.iter().map(|key| key_expr(key, &private));
-            let (acquire, fence) = match &options.fence {
+            let fence_param = quote!(::std::vec::Vec<#krate::Fence>);
+            let (acquire, param, fence) = match &options.fence {
                 None => (
-                    quote!(#private::acquire_all(#locker, ::std::vec::Vec::from(#key_var), #wait, #lease)),
+                    quote!(#krate::Locker::lock_all(#locker, #key_var)),
+                    quote!(_: #fence_param),
                     None,
                 ),
-                // The keys are kept to find each one's fence in the guard, so that the body
-                // gets them in the order the templates are written.
+                // The keys are kept to find each one's fence among those of the closure (in
+                // lock order), so that the body gets them in the order the templates are
+                // written.
                 Some(name) => (
-                    quote!(#private::acquire_all(
-                        #locker,
-                        ::std::vec::Vec::from(::core::clone::Clone::clone(&#key_var)),
-                        #wait,
-                        #lease,
-                    )),
+                    quote!(#krate::Locker::lock_all(#locker, ::core::clone::Clone::clone(&#key_var))),
+                    quote!(#fences: #fence_param),
                     Some(quote! {
                         #[allow(clippy::useless_conversion)]
-                        let #name: [#private::Fence; #count] = match #private::fences(&#guard, &#key_var) {
+                        let #name: [#krate::Fence; #count] = match #private::fences(&#fences, &#key_var) {
                             ::core::result::Result::Ok(#value) => #value,
                             #bail
                         };
@@ -170,11 +172,27 @@ fn locked_body(
             (
                 quote!([::std::string::String; #count]),
                 quote!([#(#keys),*]),
+                quote!(#krate::AcquireAll),
                 acquire,
+                param,
                 fence,
             )
         }
     };
+    let mut acquire = acquire;
+    if let Some(wait) = duration(options.wait) {
+        acquire = quote!(#builder::wait(#acquire, #wait));
+    }
+    if let Some(lease) = duration(options.lease) {
+        acquire = quote!(#builder::lease(#acquire, #lease));
+    }
+    let acquire = quote!(#builder::on_lost(#acquire, #on_lost));
+    // The whole call is spanned on the return type, so that an error type without
+    // `From<LockError>` or a body that is no `Result` is reported there.
+    let with_lock = respan(quote!(#builder::with_lock), error_span);
+    let body_block = quote_spanned!(error_span=> async move { #fence #body });
+    let run_call =
+        quote_spanned!(error_span=> #with_lock(#acquire, move |#param| #body_block).await);
     quote! {
         #find_locker
         // `From::from` is the identity when the fn's error type is `LockError` itself.
@@ -184,12 +202,6 @@ fn locked_body(
             #bail
         };
         let #key_var: #key_type = #key_value;
-        #[allow(clippy::useless_conversion)]
-        let #guard = match #acquire.await {
-            ::core::result::Result::Ok(#value) => #value,
-            #bail
-        };
-        #fence
         #run_call
     }
 }
@@ -276,16 +288,13 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-/// `Some(Duration::new(s, n))` or `None`, exact and computed at compile time.
-fn duration(value: Option<std::time::Duration>) -> TokenStream {
-    match value {
-        Some(d) => {
-            let secs = d.as_secs();
-            let nanos = d.subsec_nanos();
-            quote!(::core::option::Option::Some(::core::time::Duration::new(#secs, #nanos)))
-        }
-        None => quote!(::core::option::Option::None),
-    }
+/// `Duration::new(s, n)`, exact and computed at compile time, for a setting that was given.
+fn duration(value: Option<std::time::Duration>) -> Option<TokenStream> {
+    value.map(|d| {
+        let secs = d.as_secs();
+        let nanos = d.subsec_nanos();
+        quote!(::core::time::Duration::new(#secs, #nanos))
+    })
 }
 
 /// A never-taken `return` of the declared type as the first statement of the body's block, so

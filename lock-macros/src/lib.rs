@@ -252,49 +252,42 @@ use proc_macro2::TokenStream;
 ///
 /// # Equivalent code without the macro
 ///
-/// The example above expands to about this (the real expansion uses hidden helpers in
-/// `lock_core::__private`, absolute paths, and a return-type anchor so that type errors in the
-/// body are reported on your code):
+/// The example above expands to about this: lock-core's closure API, which the generated code
+/// calls (with absolute paths, and a return-type anchor so that type errors in the body are
+/// reported on your code):
 ///
 /// ```no_run
 /// # use std::time::Duration;
-/// # use lock_core::{LockError, Locker, LostReason};
+/// # use lock_core::{LockError, Locker, OnLost};
 /// # #[derive(Debug)] enum AppError { Lock(LockError), OutOfStock }
 /// # impl From<LockError> for AppError { fn from(e: LockError) -> Self { Self::Lock(e) } }
 /// # struct Inventory { locker: Locker }
 /// impl Inventory {
 ///     async fn reserve(&self, sku_id: u64, qty: u32) -> Result<u32, AppError> {
 ///         let locker: &Locker = &self.locker; // or Locker::global()?
-///         let guard = locker
+///         locker
 ///             .lock(format!("inventory:{}", sku_id))
 ///             .wait(Duration::from_secs(3))
-///             .await?;
-///         let body = async move {
-///             let stock = 10;
-///             if stock < qty {
-///                 return Err(AppError::OutOfStock);
-///             }
-///             Ok(stock - qty)
-///         };
-///         // on_lost = "abort": stop the body when the lock is lost.
-///         let result = tokio::select! {
-///             biased;
-///             result = body => result,
-///             () = guard.lost() => Err(AppError::from(LockError::Lost { key: guard.key().to_owned(), reason: guard.lost_reason().unwrap_or(LostReason::Unknown) })),
-///         };
-///         if let Err(error) = guard.release().await {
-///             tracing::warn!(%error, "lock release after the locked fn failed");
-///         }
-///         result
+///             .on_lost(OnLost::Abort) // on_lost = "abort", the default
+///             .with_lock(move |_fence| async move {
+///                 let stock = 10;
+///                 if stock < qty {
+///                     return Err(AppError::OutOfStock);
+///                 }
+///                 Ok(stock - qty)
+///             })
+///             .await
 ///     }
 /// }
 /// ```
 ///
+/// `with_lock` acquires (a lock failure is the fn's error through `From`, and the body does not
+/// run), runs the body, stops it at its next `.await` if the lock is lost (or, with
+/// `on_lost = "continue"`, lets it finish), and releases on every path, a panic included.
 /// With `mode = "read"` the acquire is `locker.read(..)` instead of `locker.lock(..)`; with
-/// `keys` it is `locker.lock_all([format!(..), format!(..)])`, whose `MultiLockGuard` has the
-/// same `lost()` and `release()`. With `fence = fence`, `let fence = guard.fence();` comes
-/// right after the acquire and the body block moves it in (with `keys`: the guard's fence of
-/// each formatted key, in template order).
+/// `keys` it is `locker.lock_all([format!(..), format!(..)])`, whose `with_lock` hands the body
+/// the fence of every key. With `fence = fence`, the closure's argument is bound to `fence`
+/// (with `keys`: the fence of each formatted key, in template order).
 ///
 /// # Errors
 ///

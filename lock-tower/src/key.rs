@@ -47,10 +47,12 @@ pub trait KeyExtractor<B> {
     /// several keys is missing: a request is locked on all its keys or on none.
     fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys>;
 
-    /// Whose fault it is when [`extract_keys`](Self::extract_keys) finds no key, which decides
-    /// the default answer (see [`MissingKey::Reject`](crate::MissingKey::Reject)). Default
-    /// [`KeyAbsence::Request`]: the request lacks what the key comes from.
-    fn absence(&self) -> KeyAbsence {
+    /// Whose fault it is that [`extract_keys`](Self::extract_keys) found no key in `request`,
+    /// which decides the default answer (see [`MissingKey::Reject`](crate::MissingKey::Reject)).
+    /// Asked only for a request without a key. Default [`KeyAbsence::Request`]: the request
+    /// lacks what the key comes from.
+    fn absence(&self, request: &Request<B>) -> KeyAbsence {
+        let _ = request;
         KeyAbsence::Request
     }
 }
@@ -182,7 +184,8 @@ impl<S: Into<String>, const N: usize> From<[S; N]> for LockKeys {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyAbsence {
-    /// The request lacks the value (a header, a query parameter): the client's fault,
+    /// The request lacks the value (a header, a query parameter), or has one that cannot be
+    /// read (a path parameter that is not UTF-8 once percent-decoded): the client's fault,
     /// answered `400 Bad Request` ([`Rejection::MissingKey`](crate::Rejection::MissingKey)).
     Request,
     /// The extractor can never find a key on this route (an axum path parameter the route
@@ -246,8 +249,10 @@ impl KeyFrom {
     /// Path parameters exist once the router has matched a route: apply the layer with
     /// `Router::route_layer` (or `Router::layer`, `MethodRouter::layer`, which also wrap each
     /// route). A layer in front of the whole app (a `ServiceBuilder` around the router handed
-    /// to `axum::serve`) runs before routing and sees no parameters. A missing parameter, or
-    /// one that is not valid UTF-8: no key, a server misconfiguration ([`KeyAbsence::Route`]).
+    /// to `axum::serve`) runs before routing and sees no parameters. A missing parameter: no
+    /// key, a server misconfiguration ([`KeyAbsence::Route`]). A parameter the client sent
+    /// that is not valid UTF-8 once percent-decoded (`/skus/%FF/purchase`): no key, the
+    /// client's fault ([`KeyAbsence::Request`]).
     ///
     /// Reading the parameters clones the request's extensions once (axum keeps them in a
     /// private extension type that only its extractors can read).
@@ -264,9 +269,9 @@ impl KeyFrom {
     /// `/transfer/7/3` and `/transfer/3/7` at once cannot deadlock; a transfer from an account
     /// to itself locks it once. The handler sees them as [`HeldLocks`](crate::HeldLocks).
     ///
-    /// As for [`path_param`](Self::path_param): any of them missing (or not UTF-8) means no
-    /// key, a server misconfiguration ([`KeyAbsence::Route`]); the request is never locked
-    /// on some of its keys only.
+    /// As for [`path_param`](Self::path_param): any of them missing means no key, a server
+    /// misconfiguration ([`KeyAbsence::Route`]), and any of them not UTF-8 a client error
+    /// ([`KeyAbsence::Request`]); the request is never locked on some of its keys only.
     #[cfg(feature = "axum")]
     #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn path_params<I, S>(names: I) -> Self
@@ -321,9 +326,11 @@ impl KeyFrom {
     fn raw<B>(&self, request: &Request<B>) -> Option<LockKeys> {
         let one = match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_params(request, std::slice::from_ref(name))?.pop(),
+            Source::PathParam(name) => path_params(request, std::slice::from_ref(name)).ok()?.pop(),
             #[cfg(feature = "axum")]
-            Source::PathParams(names) => return path_params(request, names).map(LockKeys::all),
+            Source::PathParams(names) => {
+                return path_params(request, names).ok().map(LockKeys::all)
+            }
             Source::Header(name) => {
                 let value = request.headers().get(name)?;
                 std::str::from_utf8(value.as_bytes())
@@ -338,13 +345,19 @@ impl KeyFrom {
 }
 
 impl<B> KeyExtractor<B> for KeyFrom {
-    /// [`KeyAbsence::Route`] for a path parameter (every request of a route either has it or
-    /// not), [`KeyAbsence::Request`] for the others.
-    fn absence(&self) -> KeyAbsence {
+    /// [`KeyAbsence::Route`] for a missing path parameter (every request of a route either has
+    /// it or not), [`KeyAbsence::Request`] for one the client sent that is not UTF-8, and for
+    /// the other sources.
+    fn absence(&self, request: &Request<B>) -> KeyAbsence {
         match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(_) | Source::PathParams(_) => KeyAbsence::Route,
-            Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => KeyAbsence::Request,
+            Source::PathParam(name) => path_absence(request, std::slice::from_ref(name)),
+            #[cfg(feature = "axum")]
+            Source::PathParams(names) => path_absence(request, names),
+            Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => {
+                let _ = request;
+                KeyAbsence::Request
+            }
         }
     }
 
@@ -373,14 +386,32 @@ impl fmt::Debug for KeyFrom {
     }
 }
 
-/// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
-/// reach the parameters axum stores in the request extensions after routing; `None` when any
-/// is missing.
+/// Why path parameters could not be read.
 #[cfg(feature = "axum")]
-fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Option<Vec<String>> {
+enum PathFailure {
+    /// No parameters (a layer before routing) or not this one: the route's configuration.
+    Missing,
+    /// A parameter the client sent is not UTF-8 once percent-decoded.
+    NotUtf8,
+}
+
+/// Whose fault it is that the path parameters `names` of `request` gave no key.
+#[cfg(feature = "axum")]
+fn path_absence<B>(request: &Request<B>, names: &[Arc<str>]) -> KeyAbsence {
+    match path_params(request, names) {
+        Err(PathFailure::NotUtf8) => KeyAbsence::Request,
+        Ok(_) | Err(PathFailure::Missing) => KeyAbsence::Route,
+    }
+}
+
+/// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
+/// reach the parameters axum stores in the request extensions after routing.
+#[cfg(feature = "axum")]
+fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String>, PathFailure> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
 
+    use axum::extract::rejection::RawPathParamsRejection;
     use axum::extract::{FromRequestParts, RawPathParams};
 
     let (mut parts, ()) = Request::new(()).into_parts();
@@ -399,9 +430,14 @@ fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Option<Vec<String
                     .iter()
                     .find(|(key, _)| *key == &**name)
                     .map(|(_, value)| value.to_owned())
+                    .ok_or(PathFailure::Missing)
             })
             .collect(),
-        Poll::Ready(Err(_)) | Poll::Pending => None,
+        // The route matched and has parameters, but the client's bytes do not decode.
+        Poll::Ready(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => {
+            Err(PathFailure::NotUtf8)
+        }
+        Poll::Ready(Err(_)) | Poll::Pending => Err(PathFailure::Missing),
     }
 }
 

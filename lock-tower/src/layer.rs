@@ -20,7 +20,8 @@ use crate::service::{DistributedLockService, LoggedRoutes};
 pub enum MissingKey {
     /// Reject it (the default), according to the extractor's
     /// [`absence`](crate::KeyExtractor::absence): the client's fault (a missing header or
-    /// query parameter) with [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
+    /// query parameter, a path parameter that is not UTF-8) with
+    /// [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
     /// Request`; the server's (a path parameter the route does not have) with
     /// [`Rejection::Misconfigured`](crate::Rejection::Misconfigured), `500`, logged at error
     /// level the first time on each route.

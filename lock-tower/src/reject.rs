@@ -163,8 +163,10 @@ impl Rejection {
         }
     }
 
-    /// The short text of the default response body.
-    fn message(&self) -> &'static str {
+    /// The one-line text of the default response body (ending in a newline), which never
+    /// names the lock key: for responses of your own (a JSON error body) that must not reveal
+    /// keys either.
+    pub fn message(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "the resource is locked by another request; retry later\n",
             Self::Full { .. } => "too many requests for this resource at once; retry later\n",

@@ -104,18 +104,28 @@ where
             .extract_keys(&request)
             .filter(|keys| !keys.is_empty());
         let Some(keys) = keys else {
-            return match (self.settings.missing_key, self.key.absence()) {
+            return match (self.settings.missing_key, self.key.absence(&request)) {
                 (MissingKey::Pass, _) => {
                     tracing::debug!("request has no lock key: passing it through unlocked");
                     ResponseFuture::unlocked(self.inner.call(request))
                 }
                 (MissingKey::Reject, KeyAbsence::Route) => {
                     if self.misconfigured.first_time(&request) {
-                        tracing::error!(
-                            path = %request.uri().path(),
-                            "the lock key extractor finds no key on this route (a path parameter \
-                             the route does not have?): every request is rejected with 500"
-                        );
+                        if before_routing(&request) {
+                            tracing::error!(
+                                path = %request.uri().path(),
+                                "the lock key extractor finds no key on this route: the layer \
+                                 runs before routing, where there are no path parameters (use \
+                                 Router::route_layer); every request is rejected with 500"
+                            );
+                        } else {
+                            tracing::error!(
+                                path = %request.uri().path(),
+                                "the lock key extractor finds no key on this route (a path \
+                                 parameter the route does not have?): every request is \
+                                 rejected with 500"
+                            );
+                        }
                     }
                     ResponseFuture::rejected(self.reject.reject(Rejection::Misconfigured))
                 }
@@ -149,6 +159,21 @@ where
             self.settings,
             span,
         )
+    }
+}
+
+/// Whether `request` has not been through axum's routing (no matched path): a layer in front
+/// of the whole router. Always `false` without axum.
+fn before_routing<B>(request: &Request<B>) -> bool {
+    #[cfg(feature = "axum")]
+    return request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .is_none();
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = request;
+        false
     }
 }
 

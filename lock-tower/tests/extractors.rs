@@ -210,6 +210,102 @@ async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route(
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
+/// A path parameter the route has, sent by the client as bytes that are not UTF-8 once
+/// percent-decoded: the client's request is wrong, not the route (400, nothing logged).
+#[tokio::test]
+async fn a_path_parameter_that_does_not_decode_is_a_client_error() {
+    let server = server();
+    let locker = locker(&server).await;
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let app = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .route("/transfer/{from}/{to}", post(whoami))
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("sku").prefix("inventory:"),
+        ));
+    let pair = Router::new()
+        .route("/transfer/{from}/{to}", post(whoami))
+        .route_layer(DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_params(["from", "to"]).prefix("account:"),
+        ));
+    for (app, uri) in [(&app, "/skus/%FF/purchase"), (&pair, "/transfer/7/%C3%28")] {
+        let (status, body) = call(app, req("POST", uri).body(Body::empty()).unwrap()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        assert_eq!(body, "the request does not name a lock key\n", "{uri}");
+    }
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(text.is_empty(), "no error logged:\n{text}");
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// The layer in front of the whole router (`Layer::layer(router)`, or a `ServiceBuilder`
+/// around it, as handed to `axum::serve`) runs before routing: no path parameters, no matched
+/// route. Every request is a server misconfiguration (500, never unlocked), logged once for
+/// the layer, which sees no routes, with a hint at `route_layer`.
+#[tokio::test]
+async fn a_path_param_layer_in_front_of_the_router_is_a_server_error_logged_once() {
+    use tower::Layer;
+
+    let server = server();
+    let locker = locker(&server).await;
+    let logs = Logs::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let router = Router::new()
+        .route("/a/{sku}", post(whoami))
+        .route("/b/{sku}", post(whoami));
+    let layer = || DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("sku"));
+    let wrapped = layer().layer(router.clone());
+    let built = tower::ServiceBuilder::new()
+        .layer(layer())
+        .service(router.clone());
+    for uri in ["/a/1", "/a/2", "/b/1"] {
+        for response in [
+            wrapped
+                .clone()
+                .oneshot(req("POST", uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap(),
+            built
+                .clone()
+                .oneshot(req("POST", uri).body(Body::empty()).unwrap())
+                .await
+                .unwrap(),
+        ] {
+            assert_eq!(
+                response.status(),
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{uri}"
+            );
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"the lock could not be taken\n");
+        }
+    }
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let errors: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("ERROR") && line.contains("runs before routing"))
+        .collect();
+    // One per layer: each of the two sees all requests as one route.
+    assert_eq!(errors.len(), 2, "once per layer:\n{text}");
+    assert!(errors.iter().all(|line| line.contains("/a/1")), "{text}");
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
 #[tokio::test]
 async fn header_keys_missing_and_invalid() {
     let server = server();

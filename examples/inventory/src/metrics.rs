@@ -13,9 +13,18 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-/// How often histograms are drained into their summaries between scrapes (the exporter's own
+/// How often histograms are drained into their buckets between scrapes (the exporter's own
 /// default), so that their memory stays bounded however rarely `/metrics` is read.
 const UPKEEP: Duration = Duration::from_secs(5);
+
+/// The bucket bounds of every histogram, in seconds (all of the kit's are durations): from
+/// an uncontended acquire call on a LAN (sub-millisecond) to holds of minutes. Without
+/// buckets the exporter renders summaries (client-side quantiles), which Prometheus cannot
+/// aggregate across instances.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+    10.0, 30.0, 60.0, 300.0,
+];
 
 /// The recorder of this process: `None` when another recorder was installed before ours.
 static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -25,17 +34,22 @@ static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 /// had another recorder: the lock metrics go there, and `/metrics` answers `503`.
 pub fn install() -> Option<&'static PrometheusHandle> {
     RECORDER
-        .get_or_init(|| match PrometheusBuilder::new().install_recorder() {
-            Ok(handle) => {
-                // The HELP lines: lock-core describes its metrics when a locker is built, which
-                // may have happened before this recorder existed.
-                lock_core::metrics::describe();
-                spawn_upkeep(handle.clone());
-                Some(handle)
-            }
-            Err(error) => {
-                tracing::warn!(%error, "no Prometheus recorder: GET /metrics will answer 503");
-                None
+        .get_or_init(|| {
+            match PrometheusBuilder::new()
+                .set_buckets(SECONDS_BUCKETS)
+                .and_then(PrometheusBuilder::install_recorder)
+            {
+                Ok(handle) => {
+                    // The HELP lines: lock-core describes its metrics when a locker is built, which
+                    // may have happened before this recorder existed.
+                    lock_core::metrics::describe();
+                    spawn_upkeep(handle.clone());
+                    Some(handle)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "no Prometheus recorder: GET /metrics will answer 503");
+                    None
+                }
             }
         })
         .as_ref()

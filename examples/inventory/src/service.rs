@@ -299,6 +299,14 @@ pub enum ErrorCode {
     LockLost,
     /// Redis was unavailable (`503`).
     LockUnavailable,
+    /// Every permit of a concurrency limit was taken for the whole wait (`429`, with
+    /// `Retry-After`).
+    Full,
+    /// The request's lock key is not valid: empty or too long (`400`).
+    InvalidKey,
+    /// The request does not name a lock key, or names it in a form that cannot be read
+    /// (`400`).
+    MissingKey,
     /// Anything else (`500`).
     Internal,
 }
@@ -371,22 +379,28 @@ impl IntoResponse for AppError {
 
 /// A lock failure, from the layer or from a handler, in the JSON shape of the handlers'
 /// errors: status and `Retry-After` are lock-tower's (one mapping for the layer, the macro
-/// and the handlers), the body names the [`ErrorCode`].
+/// and the handlers), the body names the [`ErrorCode`] of the rejection's kind and carries
+/// lock-tower's key-free message (a lock key can be a customer's or an account's id).
 fn lock_response(rejection: Rejection) -> Response {
     let error = match &rejection {
         Rejection::Busy { .. } => ErrorCode::Busy,
+        Rejection::Full { .. } => ErrorCode::Full,
         Rejection::Unavailable(_) => ErrorCode::LockUnavailable,
         Rejection::Lost(_) => ErrorCode::LockLost,
+        Rejection::InvalidKey(_) => ErrorCode::InvalidKey,
+        Rejection::MissingKey => ErrorCode::MissingKey,
         _ => ErrorCode::Internal,
     };
-    let message = match (rejection.error(), &rejection) {
-        (Some(e), _) => e.to_string(),
-        (None, Rejection::Misconfigured) => "the route names no lock key".to_owned(),
-        (None, _) => "the request names no lock key".to_owned(),
-    };
-    if rejection.status().is_server_error() {
-        tracing::error!(%message, kind = rejection.kind(), "lock failed");
+    match (&rejection, rejection.error()) {
+        // lock-tower logged it at error level, once per route: not again on every request.
+        (Rejection::Misconfigured, _) => {}
+        // The log may name the key; the response does not.
+        (_, Some(e)) if rejection.status().is_server_error() => {
+            tracing::error!(error = %e, kind = rejection.kind(), "lock failed");
+        }
+        _ => {}
     }
+    let message = rejection.message().trim_end().to_owned();
     let mut response = (rejection.status(), Json(ErrorBody { error, message })).into_response();
     rejection.set_headers(&mut response);
     response
@@ -635,6 +649,92 @@ mod tests {
         }));
         assert_eq!(chaos.next_pause(), Some(Duration::from_millis(5)));
         assert_eq!(chaos.next_pause(), None);
+    }
+
+    /// Each rejection answers with its own code and status, a body that does not name the
+    /// lock key, and no error log for a misconfigured route (lock-tower logs that once).
+    #[tokio::test]
+    async fn lock_rejections_answer_with_their_kind_and_without_the_key() {
+        #[derive(Clone, Default)]
+        struct Logs(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Logs {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::ERROR)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _default = tracing::subscriber::set_default(subscriber);
+
+        let key = "inventory:customer-4711";
+        let busy = || LockError::Busy {
+            key: key.into(),
+            waited: Duration::from_secs(1),
+            holder_ttl: None,
+        };
+        let cases = [
+            (
+                Rejection::from(busy()),
+                StatusCode::CONFLICT,
+                ErrorCode::Busy,
+            ),
+            (
+                Rejection::from(busy()).under_limit(),
+                StatusCode::TOO_MANY_REQUESTS,
+                ErrorCode::Full,
+            ),
+            (
+                Rejection::from(LockError::InvalidKey {
+                    key: key.into(),
+                    reason: lock_core::InvalidKeyReason::TooLong,
+                }),
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidKey,
+            ),
+            (
+                Rejection::MissingKey,
+                StatusCode::BAD_REQUEST,
+                ErrorCode::MissingKey,
+            ),
+            (
+                Rejection::Misconfigured,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::Internal,
+            ),
+            (
+                Rejection::from(LockError::Lost {
+                    key: key.into(),
+                    reason: lock_core::LostReason::Expired,
+                }),
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorCode::LockLost,
+            ),
+        ];
+        for (rejection, status, code) in cases {
+            let kind = rejection.kind();
+            let response = lock_response(rejection);
+            assert_eq!(response.status(), status, "{kind}");
+            let body = axum::body::to_bytes(response.into_body(), 4096)
+                .await
+                .unwrap();
+            let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body.error, code, "{kind}");
+            assert!(!body.message.contains("customer-4711"), "{kind}: {body:?}");
+            assert!(!body.message.is_empty(), "{kind}");
+        }
+        // Only the lost lock (a 503) is logged here, once.
+        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains("kind=\"lost\""), "{text}");
     }
 
     #[test]

@@ -101,4 +101,20 @@ async fn a_purchase_shows_in_the_lock_metrics() {
         Some(0.0),
         "{after}"
     );
+    // Histograms have buckets (Prometheus can aggregate them across instances), not
+    // summaries: the acquire's wait and its Redis call, each in one bucket up to +Inf.
+    for histogram in ["lock_acquire_wait_seconds", "lock_acquire_call_seconds"] {
+        let bucket = format!("{histogram}_bucket");
+        assert_eq!(
+            sample(&after, &bucket, &["outcome=\"acquired\"", "le=\"+Inf\""]),
+            Some(1.0),
+            "{after}"
+        );
+        assert!(
+            !after.contains(&format!(
+                "{histogram}{{kind=\"mutex\",outcome=\"acquired\",quantile="
+            )),
+            "no summary:\n{after}"
+        );
+    }
 }

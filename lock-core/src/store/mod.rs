@@ -17,6 +17,7 @@ pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
+use crate::metrics;
 
 /// Most keys renewed by one script call.
 pub(crate) const BATCH: usize = 500;
@@ -123,10 +124,14 @@ impl Store {
         token: &str,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
-        match self {
+        // Timed here, once for both strategies; dropped unanswered, it counts as cancelled.
+        let call = metrics::AcquireCall::start(keys.access);
+        let result = match self {
             Self::Single(store) => store.acquire(keys, token, args).await,
             Self::RedLock(store) => store.acquire(keys, token, args).await,
-        }
+        };
+        call.finish(&result);
+        result
     }
 
     /// Releases the lock if it holds `token`; see [`ReleaseReply`].

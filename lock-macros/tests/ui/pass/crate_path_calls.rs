@@ -1,54 +1,28 @@
 //! `crate = ".."`: the generated code reaches lock-core only through the given path, and hands
-//! its helpers the attribute's values. Here the path leads to a copy of lock-core's hidden
-//! helpers whose calls are recorded; the fns run against a real `redis-server`.
+//! the public closure API (`Locker::lock`/`read`/`lock_all`, the builders' `wait`, `lease`,
+//! `on_lost`, then `with_lock`) the attribute's values. Here the path leads to stand-ins of
+//! those types that record what they got and call lock-core; the fns run against a real
+//! `redis-server`.
 #![deny(warnings)]
 
 use std::time::Duration;
 
-use lock_core::{distributed_lock, LockError, Locker};
+use lock_core::{distributed_lock, LockError, Locker, OnLost};
 use lock_testkit::RedisServer;
 
-use recorded::__private::{Call, OnLost, CALLS};
+use recorded::{Call, CALLS};
 
 mod recorded {
-    pub mod __private {
-        use std::future::Future;
-        use std::sync::Mutex;
-        use std::time::Duration;
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::time::Duration;
 
+    pub use lock_core::{Fence, LockError, OnLost};
+
+    pub mod __private {
         pub use lock_core::__private::*;
 
-        /// One call of a helper, with the values it got.
-        #[derive(Debug, Clone, PartialEq)]
-        pub enum Call {
-            Locker {
-                named: bool,
-            },
-            Acquire {
-                key: String,
-                wait: Option<Duration>,
-                lease: Option<Duration>,
-            },
-            AcquireRead {
-                key: String,
-                wait: Option<Duration>,
-                lease: Option<Duration>,
-            },
-            AcquireAll {
-                keys: Vec<String>,
-                wait: Option<Duration>,
-                lease: Option<Duration>,
-            },
-            Run {
-                on_lost: OnLost,
-            },
-        }
-
-        pub static CALLS: Mutex<Vec<Call>> = Mutex::new(Vec::new());
-
-        fn record(call: Call) {
-            CALLS.lock().unwrap().push(call);
-        }
+        use super::{record, Call};
 
         pub fn locker<L: AsRef<Locker> + ?Sized>(named: Option<&L>) -> Result<&Locker, LockError> {
             record(Call::Locker {
@@ -56,57 +30,134 @@ mod recorded {
             });
             lock_core::__private::locker(named)
         }
+    }
 
-        pub async fn acquire(
-            locker: &Locker,
-            key: String,
-            wait: Option<Duration>,
-            lease: Option<Duration>,
-        ) -> Result<LockGuard, LockError> {
-            record(Call::Acquire {
-                key: key.clone(),
-                wait,
-                lease,
-            });
-            lock_core::__private::acquire(locker, key, wait, lease).await
-        }
-
-        pub async fn acquire_read(
-            locker: &Locker,
-            key: String,
-            wait: Option<Duration>,
-            lease: Option<Duration>,
-        ) -> Result<LockGuard, LockError> {
-            record(Call::AcquireRead {
-                key: key.clone(),
-                wait,
-                lease,
-            });
-            lock_core::__private::acquire_read(locker, key, wait, lease).await
-        }
-
-        pub async fn acquire_all(
-            locker: &Locker,
+    /// One acquire, as the generated code configured it, or the locker lookup.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Call {
+        Locker {
+            named: bool,
+        },
+        WithLock {
+            how: &'static str,
             keys: Vec<String>,
             wait: Option<Duration>,
             lease: Option<Duration>,
-        ) -> Result<MultiLockGuard, LockError> {
-            record(Call::AcquireAll {
-                keys: keys.clone(),
-                wait,
-                lease,
-            });
-            lock_core::__private::acquire_all(locker, keys, wait, lease).await
+            on_lost: OnLost,
+        },
+    }
+
+    pub static CALLS: Mutex<Vec<Call>> = Mutex::new(Vec::new());
+
+    fn record(call: Call) {
+        CALLS.lock().unwrap().push(call);
+    }
+
+    /// What the builder was told, recorded when `with_lock` runs.
+    struct Seen {
+        how: &'static str,
+        keys: Vec<String>,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+        on_lost: OnLost,
+    }
+
+    impl Seen {
+        fn new(how: &'static str, keys: Vec<String>) -> Self {
+            Self {
+                how,
+                keys,
+                wait: None,
+                lease: None,
+                on_lost: OnLost::Abort,
+            }
         }
 
-        pub async fn run<G, T, E, F>(guard: G, on_lost: OnLost, body: F) -> Result<T, E>
+        fn record(self) {
+            record(Call::WithLock {
+                how: self.how,
+                keys: self.keys,
+                wait: self.wait,
+                lease: self.lease,
+                on_lost: self.on_lost,
+            });
+        }
+    }
+
+    pub struct Locker;
+
+    impl Locker {
+        pub fn lock(locker: &lock_core::Locker, key: String) -> Acquire {
+            Acquire(Seen::new("lock", vec![key.clone()]), locker.lock(key))
+        }
+
+        pub fn read(locker: &lock_core::Locker, key: String) -> Acquire {
+            Acquire(Seen::new("read", vec![key.clone()]), locker.read(key))
+        }
+
+        pub fn lock_all<const N: usize>(
+            locker: &lock_core::Locker,
+            keys: [String; N],
+        ) -> AcquireAll {
+            AcquireAll(Seen::new("all", keys.to_vec()), locker.lock_all(keys))
+        }
+    }
+
+    pub struct Acquire(Seen, lock_core::Acquire);
+
+    impl Acquire {
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.0.wait = Some(wait);
+            Self(self.0, self.1.wait(wait))
+        }
+
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.0.lease = Some(lease);
+            Self(self.0, self.1.lease(lease))
+        }
+
+        pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+            self.0.on_lost = on_lost;
+            Self(self.0, self.1.on_lost(on_lost))
+        }
+
+        pub async fn with_lock<T, E, F, Fut>(self, body: F) -> Result<T, E>
         where
-            G: Section,
-            F: Future<Output = Result<T, E>>,
+            F: FnOnce(Fence) -> Fut,
+            Fut: Future<Output = Result<T, E>>,
             E: From<LockError>,
         {
-            record(Call::Run { on_lost });
-            lock_core::__private::run(guard, on_lost, body).await
+            self.0.record();
+            self.1.with_lock(body).await
+        }
+    }
+
+    pub struct AcquireAll(Seen, lock_core::AcquireAll);
+
+    impl AcquireAll {
+        pub fn wait(mut self, wait: Duration) -> Self {
+            self.0.wait = Some(wait);
+            Self(self.0, self.1.wait(wait))
+        }
+
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.0.lease = Some(lease);
+            Self(self.0, self.1.lease(lease))
+        }
+
+        pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+            self.0.on_lost = on_lost;
+            Self(self.0, self.1.on_lost(on_lost))
+        }
+
+        pub async fn with_lock<T, E, F, Fut>(self, body: F) -> Result<T, E>
+        where
+            F: FnOnce(Vec<Fence>) -> Fut,
+            Fut: Future<Output = Result<T, E>>,
+            E: From<LockError>,
+        {
+            self.0.record();
+            self.1.with_lock(body).await
         }
     }
 }
@@ -176,58 +227,48 @@ fn main() {
         ));
     });
     let calls = CALLS.lock().unwrap().clone();
+    let with_lock = |how, keys: &[&str], wait, lease, on_lost| Call::WithLock {
+        how,
+        keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        wait,
+        lease,
+        on_lost,
+    };
     assert_eq!(
         calls,
         [
             Call::Locker { named: true },
-            Call::Acquire {
-                key: "inventory:x:1".to_owned(),
-                wait: Some(Duration::from_secs(3)),
-                lease: Some(Duration::from_millis(60_250)),
-            },
-            Call::Run {
-                on_lost: OnLost::Continue,
-            },
+            with_lock(
+                "lock",
+                &["inventory:x:1"],
+                Some(Duration::from_secs(3)),
+                Some(Duration::from_millis(60_250)),
+                OnLost::Continue,
+            ),
             // Defaults: the locker's wait and watchdog lease, abort when lost; the value's `:`
             // is escaped against the `:` that follows it.
             Call::Locker { named: true },
-            Call::Acquire {
-                key: r"pair:x\:y:z".to_owned(),
-                wait: None,
-                lease: None,
-            },
-            Call::Run {
-                on_lost: OnLost::Abort,
-            },
+            with_lock("lock", &[r"pair:x\:y:z"], None, None, OnLost::Abort),
             // `mode = "read"` takes the read lock, `mode = "write"` the exclusive one.
             Call::Locker { named: true },
-            Call::AcquireRead {
-                key: "catalogue:5".to_owned(),
-                wait: Some(Duration::from_secs(1)),
-                lease: None,
-            },
-            Call::Run {
-                on_lost: OnLost::Abort,
-            },
+            with_lock(
+                "read",
+                &["catalogue:5"],
+                Some(Duration::from_secs(1)),
+                None,
+                OnLost::Abort,
+            ),
             Call::Locker { named: true },
-            Call::Acquire {
-                key: "catalogue:5".to_owned(),
-                wait: None,
-                lease: None,
-            },
-            Call::Run {
-                on_lost: OnLost::Abort,
-            },
+            with_lock("lock", &["catalogue:5"], None, None, OnLost::Abort),
             // `keys`: every key, in the order written (lock-core sorts them), in one acquire.
             Call::Locker { named: true },
-            Call::AcquireAll {
-                keys: vec!["account:9".to_owned(), "account:3".to_owned()],
-                wait: Some(Duration::from_secs(2)),
-                lease: Some(Duration::from_secs(10)),
-            },
-            Call::Run {
-                on_lost: OnLost::Continue,
-            },
+            with_lock(
+                "all",
+                &["account:9", "account:3"],
+                Some(Duration::from_secs(2)),
+                Some(Duration::from_secs(10)),
+                OnLost::Continue,
+            ),
             // No `locker`: the global one, which is not set, so nothing else runs.
             Call::Locker { named: false },
         ]
