@@ -385,6 +385,74 @@ async fn release_with_reply_in_flight(
     (holder, release)
 }
 
+/// A reader's release whose reply is lost after it ran, then a writer takes the lock before
+/// the retry: the retry finds the writer's token where the marker was, and must still count
+/// the release as ours through the latch its first try left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_release_whose_reply_is_lost_is_recognised_by_its_latch() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let writer = Locker::connect(&server.url()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    // Load the scripts first, so that the release is one EVALSHA.
+    holder.read("warm").await.unwrap().release().await.unwrap();
+    let reader = holder
+        .read("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let release = tokio::spawn(async move { reader.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock_key(&server, "r").is_none(),
+        "the release ran on the server"
+    );
+    let taken = writer.write("r").wait(Duration::ZERO).await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = release.await.unwrap();
+    assert!(
+        released.is_ok(),
+        "release() of a read lock it did release, then taken by a writer: {released:?}"
+    );
+    assert!(taken.is_held(), "the writer's lock was left alone");
+    taken.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &writer]).await;
+}
+
+/// A reader's release whose first try never reached Redis (the connection was reset before
+/// it), after a writer's token replaced the marker: the retry finds the reader's entry but
+/// not the marker, and reports the lock lost, not released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_read_release_of_a_lost_read_lock_reports_it_lost() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    let reader = holder
+        .read("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lock = lock_key(&server, "r").unwrap();
+    let _: () = server.cmd(&["SET", &lock, "a-writer", "PX", "60000"]);
+    let before = proxy.connections();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = reader.release().await;
+    let reason = match released {
+        Err(lock_core::LockError::Lost { reason, .. }) => reason,
+        other => panic!("release of a read lock a writer took over: {other:?}"),
+    };
+    assert_eq!(reason, lock_core::LostReason::TakenOver);
+    assert!(
+        proxy.connections() > before,
+        "the release was sent again on a new connection"
+    );
+    let _: i64 = server.cmd(&["DEL", &lock]);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
 /// reachable throughout): no false loss.
 ///

@@ -1116,3 +1116,43 @@ async fn a_lost_read_lock_says_why() {
     let _: () = server.cmd(&["DEL", &lock]);
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// The same with a fixed lease (no renewal to notice it): a reader whose marker a writer's
+/// token replaced must not hear `Ok` from its release, and its entry is gone afterwards.
+#[tokio::test]
+async fn a_lost_fixed_lease_read_lock_says_why() {
+    let server = server();
+    let locker = locker(&server).await;
+    let lease = Duration::from_secs(10);
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let readers = server
+        .keys("lock:*")
+        .into_iter()
+        .find(|k| k.contains(":readers:"))
+        .unwrap();
+    let tokens: Vec<String> = server.cmd(&["ZRANGE", &readers, "0", "-1"]);
+    let _: i64 = server.cmd(&["ZADD", &readers, "XX", "1", &tokens[0]]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::Expired);
+
+    // The marker replaced by a writer's token while the reader's own lease still runs (a
+    // marker that expired early, a server clock step).
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let lock = common::lock_key(&server, "cat");
+    let _: () = server.cmd(&["SET", &lock, "a-writer", "PX", "60000"]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::TakenOver);
+    let entries: i64 = server.cmd(&["ZCARD", &readers]);
+    assert_eq!(entries, 0, "the lost reader's entry was removed");
+    let current: String = server.cmd(&["GET", &lock]);
+    assert_eq!(current, "a-writer", "the writer's lock was left alone");
+    let _: i64 = server.cmd(&["DEL", &lock]);
+
+    // And the marker gone altogether: lost as deleted.
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let _: () = server.cmd(&["DEL", &lock]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::Deleted);
+    let _: i64 = server.cmd(&["DEL", &lock, &readers]);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
