@@ -196,7 +196,8 @@ impl Locker {
     ///
     /// A waiting writer is not starved by a stream of readers: while one waits, new readers
     /// (of any process) wait too, and the writer gets the lock when the current readers are
-    /// done. A task that holds the read lock of `key` gets [`LockError::WriteInsideRead`]
+    /// done. A writer that stops waiting (its wait ran out, its future was dropped) lets the
+    /// readers in at once; one whose process died, within three `fallback_retry`s. A task that holds the read lock of `key` gets [`LockError::WriteInsideRead`]
     /// instead of waiting for itself.
     ///
     /// # Examples

@@ -3,16 +3,16 @@
 -- `readers` marker: an entry alone is not enough, since a writer's token may have replaced the
 -- marker (a marker that ran out early, a server clock step) and then exclusion was broken; such
 -- a release removes the entry and reports the lock lost. The last reader out removes the marker
--- from the lock key and, if a writer flagged that it waits, tells it on the channel (the flag
--- stays: it keeps new readers out until that writer got its turn, and the writer's own release
--- or grant removes it).
+-- from the lock key and, if a writer waits (the waiting writers exist), tells it on the channel
+-- (its entry stays: it keeps new readers out until that writer got its turn, and its grant
+-- removes it).
 --
 -- KEYS[1]  the lock key (see read_acquire.lua for the layout)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of the lock key
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this token
--- ARGV[5]  the waiting flag of the lock key
+-- ARGV[5]  the waiting writers of the lock key (see acquire.lua)
 -- ARGV[6]  the readers set of the lock key
 --
 -- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see
