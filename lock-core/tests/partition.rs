@@ -453,6 +453,54 @@ async fn a_retried_read_release_of_a_lost_read_lock_reports_it_lost() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
+/// A read acquire whose reply is lost after it ran on the server (the reader's entry is
+/// there), while a writer of another locker starts waiting: the retry, with the same token, is
+/// recognised as ours (not deferred to the writer, no second entry), and the reader holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_acquire_whose_reply_is_lost_is_recognised_by_its_retry() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let writer = Locker::connect(&server.url()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    // Load the scripts first, so that the acquire is one EVALSHA.
+    holder.read("warm").await.unwrap().release().await.unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let acquire = tokio::spawn({
+        let holder = holder.clone();
+        async move {
+            holder
+                .read("r")
+                .lease(Duration::from_secs(5))
+                .wait(Duration::from_secs(5))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let readers = keys(&server, "lock:")
+        .into_iter()
+        .find(|k| k.contains(":readers:r"))
+        .expect("the read acquire ran on the server");
+    let waiting = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.write("r").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = proxy.connections();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let reader = acquire.await.unwrap().expect("the retry is granted as ours");
+    assert!(proxy.connections() > before, "the retry went on a new connection");
+    let entries: i64 = server.cmd(&["ZCARD", &readers]);
+    assert_eq!(entries, 1, "one entry, the first try's");
+    assert!(reader.is_held());
+    assert!(!waiting.is_finished(), "the writer waits for the reader");
+    proxy.set_mode(ProxyMode::Pass).await;
+    reader.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &writer]).await;
+}
+
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
 /// reachable throughout): no false loss.
 ///

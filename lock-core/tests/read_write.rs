@@ -1248,3 +1248,27 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
     only_fences_left(&server, Duration::from_millis(300)).await;
 }
+
+/// A task holding the read lock takes it again (nested) while a writer of another locker
+/// waits: writer preference must not make it wait for the writer that waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_read_while_a_writer_waits_is_granted_at_once() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let outer = a.read("cat").await.unwrap();
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = b.read("cat").wait(Duration::ZERO).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "a writer waits: {busy}");
+    let nested = a.read("cat").wait(Duration::ZERO).await.unwrap();
+    assert!(nested.is_shared() && nested.is_held());
+    nested.release().await.unwrap();
+    assert!(!writer.is_finished(), "the outer read still holds the writer back");
+    outer.release().await.unwrap();
+    writer.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
