@@ -115,10 +115,11 @@ impl Locker {
     }
 
     /// Starts acquiring several keys at once, all or nothing, as one
-    /// [`MultiLockGuard`](crate::MultiLockGuard): the keys are taken in one order for every
-    /// caller (sorted, duplicates removed), so callers naming them in different orders cannot
-    /// deadlock, and a failure on any key gives back the ones already taken before the error
-    /// is returned. Each key is an ordinary lock (watchdog, waiting, fencing token of its own);
+    /// [`MultiLockGuard`](crate::MultiLockGuard): a first try asks for every key at once
+    /// without waiting (one round trip); if any is busy, the keys are taken one after the
+    /// other, waiting, in one order for every caller (sorted, duplicates removed), so callers
+    /// naming them in different orders cannot deadlock, and a failure on any key gives back the
+    /// ones already taken before the error is returned. Each key is an ordinary lock (watchdog, waiting, fencing token of its own);
     /// the guard's [`lost`](crate::MultiLockGuard::lost) resolves when any is lost.
     ///
     /// # Examples
