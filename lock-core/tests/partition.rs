@@ -489,8 +489,14 @@ async fn a_read_acquire_whose_reply_is_lost_is_recognised_by_its_retry() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let before = proxy.connections();
     proxy.set_mode(ProxyMode::Reset).await;
-    let reader = acquire.await.unwrap().expect("the retry is granted as ours");
-    assert!(proxy.connections() > before, "the retry went on a new connection");
+    let reader = acquire
+        .await
+        .unwrap()
+        .expect("the retry is granted as ours");
+    assert!(
+        proxy.connections() > before,
+        "the retry went on a new connection"
+    );
     let entries: i64 = server.cmd(&["ZCARD", &readers]);
     assert_eq!(entries, 1, "one entry, the first try's");
     assert!(reader.is_held());

@@ -1203,7 +1203,10 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let busy = c.read("cat").wait(Duration::ZERO).await.unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "the writer waits: {busy}");
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "the writer waits: {busy}"
+    );
     let waiting_reader = tokio::spawn({
         let c = c.clone();
         async move {
@@ -1224,7 +1227,10 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
         async move { b.write("cat").wait(Duration::from_secs(5)).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!waiting_marks().is_empty(), "the writer flagged that it waits");
+    assert!(
+        !waiting_marks().is_empty(),
+        "the writer flagged that it waits"
+    );
     held.release().await.unwrap();
     let writer = writer.await.unwrap().unwrap();
     let left_while_held = waiting_marks();
@@ -1263,11 +1269,17 @@ async fn a_nested_read_while_a_writer_waits_is_granted_at_once() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let busy = b.read("cat").wait(Duration::ZERO).await.unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "a writer waits: {busy}");
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "a writer waits: {busy}"
+    );
     let nested = a.read("cat").wait(Duration::ZERO).await.unwrap();
     assert!(nested.is_shared() && nested.is_held());
     nested.release().await.unwrap();
-    assert!(!writer.is_finished(), "the outer read still holds the writer back");
+    assert!(
+        !writer.is_finished(),
+        "the outer read still holds the writer back"
+    );
     outer.release().await.unwrap();
     writer.await.unwrap().unwrap().release().await.unwrap();
     common::assert_nothing_left(&server, &[&a, &b]).await;

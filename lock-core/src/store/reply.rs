@@ -189,7 +189,10 @@ mod tests {
             decode(-1).unwrap(),
             reply(false, Some(Gone::Absent { uptime: None }), false)
         );
-        assert_eq!(decode(-2).unwrap(), reply(false, Some(Gone::Expired), false));
+        assert_eq!(
+            decode(-2).unwrap(),
+            reply(false, Some(Gone::Expired), false)
+        );
         assert!(decode(5).is_err());
         assert!(decode(-3).is_err());
     }
