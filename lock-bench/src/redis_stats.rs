@@ -24,7 +24,7 @@ const IGNORED: &[&str] = &[
 
 /// Commands the kit runs only inside its scripts (acquire, release, renew).
 const KIT_SCRIPT_ONLY: &[&str] = &[
-    "set", "get", "time", "del", "publish", "pttl", "pexpire", "type",
+    "set", "get", "time", "del", "publish", "pttl", "pexpire", "type", "zadd", "zrem",
 ];
 
 /// Commands the floor runs only inside its scripts (compare-and-delete, compare-and-pexpire).

@@ -21,7 +21,7 @@ use crate::local::LocalLocks;
 use crate::locker::Locker;
 use crate::metrics;
 use crate::owner::Owner;
-use crate::release::{Attempt, ReleaseOnDrop};
+use crate::release::{Attempt, ReleaseOnDrop, Waiting};
 use crate::slot::{Baton, SlotRef};
 use crate::store::{AcquireArgs, Outcome};
 use crate::waiters::Subscription;
@@ -536,6 +536,16 @@ impl Acquire {
         let bound = deadline.map(|d| d.max(started + one_try));
         let attempt = Attempt::new(&keys, self.new_token());
         let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
+        // Armed once an exclusive try joined the waiting writers: whatever ends this acquire
+        // without the lock (its wait ran out, an error, the future dropped) takes the entry
+        // out at once, so readers do not let a writer that left go first.
+        let mut waiting = ReleaseOnDrop::new(
+            &inner.releaser,
+            Waiting {
+                keys: &keys,
+                token: String::new(),
+            },
+        );
         // A waiting acquire that finds the release channel subscribed already takes that
         // subscription before its first try, so a first try that finds the lock taken is not
         // repeated once subscribed (below). Without any subscription in the locker (the
@@ -592,6 +602,9 @@ impl Acquire {
             let ttl = match tried {
                 Try::Won => {
                     on_drop.disarm();
+                    // The winning try took its entry out (see `scripts/acquire.lua`).
+                    waiting.disarm();
+                    drop(waiting);
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
                     if let (Some(subscription), Some(_), Access::Exclusive) =
@@ -610,6 +623,10 @@ impl Acquire {
                 }
                 Try::Busy { ttl } => ttl,
             };
+            if !flag.is_zero() && self.access == Access::Exclusive {
+                waiting.target.token.clone_from(&on_drop.target.token);
+                waiting.arm();
+            }
             seen_busy = Some(ttl);
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));

@@ -7,7 +7,7 @@
 //! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring after the retention |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
-//! | waiting flag | `p{h}:waiting:k` | string, set with a TTL by an acquirer of another locker that waits |
+//! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
 //! | readers' waiting flag | `p{h}:readers-waiting:k` | string, set with a TTL by a reader of another locker that waits for a writer |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
@@ -132,9 +132,11 @@ impl RedisKeys {
         self.sibling("released")
     }
 
-    /// The waiting flag of this key (see `scripts/acquire.lua`).
+    /// The waiting writers of this key (see `scripts/acquire.lua`). Named `waiters`: the
+    /// string flag that came before it was `waiting`, and a kit of the older version on the
+    /// same Redis must not meet a sorted set there.
     pub(crate) fn waiting(&self) -> String {
-        self.sibling("waiting")
+        self.sibling("waiters")
     }
 
     /// The readers' waiting flag of this key (see `scripts/read_acquire.lua`).
@@ -227,7 +229,7 @@ mod tests {
                 && keys.latch("t0k").ends_with("}:unlocked:t0k")
         );
         assert!(
-            keys.waiting().starts_with("lock:{") && keys.waiting().ends_with("}:waiting:a}x{b")
+            keys.waiting().starts_with("lock:{") && keys.waiting().ends_with("}:waiters:a}x{b")
         );
         assert_eq!(tag(&keys.lock).len(), 16);
         assert!(keys.lock.starts_with("lock:{"));
@@ -240,7 +242,7 @@ mod tests {
         let sem = RedisKeys::semaphore("p:", "exports", 3);
         assert!(sem.lock.ends_with("}:semaphore:exports"), "{}", sem.lock);
         assert!(sem.channel().ends_with("}:semaphore-released:exports"));
-        assert!(sem.waiting().ends_with("}:semaphore-waiting:exports"));
+        assert!(sem.waiting().ends_with("}:semaphore-waiters:exports"));
         for (a, b) in [
             (&lock.lock, &sem.lock),
             (&lock.channel(), &sem.channel()),

@@ -132,19 +132,19 @@
 //!
 //! For a user key `k`, with `h` the first 16 hex digits of SHA-1(`k`) and `p` the prefix
 //! (`lock:` by default): `p{h}:lock:k` (string, the holder's token), `p{h}:fence:k` (string,
-//! the last fencing token), `p{h}:waiting:k` (string with a TTL: another locker waits),
+//! the last fencing token), `p{h}:waiters:k` (sorted set with a TTL: the tokens of other lockers' waiting exclusive acquirers),
 //! `p{h}:unlocked:<token>` (string with a TTL of a few seconds: the release latch that tells a
 //! retried release that its first try ran), `pnode-epoch` (with
 //! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
 //! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
-//! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-waiting:k` and channel
+//! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-waiters:k` and channel
 //! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire),
 //! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
 //! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
 //! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
-//! `DEL`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard), and for the
-//! other kinds `ZADD`, `ZREM`, `ZSCORE`, `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`. A
+//! `DEL`, `EXISTS`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),
+//! `ZADD`, `ZREM` (the waiting writers), and for the other kinds `ZSCORE`, `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`. A
 //! minimal ACL: `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists
 //! +subscribe +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type
 //! +publish +info +zadd +zrem +zscore +zrange +zrangebyscore +zremrangebyscore`. Without

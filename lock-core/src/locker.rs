@@ -118,10 +118,11 @@ impl Locker {
     }
 
     /// Starts acquiring several keys at once, all or nothing, as one
-    /// [`MultiLockGuard`](crate::MultiLockGuard): the keys are taken in one order for every
-    /// caller (sorted, duplicates removed), so callers naming them in different orders cannot
-    /// deadlock, and a failure on any key gives back the ones already taken before the error
-    /// is returned. Each key is an ordinary lock (watchdog, waiting, fencing token of its own);
+    /// [`MultiLockGuard`](crate::MultiLockGuard): a first try asks for every key at once
+    /// without waiting (one round trip); if any is busy, the keys are taken one after the
+    /// other, waiting, in one order for every caller (sorted, duplicates removed), so callers
+    /// naming them in different orders cannot deadlock, and a failure on any key gives back the
+    /// ones already taken before the error is returned. Each key is an ordinary lock (watchdog, waiting, fencing token of its own);
     /// the guard's [`lost`](crate::MultiLockGuard::lost) resolves when any is lost.
     ///
     /// # Examples
@@ -199,7 +200,8 @@ impl Locker {
     ///
     /// A waiting writer is not starved by a stream of readers: while one waits, new readers
     /// (of any process) wait too, and the writer gets the lock when the current readers are
-    /// done. A task that holds the read lock of `key` gets [`LockError::WriteInsideRead`]
+    /// done. A writer that stops waiting (its wait ran out, its future was dropped) lets the
+    /// readers in at once; one whose process died, within three `fallback_retry`s. A task that holds the read lock of `key` gets [`LockError::WriteInsideRead`]
     /// instead of waiting for itself.
     ///
     /// # Examples

@@ -1,12 +1,16 @@
 //! [`AcquireAll`] and [`MultiLockGuard`]: several keys locked all or nothing, as one guard.
 //!
-//! The keys are taken one after the other in one order for every caller (sorted, duplicates
-//! removed), so two callers naming the same keys in different orders cannot deadlock: whoever
-//! holds the first key of the order is the only one that may wait for the second. Each key is
-//! an ordinary lock (the watchdog renews it, its waiters are woken by its release, it has its
-//! own fencing token); a failure on any key gives back the keys already taken before the
-//! error is returned, so no key stays behind. In a Cluster each key lives in its own slot,
-//! so a script cannot take them at once there; the order makes that safe.
+//! The keys are sorted (duplicates removed). The first try asks for every key at once, without
+//! waiting (pipelined on the multiplexed connection: one round trip, one per node in parallel
+//! in a Cluster); that is safe in any order since nobody waits while holding part of the set.
+//! If any key is busy, the keys that try took go back, and the keys are then taken one after
+//! the other in the sorted order, waiting for each: two callers naming the same keys in
+//! different orders cannot deadlock, since whoever holds the first key of the order is the
+//! only one that may wait for the second. Each key is an ordinary lock (the watchdog renews it,
+//! its waiters are woken by its release, it has its own fencing token); a failure on any key
+//! gives back the keys already taken before the error is returned, so no key stays behind. In
+//! a Cluster each key lives in its own slot, so a script cannot take them at once there; the
+//! order makes waiting safe.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;

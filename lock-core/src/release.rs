@@ -28,6 +28,9 @@ pub(crate) enum ReleaseJob {
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
     /// out or cancelled command still runs on the server): delete the lock if it holds it.
     Abandoned { keys: RedisKeys, token: String },
+    /// An exclusive acquire with this token joined the waiting writers and stopped waiting
+    /// without the lock: take it out, so that readers need not let it go first.
+    Withdraw { keys: RedisKeys, token: String },
 }
 
 /// The sending side of the background releaser.
@@ -148,6 +151,23 @@ impl Pending for Attempt<'_> {
     }
 }
 
+/// An exclusive acquire that joined the waiting writers of its lock (see
+/// `scripts/acquire.lua`) under `token`.
+#[derive(Debug)]
+pub(crate) struct Waiting<'a> {
+    pub(crate) keys: &'a RedisKeys,
+    pub(crate) token: String,
+}
+
+impl Pending for Waiting<'_> {
+    fn job(&mut self) -> ReleaseJob {
+        ReleaseJob::Withdraw {
+            keys: self.keys.clone(),
+            token: std::mem::take(&mut self.token),
+        }
+    }
+}
+
 /// Hands a release to the background releaser when dropped while armed: the future doing it
 /// was dropped mid-call, or an acquire's outcome is unknown.
 pub(crate) struct ReleaseOnDrop<'a, P: Pending> {
@@ -200,6 +220,7 @@ pub(crate) fn start(store: Arc<Store>) -> Releaser {
                             tracing::warn!(key = %held.key(), %error, "background release failed; the lock expires with its lease")
                         }
                     },
+                    ReleaseJob::Withdraw { keys, token } => store.withdraw(&keys, &token).await,
                     ReleaseJob::Abandoned { keys, token } => {
                         // The attempt's command may still be on its way: try a few times.
                         for delay in [0, 100, 500, 2000] {

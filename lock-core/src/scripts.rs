@@ -34,6 +34,10 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `scripts/withdraw.lua`: a waiting writer that stopped waiting leaves the waiting writers.
+pub(crate) static WITHDRAW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/withdraw.lua")));
+
 /// `scripts/read_release.lua`: drop a read lock; the last reader out tells a waiting writer.
 pub(crate) static READ_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/read_release.lua")));

@@ -382,6 +382,39 @@ async fn every_key_has_its_own_fencing_tokens() {
     common::assert_nothing_left(&server, &[&a]).await;
 }
 
+/// A `lock_all` guard of `keys` held 1.5 s with a 300 ms watchdog lease (5 leases): every key
+/// stays locked for another locker and the guard stays held the whole time.
+async fn held_past_its_lease(holder: &Locker, other: &Locker, keys: &[String]) {
+    let guard = holder.lock_all(keys).await.unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(1500) {
+        assert!(guard.is_held(), "guard lost after {:?}", start.elapsed());
+        for key in keys {
+            assert!(
+                other.is_locked(key).await.unwrap(),
+                "{key} free after {:?}",
+                start.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    for key in keys {
+        assert!(!other.is_locked(key).await.unwrap(), "{key} left locked");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_guard_held_for_five_watchdog_leases_keeps_every_key() {
+    let server = server();
+    let holder = common::locker_with_lease(&server, Duration::from_millis(300)).await;
+    let other = locker(&server).await;
+    let keys: Vec<String> = (0..4).map(|i| format!("acct:{i}")).collect();
+    held_past_its_lease(&holder, &other, &keys).await;
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cluster: the accounts on every shard.
 
@@ -480,4 +513,22 @@ async fn cluster_rollback_on_another_shard_leaves_no_stray_key() {
     }
     held.release().await.unwrap();
     common::assert_cluster_clean(&cluster, &[&a, &b]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_lock_all_held_for_five_watchdog_leases_keeps_every_key() {
+    let cluster = RedisCluster::start(3, 0).unwrap();
+    let holder = Locker::builder()
+        .cluster(cluster.urls())
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let other = cluster_locker(&cluster).await;
+    let keys: Vec<String> = common::keys_on_every_shard(&cluster, "acct:", 1)
+        .into_iter()
+        .flatten()
+        .collect();
+    held_past_its_lease(&holder, &other, &keys).await;
+    common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
 }

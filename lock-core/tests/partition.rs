@@ -385,6 +385,128 @@ async fn release_with_reply_in_flight(
     (holder, release)
 }
 
+/// A reader's release whose reply is lost after it ran, then a writer takes the lock before
+/// the retry: the retry finds the writer's token where the marker was, and must still count
+/// the release as ours through the latch its first try left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_release_whose_reply_is_lost_is_recognised_by_its_latch() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let writer = Locker::connect(&server.url()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    // Load the scripts first, so that the release is one EVALSHA.
+    holder.read("warm").await.unwrap().release().await.unwrap();
+    let reader = holder
+        .read("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let release = tokio::spawn(async move { reader.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock_key(&server, "r").is_none(),
+        "the release ran on the server"
+    );
+    let taken = writer.write("r").wait(Duration::ZERO).await.unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = release.await.unwrap();
+    assert!(
+        released.is_ok(),
+        "release() of a read lock it did release, then taken by a writer: {released:?}"
+    );
+    assert!(taken.is_held(), "the writer's lock was left alone");
+    taken.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &writer]).await;
+}
+
+/// A reader's release whose first try never reached Redis (the connection was reset before
+/// it), after a writer's token replaced the marker: the retry finds the reader's entry but
+/// not the marker, and reports the lock lost, not released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_read_release_of_a_lost_read_lock_reports_it_lost() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    let reader = holder
+        .read("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let lock = lock_key(&server, "r").unwrap();
+    let _: () = server.cmd(&["SET", &lock, "a-writer", "PX", "60000"]);
+    let before = proxy.connections();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = reader.release().await;
+    let reason = match released {
+        Err(lock_core::LockError::Lost { reason, .. }) => reason,
+        other => panic!("release of a read lock a writer took over: {other:?}"),
+    };
+    assert_eq!(reason, lock_core::LostReason::TakenOver);
+    assert!(
+        proxy.connections() > before,
+        "the release was sent again on a new connection"
+    );
+    let _: i64 = server.cmd(&["DEL", &lock]);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+/// A read acquire whose reply is lost after it ran on the server (the reader's entry is
+/// there), while a writer of another locker starts waiting: the retry, with the same token, is
+/// recognised as ours (not deferred to the writer, no second entry), and the reader holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_acquire_whose_reply_is_lost_is_recognised_by_its_retry() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let writer = Locker::connect(&server.url()).await.unwrap();
+    let holder = proxied_locker(&proxy, Duration::from_secs(5)).await;
+    // Load the scripts first, so that the acquire is one EVALSHA.
+    holder.read("warm").await.unwrap().release().await.unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let acquire = tokio::spawn({
+        let holder = holder.clone();
+        async move {
+            holder
+                .read("r")
+                .lease(Duration::from_secs(5))
+                .wait(Duration::from_secs(5))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let readers = keys(&server, "lock:")
+        .into_iter()
+        .find(|k| k.contains(":readers:r"))
+        .expect("the read acquire ran on the server");
+    let waiting = tokio::spawn({
+        let writer = writer.clone();
+        async move { writer.write("r").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let before = proxy.connections();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let reader = acquire
+        .await
+        .unwrap()
+        .expect("the retry is granted as ours");
+    assert!(
+        proxy.connections() > before,
+        "the retry went on a new connection"
+    );
+    let entries: i64 = server.cmd(&["ZCARD", &readers]);
+    assert_eq!(entries, 1, "one entry, the first try's");
+    assert!(reader.is_held());
+    assert!(!waiting.is_finished(), "the writer waits for the reader");
+    proxy.set_mode(ProxyMode::Pass).await;
+    reader.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &writer]).await;
+}
+
 /// F8 with a flapping connection (a reset every half lease, each reconnect immediate, Redis
 /// reachable throughout): no false loss.
 ///

@@ -57,10 +57,24 @@ fn child_worker() {
                 println!("HELD");
                 std::future::pending::<()>().await;
             }
+            "hold-all-watchdog" => {
+                let locker = Locker::builder()
+                    .url(url)
+                    .watchdog_lease(Duration::from_secs(1))
+                    .build()
+                    .await
+                    .unwrap();
+                let _guard = locker.lock_all(ALL_KEYS).await.unwrap();
+                println!("HELD");
+                std::future::pending::<()>().await;
+            }
             other => panic!("unknown mode {other}"),
         }
     });
 }
+
+/// The keys a `lock_all` holder child holds.
+const ALL_KEYS: [&str; 3] = ["all-a", "all-b", "all-c"];
 
 /// Three child processes run the increments; returns the counter and the oracle's report.
 fn run_increments(mode: &str) -> (i64, Report) {
@@ -153,5 +167,38 @@ async fn a_sigkilled_watchdog_holder_frees_the_key_within_one_lease() {
     assert!(
         took <= Duration::from_millis(1100),
         "freed after {took:?}, lease 1 s"
+    );
+}
+
+/// A `lock_all` holder (watchdog lease 1 s) SIGKILLed after 2.5 leases: every key is free
+/// within one lease of the kill.
+#[tokio::test]
+async fn a_sigkilled_lock_all_holder_frees_every_key_within_one_lease() {
+    let server = server();
+    let mut child = spawn_child("hold-all-watchdog", &server.url(), "");
+    wait_for_line(&mut child, "HELD");
+    let locker = locker(&server).await;
+    // Held for 2.5 leases first: only the child's watchdog can have kept the keys.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for key in ALL_KEYS {
+        assert!(locker.is_locked(key).await.unwrap(), "{key} still held");
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let mut freed = Vec::new();
+    for key in ALL_KEYS {
+        let guard = locker.lock(key).wait(Duration::from_secs(5)).await.unwrap();
+        freed.push(killed.elapsed());
+        guard.release().await.unwrap();
+    }
+    let took = freed.iter().max().copied().unwrap_or_default();
+    common::assert_nothing_left(&server, &[&locker]).await;
+    lock_testkit::figure(&format!(
+        "takeover of every key after SIGKILL of a lock_all watchdog holder: {freed:?} (lease 1 s)"
+    ));
+    assert!(
+        took <= Duration::from_millis(1100),
+        "all keys freed after {took:?}, lease 1 s"
     );
 }

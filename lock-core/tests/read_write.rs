@@ -760,8 +760,8 @@ async fn readers_and_a_writer_learn_of_a_flushall() {
 }
 
 /// Polls until every key under `lock:` is a fence counter or a release latch (both outlive
-/// a lock by design, with a TTL): abandoned writers' waiting flags, which hold back new
-/// readers, must be gone.
+/// a lock by design, with a TTL): abandoned writers' waiting entries, which hold back new
+/// readers, and their waiting flags must be gone.
 async fn only_fences_left(server: &RedisServer, limit: Duration) {
     let only_fences = || {
         keys(server, "lock:")
@@ -823,8 +823,9 @@ async fn cancelled_reads_writes_and_lock_alls_leave_nothing_behind() {
         (stats.watchdog_locks, stats.local_keys, stats.subscriptions),
         (0, 0, 0)
     );
-    // The abandoned writers' waiting flags expire with their TTL (3 fallback retries).
-    only_fences_left(&server, Duration::from_secs(5)).await;
+    // The abandoned writers withdrew from the waiting writers in the background (their flags
+    // used to stay for their TTL, 3 fallback retries).
+    only_fences_left(&server, Duration::from_millis(500)).await;
 }
 
 #[tokio::test]
@@ -1149,4 +1150,171 @@ async fn a_readers_set_of_another_type_is_named_in_the_acquire_and_release_error
     }
     assert!(err.to_string().contains(&format!("`{readers}`")), "{err}");
     let _: () = server.cmd(&["DEL", &readers]);
+}
+
+/// The same with a fixed lease (no renewal to notice it): a reader whose marker a writer's
+/// token replaced must not hear `Ok` from its release, and its entry is gone afterwards.
+#[tokio::test]
+async fn a_lost_fixed_lease_read_lock_says_why() {
+    let server = server();
+    let locker = locker(&server).await;
+    let lease = Duration::from_secs(10);
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let readers = server
+        .keys("lock:*")
+        .into_iter()
+        .find(|k| k.contains(":readers:"))
+        .unwrap();
+    let tokens: Vec<String> = server.cmd(&["ZRANGE", &readers, "0", "-1"]);
+    let _: i64 = server.cmd(&["ZADD", &readers, "XX", "1", &tokens[0]]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::Expired);
+
+    // The marker replaced by a writer's token while the reader's own lease still runs (a
+    // marker that expired early, a server clock step).
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let lock = common::lock_key(&server, "cat");
+    let _: () = server.cmd(&["SET", &lock, "a-writer", "PX", "60000"]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::TakenOver);
+    let entries: i64 = server.cmd(&["ZCARD", &readers]);
+    assert_eq!(entries, 0, "the lost reader's entry was removed");
+    let current: String = server.cmd(&["GET", &lock]);
+    assert_eq!(current, "a-writer", "the writer's lock was left alone");
+    let _: i64 = server.cmd(&["DEL", &lock]);
+
+    // And the marker gone altogether: lost as deleted.
+    let reader = locker.read("cat").lease(lease).await.unwrap();
+    let _: () = server.cmd(&["DEL", &lock]);
+    let lost = reader.release().await.unwrap_err();
+    assert_eq!(common::lost_reason(lost), lock_core::LostReason::Deleted);
+    let _: i64 = server.cmd(&["DEL", &lock, &readers]);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A writer that stops waiting (its future dropped, or its wait ran out) stops holding
+/// readers back at once: a new reader gets in with a zero wait, and a reader already waiting
+/// behind it is told. A writer that wins leaves no waiting mark behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let c = locker(&server).await;
+    let held = a.read("cat").await.unwrap();
+    let waiting_marks = || {
+        keys(&server, "lock:")
+            .into_iter()
+            .filter(|k| k.contains(":waiters:"))
+            .collect::<Vec<_>>()
+    };
+
+    // Cancelled: the writer's future is dropped mid-wait.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        b.write("cat").wait(Duration::from_secs(10)).into_future(),
+    )
+    .await;
+    assert!(cancelled.is_err(), "the writer waited");
+    let started = Instant::now();
+    let reader = loop {
+        match c.read("cat").wait(Duration::ZERO).await {
+            Ok(reader) => break reader,
+            Err(e) if started.elapsed() < Duration::from_secs(2) => {
+                assert!(matches!(e, LockError::Busy { .. }), "{e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("a reader is still held back 2 s after the writer left: {e}"),
+        }
+    };
+    let cancelled_after = started.elapsed();
+    reader.release().await.unwrap();
+
+    // Gave up: the writer's wait ran out; a reader waiting behind it meanwhile is let in.
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_millis(400)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = c.read("cat").wait(Duration::ZERO).await.unwrap_err();
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "the writer waits: {busy}"
+    );
+    let waiting_reader = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let reader = c.read("cat").wait(Duration::from_secs(10)).await.unwrap();
+            (Instant::now(), reader)
+        }
+    });
+    let gave_up = writer.await.unwrap().unwrap_err();
+    let gave_up_at = Instant::now();
+    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up}");
+    let (entered, reader) = waiting_reader.await.unwrap();
+    let waiting_reader_after = entered.saturating_duration_since(gave_up_at);
+    reader.release().await.unwrap();
+
+    // Won: no waiting mark stays while it holds.
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !waiting_marks().is_empty(),
+        "the writer flagged that it waits"
+    );
+    held.release().await.unwrap();
+    let writer = writer.await.unwrap().unwrap();
+    let left_while_held = waiting_marks();
+    writer.release().await.unwrap();
+    lock_testkit::figure(&format!(
+        "K2b: reader in {cancelled_after:?} after a cancelled writer, a waiting reader \
+         {waiting_reader_after:?} after a writer gave up (fallback retry 1 s)"
+    ));
+    assert!(
+        cancelled_after < Duration::from_millis(300),
+        "a new reader waited {cancelled_after:?} after the writer was cancelled"
+    );
+    assert!(
+        waiting_reader_after < Duration::from_millis(300),
+        "a waiting reader got in {waiting_reader_after:?} after the writer gave up"
+    );
+    assert!(
+        left_while_held.is_empty(),
+        "the winning writer left {left_while_held:?}"
+    );
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+    only_fences_left(&server, Duration::from_millis(300)).await;
+}
+
+/// A task holding the read lock takes it again (nested) while a writer of another locker
+/// waits: writer preference must not make it wait for the writer that waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_read_while_a_writer_waits_is_granted_at_once() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let outer = a.read("cat").await.unwrap();
+    let writer = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let busy = b.read("cat").wait(Duration::ZERO).await.unwrap_err();
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "a writer waits: {busy}"
+    );
+    let nested = a.read("cat").wait(Duration::ZERO).await.unwrap();
+    assert!(nested.is_shared() && nested.is_held());
+    nested.release().await.unwrap();
+    assert!(
+        !writer.is_finished(),
+        "the outer read still holds the writer back"
+    );
+    outer.release().await.unwrap();
+    writer.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }

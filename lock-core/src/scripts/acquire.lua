@@ -1,5 +1,5 @@
 -- Take the lock if it is free; else tell the caller how long it stays taken, and flag that the
--- caller waits for it. The first try of an acquire is a plain `SET NX PX` instead when no
+-- caller waits for it (the caller joins the waiting writers). The first try of an acquire is a plain `SET NX PX` instead when no
 -- restart guard is set; this script serves the tries after it (and every try with the guard).
 -- Fencing tokens are issued on demand by fence.lua.
 --
@@ -8,13 +8,18 @@
 --          writer it is held like by any other token)
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
--- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
--- ARGV[4]  the waiting flag of this lock key, a key name in the hash slot of KEYS[1]: set when
---          the caller finds the lock held and will wait for it, so that the holder's release
---          knows that another locker waits (the holder's own process then holds back its next
---          local acquirer for a moment). Not declared as a key: it usually does not exist, and
---          while a Cluster slot migrates a command whose declared keys exist only in part is
---          refused with TRYAGAIN.
+-- ARGV[3]  how long the caller may wait, in milliseconds: its entry in the waiting writers
+--          lives that long (0: the caller will not wait and does not join)
+-- ARGV[4]  the waiting writers of this lock key, a key name in the hash slot of KEYS[1]: a
+--          sorted set of the tokens of exclusive acquirers (of other lockers) that found the
+--          lock held and wait for it, living as long as the last one that joined may wait.
+--          It tells the holder's release that another locker waits (the holder's own process
+--          then holds back its next local acquirer for a moment), and read locks let a writer
+--          in it go first (see read_acquire.lua). The caller joins it here; a try that wins
+--          leaves it, and an acquire that stops waiting leaves it through withdraw.lua (one
+--          whose process died stays until the set's TTL ends). Not declared as a key: it
+--          usually does not exist, and while a Cluster slot migrates a command whose declared
+--          keys exist only in part is refused with TRYAGAIN.
 -- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
 --          which is prepended to this script)
 -- ARGV[5]  (with KEYS[2]) the restart guard in milliseconds
@@ -39,6 +44,9 @@ if KEYS[2] then
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
+  -- The winner waits no more: it must not hold readers back, nor tell a later release that
+  -- someone waits (the set goes with its last member).
+  redis.call('ZREM', ARGV[4], ARGV[1])
   return {1, 0}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -50,6 +58,9 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 local flag = tonumber(ARGV[3]) or 0
 if flag > 0 then
-  redis.call('SET', ARGV[4], '1', 'PX', flag)
+  -- Scores do not matter: the set's TTL bounds every entry. A dead writer's entry thus stays
+  -- until the last writer that joined could have waited (at most 3 fallback retries).
+  redis.call('ZADD', ARGV[4], 0, ARGV[1])
+  redis.call('PEXPIRE', ARGV[4], flag)
 end
 return {0, redis.call('PTTL', KEYS[1])}

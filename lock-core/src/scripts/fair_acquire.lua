@@ -13,7 +13,9 @@
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes the lock only if nobody is in line)
--- ARGV[4]  the waiting flag of the lock key (see acquire.lua): set while anyone is in line
+-- ARGV[4]  the waiting writers of the lock key (see acquire.lua): a waiter joins them while in
+--          line (so read locks of the key let it go first) and leaves them with the lock; an
+--          abandoned waiter leaves them through release.lua
 -- ARGV[5]  the line (sorted set: token -> arrival, us)
 -- ARGV[6]  the line's liveness (sorted set: token -> alive until, ms)
 -- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
@@ -50,12 +52,14 @@ if not current and (not head or head == ARGV[1]) then
     redis.call('ZREM', ARGV[5], ARGV[1])
     redis.call('ZREM', ARGV[6], ARGV[1])
   end
+  redis.call('ZREM', ARGV[4], ARGV[1])
   return {1, 0}
 end
 local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
   join_line(ARGV[5], ARGV[6], ARGV[1], t, stay)
-  redis.call('SET', ARGV[4], '1', 'PX', stay)
+  redis.call('ZADD', ARGV[4], 0, ARGV[1])
+  redis.call('PEXPIRE', ARGV[4], stay)
 end
 if current then
   return {0, redis.call('PTTL', KEYS[1])}

@@ -11,13 +11,14 @@
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
--- ARGV[4]  the waiting flag of the lock key (see acquire.lua): set by exclusive acquirers that
---          found the lock taken, so here it means that a writer waits
+-- ARGV[4]  the waiting writers of the lock key (see acquire.lua): exclusive acquirers of other
+--          lockers that found the lock taken and wait. One that stops waiting leaves at once
+--          (withdraw.lua), one that wins with its grant
 -- ARGV[5]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
 -- ARGV[6]  the readers' waiting flag of the lock key: set here when a writer holds the lock, so
---          that the writer's release tells the readers (release.lua deletes both flags). A
---          flag of its own: if a writer's hold ends without its release (its lease ran out, a
---          force unlock), a reader's flag must not keep the other readers out
+--          that the writer's release tells the readers (release.lua deletes it with the waiting
+--          writers). A flag of its own: if a writer's hold ends without its release (its lease
+--          ran out, a force unlock), a reader's flag must not keep the other readers out
 -- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
 -- ARGV[7]  (with KEYS[2]) the restart guard in milliseconds
 --
@@ -26,7 +27,7 @@
 -- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
 -- same token is idempotent and re-applies the lease), {0, pttl} when a writer holds the lock
 -- (its remaining lease; the readers' waiting flag is set so the writer's release tells it), or
--- when the waiting flag says that a writer waits (the flag's remaining life: readers let the
+-- when a writer waits (the waiting writers' remaining life: readers let the
 -- writer go first, so a stream of readers cannot starve it), or {2, ms} inside the restart
 -- guard. A lock key of another type fails with WRONGTYPE and is never overwritten.
 local lease = tonumber(ARGV[2])
@@ -51,8 +52,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', ARGV[5], '-inf', string.format('%.0f', now))
 if not redis.call('ZSCORE', ARGV[5], ARGV[1]) then
-  -- A waiting writer goes first. The flag is not renewed here: only writers keep it alive, so
-  -- one left by a writer that gave up ends with its TTL.
+  -- A waiting writer goes first. The set is not renewed here: only writers keep it alive, so
+  -- an entry of a writer whose process died ends with its TTL.
   local waiting = redis.call('PTTL', ARGV[4])
   if waiting ~= -2 then
     return {0, waiting}

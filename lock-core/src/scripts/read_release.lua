@@ -1,14 +1,18 @@
 -- Release a read lock if, and only if, the caller's token still holds it; leave a latch that
--- proves it. The last reader out removes the marker from the lock key and, if a writer flagged
--- that it waits, tells it on the channel (the flag stays: it keeps new readers out until that
--- writer got its turn, and the writer's own release removes it).
+-- proves it. A reader holds it while its entry's lease runs *and* the lock key holds the
+-- `readers` marker: an entry alone is not enough, since a writer's token may have replaced the
+-- marker (a marker that ran out early, a server clock step) and then exclusion was broken; such
+-- a release removes the entry and reports the lock lost. The last reader out removes the marker
+-- from the lock key and, if a writer waits (the waiting writers exist), tells it on the channel
+-- (its entry stays: it keeps new readers out until that writer got its turn, and its grant
+-- removes it).
 --
 -- KEYS[1]  the lock key (see read_acquire.lua for the layout)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of the lock key
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this token
--- ARGV[5]  the waiting flag of the lock key
+-- ARGV[5]  the waiting writers of the lock key (see acquire.lua)
 -- ARGV[6]  the readers set of the lock key
 --
 -- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see
@@ -16,16 +20,16 @@
 --
 -- Returns, as release.lua: 1 released now, 2 released now as the last reader and a writer
 -- waits (it was told), 3 or 4 the latch says an earlier try of this release did that (its reply
--- was lost), -1 no lease of this token and no latch (it had expired, or the set was deleted:
--- the lock was lost before any release of ours ran), 0 the lock key is of another type.
+-- was lost; a retry is recognised so even if a writer took the lock since), -1 no live lease of
+-- this token or no marker, and no latch (the entry had been cleared, or the set or the marker
+-- deleted: the lock was lost before any release of ours ran), -2 the entry was there but its
+-- lease had ended, 0 the lock key holds another value (a writer's token) while our entry's
+-- lease runs, or is of another type. In the lost cases the entry is removed.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
-if not ok then
-  return 0
-end
 local score = tonumber(redis.call('ZSCORE', ARGV[6], ARGV[1]) or '')
-if score and score > now then
+if ok and current == 'readers' and score and score > now then
   redis.call('ZREM', ARGV[6], ARGV[1])
   redis.call('ZREMRANGEBYSCORE', ARGV[6], '-inf', string.format('%.0f', now))
   local answer = 1
@@ -33,13 +37,9 @@ if score and score > now then
   if last[2] then
     -- Readers remain: the marker lives as long as the longest of their leases.
     local ttl = math.max(tonumber(last[2]) - now, 1)
-    if current == 'readers' then
-      redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
-    end
+    redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
   else
-    if current == 'readers' then
-      redis.call('DEL', KEYS[1])
-    end
+    redis.call('DEL', KEYS[1])
     if redis.call('EXISTS', ARGV[5]) == 1 then
       redis.pcall('PUBLISH', ARGV[2], '1')
       answer = 2
@@ -49,11 +49,23 @@ if score and score > now then
   return answer
 end
 if score then
-  -- Expired before this release: drop the stale entry.
+  -- Not ours any more (expired, or the marker is gone or replaced): the entry goes. An entry
+  -- still there means no earlier try of this release ran (it removes the entry), so the latch
+  -- need not be asked.
   redis.call('ZREM', ARGV[6], ARGV[1])
+  if score <= now then
+    return -2
+  end
+  if ok and not current then
+    return -1
+  end
+  return 0
 end
 local latch = redis.call('GET', ARGV[4])
 if latch then
   return tonumber(latch) + 2
+end
+if not ok then
+  return 0
 end
 return -1

@@ -8,8 +8,10 @@
 --          or for a fair lock the token of the first waiter in line
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this token (`..:unlocked:<token>`)
--- ARGV[5]  the waiting flag of this lock key (set by acquirers of other lockers that found it
---          held, see acquire.lua)
+-- ARGV[5]  the waiting writers of this lock key (acquirers of other lockers that found it
+--          held, see acquire.lua): deleted by a release (whoever waits tries again, and joins
+--          again if it loses); when the token does not hold the lock it may be an abandoned
+--          acquire's, whose entry goes
 --
 -- ARGV[6]  the readers' waiting flag of this lock key (set by readers that found it held, see
 --          read_acquire.lua): like ARGV[5], another locker waits
@@ -51,8 +53,8 @@ local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local waited = math.min(redis.call('DEL', ARGV[5], ARGV[6]), 1)
-  -- A fair lock's line says who waits, also when the flag is gone: its waiters do not try
-  -- (and set the flag again) after a message that names another.
+  -- A fair lock's line says who waits, also when the waiting writers are gone: its waiters do
+  -- not try (and join them again) after a message that names another.
   local head = ARGV[7] and first_in_fair_line()
   if head then
     waited = 1
@@ -63,6 +65,8 @@ if ok and current == ARGV[1] then
   end
   return waited + 1
 end
+-- Not ours (or not any more): an abandoned acquire's waiting entry goes.
+redis.call('ZREM', ARGV[5], ARGV[1])
 if ARGV[7] then
   local head = redis.call('ZRANGE', ARGV[7], 0, 0)[1]
   redis.call('ZREM', ARGV[7], ARGV[1])

@@ -10,6 +10,8 @@ mod single;
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
+
 pub(crate) use node::Node;
 pub(crate) use redlock::{Quorum, RedLockStore};
 pub(crate) use reply::{AcquireReply, Gone, ReleaseReply, Renewal};
@@ -143,6 +145,16 @@ impl Store {
         match self {
             Self::Single(store) => store.release(keys, token).await,
             Self::RedLock(store) => store.release(keys, token).await,
+        }
+    }
+
+    /// Takes `token` out of the waiting writers of `keys` on every node it may have joined
+    /// them on (an exclusive acquire that stopped waiting). A node that fails keeps the entry
+    /// until it ends on its own (at most three fallback retries).
+    pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) {
+        let done = join_all(self.nodes().iter().map(|node| node.withdraw(keys, token))).await;
+        for error in done.into_iter().filter_map(Result::err) {
+            tracing::debug!(%error, lock = %keys.lock, "withdrawing a waiting writer failed; its entry ends on its own");
         }
     }
 

@@ -202,6 +202,27 @@ impl Node {
         .await
     }
 
+    /// Takes `token` out of the waiting writers of an exclusive lock (an acquire that stopped
+    /// waiting), so that readers need not let it go first (see `scripts/withdraw.lua`).
+    pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
+        let mut call = ScriptCall::new(&scripts::WITHDRAW);
+        call.key(&keys.lock)
+            .arg(token)
+            .arg(keys.waiting())
+            .arg(keys.channel());
+        retry_dropped(|| {
+            let mut conn = self.conn.clone();
+            let call = &call;
+            async move {
+                call.invoke::<i64>(&mut conn)
+                    .await
+                    .map(drop)
+                    .map_err(BackendError::redis)
+            }
+        })
+        .await
+    }
+
     /// Renews `locks` (their keys, token); `Unknown` where the call failed. Each kind of hold
     /// has its renewal script; all calls go out at once.
     pub(crate) async fn renew(

@@ -52,20 +52,22 @@ pub(crate) struct ReleaseReply {
 impl FromRedisValue for ReleaseReply {
     fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
         // 1/2 deleted now, 3/4 deleted by an earlier try (the latch says so); 2 and 4 when
-        // another locker flagged it waits; -1 no key, 0 another token.
+        // another locker flagged it waits; -1 no key, 0 another token, -2 (readers, permit
+        // holders) the entry's lease had ended.
         let reply: i64 = FromRedisValue::from_redis_value(value)?;
         let gone = match reply {
+            -2 => Some(Gone::Expired),
             -1 => Some(Gone::Absent { uptime: None }),
             0 => Some(Gone::Replaced),
             _ => None,
         };
         match reply {
-            -1..=4 => Ok(Self {
+            -2..=4 => Ok(Self {
                 ours: reply >= 1,
                 gone,
                 others_waiting: reply == 2 || reply == 4,
             }),
-            other => Err(format!("release script answered {other}, expected -1 to 4").into()),
+            other => Err(format!("release script answered {other}, expected -2 to 4").into()),
         }
     }
 }
@@ -187,7 +189,12 @@ mod tests {
             decode(-1).unwrap(),
             reply(false, Some(Gone::Absent { uptime: None }), false)
         );
+        assert_eq!(
+            decode(-2).unwrap(),
+            reply(false, Some(Gone::Expired), false)
+        );
         assert!(decode(5).is_err());
+        assert!(decode(-3).is_err());
     }
 
     #[test]

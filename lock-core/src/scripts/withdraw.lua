@@ -1,0 +1,22 @@
+-- Withdraw a waiting writer: an exclusive acquire that joined the waiting writers (see
+-- acquire.lua) and stopped waiting (its future was dropped, or its wait ran out) leaves at
+-- once, so it no longer holds read locks back. When it was the last one, and no writer holds
+-- the lock, the release channel is told: readers that let it go first may try now.
+--
+-- KEYS[1]  the lock key
+-- ARGV[1]  the caller's token
+-- ARGV[2]  the waiting writers of the lock key, a key name in the hash slot of KEYS[1], not
+--          declared (see acquire.lua)
+-- ARGV[3]  the release channel of the lock key
+--
+-- Returns 1 when the caller's entry was there (and is gone), 0 when it was not.
+if redis.call('ZREM', ARGV[2], ARGV[1]) == 0 then
+  return 0
+end
+if redis.call('EXISTS', ARGV[2]) == 0 then
+  local ok, current = pcall(redis.call, 'GET', KEYS[1])
+  if ok and (not current or current == 'readers') then
+    redis.pcall('PUBLISH', ARGV[3], '1')
+  end
+end
+return 1
