@@ -174,6 +174,14 @@ impl Locker {
     /// sleep), and no handoff skips Redis. It is the same Redis lock as [`lock`](Self::lock)
     /// of the key, so take it with `fair_lock` everywhere: a plain `lock` does not line up.
     ///
+    /// # Errors
+    ///
+    /// As [`Acquire`]; on RedLock every acquire fails with
+    /// [`ConfigError::FairLockWithRedLock`](crate::ConfigError::FairLockWithRedLock) before
+    /// anything is sent: each busy try there runs under a fresh token, and a node's line would
+    /// keep the waiter's own earlier tries ahead of it. Use a single server, Sentinel or a
+    /// Cluster.
+    ///
     /// # Examples
     ///
     /// ```no_run

@@ -145,3 +145,45 @@ async fn fair_locks_exclude_under_contention_by_the_oracle() {
         common::assert_nothing_left(&server, &[locker]).await;
     }
 }
+
+/// Fair locks are refused on RedLock before anything is sent: every busy try there runs under
+/// a fresh token, and each node's line would keep the waiter's earlier tokens ahead of its
+/// current one, so it would wait behind itself. The refusal leaves no key on any node.
+#[tokio::test]
+async fn a_fair_lock_on_redlock_is_refused_and_leaves_nothing() {
+    let nodes: Vec<_> = (0..3).map(|_| server()).collect();
+    let redlock = lock_core::Locker::builder()
+        .redlock(
+            nodes
+                .iter()
+                .map(lock_testkit::RedisServer::url)
+                .collect::<Vec<_>>(),
+        )
+        .build()
+        .await
+        .unwrap();
+    for wait in [Duration::ZERO, Duration::from_millis(200)] {
+        let err = redlock.fair_lock("printer").wait(wait).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::Config(lock_core::ConfigError::FairLockWithRedLock)
+            ),
+            "{err}"
+        );
+    }
+    for node in &nodes {
+        assert_eq!(node.keys("lock:*"), Vec::<String>::new());
+    }
+    // The mutex of the same key still works there.
+    redlock
+        .lock("printer")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&redlock]).await;
+    }
+}
