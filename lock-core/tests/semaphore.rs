@@ -424,6 +424,55 @@ async fn waiter_gone(cut_off: bool) {
     drop(quitter);
 }
 
+/// First come, first served whatever the size: a 2-permit request waiting for a semaphore of
+/// 3 with one permit free holds back the 1-permit requests that came after it, though they
+/// would fit: another process's (in the line in Redis) waits its whole 300 ms and gets
+/// nothing, and one of the waiter's own process (in the local queue) gets in only after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smaller_requests_wait_behind_a_larger_one_that_came_first() {
+    let server = server();
+    let (holder, waiting, other) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let held = holder.semaphore("s", 3);
+    let (p1, p2) = (held.acquire().await.unwrap(), held.acquire().await.unwrap());
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let sem = waiting.semaphore("s", 3);
+    let enter = |permits: u32, name: &'static str| {
+        let (sem, order) = (sem.clone(), order.clone());
+        tokio::spawn(async move {
+            let permit = sem
+                .acquire_many(permits)
+                .wait(Duration::from_secs(10))
+                .await?;
+            order.lock().push(name);
+            Ok::<_, LockError>(permit)
+        })
+    };
+    let large = enter(2, "large");
+    let _ = line_key(&server, 1).await;
+    let small = enter(1, "small");
+    // One permit is free, but the large request is first in line.
+    let refused = other
+        .semaphore("s", 3)
+        .acquire()
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    assert!(order.lock().is_empty(), "{:?}", order.lock());
+    p1.release().await.unwrap();
+    let large = large.await.unwrap().unwrap();
+    p2.release().await.unwrap();
+    let small = small.await.unwrap().unwrap();
+    assert_eq!(*order.lock(), vec!["large", "small"]);
+    small.release().await.unwrap();
+    large.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &waiting, &other]).await;
+}
+
 /// The line of the only semaphore in `server`, once `waiters` waiters are in it.
 async fn line_key(server: &lock_testkit::RedisServer, waiters: usize) -> String {
     let mut found = None;
