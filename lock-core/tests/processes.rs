@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use common::child::{spawn_child, wait_for_line, MODE, REFEREE, URL};
 use common::{locker, server};
 use lock_core::Locker;
-use lock_testkit::oracle::{Oracle, Report};
+use lock_testkit::oracle::{Access, Oracle, Outcome, Report};
+
+/// Sections per task of the semaphore runs.
+const PERMIT_CYCLES: usize = 20;
 
 /// The worker side. Does nothing unless started by a test of this file.
 #[test]
@@ -35,6 +38,12 @@ fn child_worker() {
                     .unwrap();
                 let pause = Duration::from_micros(200);
                 common::increments(&locker, &url, &oracle, 4, 40, locked, pause).await;
+            }
+            "permits-3" | "permits-4" => {
+                // The semaphore's count comes from the mode; the oracle always checks 3.
+                let permits = if mode == "permits-3" { 3 } else { 4 };
+                let referee = std::env::var(REFEREE).unwrap();
+                permit_sections(&url, &referee, permits).await;
             }
             "hold-fixed" => {
                 let locker = Locker::connect(&url).await.unwrap();
@@ -62,8 +71,43 @@ fn child_worker() {
     });
 }
 
-/// Three child processes run the increments; returns the counter and the oracle's report.
-fn run_increments(mode: &str) -> (i64, Report) {
+/// A child's four tasks, each entering `PERMIT_CYCLES` sections under a permit of the
+/// semaphore `s` of `permits`, every section checked by the oracle as one of at most 3
+/// holders.
+async fn permit_sections(url: &str, referee: &str, permits: u32) {
+    let locker = Locker::connect(url).await.unwrap();
+    let worker = std::process::id().to_string();
+    let oracle = Oracle::connect(referee, "processes", &worker)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let (sem, oracle) = (locker.semaphore("s", permits), oracle.clone());
+            tokio::spawn(async move {
+                for _ in 0..PERMIT_CYCLES {
+                    let permit = sem.acquire().wait(Duration::from_secs(30)).await.unwrap();
+                    let held = || permit.is_held();
+                    let mut entry = oracle
+                        .enter_as("s", Access::Permit(3), 0, held)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    entry.observe(held);
+                    oracle.leave(&mut entry).await.unwrap();
+                    oracle.finish(entry, Outcome::Completed).await.unwrap();
+                    permit.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Three child processes run `mode` against a fresh server; returns the server (checked clean
+/// of locks) and the oracle's report.
+fn run_children(mode: &str) -> (lock_testkit::RedisServer, Report) {
     let (server, referee) = (server(), server());
     let children: Vec<Child> = (0..3)
         .map(|_| spawn_child(mode, &server.url(), &referee.url()))
@@ -80,7 +124,44 @@ fn run_increments(mode: &str) -> (i64, Report) {
             .unwrap();
         oracle.report().await.unwrap()
     });
+    (server, report)
+}
+
+/// Three child processes run the increments; returns the counter and the oracle's report.
+fn run_increments(mode: &str) -> (i64, Report) {
+    let (server, report) = run_children(mode);
     (server.cmd(&["GET", "counter-value"]), report)
+}
+
+/// "At most 3 holders" across real processes: 3 processes x 4 tasks on a semaphore of 3,
+/// every section checked by the oracle as `Permit(3)`. Clean, every section counted, and
+/// the permits were shared (up to 3 inside at once, never more).
+#[test]
+fn three_processes_on_three_permits_never_have_four_inside() {
+    let (_server, report) = run_children("permits-3");
+    assert!(report.is_clean(), "{report}");
+    let sections = 3 * 4 * PERMIT_CYCLES as u64;
+    assert_eq!(
+        (
+            report.cycles,
+            report.completed,
+            report.overlaps,
+            report.over_limit
+        ),
+        (sections, sections, 0, 0),
+        "{report}"
+    );
+    assert!(report.shared_overlaps > 0, "{report}");
+    assert_eq!(report.max_inside, 3, "{report}");
+}
+
+/// The control: a semaphore of 4 checked as at most 3. The oracle must see a fourth holder.
+#[test]
+fn control_four_permits_checked_as_three_is_a_violation() {
+    let (_server, report) = run_children("permits-4");
+    assert!(!report.is_clean(), "{report}");
+    assert!(report.over_limit > 0, "{report}");
+    assert_eq!(report.max_inside, 4, "{report}");
 }
 
 #[test]
