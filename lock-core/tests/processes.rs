@@ -3,12 +3,13 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
 use common::child::{spawn_child, wait_for_line, MODE, REFEREE, URL};
 use common::{locker, server};
-use lock_core::Locker;
+use lock_core::{Acquire, Locker};
 use lock_testkit::oracle::{Access, Oracle, Outcome, Report};
 
 /// Sections per task of the semaphore runs.
@@ -63,6 +64,21 @@ fn child_worker() {
                     .await
                     .unwrap();
                 let _guard = locker.lock("held").await.unwrap();
+                println!("HELD");
+                std::future::pending::<()>().await;
+            }
+            "hold-permit-watchdog" | "hold-fair-watchdog" => {
+                let locker = Locker::builder()
+                    .url(url)
+                    .watchdog_lease(Duration::from_secs(1))
+                    .build()
+                    .await
+                    .unwrap();
+                let _guard = if mode == "hold-permit-watchdog" {
+                    locker.semaphore("held", 1).acquire().await.unwrap()
+                } else {
+                    locker.fair_lock("held").await.unwrap()
+                };
                 println!("HELD");
                 std::future::pending::<()>().await;
             }
@@ -234,5 +250,60 @@ async fn a_sigkilled_watchdog_holder_frees_the_key_within_one_lease() {
     assert!(
         took <= Duration::from_millis(1100),
         "freed after {took:?}, lease 1 s"
+    );
+}
+
+/// A child holding `take`'s lock with a 1 s watchdog lease is SIGKILLed after 1.5 leases
+/// (only its watchdog kept it); a waiter of this process, already waiting (in line for a
+/// fair lock or a semaphore), gets it. Returns the time from the kill to that acquire.
+async fn killed_holder_hands_over_to_a_waiter(
+    mode: &str,
+    take: impl Fn(&Locker) -> Acquire,
+) -> Duration {
+    let server = server();
+    let mut child = spawn_child(mode, &server.url(), "");
+    wait_for_line(&mut child, "HELD");
+    let locker = locker(&server).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let busy = take(&locker).wait(Duration::ZERO).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    let waiter = tokio::spawn(take(&locker).wait(Duration::from_secs(5)).into_future());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let guard = waiter.await.unwrap().unwrap();
+    let took = killed.elapsed();
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+    took
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_permit_holders_permit_comes_back_within_one_lease() {
+    let took = killed_holder_hands_over_to_a_waiter("hold-permit-watchdog", |l| {
+        l.semaphore("held", 1).acquire()
+    })
+    .await;
+    lock_testkit::figure(&format!(
+        "permit back after SIGKILL of a watchdog holder: {took:?} (lease 1 s)"
+    ));
+    assert!(
+        took <= Duration::from_millis(1200),
+        "the permit came back after {took:?}, lease 1 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigkilled_fair_lock_holder_is_followed_by_the_waiter_in_line_within_one_lease() {
+    let took =
+        killed_holder_hands_over_to_a_waiter("hold-fair-watchdog", |l| l.fair_lock("held")).await;
+    lock_testkit::figure(&format!(
+        "fair lock taken over after SIGKILL of a watchdog holder: {took:?} (lease 1 s)"
+    ));
+    assert!(
+        took <= Duration::from_millis(1200),
+        "the waiter in line got it after {took:?}, lease 1 s"
     );
 }
