@@ -473,6 +473,58 @@ async fn smaller_requests_wait_behind_a_larger_one_that_came_first() {
     common::assert_nothing_left(&server, &[&holder, &waiting, &other]).await;
 }
 
+/// The count travels with each acquire: with 3 permits held under a count of 3, a caller
+/// counting 5 is granted a fourth at once, and a caller counting 2 is refused and waits until
+/// only one is held (two held plus its own would be 3 > 2), revoking nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_count_admits_by_each_callers_own_count() {
+    let server = server();
+    let (three, five, two) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let sem = three.semaphore("s", 3);
+    let (p1, p2, p3) = (
+        sem.acquire().await.unwrap(),
+        sem.acquire().await.unwrap(),
+        sem.acquire().await.unwrap(),
+    );
+    let full = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(full.is_busy(), "{full}");
+    // Raised to 5: granted while the 3 are held.
+    let fourth = five
+        .semaphore("s", 5)
+        .acquire()
+        .wait(Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(p1.is_held() && p2.is_held() && p3.is_held());
+    fourth.release().await.unwrap();
+    // Lowered to 2: refused while 3 are held, and still while 2 are.
+    let lowered = two.semaphore("s", 2);
+    let refused = lowered.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    let waiter = {
+        let lowered = lowered.clone();
+        tokio::spawn(async move { lowered.acquire().wait(Duration::from_secs(5)).await })
+    };
+    let _ = line_key(&server, 1).await;
+    p1.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "granted with 2 held under a count of 2"
+    );
+    assert!(p2.is_held() && p3.is_held());
+    p2.release().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert!(p3.is_held());
+    got.release().await.unwrap();
+    p3.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&three, &five, &two]).await;
+}
+
 /// The line of the only semaphore in `server`, once `waiters` waiters are in it.
 async fn line_key(server: &lock_testkit::RedisServer, waiters: usize) -> String {
     let mut found = None;
