@@ -32,14 +32,7 @@ async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
     let p3 = waiter.await.unwrap().unwrap();
     p3.release().await.unwrap();
     p2.release().await.unwrap();
-    assert!(
-        server
-            .keys("lock:*")
-            .iter()
-            .all(|k| !k.contains(":semaphore:")),
-        "{:?}",
-        server.keys("lock:*")
-    );
+    assert_eq!(semaphore_keys(&server), Vec::<String>::new());
     let err = sem_a.acquire_many(4).await.unwrap_err();
     assert!(
         matches!(
@@ -191,14 +184,7 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
         a.stats(),
         b.stats()
     );
-    assert!(
-        server
-            .keys("lock:*")
-            .iter()
-            .all(|k| !k.contains(":semaphore:")),
-        "{:?}",
-        server.keys("lock:*")
-    );
+    assert_eq!(semaphore_keys(&server), Vec::<String>::new());
 }
 
 /// Local handoff of permits: tasks of one process queued for a semaphore take over the permits
@@ -523,6 +509,46 @@ async fn changing_the_count_admits_by_each_callers_own_count() {
     got.release().await.unwrap();
     p3.release().await.unwrap();
     common::assert_nothing_left(&server, &[&three, &five, &two]).await;
+}
+
+/// Every key of a semaphore in `server`: its set (`:semaphore:`), its line and the line's
+/// liveness (`:semaphore-line:`, `:semaphore-line-alive:`), any other `:semaphore-` name.
+fn semaphore_keys(server: &lock_testkit::RedisServer) -> Vec<String> {
+    server
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| k.contains(":semaphore:") || k.contains(":semaphore-"))
+        .collect()
+}
+
+/// A semaphore deleted while a watchdog permit is held: the watchdog's next renewal finds the
+/// permit gone and `lost()` resolves within about a third of the lease (the renewal interval);
+/// the release then says `Lost` (deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_deleted_while_held_fires_lost_within_a_renewal() {
+    let server = server();
+    let lease = Duration::from_millis(600);
+    let holder = common::locker_with_lease(&server, lease).await;
+    let permit = holder.semaphore("s", 2).acquire().await.unwrap();
+    let set = semaphore_keys(&server)
+        .into_iter()
+        .find(|k| k.contains(":semaphore:"))
+        .expect("the semaphore's set exists");
+    let _: i64 = server.cmd(&["DEL", &set]);
+    let started = std::time::Instant::now();
+    tokio::time::timeout(lease, permit.lost())
+        .await
+        .expect("lost() did not fire within the lease");
+    let noticed = started.elapsed();
+    assert!(
+        noticed <= lease / 3 + Duration::from_millis(100),
+        "lost() after {noticed:?}, renewals every {:?}",
+        lease / 3
+    );
+    assert!(!permit.is_held());
+    let reason = common::lost_reason(permit.release().await.unwrap_err());
+    assert_eq!(reason, lock_core::LostReason::Deleted);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// The line of the only semaphore in `server`, once `waiters` waiters are in it.
