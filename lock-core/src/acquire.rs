@@ -343,6 +343,9 @@ impl Acquire {
         };
         let slot = match self.access {
             Access::Exclusive | Access::Fair => {
+                if self.access == Access::Fair && self.locker.inner.store.is_redlock() {
+                    return Err(Err(ConfigError::FairLockWithRedLock.into()));
+                }
                 if local.reads(&self.key, owner) {
                     return Err(Err(LockError::WriteInsideRead {
                         key: self.key.clone(),

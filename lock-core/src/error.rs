@@ -293,6 +293,15 @@ pub enum ConfigError {
          than permits; use a single server, Sentinel or a Cluster"
     )]
     SemaphoreWithRedLock,
+    /// Fair locks need one logical Redis (a server, Sentinel or a Cluster): on RedLock every
+    /// busy try runs under a fresh token (a failed quorum try is undone in the background
+    /// under its own), and the line of each node keeps the waiter's older tokens ahead of its
+    /// current one until their liveness ends, so a waiter would be held back by itself.
+    #[error(
+        "fair locks are not available on redlock: a waiter's earlier tries would stand in \
+         line ahead of it on every node; use a single server, Sentinel or a Cluster"
+    )]
+    FairLockWithRedLock,
     /// RedLock needs at least 3 independent nodes.
     #[error("redlock needs at least 3 nodes, got {count}")]
     RedLockNodes {

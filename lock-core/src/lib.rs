@@ -40,6 +40,10 @@
 //! | semaphore | [`Locker::semaphore`] | at most N permits, each holder's expiring with its lease | no |
 //! | fair lock | [`Locker::fair_lock`] | one, in order of arrival across processes | yes |
 //!
+//! Semaphores and fair locks need one logical Redis (a server, Sentinel or a Cluster): on
+//! RedLock they are refused with [`ConfigError::SemaphoreWithRedLock`] and
+//! [`ConfigError::FairLockWithRedLock`].
+//!
 //! ```no_run
 //! # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
 //! let both = locker.lock_all(["account:7", "account:3"]).await?; // a transfer

@@ -174,9 +174,18 @@ impl Locker {
     /// its acquire is cancelled), so it does not block those behind it. A `wait` of zero takes
     /// the lock only if nobody is in line.
     ///
-    /// Order costs throughput: every release wakes every waiter (all but the first go back to
-    /// sleep), and no handoff skips Redis. It is the same Redis lock as [`lock`](Self::lock)
+    /// Order costs throughput: every release goes through Redis (no local handoff), and the
+    /// release message names the first waiter in line, the only one that tries; the others
+    /// sleep on. It is the same Redis lock as [`lock`](Self::lock)
     /// of the key, so take it with `fair_lock` everywhere: a plain `lock` does not line up.
+    ///
+    /// # Errors
+    ///
+    /// As [`Acquire`]; on RedLock every acquire fails with
+    /// [`ConfigError::FairLockWithRedLock`](crate::ConfigError::FairLockWithRedLock) before
+    /// anything is sent: each busy try there runs under a fresh token, and a node's line would
+    /// keep the waiter's own earlier tries ahead of it. Use a single server, Sentinel or a
+    /// Cluster.
     ///
     /// # Examples
     ///

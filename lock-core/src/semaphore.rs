@@ -15,15 +15,23 @@ use crate::locker::Locker;
 /// release message (or the first held lease's end), they do not poll; within a process they
 /// line up first come, first served, and only as many as the semaphore has permits ask Redis
 /// at a time, one of them waiting there. A released permit goes to the next queued task of the
-/// same process without a Redis round trip while no other process is known to wait. Across
-/// processes the waiters in Redis line up in arrival order, and freed permits are kept for the
-/// first in line (one that gives up leaves the line at once; one whose process is cut off
-/// stops counting after three fallback retries without a try, 3 s by default).
+/// same process without a Redis round trip, also while waiters of other processes are in line
+/// in Redis: up to 6 such local handoffs in a row may pass a remote waiter that is first in
+/// line; then a release goes through Redis, whose message names the first in line, and the
+/// permit is kept for it. Across processes the waiters in Redis line up in arrival order, and
+/// permits freed in Redis are kept for the first in line (one that gives up leaves the line at
+/// once; one whose process is cut off stops counting after three fallback retries without a
+/// try, 3 s by default).
 ///
 /// The count travels with each acquire instead of living in Redis, so changing it is a
-/// deploy, not a migration: during a rolling change each caller admits up to its own count,
-/// and lowering it revokes no held permit (new holders wait until fewer than the new count
-/// are held). Permits are not reentrant: a task that asks twice holds two.
+/// deploy, not a migration: each acquire is granted when the permits held (by everyone, of
+/// whatever count they asked under) plus its own fit in its own count. During a rolling
+/// change each caller admits up to its own count; lowering it revokes no held permit (new
+/// holders wait until fewer than the new count are held), raising it admits more at once.
+/// Permits are not reentrant: a task that asks twice holds two.
+///
+/// Needs Redis 7.0 or later: the set's expiry follows its longest lease with
+/// `PEXPIRE .. GT` (`scripts/permit_acquire.lua`, `scripts/permit_renew.lua`).
 ///
 /// # Examples
 ///
@@ -77,8 +85,10 @@ impl Semaphore {
     }
 
     /// Starts taking `permits` permits at once (all or none; at least 1, at most all of
-    /// them). A large request waits until that many are free at once; smaller ones that fit
-    /// meanwhile are not held back for it.
+    /// them). Requests are served first come, first served, whatever their size: a large
+    /// request waits until that many are free at once, and smaller ones that arrived after it
+    /// wait behind it even when they would fit (in this process in the local queue, across
+    /// processes in the line in Redis), so a large request is not starved by small ones.
     ///
     /// # Errors
     ///

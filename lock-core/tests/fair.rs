@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{locker, server};
-use lock_core::LockError;
+use lock_core::{LockError, Locker, LostReason};
+use lock_testkit::{FaultProxy, ProxyMode};
 use parking_lot::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -144,4 +145,192 @@ async fn fair_locks_exclude_under_contention_by_the_oracle() {
     for locker in &lockers {
         common::assert_nothing_left(&server, &[locker]).await;
     }
+}
+
+/// Fair locks are refused on RedLock before anything is sent: every busy try there runs under
+/// a fresh token, and each node's line would keep the waiter's earlier tokens ahead of its
+/// current one, so it would wait behind itself. The refusal leaves no key on any node.
+#[tokio::test]
+async fn a_fair_lock_on_redlock_is_refused_and_leaves_nothing() {
+    let nodes: Vec<_> = (0..3).map(|_| server()).collect();
+    let redlock = Locker::builder()
+        .redlock(
+            nodes
+                .iter()
+                .map(lock_testkit::RedisServer::url)
+                .collect::<Vec<_>>(),
+        )
+        .build()
+        .await
+        .unwrap();
+    for wait in [Duration::ZERO, Duration::from_millis(200)] {
+        let err = redlock.fair_lock("printer").wait(wait).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::Config(lock_core::ConfigError::FairLockWithRedLock)
+            ),
+            "{err}"
+        );
+    }
+    for node in &nodes {
+        assert_eq!(node.keys("lock:*"), Vec::<String>::new());
+    }
+    // The mutex of the same key still works there.
+    redlock
+        .lock("printer")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&redlock]).await;
+    }
+}
+
+/// A waiter first in line whose process is cut off from Redis (a proxy hole) holds the free
+/// lock back only until its place in line stops counting as alive: three fallback retries
+/// after its last try (300 ms with a 100 ms fallback retry), not its whole 10 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_waiter_first_in_line_stops_blocking_after_its_liveness() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let (holder, other) = (locker(&server).await, locker(&server).await);
+    let cut_off = Locker::builder()
+        .url(proxy.url())
+        .fallback_retry(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let held = holder.fair_lock("k").await.unwrap();
+    let waiter = {
+        let cut_off = cut_off.clone();
+        tokio::spawn(async move { cut_off.fair_lock("k").wait(Duration::from_secs(10)).await })
+    };
+    let line = line_key(&server, "k").await;
+    proxy.set_mode(ProxyMode::Hole).await;
+    held.release().await.unwrap();
+    // Free, but the cut-off waiter is first in line: an acquire that asks at once is refused.
+    let refused = other.fair_lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    let started = std::time::Instant::now();
+    let got = other
+        .fair_lock("k")
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    // Generous: the bound only says it was the waiter's liveness (300 ms after its last try,
+    // then the next fallback retry of `other`), not its wait.
+    assert!(
+        waited < Duration::from_secs(2),
+        "waited {waited:?} behind a waiter cut off from Redis"
+    );
+    let alive: usize = server.cmd(&["ZCARD", &line]);
+    assert_eq!(alive, 0, "the cut-off waiter is still in line");
+    got.release().await.unwrap();
+    waiter.abort();
+    let _ = waiter.await;
+    proxy.set_mode(ProxyMode::Reset).await;
+    drop(cut_off);
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
+/// A fair lock deleted while held (`force_unlock`) is lost like a mutex: the watchdog's next
+/// renewal finds it gone, `lost()` resolves within about a third of the lease, and the release
+/// says `Lost` (deleted). Another waiter gets it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_lost_while_held_fires_lost_and_release_says_lost() {
+    let server = server();
+    let lease = Duration::from_millis(600);
+    let (holder, other) = (
+        common::locker_with_lease(&server, lease).await,
+        locker(&server).await,
+    );
+    let guard = holder.fair_lock("k").await.unwrap();
+    assert!(other.force_unlock("k").await.unwrap());
+    let started = std::time::Instant::now();
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("lost() did not fire within the lease");
+    let noticed = started.elapsed();
+    assert!(!guard.is_held());
+    assert!(
+        noticed <= lease / 3 + Duration::from_millis(100),
+        "{noticed:?}"
+    );
+    let next = other.fair_lock("k").wait(Duration::ZERO).await.unwrap();
+    let reason = common::lost_reason(guard.release().await.unwrap_err());
+    assert_eq!(reason, LostReason::Deleted);
+    // The old holder's release left the new holder's lock alone.
+    assert!(next.is_held());
+    assert!(other.is_locked("k").await.unwrap());
+    next.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
+/// An acquire dropped after Redis granted it but while it waits for the local place (held
+/// here by a guard of the same process whose key was deleted behind it, and whose loss the
+/// watchdog has not seen yet) gives the lock back in the background: nothing is left, and
+/// another process gets the lock at once rather than after the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_dropped_between_the_grant_and_the_local_place_leaves_nothing() {
+    let server = server();
+    let (locker_a, other) = (locker(&server).await, locker(&server).await);
+    let first = locker_a.fair_lock("k").await.unwrap();
+    let key = common::lock_key(&server, "k");
+    let first_token: String = server.cmd(&["GET", &key]);
+    let _: i64 = server.cmd(&["DEL", &key]);
+    let second = {
+        let locker_a = locker_a.clone();
+        tokio::spawn(async move { locker_a.fair_lock("k").wait(Duration::from_secs(10)).await })
+    };
+    // Redis granted the second acquire (the key holds another token), which now waits for
+    // the local place the first guard holds.
+    let granted = common::eventually(Duration::from_secs(3), || {
+        let token: Option<String> = server.cmd(&["GET", &key]);
+        token.is_some_and(|t| t != first_token)
+    })
+    .await;
+    assert!(granted, "the second acquire was never granted in Redis");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !second.is_finished(),
+        "the second acquire took a taken local place"
+    );
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    assert!(
+        common::eventually(Duration::from_secs(2), || {
+            let exists: i64 = server.cmd(&["EXISTS", &key]);
+            exists == 0
+        })
+        .await,
+        "the lock granted to the dropped acquire stayed in Redis"
+    );
+    let got = other
+        .fair_lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .expect("the lock is free for another process");
+    got.release().await.unwrap();
+    assert!(first.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&locker_a, &other]).await;
+}
+
+/// The line of the fair lock of `key` once a waiter is in it.
+async fn line_key(server: &lock_testkit::RedisServer, key: &str) -> String {
+    let mut found = None;
+    let seen = common::eventually(Duration::from_secs(5), || {
+        found = server
+            .keys("lock:*")
+            .into_iter()
+            .find(|k| k.ends_with(&format!(":line:{key}")))
+            .filter(|k| server.cmd::<usize>(&["ZCARD", k]) > 0);
+        found.is_some()
+    })
+    .await;
+    assert!(seen, "nobody lined up: {:?}", server.keys("lock:*"));
+    found.unwrap_or_default()
 }

@@ -32,14 +32,7 @@ async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
     let p3 = waiter.await.unwrap().unwrap();
     p3.release().await.unwrap();
     p2.release().await.unwrap();
-    assert!(
-        server
-            .keys("lock:*")
-            .iter()
-            .all(|k| !k.contains(":semaphore:")),
-        "{:?}",
-        server.keys("lock:*")
-    );
+    assert_eq!(semaphore_keys(&server), Vec::<String>::new());
     let err = sem_a.acquire_many(4).await.unwrap_err();
     assert!(
         matches!(
@@ -191,14 +184,7 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
         a.stats(),
         b.stats()
     );
-    assert!(
-        server
-            .keys("lock:*")
-            .iter()
-            .all(|k| !k.contains(":semaphore:")),
-        "{:?}",
-        server.keys("lock:*")
-    );
+    assert_eq!(semaphore_keys(&server), Vec::<String>::new());
 }
 
 /// Local handoff of permits: tasks of one process queued for a semaphore take over the permits
@@ -422,6 +408,147 @@ async fn waiter_gone(cut_off: bool) {
     proxy.set_mode(ProxyMode::Reset).await;
     common::assert_nothing_left(&server, &[&holder, &other]).await;
     drop(quitter);
+}
+
+/// First come, first served whatever the size: a 2-permit request waiting for a semaphore of
+/// 3 with one permit free holds back the 1-permit requests that came after it, though they
+/// would fit: another process's (in the line in Redis) waits its whole 300 ms and gets
+/// nothing, and one of the waiter's own process (in the local queue) gets in only after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smaller_requests_wait_behind_a_larger_one_that_came_first() {
+    let server = server();
+    let (holder, waiting, other) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let held = holder.semaphore("s", 3);
+    let (p1, p2) = (held.acquire().await.unwrap(), held.acquire().await.unwrap());
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let sem = waiting.semaphore("s", 3);
+    let enter = |permits: u32, name: &'static str| {
+        let (sem, order) = (sem.clone(), order.clone());
+        tokio::spawn(async move {
+            let permit = sem
+                .acquire_many(permits)
+                .wait(Duration::from_secs(10))
+                .await?;
+            order.lock().push(name);
+            Ok::<_, LockError>(permit)
+        })
+    };
+    let large = enter(2, "large");
+    let _ = line_key(&server, 1).await;
+    let small = enter(1, "small");
+    // One permit is free, but the large request is first in line.
+    let refused = other
+        .semaphore("s", 3)
+        .acquire()
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    assert!(order.lock().is_empty(), "{:?}", order.lock());
+    p1.release().await.unwrap();
+    let large = large.await.unwrap().unwrap();
+    p2.release().await.unwrap();
+    let small = small.await.unwrap().unwrap();
+    assert_eq!(*order.lock(), vec!["large", "small"]);
+    small.release().await.unwrap();
+    large.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder, &waiting, &other]).await;
+}
+
+/// The count travels with each acquire: with 3 permits held under a count of 3, a caller
+/// counting 5 is granted a fourth at once, and a caller counting 2 is refused and waits until
+/// only one is held (two held plus its own would be 3 > 2), revoking nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_the_count_admits_by_each_callers_own_count() {
+    let server = server();
+    let (three, five, two) = (
+        locker(&server).await,
+        locker(&server).await,
+        locker(&server).await,
+    );
+    let sem = three.semaphore("s", 3);
+    let (p1, p2, p3) = (
+        sem.acquire().await.unwrap(),
+        sem.acquire().await.unwrap(),
+        sem.acquire().await.unwrap(),
+    );
+    let full = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(full.is_busy(), "{full}");
+    // Raised to 5: granted while the 3 are held.
+    let fourth = five
+        .semaphore("s", 5)
+        .acquire()
+        .wait(Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(p1.is_held() && p2.is_held() && p3.is_held());
+    fourth.release().await.unwrap();
+    // Lowered to 2: refused while 3 are held, and still while 2 are.
+    let lowered = two.semaphore("s", 2);
+    let refused = lowered.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    let waiter = {
+        let lowered = lowered.clone();
+        tokio::spawn(async move { lowered.acquire().wait(Duration::from_secs(5)).await })
+    };
+    let _ = line_key(&server, 1).await;
+    p1.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "granted with 2 held under a count of 2"
+    );
+    assert!(p2.is_held() && p3.is_held());
+    p2.release().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    assert!(p3.is_held());
+    got.release().await.unwrap();
+    p3.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&three, &five, &two]).await;
+}
+
+/// Every key of a semaphore in `server`: its set (`:semaphore:`), its line and the line's
+/// liveness (`:semaphore-line:`, `:semaphore-line-alive:`), any other `:semaphore-` name.
+fn semaphore_keys(server: &lock_testkit::RedisServer) -> Vec<String> {
+    server
+        .keys("lock:*")
+        .into_iter()
+        .filter(|k| k.contains(":semaphore:") || k.contains(":semaphore-"))
+        .collect()
+}
+
+/// A semaphore deleted while a watchdog permit is held: the watchdog's next renewal finds the
+/// permit gone and `lost()` resolves within about a third of the lease (the renewal interval);
+/// the release then says `Lost` (deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_deleted_while_held_fires_lost_within_a_renewal() {
+    let server = server();
+    let lease = Duration::from_millis(600);
+    let holder = common::locker_with_lease(&server, lease).await;
+    let permit = holder.semaphore("s", 2).acquire().await.unwrap();
+    let set = semaphore_keys(&server)
+        .into_iter()
+        .find(|k| k.contains(":semaphore:"))
+        .expect("the semaphore's set exists");
+    let _: i64 = server.cmd(&["DEL", &set]);
+    let started = std::time::Instant::now();
+    tokio::time::timeout(lease, permit.lost())
+        .await
+        .expect("lost() did not fire within the lease");
+    let noticed = started.elapsed();
+    assert!(
+        noticed <= lease / 3 + Duration::from_millis(100),
+        "lost() after {noticed:?}, renewals every {:?}",
+        lease / 3
+    );
+    assert!(!permit.is_held());
+    let reason = common::lost_reason(permit.release().await.unwrap_err());
+    assert_eq!(reason, lock_core::LostReason::Deleted);
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// The line of the only semaphore in `server`, once `waiters` waiters are in it.

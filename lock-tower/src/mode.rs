@@ -22,6 +22,7 @@ pub enum Mode {
     /// rejected with [`Rejection::Full`](crate::Rejection::Full) (`429 Too Many Requests` with
     /// `Retry-After`). Permits expire with their lease like locks, so a crashed instance's
     /// requests give theirs back; no fencing token. Several keys are locked exclusively.
+    /// Needs Redis 7.0 or later, as semaphores do.
     Limit(u32),
 }
 

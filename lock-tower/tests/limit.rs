@@ -135,3 +135,31 @@ async fn control_without_the_limit_more_than_two_are_inside() {
     at_once((0..8).map(|_| addr), &client()).await;
     assert!(inside.max() > 2, "{}", inside.max());
 }
+
+/// Redis down: the limit fails closed like the mutex, `503 Service Unavailable`, promptly,
+/// and the handler never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_answers_503() {
+    let mut server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(300))
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    server.kill9();
+    let inside = Occupancy::default();
+    let addr = serve(export_app(locker, inside.clone(), Duration::ZERO)).await;
+    let started = std::time::Instant::now();
+    let reply = send_post(&client(), &format!("http://{addr}/export/t1")).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert!(reply.body.contains("unavailable"), "{}", reply.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(inside.max(), 0, "the handler ran without a permit");
+    // No leak check: the server is dead for good (SIGKILL).
+}
