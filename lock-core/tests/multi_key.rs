@@ -231,7 +231,8 @@ async fn a_failure_on_any_key_gives_back_the_keys_taken_before_it() {
     assert_eq!(a.stats().local_keys, 0);
     held.release().await.unwrap();
 
-    // A key of another type last in the order: the two before it go back.
+    // A key of another type last in the order: the two before it go back. Not a failure that
+    // may pass: it ends the acquisition at once, whatever the wait (default 30 s).
     let hash = {
         let g = a.lock("zz").await.unwrap();
         let name = common::lock_key(&server, "zz");
@@ -239,10 +240,16 @@ async fn a_failure_on_any_key_gives_back_the_keys_taken_before_it() {
         name
     };
     let _: () = server.cmd(&["HSET", &hash, "field", "1"]);
+    let start = Instant::now();
     let err = a.lock_all(["b", "zz", "c"]).await.unwrap_err();
     assert!(
         matches!(err, LockError::WrongType { ref key, .. } if key == "zz"),
         "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
     );
     assert!(!b.is_locked("b").await.unwrap() && !b.is_locked("c").await.unwrap());
     let _: () = server.cmd(&["DEL", &hash]);
@@ -573,4 +580,44 @@ async fn lock_all_of_four_free_keys_takes_about_one_round_trip() {
     );
     proxy.set_mode(ProxyMode::Pass).await;
     common::assert_nothing_left(&server, &[&a]).await;
+}
+
+/// Redis unreachable for longer than a command timeout when `lock_all` starts: its first
+/// all-at-once try fails with a connection error, which is transient. With time left the
+/// acquisition goes on the ordered way (retrying the connection) and gets every key once Redis
+/// is back, leaving no stray key; it is not ended by the first try's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_whose_first_try_finds_redis_unreachable_gets_the_keys_when_it_is_back() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let a = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let direct = locker(&server).await;
+    let keys: Vec<String> = (0..4).map(|i| format!("acct:{i}")).collect();
+    // Every connection closed and new ones refused: each key's first try retries only until
+    // its command timeout (300 ms), well inside the outage.
+    proxy.set_mode(ProxyMode::Refuse).await;
+    let started = Instant::now();
+    let pending = tokio::spawn({
+        let (a, keys) = (a.clone(), keys.clone());
+        async move { a.lock_all(&keys).wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set_mode(ProxyMode::Pass).await;
+    let guard = pending.await.unwrap().unwrap();
+    let took = started.elapsed();
+    lock_testkit::figure(&format!(
+        "lock_all of 4 keys, Redis refused for the first 1 s (command timeout 300 ms): in after {took:?}"
+    ));
+    assert!(took >= Duration::from_secs(1), "in after {took:?}");
+    assert!(guard.is_held());
+    for key in &keys {
+        assert!(direct.is_locked(key).await.unwrap(), "{key} not locked");
+    }
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &direct]).await;
 }
