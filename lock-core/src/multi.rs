@@ -3,7 +3,8 @@
 //! The keys are sorted (duplicates removed). The first try asks for every key at once, without
 //! waiting (pipelined on the multiplexed connection: one round trip, one per node in parallel
 //! in a Cluster); that is safe in any order since nobody waits while holding part of the set.
-//! If any key is busy, the keys that try took go back, and the keys are then taken one after
+//! If any key is busy (or that try failed in a way that may pass, such as a dropped connection,
+//! while time is left), the keys that try took go back, and the keys are then taken one after
 //! the other in the sorted order, waiting for each: two callers naming the same keys in
 //! different orders cannot deadlock, since whoever holds the first key of the order is the
 //! only one that may wait for the second. Each key is an ordinary lock (the watchdog renews it,
@@ -140,8 +141,17 @@ impl AcquireAll {
                 }
             }
             release_all(taken).await;
-            if let Some(error) = failed {
-                return Err(error);
+            let time_left = !wait.is_zero() && deadline.is_none_or(|d| Instant::now() < d);
+            match failed {
+                // Redis unreachable or slow for a moment (longer than the first try's command
+                // timeout): with time left, the ordered way below retries like contention.
+                Some(error) if time_left && is_transient(&error) => {
+                    tracing::debug!(%error, "first try of every key failed; taking them in order");
+                }
+                // Bad input or a state a retry cannot change (a key of another type, too few
+                // replicas), or no time left.
+                Some(error) => return Err(error),
+                None => {}
             }
             match busy {
                 // A zero wait had its one try.
@@ -178,6 +188,12 @@ impl AcquireAll {
         }
         acquire.into_future()
     }
+}
+
+/// Whether `error` is a backend failure that may pass (a dropped or refused connection, a
+/// timeout, a failover), not one a retry would meet again.
+fn is_transient(error: &LockError) -> bool {
+    matches!(error, LockError::Backend { source, .. } if source.is_transient())
 }
 
 /// A key's `Busy` says how long the whole acquisition waited.

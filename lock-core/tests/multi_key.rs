@@ -1,7 +1,8 @@
 //! Multi-key locks (`Locker::lock_all`) against real redis-servers: transfers between accounts
 //! by many tasks naming the keys in random orders (no deadlock, the total balance holds, the
 //! oracle sees one holder per account), with a control run without locks; rollback, cancellation,
-//! loss of one key, per-key fencing tokens; and a Cluster with accounts on every shard.
+//! loss of one key, per-key fencing tokens, free keys in one round trip; and a Cluster with
+//! accounts on every shard.
 
 mod common;
 
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{eventually, locker, server};
 use lock_core::{LockError, Locker};
 use lock_testkit::oracle::{Oracle, Outcome, Report};
-use lock_testkit::{RedisCluster, RedisServer};
+use lock_testkit::{FaultProxy, ProxyMode, RedisCluster, RedisServer};
 use rand::Rng;
 use redis::AsyncCommands;
 
@@ -230,7 +231,8 @@ async fn a_failure_on_any_key_gives_back_the_keys_taken_before_it() {
     assert_eq!(a.stats().local_keys, 0);
     held.release().await.unwrap();
 
-    // A key of another type last in the order: the two before it go back.
+    // A key of another type last in the order: the two before it go back. Not a failure that
+    // may pass: it ends the acquisition at once, whatever the wait (default 30 s).
     let hash = {
         let g = a.lock("zz").await.unwrap();
         let name = common::lock_key(&server, "zz");
@@ -238,10 +240,16 @@ async fn a_failure_on_any_key_gives_back_the_keys_taken_before_it() {
         name
     };
     let _: () = server.cmd(&["HSET", &hash, "field", "1"]);
+    let start = Instant::now();
     let err = a.lock_all(["b", "zz", "c"]).await.unwrap_err();
     assert!(
         matches!(err, LockError::WrongType { ref key, .. } if key == "zz"),
         "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
     );
     assert!(!b.is_locked("b").await.unwrap() && !b.is_locked("c").await.unwrap());
     let _: () = server.cmd(&["DEL", &hash]);
@@ -531,4 +539,85 @@ async fn cluster_lock_all_held_for_five_watchdog_leases_keeps_every_key() {
         .collect();
     held_past_its_lease(&holder, &other, &keys).await;
     common::assert_cluster_clean(&cluster, &[&holder, &other]).await;
+}
+
+/// `lock_all` of free keys asks for all of them at once (pipelined on the one connection): the
+/// time of about one round trip, not one per key. Measured through a proxy that delays each
+/// direction by 50 ms, against one plain lock through the same proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_of_four_free_keys_takes_about_one_round_trip() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let a = Locker::builder().url(proxy.url()).build().await.unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(50)))
+        .await;
+    let keys: Vec<String> = (0..4).map(|i| format!("acct:{i}")).collect();
+    let (mut single, mut all) = (Vec::new(), Vec::new());
+    // Alternated, the best of three each: a stall of the (shared) machine hits one sample.
+    for _ in 0..3 {
+        let start = Instant::now();
+        let guard = a.lock("single").await.unwrap();
+        single.push(start.elapsed());
+        guard.release().await.unwrap();
+        let start = Instant::now();
+        let guard = a.lock_all(&keys).await.unwrap();
+        all.push(start.elapsed());
+        assert_eq!(guard.guards().len(), 4);
+        guard.release().await.unwrap();
+    }
+    let (single, all) = (
+        single.into_iter().min().unwrap(),
+        all.into_iter().min().unwrap(),
+    );
+    lock_testkit::figure(&format!(
+        "lock_all of 4 free keys through a 50 ms each-way proxy: {all:?}; one lock: {single:?}"
+    ));
+    // One after the other would be 4 round trips.
+    assert!(
+        all < single.mul_f64(2.5),
+        "lock_all of 4 keys took {all:?}, one lock {single:?}"
+    );
+    proxy.set_mode(ProxyMode::Pass).await;
+    common::assert_nothing_left(&server, &[&a]).await;
+}
+
+/// Redis unreachable for longer than a command timeout when `lock_all` starts: its first
+/// all-at-once try fails with a connection error, which is transient. With time left the
+/// acquisition goes on the ordered way (retrying the connection) and gets every key once Redis
+/// is back, leaving no stray key; it is not ended by the first try's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_all_whose_first_try_finds_redis_unreachable_gets_the_keys_when_it_is_back() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let a = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let direct = locker(&server).await;
+    let keys: Vec<String> = (0..4).map(|i| format!("acct:{i}")).collect();
+    // Every connection closed and new ones refused: each key's first try retries only until
+    // its command timeout (300 ms), well inside the outage.
+    proxy.set_mode(ProxyMode::Refuse).await;
+    let started = Instant::now();
+    let pending = tokio::spawn({
+        let (a, keys) = (a.clone(), keys.clone());
+        async move { a.lock_all(&keys).wait(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.set_mode(ProxyMode::Pass).await;
+    let guard = pending.await.unwrap().unwrap();
+    let took = started.elapsed();
+    lock_testkit::figure(&format!(
+        "lock_all of 4 keys, Redis refused for the first 1 s (command timeout 300 ms): in after {took:?}"
+    ));
+    assert!(took >= Duration::from_secs(1), "in after {took:?}");
+    assert!(guard.is_held());
+    for key in &keys {
+        assert!(direct.is_locked(key).await.unwrap(), "{key} not locked");
+    }
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &direct]).await;
 }

@@ -1,7 +1,8 @@
 //! Several keys per request and the lock mode per request, against a real `redis-server`:
-//! both keys of a transfer locked in either order without deadlock, `GET`s reading together
-//! while `POST`s are exclusive (and the opt-outs), a missing one of several keys failing
-//! closed like a missing key, and several keys released when the response (or its body) ends.
+//! both keys of a transfer locked in either order without deadlock (the same transfers without
+//! the layer overlap: the control), `GET`s reading together while `POST`s are exclusive (and
+//! the opt-outs), a missing one of several keys failing closed like a missing key, and several
+//! keys released when the response (or its body) ends.
 
 mod common;
 
@@ -30,6 +31,12 @@ use tower::ServiceExt;
 /// A bound for anything that should take well under a second; a deadlock hits it.
 const LIMIT: Duration = Duration::from_secs(20);
 
+/// The transfer's critical section: both accounts occupied for 5 ms.
+async fn occupy_both(accounts: &HashMap<u32, Occupancy>, from: u32, to: u32) {
+    let _inside = [accounts[&from].enter(), accounts[&to].enter()];
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
 /// `POST /transfer/{from}/{to}` behind both accounts' locks: checks that both keys are held
 /// and that no other transfer of either account is inside, and answers both fencing tokens.
 fn transfer_app(locker: Locker, accounts: Arc<HashMap<u32, Occupancy>>) -> Router {
@@ -45,8 +52,7 @@ fn transfer_app(locker: Locker, accounts: Arc<HashMap<u32, Occupancy>>) -> Route
                 for key in &keys {
                     assert!(locker.is_locked(key).await.unwrap(), "{key} not held");
                 }
-                let _inside = [accounts[&from].enter(), accounts[&to].enter()];
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                occupy_both(&accounts, from, to).await;
                 let debit = locks.fencing_token(&keys[0]).await.unwrap();
                 let credit = locks.fencing_token(&keys[1]).await.unwrap();
                 format!("{debit} {credit}")
@@ -64,15 +70,27 @@ fn transfer_app(locker: Locker, accounts: Arc<HashMap<u32, Occupancy>>) -> Route
         )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_path_params_lock_both_accounts_in_either_order_without_deadlock() {
-    let server = server();
-    let locker = locker(&server).await;
-    let accounts: Arc<HashMap<u32, Occupancy>> =
-        Arc::new((1..=3).map(|a| (a, Occupancy::default())).collect());
-    let addr = serve(transfer_app(locker.clone(), accounts.clone())).await;
-    let client = client();
+/// The same route and critical section without the layer (the control run).
+fn unlocked_transfer_app(accounts: Arc<HashMap<u32, Occupancy>>) -> Router {
+    let handler = move |Path((from, to)): Path<(u32, u32)>| {
+        let accounts = accounts.clone();
+        async move {
+            occupy_both(&accounts, from, to).await;
+            "done"
+        }
+    };
+    Router::new().route("/transfer/{from}/{to}", post(handler))
+}
 
+/// Three accounts, each checked by an occupancy counter.
+fn three_accounts() -> Arc<HashMap<u32, Occupancy>> {
+    Arc::new((1..=3).map(|a| (a, Occupancy::default())).collect())
+}
+
+/// 24 transfers sent at once, every pair of the three accounts in both orders; answers the
+/// replies.
+async fn transfers(addr: std::net::SocketAddr) -> Vec<common::Reply> {
+    let client = client();
     let pairs = [(1, 2), (2, 1), (2, 3), (3, 2), (3, 1), (1, 3)];
     let requests: Vec<_> = (0..24)
         .map(|i| {
@@ -82,12 +100,25 @@ async fn two_path_params_lock_both_accounts_in_either_order_without_deadlock() {
             tokio::spawn(async move { common::post(&client, &url).await })
         })
         .collect();
+    let mut replies = Vec::new();
     for request in requests {
         let reply = tokio::time::timeout(LIMIT, request)
             .await
             .expect("a transfer did not finish: deadlock?")
             .unwrap();
         assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+        replies.push(reply);
+    }
+    replies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_path_params_lock_both_accounts_in_either_order_without_deadlock() {
+    let server = server();
+    let locker = locker(&server).await;
+    let accounts = three_accounts();
+    let addr = serve(transfer_app(locker.clone(), accounts.clone())).await;
+    for reply in transfers(addr).await {
         // A fencing token for each key.
         let tokens: Vec<u64> = reply.body.split(' ').map(|t| t.parse().unwrap()).collect();
         assert!(
@@ -104,6 +135,25 @@ async fn two_path_params_lock_both_accounts_in_either_order_without_deadlock() {
         );
     }
     common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// The control: the same transfers without the layer overlap on every account, so the
+/// occupancy counters above would catch two holders at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_two_path_params_without_the_layer_overlap() {
+    let accounts = three_accounts();
+    let addr = serve(unlocked_transfer_app(accounts.clone())).await;
+    transfers(addr).await;
+    let mut most = Vec::new();
+    for account in 1..=3 {
+        let occupancy = &accounts[&account];
+        assert_eq!(occupancy.entered(), 16, "transfers of account {account}");
+        most.push(occupancy.max());
+    }
+    lock_testkit::figure(&format!(
+        "control: 24 transfers over 3 accounts without the layer, most inside at once per account: {most:?}"
+    ));
+    assert!(most.iter().all(|m| *m > 1), "{most:?}");
 }
 
 /// A handler that reports its lock and, for the `hold` routes, stays inside until the test
