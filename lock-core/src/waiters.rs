@@ -486,6 +486,24 @@ mod tests {
         assert!(!sub.for_me_since(3 + 1, is_for_a).0);
     }
 
+    const LIMIT: Duration = Duration::from_secs(5);
+
+    /// A listener on `url` with generous timeouts, and its shutdown.
+    fn start(url: &str) -> (Waiters, CancellationToken) {
+        let client = redis::Client::open(url).unwrap();
+        let shutdown = CancellationToken::new();
+        let timeouts = Timeouts {
+            connect: LIMIT,
+            command: LIMIT,
+        };
+        let waiters = Waiters::start(
+            PubSubSource::Nodes(vec![client]),
+            timeouts,
+            shutdown.clone(),
+        );
+        (waiters, shutdown)
+    }
+
     fn subscribers(server: &RedisServer, channel: &str) -> i64 {
         let (_, count): (String, i64) = server.cmd(&["PUBSUB", "NUMSUB", channel]);
         count
@@ -507,19 +525,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn leaving_now_unsubscribes_at_once_and_the_next_waiter_subscribes_again() {
         let server = RedisServer::start().unwrap();
-        let client = redis::Client::open(server.url()).unwrap();
-        let shutdown = CancellationToken::new();
-        let limit = Duration::from_secs(5);
-        let timeouts = Timeouts {
-            connect: limit,
-            command: limit,
-        };
-        let waiters = Waiters::start(
-            PubSubSource::Nodes(vec![client]),
-            timeouts,
-            shutdown.clone(),
-        );
-        let first = waiters.subscribe("p:c", limit).await;
+        let (waiters, shutdown) = start(&server.url());
+        let first = waiters.subscribe("p:c", LIMIT).await;
         let second = waiters.subscribed("p:c").unwrap();
         first.leave_now();
         tokio::time::sleep(LINGER / 5).await;
@@ -531,7 +538,7 @@ mod tests {
 
         let left = tokio::time::Instant::now();
         second.leave_now();
-        assert!(until(limit, || subscribers(&server, "p:c") == 0).await);
+        assert!(until(LIMIT, || subscribers(&server, "p:c") == 0).await);
         assert!(
             left.elapsed() < LINGER,
             "unsubscribed after {:?}: it lingered",
@@ -540,12 +547,12 @@ mod tests {
         assert_eq!(waiters.channel_count(), 0);
         assert!(waiters.subscribed("p:c").is_none());
 
-        let next = waiters.subscribe("p:c", limit).await;
+        let next = waiters.subscribe("p:c", LIMIT).await;
         assert_eq!(subscribers(&server, "p:c"), 1);
         let mark = next.mark();
         let woken = next.notify.notified();
         let _: i64 = server.cmd(&["PUBLISH", "p:c", "1"]);
-        tokio::time::timeout(limit, woken).await.unwrap();
+        tokio::time::timeout(LIMIT, woken).await.unwrap();
         assert!(next.for_me_since(mark, |m| m == "1").0);
         drop(next);
         shutdown.cancel();
@@ -558,19 +565,8 @@ mod tests {
     async fn a_channel_added_during_resubscription_settles_only_once_subscribed() {
         let server = RedisServer::start().unwrap();
         let proxy = FaultProxy::start(server.port()).await.unwrap();
-        let client = redis::Client::open(proxy.url()).unwrap();
-        let shutdown = CancellationToken::new();
-        let limit = Duration::from_secs(5);
-        let timeouts = Timeouts {
-            connect: limit,
-            command: limit,
-        };
-        let waiters = Waiters::start(
-            PubSubSource::Nodes(vec![client]),
-            timeouts,
-            shutdown.clone(),
-        );
-        let a = waiters.subscribe("p:a", limit).await;
+        let (waiters, shutdown) = start(&proxy.url());
+        let a = waiters.subscribe("p:a", LIMIT).await;
         assert_eq!(subscribers(&server, "p:a"), 1);
 
         // Every chunk through the proxy now takes 300 ms each way; the subscriber reconnects.
@@ -578,10 +574,10 @@ mod tests {
             .set_mode(ProxyMode::Delay(Duration::from_millis(300)))
             .await;
         let _: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
-        assert!(until(limit, || subscribers(&server, "p:a") == 0).await);
+        assert!(until(LIMIT, || subscribers(&server, "p:a") == 0).await);
         // The re-subscription of `p:a` reached the server; its reply is on its way back.
-        assert!(until(limit, || subscribers(&server, "p:a") == 1).await);
-        let b = waiters.subscribe("p:b", limit).await;
+        assert!(until(LIMIT, || subscribers(&server, "p:a") == 1).await);
+        let b = waiters.subscribe("p:b", LIMIT).await;
         assert_eq!(
             subscribers(&server, "p:b"),
             1,
