@@ -2,7 +2,8 @@
 //!
 //! A waiter subscribes to its key's release channel (reference-counted: the first waiter of a
 //! channel sends SUBSCRIBE; the subscription lingers for [`LINGER`] after the last waiter left,
-//! so a hot key does not pay SUBSCRIBE and UNSUBSCRIBE on every wait), then sleeps on a
+//! so a hot key does not pay SUBSCRIBE and UNSUBSCRIBE on every wait; a mutex waiter that won
+//! after a release leaves at once instead, see [`Subscription::leave_now`]), then sleeps on a
 //! [`Notify`] that the listener task wakes when a release message arrives. All SUBSCRIBE and
 //! UNSUBSCRIBE commands go through the listener's queue, in order, so an unsubscribe can never
 //! overtake a newer subscribe of the same channel. After a reconnect the listener subscribes
