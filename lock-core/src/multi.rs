@@ -345,6 +345,11 @@ impl MultiLockGuard {
 
     /// Releases every key at once.
     ///
+    /// # Cancel safety
+    ///
+    /// If the future is dropped before Redis answered, each key's release is finished in the
+    /// background, as when the guard is dropped.
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when any key had been lost before the release (the others are

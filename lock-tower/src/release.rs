@@ -31,11 +31,10 @@ impl Held {
     /// Releases the lock, and logs what went wrong. A lock lost before the end of the
     /// response means another holder may have run concurrently.
     ///
-    /// The release runs in a task of its own and the returned future only waits for it:
-    /// `LockGuard::release` (and `MultiLockGuard::release`) must not be cancelled once started
-    /// (the guard would be gone without its key being deleted, leaving the key locked until its lease ends), and the
-    /// response future or body waiting for it can be dropped at any moment (the client hangs
-    /// up).
+    /// Run inline, without a task of its own: `LockGuard::release` and
+    /// `MultiLockGuard::release` are cancel safe (dropped mid-call, lock-core finishes the
+    /// release in the background), so the response future or body waiting for it may be
+    /// dropped at any moment (the client hangs up) without leaving the key locked.
     pub(crate) fn release(self) -> Release {
         let Self { guard, span } = self;
         let release = async move {
@@ -52,17 +51,7 @@ impl Held {
             }
         }
         .instrument(span);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let task = runtime.spawn(release);
-                Release(Box::pin(async move {
-                    // A panic in the release task has already been reported by the runtime.
-                    let _ = task.await;
-                }))
-            }
-            // Not reached in practice (the acquire needed the runtime).
-            Err(_) => Release(Box::pin(release)),
-        }
+        Release(Box::pin(release))
     }
 }
 
