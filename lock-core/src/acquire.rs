@@ -341,11 +341,18 @@ impl Acquire {
                 .reenter(slot, owner)
                 .map(|reentered| reentered.map(|held| LockGuard::new(self.locker.clone(), held)))
         };
+        if self.locker.inner.store.is_redlock() {
+            // Kinds a RedLock quorum cannot serve (see the variants' docs).
+            match self.access {
+                Access::Fair => return Err(Err(ConfigError::FairLockWithRedLock.into())),
+                Access::Permits { .. } => {
+                    return Err(Err(ConfigError::SemaphoreWithRedLock.into()))
+                }
+                Access::Exclusive | Access::Shared => {}
+            }
+        }
         let slot = match self.access {
             Access::Exclusive | Access::Fair => {
-                if self.access == Access::Fair && self.locker.inner.store.is_redlock() {
-                    return Err(Err(ConfigError::FairLockWithRedLock.into()));
-                }
                 if local.reads(&self.key, owner) {
                     return Err(Err(LockError::WriteInsideRead {
                         key: self.key.clone(),
@@ -363,9 +370,6 @@ impl Acquire {
                 local.reader_slot(&self.key, owner)
             }
             Access::Permits { limit } => {
-                if self.locker.inner.store.is_redlock() {
-                    return Err(Err(ConfigError::SemaphoreWithRedLock.into()));
-                }
                 if self.permits == 0 || self.permits > limit {
                     return Err(Err(ConfigError::Permits {
                         permits: limit,
