@@ -257,8 +257,9 @@ impl Acquire {
         let mut metric = metrics::Acquisition::start(self.access, started);
         let mut reentered = false;
         let result = self.take(started, &mut metric, &mut reentered).await;
-        metric.finish(&result, reentered);
-        outcome.record(metrics::acquire_outcome(&result, reentered));
+        let label = metrics::acquire_outcome(&result, reentered);
+        metric.finish(label, reentered);
+        outcome.record(label);
         if let (Ok(guard), false) = (&result, reentered) {
             let trace_holds = self.locker.inner.settings.trace_holds;
             guard.set_hold_span(hold_span(&caller, &self.key, trace_holds));

@@ -160,8 +160,7 @@ mod record {
 
     use super::*;
     use crate::backend_error::BackendError;
-    use crate::error::{LockError, LostReason};
-    use crate::guard::LockGuard;
+    use crate::error::LostReason;
     use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
@@ -287,9 +286,10 @@ mod record {
             }
         }
 
-        /// Records how the acquire ended; `reentered`: the guard is a nested one.
-        pub(crate) fn finish(&mut self, result: &Result<LockGuard, LockError>, reentered: bool) {
-            self.end(acquire_outcome(result, reentered), !reentered);
+        /// Records how the acquire ended (its [`acquire_outcome`]); `reentered`: the guard is a
+        /// nested one.
+        pub(crate) fn finish(&mut self, outcome: &'static str, reentered: bool) {
+            self.end(outcome, !reentered);
         }
 
         fn end(&mut self, outcome: &'static str, timed: bool) {
@@ -360,8 +360,7 @@ mod record {
 
     use super::{Operation, ReleaseOutcome};
     use crate::backend_error::BackendError;
-    use crate::error::{LockError, LostReason};
-    use crate::guard::LockGuard;
+    use crate::error::LostReason;
     use crate::key::Access;
     use crate::store::{Outcome, Renewal};
 
@@ -384,7 +383,7 @@ mod record {
         pub(crate) fn waiting(&mut self) {}
 
         #[inline(always)]
-        pub(crate) fn finish(&mut self, _: &Result<LockGuard, LockError>, _: bool) {}
+        pub(crate) fn finish(&mut self, _: &'static str, _: bool) {}
     }
 
     #[derive(Debug)]
