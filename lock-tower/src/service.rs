@@ -111,21 +111,17 @@ where
                 }
                 (MissingKey::Reject, KeyAbsence::Route) => {
                     if self.misconfigured.first_time(&request) {
-                        if before_routing(&request) {
-                            tracing::error!(
-                                path = %request.uri().path(),
-                                "the lock key extractor finds no key on this route: the layer \
-                                 runs before routing, where there are no path parameters (use \
-                                 Router::route_layer); every request is rejected with 500"
-                            );
+                        let why = if before_routing(&request) {
+                            "the layer runs before routing, where there are no path \
+                             parameters: use Router::route_layer"
                         } else {
-                            tracing::error!(
-                                path = %request.uri().path(),
-                                "the lock key extractor finds no key on this route (a path \
-                                 parameter the route does not have?): every request is \
-                                 rejected with 500"
-                            );
-                        }
+                            "a path parameter the route does not have?"
+                        };
+                        tracing::error!(
+                            path = %request.uri().path(),
+                            "the lock key extractor finds no key on this route ({why}): every \
+                             request is rejected with 500"
+                        );
                     }
                     ResponseFuture::rejected(self.reject.reject(Rejection::Misconfigured))
                 }
