@@ -242,11 +242,11 @@ mod tests {
         let sem = RedisKeys::semaphore("p:", "exports", 3);
         assert!(sem.lock.ends_with("}:semaphore:exports"), "{}", sem.lock);
         assert!(sem.channel().ends_with("}:semaphore-released:exports"));
-        assert!(sem.waiting().ends_with("}:semaphore-waiters:exports"));
+        assert!(sem.line().ends_with("}:semaphore-line:exports"));
         for (a, b) in [
             (&lock.lock, &sem.lock),
             (&lock.channel(), &sem.channel()),
-            (&lock.waiting(), &sem.waiting()),
+            (&lock.line(), &sem.line()),
         ] {
             assert_ne!(a, b);
         }

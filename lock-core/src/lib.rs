@@ -142,7 +142,7 @@
 //! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
 //! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
-//! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-waiters:k` and channel
+//! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` and channel
 //! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire),
 //! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
 //! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of

@@ -573,3 +573,28 @@ async fn line_key(server: &lock_testkit::RedisServer, waiters: usize) -> String 
 fn line_len(server: &lock_testkit::RedisServer, line: &str) -> usize {
     server.cmd(&["ZCARD", line])
 }
+
+/// Under the restart guard a semaphore's acquire script takes the guard's argument after its
+/// own (`scripts/permit_acquire.lua`): a node the kit has not seen grants no permit until the
+/// guard has passed (a zero wait is refused), then two holders get theirs, a third is
+/// refused, and the releases leave nothing but the node's epoch.
+#[tokio::test]
+async fn semaphore_permits_wait_out_the_restart_guard() {
+    let server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .restart_guard(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let sem = locker.semaphore("guarded", 2);
+    let guarded = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(guarded.is_busy(), "{guarded}");
+    let first = sem.acquire().wait(Duration::from_secs(10)).await.unwrap();
+    let second = sem.acquire().wait(Duration::from_secs(10)).await.unwrap();
+    let third = sem.acquire().wait(Duration::ZERO).await.unwrap_err();
+    assert!(third.is_busy(), "{third}");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    common::assert_nothing_left_under(&server, "lock:", &["node-epoch"], &[&locker]).await;
+}

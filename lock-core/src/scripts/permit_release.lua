@@ -9,11 +9,10 @@
 --          waiter in line, the only one that needs to try (see permit_acquire.lua)
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 -- ARGV[4]  the release latch of this holder
--- ARGV[5]  the waiting flag of the semaphore: not used (the line says who waits)
--- ARGV[6]  the line of waiters (sorted set: holder -> arrival, us)
--- ARGV[7]  the line's liveness (sorted set: holder -> alive until, ms)
+-- ARGV[5]  the line of waiters (sorted set: holder -> arrival, us)
+-- ARGV[6]  the line's liveness (sorted set: holder -> alive until, ms)
 --
--- ARGV[4], ARGV[6] and ARGV[7] are key names in the hash slot of KEYS[1], not declared (see
+-- ARGV[4], ARGV[5] and ARGV[6] are key names in the hash slot of KEYS[1], not declared (see
 -- release.lua).
 --
 -- Returns, as release.lua: 1 given back now, 2 given back now and another locker waits (it
@@ -32,7 +31,7 @@ score = tonumber(score or '')
 if score then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if score > now then
-    local head = first_in_line(ARGV[6], ARGV[7], now)
+    local head = first_in_line(ARGV[5], ARGV[6], now)
     local waited = head and 1 or 0
     redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
     if head then
@@ -43,9 +42,9 @@ if score then
 end
 -- Not a holder: an acquire that gave up or was dropped leaves the line; if it was first, the
 -- next one is told (permits may be free that were kept for it).
-if redis.call('ZREM', ARGV[6], ARGV[1]) == 1 then
-  redis.call('ZREM', ARGV[7], ARGV[1])
-  local head = first_in_line(ARGV[6], ARGV[7], now)
+if redis.call('ZREM', ARGV[5], ARGV[1]) == 1 then
+  redis.call('ZREM', ARGV[6], ARGV[1])
+  local head = first_in_line(ARGV[5], ARGV[6], now)
   if head then
     redis.pcall('PUBLISH', ARGV[2], head)
   end

@@ -56,8 +56,11 @@ impl Node {
         call.key(&keys.lock)
             .arg(token)
             .arg(lease_ms(args.lease))
-            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX))
-            .arg(keys.waiting());
+            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX));
+        // A semaphore's line says who waits: its scripts take no waiting writers.
+        if !matches!(keys.access, Access::Permits { .. }) {
+            call.arg(keys.waiting());
+        }
         match keys.access {
             Access::Exclusive => {}
             Access::Fair => {
@@ -176,8 +179,10 @@ impl Node {
             .arg(token)
             .arg(keys.channel())
             .arg(lease_ms(self.latch))
-            .arg(keys.latch(token))
-            .arg(keys.waiting());
+            .arg(keys.latch(token));
+        if !matches!(keys.access, Access::Permits { .. }) {
+            call.arg(keys.waiting());
+        }
         match keys.access {
             Access::Exclusive => {
                 call.arg(keys.readers_waiting());
