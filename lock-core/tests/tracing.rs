@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use lock_testkit::LogBuffer;
 use std::time::Duration;
 
 use common::{locker, server};
@@ -12,46 +12,25 @@ use lock_core::Locker;
 use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Captured log output.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logs {
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-
-    /// The lines that close a span named `name` (its own close, not a child's: the last span
-    /// of the line's context is `name`).
-    fn closed(&self, name: &str) -> Vec<String> {
-        let open = format!("{name}{{");
-        self.text()
-            .lines()
-            .filter(|line| line.contains(": close "))
-            .filter(|line| {
-                let context = line.split(": ").next().unwrap_or_default();
-                let last = context.rsplit("}:").next().unwrap_or_default();
-                last.starts_with(&open) || last.contains(&format!(" {open}"))
-            })
-            .map(str::to_owned)
-            .collect()
-    }
+/// The lines of `logs` that close a span named `name` (its own close, not a child's: the last
+/// span of the line's context is `name`).
+fn closed(logs: &LogBuffer, name: &str) -> Vec<String> {
+    let open = format!("{name}{{");
+    logs.text()
+        .lines()
+        .filter(|line| line.contains(": close "))
+        .filter(|line| {
+            let context = line.split(": ").next().unwrap_or_default();
+            let last = context.rsplit("}:").next().unwrap_or_default();
+            last.starts_with(&open) || last.contains(&format!(" {open}"))
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Logs of this thread (the tests' runtimes have one) at `level`, span closes included.
-fn capture(level: tracing::Level) -> (Logs, DefaultGuard) {
-    let logs = Logs::default();
+fn capture(level: tracing::Level) -> (LogBuffer, DefaultGuard) {
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(level)
@@ -77,14 +56,14 @@ async fn acquire_hold_and_release_spans_carry_the_key_and_the_outcome() {
         .is_busy());
     guard.release().await.unwrap();
 
-    let acquires = logs.closed("lock.acquire");
+    let acquires = closed(&logs, "lock.acquire");
     assert_eq!(acquires.len(), 2, "{}", logs.text());
     assert!(
         acquires[0].contains("key=k") && acquires[0].contains("outcome=\"acquired\""),
         "{acquires:?}"
     );
     assert!(acquires[1].contains("outcome=\"busy\""), "{acquires:?}");
-    let releases = logs.closed("lock.release");
+    let releases = closed(&logs, "lock.release");
     assert_eq!(releases.len(), 1, "{}", logs.text());
     assert!(
         releases[0].contains("key=k") && releases[0].contains("outcome=\"released\""),
@@ -92,7 +71,7 @@ async fn acquire_hold_and_release_spans_carry_the_key_and_the_outcome() {
     );
     // The release runs inside the hold, which ends with its outcome.
     assert!(releases[0].contains("lock.hold{"), "{releases:?}");
-    let holds = logs.closed("lock.hold");
+    let holds = closed(&logs, "lock.hold");
     assert_eq!(holds.len(), 1, "{}", logs.text());
     assert!(holds[0].contains("key=k outcome=\"released\""), "{holds:?}");
     common::assert_nothing_left(&server, &[&locker, &other]).await;
@@ -118,14 +97,14 @@ async fn the_hold_span_is_at_info_level_only_with_trace_holds() {
         .await
         .unwrap();
 
-    let holds = logs.closed("lock.hold");
+    let holds = closed(&logs, "lock.hold");
     assert_eq!(holds.len(), 1, "{}", logs.text());
     assert!(
         holds[0].contains("key=traced") && holds[0].contains("outcome=\"released\""),
         "{holds:?}"
     );
     // The per-acquire detail stays at debug.
-    assert!(logs.closed("lock.acquire").is_empty(), "{}", logs.text());
-    assert!(logs.closed("lock.release").is_empty(), "{}", logs.text());
+    assert!(closed(&logs, "lock.acquire").is_empty(), "{}", logs.text());
+    assert!(closed(&logs, "lock.release").is_empty(), "{}", logs.text());
     common::assert_nothing_left(&server, &[&quiet, &traced]).await;
 }

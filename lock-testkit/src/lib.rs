@@ -33,6 +33,7 @@
 mod cluster;
 mod figures;
 mod leftovers;
+mod logs;
 pub mod oracle;
 mod probe;
 mod proxy;
@@ -45,6 +46,7 @@ mod tls;
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
 pub use figures::figure;
 pub use leftovers::{assert_nothing_left, Leftovers};
+pub use logs::LogBuffer;
 pub use proxy::{FaultProxy, ProxyMode};
 pub use sentinel::RedisSentinel;
 pub use server::{

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use lock_testkit::LogBuffer;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -160,26 +160,11 @@ async fn a_missing_header_or_query_value_is_a_client_error_by_default() {
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
-/// Captured log output.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route() {
     let server = server();
     let locker = locker(&server).await;
-    let logs = Logs::default();
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::ERROR)
@@ -197,7 +182,7 @@ async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route(
         let (status, _) = call(&app, req("POST", uri).body(Body::empty()).unwrap()).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     }
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let errors: Vec<&str> = text
         .lines()
         .filter(|line| line.contains("ERROR") && line.contains("finds no key on this route"))
@@ -216,7 +201,7 @@ async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route(
 async fn a_path_parameter_that_does_not_decode_is_a_client_error() {
     let server = server();
     let locker = locker(&server).await;
-    let logs = Logs::default();
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::ERROR)
@@ -242,7 +227,7 @@ async fn a_path_parameter_that_does_not_decode_is_a_client_error() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
         assert_eq!(body, "the request does not name a lock key\n", "{uri}");
     }
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     assert!(text.is_empty(), "no error logged:\n{text}");
     common::assert_nothing_left(&server, &[&locker]).await;
 }
@@ -257,7 +242,7 @@ async fn a_path_param_layer_in_front_of_the_router_is_a_server_error_logged_once
 
     let server = server();
     let locker = locker(&server).await;
-    let logs = Logs::default();
+    let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::ERROR)
@@ -295,7 +280,7 @@ async fn a_path_param_layer_in_front_of_the_router_is_a_server_error_logged_once
             assert_eq!(&body[..], b"the lock could not be taken\n");
         }
     }
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let errors: Vec<&str> = text
         .lines()
         .filter(|line| line.contains("ERROR") && line.contains("runs before routing"))

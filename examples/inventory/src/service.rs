@@ -655,18 +655,7 @@ mod tests {
     /// lock key, and no error log for a misconfigured route (lock-tower logs that once).
     #[tokio::test]
     async fn lock_rejections_answer_with_their_kind_and_without_the_key() {
-        #[derive(Clone, Default)]
-        struct Logs(Arc<Mutex<Vec<u8>>>);
-        impl std::io::Write for Logs {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let logs = Logs::default();
+        let logs = lock_testkit::LogBuffer::default();
         let writer = logs.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::ERROR)
@@ -732,7 +721,7 @@ mod tests {
             assert!(!body.message.is_empty(), "{kind}");
         }
         // Only the lost lock (a 503) is logged here, once.
-        let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let text = logs.text();
         assert_eq!(text.lines().count(), 1, "{text}");
         assert!(text.contains("kind=\"lost\""), "{text}");
     }
