@@ -1,6 +1,6 @@
 //! [`LogBuffer`]: log output captured in memory, for tests that check what a layer or a lock
-//! logged (hand it to a `tracing_subscriber::fmt()` builder with
-//! `.with_writer(move || buffer.clone())`).
+//! logged: [`LogBuffer::capture`] for this thread's logs, or hand a buffer to a
+//! `tracing_subscriber::fmt()` builder with `.with_writer(move || buffer.clone())`.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -19,6 +19,27 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct LogBuffer(Arc<Mutex<Vec<u8>>>);
 
 impl LogBuffer {
+    /// Captures the logs of this thread at `level` and above, without colours, until the
+    /// returned guard is dropped (a current-thread runtime's tasks log through it too).
+    ///
+    /// ```
+    /// let (logs, _guard) = lock_testkit::LogBuffer::capture(tracing::Level::ERROR);
+    /// tracing::error!("lock failed");
+    /// tracing::info!("not captured");
+    /// assert!(logs.text().contains("ERROR") && logs.text().contains("lock failed"));
+    /// assert!(!logs.text().contains("not captured"));
+    /// ```
+    pub fn capture(level: tracing::Level) -> (Self, tracing::subscriber::DefaultGuard) {
+        let logs = Self::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(level)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+
     /// Everything written so far (invalid UTF-8 replaced).
     pub fn text(&self) -> String {
         let bytes = self.0.lock().unwrap_or_else(PoisonError::into_inner);

@@ -164,15 +164,8 @@ async fn a_missing_header_or_query_value_is_a_client_error_by_default() {
 async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route() {
     let server = server();
     let locker = locker(&server).await;
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
     // This test's runtime has one thread: the requests' tasks log through this subscriber.
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = LogBuffer::capture(tracing::Level::ERROR);
     let layer = DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("nope"));
     let app = Router::new()
         .route("/a/{sku}", post(whoami))
@@ -201,14 +194,7 @@ async fn a_route_without_its_key_parameter_is_logged_as_an_error_once_per_route(
 async fn a_path_parameter_that_does_not_decode_is_a_client_error() {
     let server = server();
     let locker = locker(&server).await;
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = LogBuffer::capture(tracing::Level::ERROR);
     let app = Router::new()
         .route("/skus/{sku}/purchase", post(whoami))
         .route("/transfer/{from}/{to}", post(whoami))
@@ -242,14 +228,7 @@ async fn a_path_param_layer_in_front_of_the_router_is_a_server_error_logged_once
 
     let server = server();
     let locker = locker(&server).await;
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::ERROR)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = LogBuffer::capture(tracing::Level::ERROR);
     let router = Router::new()
         .route("/a/{sku}", post(whoami))
         .route("/b/{sku}", post(whoami));

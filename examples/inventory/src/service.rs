@@ -655,14 +655,7 @@ mod tests {
     /// lock key, and no error log for a misconfigured route (lock-tower logs that once).
     #[tokio::test]
     async fn lock_rejections_answer_with_their_kind_and_without_the_key() {
-        let logs = lock_testkit::LogBuffer::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::ERROR)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let _default = tracing::subscriber::set_default(subscriber);
+        let (logs, _default) = lock_testkit::LogBuffer::capture(tracing::Level::ERROR);
 
         let key = "inventory:customer-4711";
         let busy = || LockError::Busy {
