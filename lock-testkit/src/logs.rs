@@ -22,6 +22,11 @@ impl LogBuffer {
     /// Captures the logs of this thread at `level` and above, without colours, until the
     /// returned guard is dropped (a current-thread runtime's tasks log through it too).
     ///
+    /// tracing caches whether each log call site is wanted: a site that another test thread
+    /// of the same binary was registering (with no subscriber) while this capture started can
+    /// stay disabled for it. Call [`LogBuffer::refresh`] right before the code whose logs the
+    /// test checks.
+    ///
     /// ```
     /// let (logs, _guard) = lock_testkit::LogBuffer::capture(tracing::Level::ERROR);
     /// tracing::error!("lock failed");
@@ -38,6 +43,12 @@ impl LogBuffer {
             .with_writer(move || writer.clone())
             .finish();
         (logs, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// Asks every log call site again whether a subscriber wants it (see
+    /// [`capture`](Self::capture)).
+    pub fn refresh(&self) {
+        tracing::callsite::rebuild_interest_cache();
     }
 
     /// Everything written so far (invalid UTF-8 replaced).

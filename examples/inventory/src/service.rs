@@ -653,8 +653,14 @@ mod tests {
 
     /// Each rejection answers with its own code and status, a body that does not name the
     /// lock key, and no error log for a misconfigured route (lock-tower logs that once).
+    /// Held by the tests that log through `lock_response`: tracing caches per log call site
+    /// whether a subscriber wants it, and a site first reached by one test while another
+    /// starts capturing its logs could stay disabled for the capture.
+    static LOCK_RESPONSE_LOGS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
     #[tokio::test]
     async fn lock_rejections_answer_with_their_kind_and_without_the_key() {
+        let _serial = LOCK_RESPONSE_LOGS.lock().await;
         let (logs, _default) = lock_testkit::LogBuffer::capture(tracing::Level::ERROR);
 
         let key = "inventory:customer-4711";
@@ -701,6 +707,7 @@ mod tests {
                 ErrorCode::LockLost,
             ),
         ];
+        logs.refresh();
         for (rejection, status, code) in cases {
             let kind = rejection.kind();
             let response = lock_response(rejection);
@@ -721,6 +728,7 @@ mod tests {
 
     #[test]
     fn lock_errors_answer_like_the_layer() {
+        let _serial = LOCK_RESPONSE_LOGS.blocking_lock();
         let busy = AppError::Lock(LockError::Busy {
             key: "inventory:1".into(),
             waited: Duration::from_secs(10),
