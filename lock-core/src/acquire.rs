@@ -22,8 +22,8 @@ use crate::locker::Locker;
 use crate::metrics;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop, Waiting};
-use crate::slot::{Baton, SlotRef};
-use crate::store::{AcquireArgs, Outcome};
+use crate::slot::SlotRef;
+use crate::store::{AcquireArgs, NewLease, Outcome, Renewal};
 use crate::waiters::Subscription;
 use crate::with_lock::OnLost;
 
@@ -330,7 +330,7 @@ impl Acquire {
             permit,
         );
         let held = inner.local.register(held);
-        Ok(LockGuard::new(self.locker.clone(), held))
+        Ok(LockGuard::new(self.locker.inner.local.clone(), held))
     }
 
     /// The local slot this acquire lines up in; `Err` with the answer when there is nothing to
@@ -338,9 +338,9 @@ impl Acquire {
     fn slot(&self, owner: Owner) -> Result<SlotRef<HeldLock>, Result<LockGuard, LockError>> {
         let local = &self.locker.inner.local;
         let reenter = |slot: &SlotRef<HeldLock>| {
-            local
-                .reenter(slot, owner)
-                .map(|reentered| reentered.map(|held| LockGuard::new(self.locker.clone(), held)))
+            local.reenter(slot, owner).map(|reentered| {
+                reentered.map(|held| LockGuard::new(self.locker.inner.local.clone(), held))
+            })
         };
         if self.locker.inner.store.is_redlock() {
             // Kinds a RedLock quorum cannot serve (see the variants' docs).
@@ -425,7 +425,7 @@ impl Acquire {
             handed => {
                 if let Some(Err(baton)) = handed {
                     // It does not fit this acquire: give it back to Redis first.
-                    self.release_baton(baton).await;
+                    self.give_back(&baton.keys, baton.token).await;
                 }
                 if let Some(until) = slot.yield_until() {
                     // Our own release just told waiters elsewhere: let them have their turn.
@@ -456,21 +456,59 @@ impl Acquire {
     /// first would let a task of this process that came later take its place in Redis before
     /// an earlier one elsewhere); the local place is taken once Redis granted the lock. It is
     /// free then, or about to be: the previous local holder gives it back right after its
-    /// release in Redis.
+    /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
+    /// given back when it ends), and the grant is renewed every half lease meanwhile.
     async fn in_line_then_local(
         &self,
         slot: &SlotRef<HeldLock>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        let lease = mode.lease();
         let keys = self.redis_keys();
-        let grant = self.acquire_in_redis(keys, mode.lease(), when).await?;
+        let mut grant = self.acquire_in_redis(keys, lease, when).await?;
         let inner = &self.locker.inner;
         // Dropped while waiting for the place: the granted lock goes back in the background.
-        let mut on_drop =
-            ReleaseOnDrop::new(&inner.releaser, Attempt::new(&grant.keys, grant.token));
+        let mut on_drop = ReleaseOnDrop::new(
+            &inner.local.releaser,
+            Attempt::new(&grant.keys, std::mem::take(&mut grant.token)),
+        );
         on_drop.arm();
-        let permit = slot.queue.clone().acquire_owned().await;
+        let permit = loop {
+            let renew_at = grant.sent_at + lease / 2;
+            let until = when.deadline.map_or(renew_at, |d| d.min(renew_at));
+            let queued = slot.queue.clone().acquire_owned();
+            if let Ok(permit) = tokio::time::timeout_at(until, queued).await {
+                break permit;
+            }
+            let answer = if when.deadline.is_some_and(|d| Instant::now() >= d) {
+                None
+            } else {
+                // Still waiting for the place: keep the grant ours meanwhile.
+                let sent_at = Instant::now();
+                let pair = [(on_drop.target.keys, on_drop.target.token.as_str())];
+                let renewal = inner.store.renew(&pair, NewLease::AtLeast(lease)).await;
+                match renewal.first() {
+                    Some(Renewal::Renewed) => {
+                        grant.sent_at = sent_at;
+                        continue;
+                    }
+                    other => other.copied(),
+                }
+            };
+            let token = std::mem::take(&mut on_drop.target.token);
+            on_drop.disarm();
+            drop(on_drop);
+            self.give_back(&grant.keys, token).await;
+            return Err(match answer {
+                Some(Renewal::Unknown) => LockError::backend(
+                    Some(&self.key),
+                    BackendError::undecided("the renewal of a fair grant got no decisive answer"),
+                ),
+                // The wait ran out, or the grant was lost while waiting for the local place.
+                _ => self.busy(when.started, None),
+            });
+        };
         on_drop.disarm();
         let token = std::mem::take(&mut on_drop.target.token);
         drop(on_drop);
@@ -484,19 +522,15 @@ impl Acquire {
         Ok((permit, Grant { token, ..grant }))
     }
 
-    /// Releases in Redis a lock handed over to this acquire that it cannot use (finished in the
-    /// background if this future is dropped meanwhile).
-    async fn release_baton(&self, baton: Baton) {
+    /// Releases in Redis a lock granted to this acquire that it cannot use: a lock handed over
+    /// that does not fit it, a fair grant whose wait ran out (finished in the background if
+    /// this future is dropped meanwhile).
+    async fn give_back(&self, keys: &RedisKeys, token: String) {
         let inner = &self.locker.inner;
-        let mut on_drop =
-            ReleaseOnDrop::new(&inner.releaser, Attempt::new(&baton.keys, baton.token));
+        let mut on_drop = ReleaseOnDrop::new(&inner.local.releaser, Attempt::new(keys, token));
         on_drop.arm();
-        if let Err(error) = inner
-            .store
-            .release(&baton.keys, &on_drop.target.token)
-            .await
-        {
-            tracing::debug!(%error, "release of a handed-over lock failed; it expires with its lease");
+        if let Err(error) = inner.store.release(keys, &on_drop.target.token).await {
+            tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
         }
         on_drop.disarm();
     }
@@ -543,12 +577,12 @@ impl Acquire {
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
         let attempt = Attempt::new(&keys, self.new_token());
-        let mut on_drop = ReleaseOnDrop::new(&inner.releaser, attempt);
+        let mut on_drop = ReleaseOnDrop::new(&inner.local.releaser, attempt);
         // Armed once an exclusive try joined the waiting writers: whatever ends this acquire
         // without the lock (its wait ran out, an error, the future dropped) takes the entry
         // out at once, so readers do not let a writer that left go first.
         let mut waiting = ReleaseOnDrop::new(
-            &inner.releaser,
+            &inner.local.releaser,
             Waiting {
                 keys: &keys,
                 token: String::new(),

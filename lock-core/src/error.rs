@@ -154,11 +154,14 @@ pub enum LostReason {
     /// The kit cannot tell why: the lock is not held by this holder any more (a fencing token
     /// was refused, RedLock nodes disagreed on the cause).
     Unknown,
+    /// The locker's watchdog failed (a bug, logged as an error), so nothing renews the lock:
+    /// it is reported lost at once instead of silently a lease later.
+    RenewalStopped,
 }
 
 impl LostReason {
     /// A short snake_case name: `expired`, `taken_over`, `deleted`, `server_restarted`,
-    /// `max_hold`, `unknown` (the `reason` field of the log and label of the metric).
+    /// `max_hold`, `unknown`, `renewal_stopped` (the `reason` field of the log and label of the metric).
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "expired",
@@ -167,6 +170,7 @@ impl LostReason {
             Self::ServerRestarted => "server_restarted",
             Self::MaxHold => "max_hold",
             Self::Unknown => "unknown",
+            Self::RenewalStopped => "renewal_stopped",
         }
     }
 
@@ -179,6 +183,7 @@ impl LostReason {
             Self::ServerRestarted => 4,
             Self::MaxHold => 5,
             Self::Unknown => 6,
+            Self::RenewalStopped => 7,
         }
     }
 
@@ -190,6 +195,7 @@ impl LostReason {
             4 => Self::ServerRestarted,
             5 => Self::MaxHold,
             6 => Self::Unknown,
+            7 => Self::RenewalStopped,
             _ => return None,
         })
     }
@@ -204,6 +210,7 @@ impl fmt::Display for LostReason {
             Self::ServerRestarted => "the redis server restarted without it",
             Self::MaxHold => "it was held past its max_hold",
             Self::Unknown => "it is no longer held by this holder",
+            Self::RenewalStopped => "the watchdog that renews it failed",
         })
     }
 }

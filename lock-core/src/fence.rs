@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
-use crate::locker::Locker;
+use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 
 /// A handle to the fencing token of one acquisition, for code that does not hold the guard
@@ -28,7 +28,7 @@ use crate::metrics::{self, Operation};
 /// # }
 /// ```
 pub struct Fence {
-    locker: Locker,
+    local: Arc<LocalLocks>,
     held: Arc<HeldLock>,
 }
 
@@ -43,7 +43,7 @@ impl std::fmt::Debug for Fence {
 
 impl Clone for Fence {
     fn clone(&self) -> Self {
-        Self::new(self.locker.clone(), self.held.clone())
+        Self::new(self.local.clone(), self.held.clone())
     }
 }
 
@@ -54,9 +54,9 @@ impl Drop for Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(locker: Locker, held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<HeldLock>) -> Self {
         held.count_fence(true);
-        Self { locker, held }
+        Self { local, held }
     }
 
     /// The user's key.
@@ -92,15 +92,14 @@ impl Fence {
         if held.is_lost() {
             return Err(held.lost_error());
         }
-        let inner = &self.locker.inner;
+        let local = &self.local;
         // The counter outlives the hold, so that the next holder's token is larger even when
         // the clock term alone would not be.
-        let retention = inner
-            .settings
+        let retention = local
             .fence_retention
-            .max(held.mode().lease() * 2)
+            .max(held.mode().lease().saturating_mul(2))
             .max(Duration::from_millis(1));
-        match inner
+        match local
             .store
             .issue_fence(held.keys(), held.token(), retention)
             .await

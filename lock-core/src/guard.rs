@@ -10,11 +10,9 @@ use crate::error::{DurationSetting, LockError, LostReason};
 use crate::fence::Fence;
 use crate::held::HeldLock;
 use crate::limits;
-use crate::local::Leave;
-use crate::locker::Locker;
-use crate::metrics::{self, Operation, ReleaseOutcome};
-use crate::release::{self, ReleaseJob, ReleaseOnDrop};
-use crate::store::Renewal;
+use crate::local::{Leave, LocalLocks};
+use crate::metrics::{self, Operation};
+use crate::store::{NewLease, Renewal};
 
 /// A held lock. Release it with [`release`](Self::release); dropping it releases in the
 /// background.
@@ -39,7 +37,8 @@ use crate::store::Renewal;
 #[must_use = "if unused the lock is released at once"]
 #[clippy::has_significant_drop]
 pub struct LockGuard {
-    locker: Locker,
+    /// The owner of the lock's life: leaving, finishing, renewals.
+    local: Arc<LocalLocks>,
     held: Arc<HeldLock>,
     released: bool,
 }
@@ -56,9 +55,9 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(locker: Locker, held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<HeldLock>) -> Self {
         Self {
-            locker,
+            local,
             held,
             released: false,
         }
@@ -98,7 +97,7 @@ impl LockGuard {
     /// A handle to this acquisition's fencing token, for code that does not hold the guard.
     pub fn fence(&self) -> Fence {
         self.held.touched();
-        Fence::new(self.locker.clone(), self.held.clone())
+        Fence::new(self.local.clone(), self.held.clone())
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its
@@ -146,7 +145,8 @@ impl LockGuard {
     }
 
     /// Sets the lock's remaining lease to `by` from now, if it is still ours. For a watchdog
-    /// lock the watchdog takes over again at its next tick.
+    /// lock the watchdog takes over again at its next tick; its renewals never shorten a
+    /// longer extension (an extension past `max_hold` stands, too).
     ///
     /// # Errors
     ///
@@ -160,7 +160,13 @@ impl LockGuard {
         }
         let sent_at = Instant::now();
         let pair = [(self.held.keys(), self.held.token())];
-        match self.locker.inner.store.renew(&pair, by).await.first() {
+        match self
+            .local
+            .store
+            .renew(&pair, NewLease::Exactly(by))
+            .await
+            .first()
+        {
             Some(Renewal::Renewed) => {
                 self.held.confirm_extension(sent_at, by);
                 Ok(())
@@ -197,25 +203,12 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.held.touched();
         self.released = true;
-        let inner = &self.locker.inner;
-        if let Leave::Nested = inner.local.leave(&self.held) {
+        match self.local.leave(&self.held) {
             // The outer guard releases the key; a nested guard still reports a lost lock.
-            return if self.held.is_lost() {
-                Err(self.held.lost_error())
-            } else {
-                Ok(())
-            };
+            Leave::Nested if self.held.is_lost() => Err(self.held.lost_error()),
+            Leave::Nested => Ok(()),
+            Leave::Outermost => self.local.finish_cancel_safe(&self.held).await,
         }
-        if inner.local.hand_over(&self.held, &inner.store) {
-            release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
-            return Ok(());
-        }
-        // Cancel safety: if this future is dropped mid-call, the background releaser finishes.
-        let mut on_drop = ReleaseOnDrop::new(&inner.releaser, self.held.clone());
-        on_drop.arm();
-        let result = release::release_held(&inner.store, &self.held).await;
-        on_drop.disarm();
-        result
     }
 }
 
@@ -237,14 +230,9 @@ impl Drop for LockGuard {
             return;
         }
         self.held.touched();
-        let inner = &self.locker.inner;
-        if let Leave::Outermost = inner.local.leave(&self.held) {
-            if inner.local.hand_over(&self.held, &inner.store) {
-                release::end_hold(self.held.take_hold_span(), ReleaseOutcome::HandedOver);
-                return;
-            }
-            // Never blocks, never panics, with or without a runtime.
-            let _ = inner.releaser.send(ReleaseJob::Dropped(self.held.clone()));
+        if let Leave::Outermost = self.local.leave(&self.held) {
+            // The same path as `release`, run by the background releaser.
+            self.local.finish_in_background(self.held.clone());
         }
     }
 }

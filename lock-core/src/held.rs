@@ -375,7 +375,16 @@ impl HeldLock {
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
         match self.terms.mode {
             LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.terms.max_hold {
-                Some(max) if now >= self.grant.sent_at + max => None,
+                // A `max_hold` beyond the clock's range never ends.
+                Some(max)
+                    if self
+                        .grant
+                        .sent_at
+                        .checked_add(max)
+                        .is_some_and(|end| now >= end) =>
+                {
+                    None
+                }
                 _ => Some(lease),
             },
             _ => None,

@@ -1,25 +1,34 @@
-//! [`LocalLocks`]: the one owner of a held lock's life in this process. It registers a lock
-//! Redis granted (the key's slot names it as holder; the watchdog renews it), hands out nested
-//! guards to its owner (reentry) and takes them back (leaving), unregisters it when the
-//! outermost guard goes, hands it over to the next local acquirer without a Redis round trip
-//! when one is queued, and settles its slot after the Redis release.
+//! [`LocalLocks`]: the one owner of a held lock's life in this process, from the grant to the
+//! last word on it. It registers a lock Redis granted (the key's slot names it as holder, the
+//! records by token are what the watchdog renews), hands out nested guards to its owner
+//! (reentry) and takes them back (leaving), and finishes a left lock on one path whether its
+//! guard was released or dropped: handed over to the next local acquirer once Redis confirmed
+//! the token, or released in Redis, then settled. Renewal answers and losses land here too: an
+//! answer for a token goes to whoever holds that token when it arrives.
+//!
+//! Guards and fences hold an `Arc` of it (not the whole `Locker`): the store, the background
+//! releaser and the fencing settings are all a held lock needs.
 //!
 //! Reentry and leaving both run under the slot's holder lock, so a nested acquire can never
 //! join a lock whose outermost guard is leaving.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
+use tokio_util::sync::DropGuard;
 
-use crate::error::LockError;
+use crate::error::{LockError, LostReason};
 use crate::held::{Grant, HeldLock, LeaseMode};
 use crate::key::Access;
 use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
+use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
 use crate::slot::{Baton, SlotRef, Slots};
-use crate::store::Store;
-use crate::watchdog::Watchdog;
+use crate::store::{NewLease, Renewal, Store};
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
@@ -48,7 +57,17 @@ pub(crate) struct LocalLocks {
     readers: Slots<HeldLock>,
     /// The semaphores, one slot per key and permit count, whose queue has that many places.
     semaphores: Slots<HeldLock>,
-    watchdog: Arc<Watchdog>,
+    /// The held locks (outermost guard not yet left) by Redis token. The watchdog renews these;
+    /// a local handoff passes the token on, so an answer in flight reaches the new holder.
+    held: Mutex<HashMap<String, Arc<HeldLock>>>,
+    pub(crate) store: Arc<Store>,
+    pub(crate) releaser: Releaser,
+    /// How long a fencing counter outlives its lock (see `fence.rs`).
+    pub(crate) fence_retention: Duration,
+    /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
+    renew_calls: AtomicU64,
+    /// Stops the watchdog and the release listener when the last locker and guard are gone.
+    _shutdown: DropGuard,
 }
 
 /// What giving up one guard meant for the lock.
@@ -56,17 +75,38 @@ pub(crate) struct LocalLocks {
 pub(crate) enum Leave {
     /// An outer guard still holds it.
     Nested,
-    /// That was the outermost guard: the lock is unregistered and must now be released in Redis.
+    /// That was the outermost guard: the lock is unregistered and must now be finished
+    /// ([`LocalLocks::finish`]).
     Outermost,
 }
 
+/// What Redis said when asked to confirm a lock about to be handed over.
+enum Confirmation {
+    /// Still ours, with its lease renewed from `sent_at`: valid until then.
+    Ours(Instant),
+    /// Lost before the handoff: the loss is marked.
+    Lost,
+    /// No decisive answer: released through Redis instead, whose answer decides.
+    Undecided,
+}
+
 impl LocalLocks {
-    pub(crate) fn new(watchdog: Arc<Watchdog>) -> Self {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        releaser: Releaser,
+        fence_retention: Duration,
+        shutdown: DropGuard,
+    ) -> Self {
         Self {
             slots: Slots::default(),
             readers: Slots::default(),
             semaphores: Slots::default(),
-            watchdog,
+            held: Mutex::new(HashMap::new()),
+            store,
+            releaser,
+            fence_retention,
+            renew_calls: AtomicU64::new(0),
+            _shutdown: shutdown,
         }
     }
 
@@ -111,9 +151,18 @@ impl LocalLocks {
         self.slots.len() + self.readers.len() + self.semaphores.len()
     }
 
-    /// The watchdog's view of the held locks.
-    pub(crate) fn watchdog(&self) -> &Watchdog {
-        &self.watchdog
+    /// Locks the watchdog keeps alive now (held, without a fixed lease).
+    pub(crate) fn watchdog_locks(&self) -> usize {
+        self.held
+            .lock()
+            .values()
+            .filter(|held| matches!(held.mode(), LeaseMode::Watchdog(_)))
+            .count()
+    }
+
+    /// Renewal script calls sent so far.
+    pub(crate) fn renew_calls(&self) -> u64 {
+        self.renew_calls.load(Ordering::Relaxed)
     }
 
     /// A reentrant acquire: when `owner` holds the slot's lock, another guard of it, with no
@@ -135,20 +184,20 @@ impl LocalLocks {
         Some(Ok(held))
     }
 
-    /// Registers a lock Redis granted: its slot names it as the local holder, and a watchdog
-    /// lock is renewed from now on.
+    /// Registers a lock Redis granted (or a local handoff passed on): its slot names it as the
+    /// local holder, and its token's record is renewed from now on (for a watchdog lock).
     pub(crate) fn register(&self, held: HeldLock) -> Arc<HeldLock> {
         let held = Arc::new(held);
         *held.slot().holder() = Arc::downgrade(&held);
         metrics::held(held.keys().access);
-        if let LeaseMode::Watchdog(_) = held.mode() {
-            self.watchdog.insert(held.clone());
-        }
+        self.held
+            .lock()
+            .insert(held.token().to_owned(), held.clone());
         held
     }
 
     /// Gives up one guard's share of the lock; with the outermost one the lock stops being
-    /// reentrant and renewed.
+    /// reentrant and renewed, and the caller must [`finish`](Self::finish) it.
     pub(crate) fn leave(&self, held: &Arc<HeldLock>) -> Leave {
         let mut holder = held.slot().holder();
         if !held.unnest() {
@@ -158,47 +207,141 @@ impl LocalLocks {
             *holder = Weak::new();
         }
         drop(holder);
-        if let LeaseMode::Watchdog(_) = held.mode() {
-            self.watchdog.remove(held.id());
-        }
+        self.unregister(held);
         metrics::unheld(held.keys().access);
         Leave::Outermost
     }
 
-    /// Hands a lock whose outermost guard just left to the next local acquirer, without a
-    /// Redis round trip: the Redis key keeps its token and the next holder takes it over (a
-    /// fencing token it asks for is issued later than this holder's, so it is larger). Returns
-    /// whether it did; otherwise the caller releases the lock in Redis.
-    ///
-    /// Only a watchdog lock with time to spare, a local acquirer queued, a streak under
-    /// [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of other lockers
-    /// get their turn: the release tells them, and this process holds back its next acquirer
-    /// for a moment), and no [`Fence`](crate::Fence) handle of `held`
-    /// alive (it could still ask for a token under this Redis token after the next holder
-    /// did). A lock nobody picks up within [`PICKUP`] is released in Redis.
-    pub(crate) fn hand_over(&self, held: &Arc<HeldLock>, store: &Arc<Store>) -> bool {
+    /// Removes `held`'s record by token, unless the token has passed on to another holder.
+    fn unregister(&self, held: &Arc<HeldLock>) {
+        let mut records = self.held.lock();
+        if records
+            .get(held.token())
+            .is_some_and(|current| Arc::ptr_eq(current, held))
+        {
+            records.remove(held.token());
+        }
+    }
+
+    /// Finishes a lock whose outermost guard has left, on the one path for a release and a
+    /// drop: handed over to the next local acquirer when one is queued and Redis confirms the
+    /// token (`Ok`; `Lost` when it does not), otherwise released in Redis (`Ok` only when that
+    /// release deleted the key while it was still ours). Runs again from the start when an
+    /// interrupted call is finished in the background: every step before the last Redis
+    /// answer leaves nothing behind.
+    pub(crate) async fn finish(&self, held: &Arc<HeldLock>) -> Result<(), LockError> {
+        if let Some(lease) = self.may_hand_over(held) {
+            match self.confirm(held, lease).await {
+                Confirmation::Ours(valid_until) => {
+                    if self.hand_over(held, valid_until) {
+                        release::end_hold(held.take_hold_span(), ReleaseOutcome::HandedOver);
+                        return Ok(());
+                    }
+                }
+                Confirmation::Lost => {
+                    // Nothing to delete: the key is gone or another holder's. The next local
+                    // acquirer takes its turn in Redis.
+                    Self::settle(held, None);
+                    let error = held.lost_error();
+                    release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
+                    metrics::released(held.keys().access, ReleaseOutcome::Lost, held.held_for());
+                    return Err(error);
+                }
+                Confirmation::Undecided => {}
+            }
+        }
+        release::release_held(&self.store, held).await
+    }
+
+    /// [`finish`](Self::finish) from a guard's `Drop` (which cannot await): the background
+    /// releaser runs it. Never blocks, never panics, with or without a runtime.
+    pub(crate) fn finish_in_background(self: &Arc<Self>, held: Arc<HeldLock>) {
+        let _ = self.releaser.send(ReleaseJob::Finish {
+            local: self.clone(),
+            held,
+        });
+    }
+
+    /// [`finish`](Self::finish), cancel safe: if the returned future is dropped before Redis
+    /// answered, the background releaser runs it again from the start.
+    pub(crate) async fn finish_cancel_safe(
+        self: &Arc<Self>,
+        held: &Arc<HeldLock>,
+    ) -> Result<(), LockError> {
+        let mut on_drop = ReleaseOnDrop::new(&self.releaser, (self.clone(), held.clone()));
+        on_drop.arm();
+        let result = self.finish(held).await;
+        on_drop.disarm();
+        result
+    }
+
+    /// The lease to confirm `held` with if it may be handed over to the next local acquirer:
+    /// a watchdog mutex or semaphore permit (readers do not queue behind each other, and a
+    /// fair lock's next holder is whoever is first in line in Redis), a local acquirer queued,
+    /// a streak under [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of
+    /// other lockers get their turn), no [`Fence`](crate::Fence) handle alive (it could still
+    /// ask for a token under this Redis token after the next holder did), not known lost.
+    fn may_hand_over(&self, held: &HeldLock) -> Option<Duration> {
         let LeaseMode::Watchdog(lease) = held.mode() else {
-            return false;
+            return None;
         };
-        if !matches!(
+        let kind_fits = matches!(
             held.keys().access,
             Access::Exclusive | Access::Permits { .. }
-        ) {
-            // Readers do not queue behind each other, and a fair lock's next holder is
-            // whoever is first in line in Redis.
-            return false;
-        }
+        );
         let slot = held.slot();
-        if held.has_fences() || !slot.has_waiters() || held.streak() >= MAX_STREAK {
-            return false;
+        let fits = kind_fits
+            && slot.has_waiters()
+            && !held.has_fences()
+            && held.streak() < MAX_STREAK
+            && !held.is_lost()
+            && tokio::runtime::Handle::try_current().is_ok();
+        fits.then_some(lease)
+    }
+
+    /// Asks Redis whether `held`'s token still holds its lock, renewing the lease (never
+    /// shortening it) in the same step: a lock is handed over only on what Redis says after
+    /// its last holder left its section, never on the local clock alone.
+    async fn confirm(&self, held: &HeldLock, lease: Duration) -> Confirmation {
+        let sent_at = Instant::now();
+        let pair = [(held.keys(), held.token())];
+        let answer = self
+            .store
+            .renew(&pair, NewLease::AtLeast(lease))
+            .await
+            .first()
+            .copied()
+            .unwrap_or(Renewal::Unknown);
+        self.renew_calls.fetch_add(1, Ordering::Relaxed);
+        metrics::renewed(held.keys().access, answer);
+        match answer {
+            Renewal::Renewed => {
+                held.confirm(sent_at, lease);
+                if held.is_lost() {
+                    // Marked lost meanwhile (an older renewal's answer): believe the loss.
+                    Confirmation::Lost
+                } else {
+                    Confirmation::Ours(held.valid_until())
+                }
+            }
+            Renewal::NotOurs(gone) => {
+                held.mark_lost(held.reason_for(gone));
+                Confirmation::Lost
+            }
+            Renewal::Unknown => Confirmation::Undecided,
         }
+    }
+
+    /// Leaves the confirmed lock in the slot for the next local acquirer: the Redis key keeps
+    /// its token and the next holder takes it over (a fencing token it asks for is issued
+    /// later than this holder's, so it is larger). Returns whether it did (a semaphore's slot
+    /// keeps one baton at a time); a lock nobody picks up within [`PICKUP`] is released in
+    /// Redis.
+    fn hand_over(&self, held: &Arc<HeldLock>, valid_until: Instant) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let valid_until = held.valid_until();
-        if held.is_lost() || !worth_handing_over(valid_until, lease) {
-            return false;
-        }
+        let slot = held.slot();
         let id = held.id();
         let left = slot.put_baton(Baton {
             id,
@@ -218,7 +361,7 @@ impl LocalLocks {
         );
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let slot = slot.clone();
-        let store = store.clone();
+        let store = self.store.clone();
         runtime.spawn(async move {
             tokio::time::sleep(PICKUP).await;
             if let Some(baton) = slot.reclaim_baton(id) {
@@ -269,5 +412,57 @@ impl LocalLocks {
             held.slot().released(others_waiting);
         }
         held.give_back_place();
+    }
+
+    /// The records the watchdog should renew now, by lease; records found lost by their clock
+    /// are marked so and dropped.
+    pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<HeldLock>>> {
+        let mut due: HashMap<Duration, Vec<Arc<HeldLock>>> = HashMap::new();
+        self.held.lock().retain(|_, held| {
+            if held.is_lost() {
+                // Marks it lost, with the reason the clock gives, if nothing did yet.
+                drop(held.lost_error());
+                return false;
+            }
+            if let Some(lease) = held.wants_renewal(now) {
+                due.entry(lease).or_default().push(held.clone());
+            }
+            true
+        });
+        due
+    }
+
+    /// Counts renewal script calls about to be sent.
+    pub(crate) fn count_renew_calls(&self, calls: u64) {
+        self.renew_calls.fetch_add(calls, Ordering::Relaxed);
+        metrics::renewal_calls(calls);
+    }
+
+    /// Applies a renewal's answer for `token`, sent at `sent_at` with `lease`, to whoever
+    /// holds that token now (a local handoff may have passed it on since it was sent; a
+    /// release may have ended it, and then the answer concerns nobody).
+    pub(crate) fn renewed(&self, token: &str, sent_at: Instant, lease: Duration, answer: Renewal) {
+        let Some(held) = self.held.lock().get(token).cloned() else {
+            return;
+        };
+        metrics::renewed(held.keys().access, answer);
+        match answer {
+            Renewal::Renewed => held.confirm(sent_at, lease),
+            Renewal::NotOurs(gone) => {
+                held.mark_lost(held.reason_for(gone));
+                self.unregister(&held);
+            }
+            Renewal::Unknown => {}
+        }
+    }
+
+    /// Marks every held watchdog lock lost at once: nothing renews them any more.
+    pub(crate) fn lose_renewed(&self, reason: LostReason) {
+        let records: Vec<_> = self.held.lock().values().cloned().collect();
+        for held in records {
+            if let LeaseMode::Watchdog(_) = held.mode() {
+                held.mark_lost(reason);
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 use crate::acquire::Acquire;
 use crate::builder::LockerBuilder;
@@ -14,11 +14,11 @@ use crate::key::{self, Access, RedisKeys};
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 use crate::multi::AcquireAll;
-use crate::release::{self, Releaser};
+use crate::release;
 use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::waiters::{PubSubSource, Waiters};
-use crate::watchdog::Watchdog;
+use crate::watchdog;
 
 static GLOBAL: OnceLock<Locker> = OnceLock::new();
 
@@ -54,7 +54,7 @@ impl std::fmt::Debug for Locker {
         f.debug_struct("Locker")
             .field("prefix", &self.inner.settings.prefix)
             .field("watchdog_lease", &self.inner.settings.watchdog_lease)
-            .field("held", &self.inner.local.watchdog().len())
+            .field("held", &self.inner.local.watchdog_locks())
             .finish_non_exhaustive()
     }
 }
@@ -76,11 +76,10 @@ pub(crate) struct Settings {
 pub(crate) struct Inner {
     pub(crate) store: Arc<Store>,
     pub(crate) settings: Settings,
-    pub(crate) local: LocalLocks,
+    /// The held locks' owner; guards keep it (and with it the background tasks) alive.
+    pub(crate) local: Arc<LocalLocks>,
     pub(crate) waiters: Waiters,
-    pub(crate) releaser: Releaser,
     next_id: AtomicU64,
-    _shutdown: DropGuard,
 }
 
 impl Inner {
@@ -304,10 +303,10 @@ impl Locker {
     /// A snapshot of the locker's internal counters, for tests, leak checks and monitoring.
     /// Reading it takes no Redis round trip and a few uncontended locks.
     pub fn stats(&self) -> LockerStats {
-        let watchdog = self.inner.local.watchdog();
+        let local = &self.inner.local;
         LockerStats {
-            watchdog_locks: watchdog.len(),
-            renewal_calls: watchdog.renew_calls.load(Ordering::Relaxed),
+            watchdog_locks: local.watchdog_locks(),
+            renewal_calls: local.renew_calls(),
             local_keys: self.inner.local.len(),
             subscriptions: self.inner.waiters.channel_count(),
         }
@@ -359,19 +358,22 @@ impl Locker {
         let lease = settings.watchdog_lease;
         let shutdown = CancellationToken::new();
         let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());
-        let watchdog = Arc::new(Watchdog::default());
-        watchdog.start(store.clone(), lease, shutdown.clone());
         let releaser = release::start(store.clone());
+        let local = Arc::new(LocalLocks::new(
+            store.clone(),
+            releaser,
+            settings.fence_retention,
+            shutdown.clone().drop_guard(),
+        ));
+        watchdog::start(Arc::downgrade(&local), lease, shutdown);
         tracing::debug!(prefix = %settings.prefix, ?lease, "locker connected");
         Self {
             inner: Arc::new(Inner {
                 store,
                 settings,
-                local: LocalLocks::new(watchdog),
+                local,
                 waiters,
-                releaser,
                 next_id: AtomicU64::new(1),
-                _shutdown: shutdown.drop_guard(),
             }),
         }
     }

@@ -1,7 +1,8 @@
-//! Releasing locks in Redis: the one release path of a held lock, the drop-guard that hands an
-//! interrupted release to the background, and the background releaser that serves guards
-//! dropped without [`LockGuard::release`](crate::LockGuard::release) and acquire attempts
-//! abandoned mid-flight.
+//! Releasing locks in Redis: the release of a held lock that [`LocalLocks::finish`] did not
+//! hand over, the drop-guard that hands an interrupted release to the background, and the
+//! background releaser that finishes guards dropped without
+//! [`LockGuard::release`](crate::LockGuard::release) and acquire attempts abandoned
+//! mid-flight.
 //!
 //! Drop cannot await, so it sends a job over an unbounded channel; sending needs no runtime
 //! and never blocks or panics. If the runtime is gone, the job is dropped and the key expires
@@ -23,8 +24,12 @@ use crate::store::Store;
 /// Work for the background releaser.
 #[derive(Debug)]
 pub(crate) enum ReleaseJob {
-    /// The outermost guard of a held lock was dropped, or its release was interrupted.
-    Dropped(Arc<HeldLock>),
+    /// The outermost guard of a held lock was dropped, or its release was interrupted: finish
+    /// it (see [`LocalLocks::finish`]).
+    Finish {
+        local: Arc<LocalLocks>,
+        held: Arc<HeldLock>,
+    },
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
     /// out or cancelled command still runs on the server): delete the lock if it holds it.
     Abandoned { keys: RedisKeys, token: String },
@@ -36,8 +41,9 @@ pub(crate) enum ReleaseJob {
 /// The sending side of the background releaser.
 pub(crate) type Releaser = mpsc::UnboundedSender<ReleaseJob>;
 
-/// Releases a lock whose outermost guard has left, and settles it locally. `Ok` only when this
-/// release deleted the key while it was still ours; `Lost` when it had been lost before (its
+/// Releases in Redis a lock whose outermost guard has left (the last step of
+/// [`LocalLocks::finish`]), and settles it locally. `Ok` only when this release deleted the
+/// key while it was still ours; `Lost` when it had been lost before (its
 /// key, if it holds someone else's token, is left untouched). Runs in a `lock.release` span
 /// (key, outcome) inside the lock's `lock.hold` span, and ends the latter with the outcome.
 pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), LockError> {
@@ -109,10 +115,13 @@ pub(crate) trait Pending {
     fn job(&mut self) -> ReleaseJob;
 }
 
-/// A held lock whose outermost guard is being released.
-impl Pending for Arc<HeldLock> {
+/// A held lock whose outermost guard is being finished.
+impl Pending for (Arc<LocalLocks>, Arc<HeldLock>) {
     fn job(&mut self) -> ReleaseJob {
-        ReleaseJob::Dropped(self.clone())
+        ReleaseJob::Finish {
+            local: self.0.clone(),
+            held: self.1.clone(),
+        }
     }
 }
 
@@ -212,7 +221,7 @@ pub(crate) fn start(store: Arc<Store>) -> Releaser {
             // Each release runs on its own so one slow call does not delay the others.
             tokio::spawn(async move {
                 match job {
-                    ReleaseJob::Dropped(held) => match release_held(&store, &held).await {
+                    ReleaseJob::Finish { local, held } => match local.finish(&held).await {
                         Ok(()) => {}
                         // Logged when it was marked lost.
                         Err(LockError::Lost { .. }) => {}

@@ -1,110 +1,98 @@
-//! Lease renewal for every watchdog-managed lock of one `Locker`, by one background task.
+//! Lease renewal for every watchdog-managed lock of one `Locker`, by one background task that
+//! renews the records [`LocalLocks`] keeps (it keeps no list of its own).
 //!
 //! Every `lease / 3` the task renews all such locks at once: one `renew.lua` call per batch of
 //! up to `store::BATCH` keys, all batches sent together on the multiplexed connection, so a tick
-//! costs one round trip however many locks are held. A lock whose renewal reports another owner
-//! (or no key) is marked lost at once; when renewals fail (Redis unreachable), the lock turns
-//! lost by itself when its last confirmed lease runs out (see `Held::lost`). Locks past their
-//! `max_hold` are no longer renewed.
+//! costs one round trip however many locks are held. Each answer goes to whoever holds its
+//! token when it arrives (see [`LocalLocks::renewed`]): a lock whose renewal reports another
+//! owner (or no key) is marked lost at once; when renewals fail (Redis unreachable), the lock
+//! turns lost by itself when its last confirmed lease runs out (see `HeldLock::lost`). Locks
+//! past their `max_hold` are no longer renewed. A renewal never shortens a lease (an explicit
+//! extension longer than the watchdog's lease stays).
+//!
+//! The task cannot fail silently: a tick that panics (a bug) is logged as an error and every
+//! lock it served is marked lost at once ([`LostReason::RenewalStopped`]), and so is every
+//! lock still held if the task is ever dropped without the locker shutting down.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::Duration;
 
-use parking_lot::{Mutex, MutexGuard};
+use futures_util::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::held::HeldLock;
-use crate::metrics;
-use crate::store::{Renewal, Store};
+use crate::error::LostReason;
+use crate::local::LocalLocks;
+use crate::store::{NewLease, Store};
 
-/// The locks the watchdog keeps alive, and counters for tests and metrics.
-#[derive(Debug, Default)]
-pub(crate) struct Watchdog {
-    locks: Mutex<HashMap<u64, Arc<HeldLock>>>,
-    /// Renewal script calls sent so far.
-    pub(crate) renew_calls: AtomicU64,
-}
-
-impl Watchdog {
-    fn locks(&self) -> MutexGuard<'_, HashMap<u64, Arc<HeldLock>>> {
-        self.locks.lock()
-    }
-
-    pub(crate) fn insert(&self, held: Arc<HeldLock>) {
-        self.locks().insert(held.id(), held);
-    }
-
-    pub(crate) fn remove(&self, id: u64) {
-        self.locks().remove(&id);
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.locks().len()
-    }
-
-    /// Starts the renewal task; it ends when `shutdown` is cancelled.
-    pub(crate) fn start(
-        self: &Arc<Self>,
-        store: Arc<Store>,
-        lease: Duration,
-        shutdown: CancellationToken,
-    ) {
-        let watchdog = Arc::clone(self);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(lease / 3);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = ticks.tick() => watchdog.tick(&store).await,
-                }
-            }
-        });
-    }
-
-    async fn tick(&self, store: &Store) {
-        let now = Instant::now();
-        let mut due: HashMap<Duration, Vec<Arc<HeldLock>>> = HashMap::new();
-        self.locks().retain(|_, held| {
-            if held.is_lost() {
-                // Marks it lost, with the reason the clock gives, if nothing did yet.
-                drop(held.lost_error());
-                return false;
-            }
-            if let Some(lease) = held.wants_renewal(now) {
-                due.entry(lease).or_default().push(held.clone());
-            }
-            true
-        });
-        if due.is_empty() {
-            return;
-        }
-        // All watchdog locks share the locker's lease; grouping by lease keeps this correct
-        // anyway. Every group is renewed at once.
-        let calls = due.into_iter().map(|(lease, locks)| {
-            let calls = Store::renew_calls(locks.len());
-            self.renew_calls.fetch_add(calls, Ordering::Relaxed);
-            metrics::renewal_calls(calls);
-            async move {
-                let sent_at = Instant::now();
-                let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
-                let answers = store.renew(&pairs, lease).await;
-                for (held, answer) in locks.iter().zip(answers) {
-                    metrics::renewed(held.keys().access, answer);
-                    match answer {
-                        Renewal::Renewed => held.confirm(sent_at, lease),
-                        Renewal::NotOurs(gone) => {
-                            held.mark_lost(held.reason_for(gone));
-                            self.remove(held.id());
-                        }
-                        Renewal::Unknown => {}
+/// Starts the renewal task of `local`'s locks; it ends when `shutdown` is cancelled or the
+/// locks are gone.
+pub(crate) fn start(local: Weak<LocalLocks>, lease: Duration, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut stopped = Stopped {
+            local: local.clone(),
+            ended: false,
+        };
+        let mut ticks = tokio::time::interval(lease / 3);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticks.tick() => {
+                    let Some(local) = local.upgrade() else { break };
+                    let tick = std::panic::AssertUnwindSafe(tick(&local));
+                    if tick.catch_unwind().await.is_err() {
+                        tracing::error!(
+                            "the lock watchdog failed while renewing (a bug); every lock it \
+                             renewed is reported lost now"
+                        );
+                        local.lose_renewed(LostReason::RenewalStopped);
                     }
                 }
             }
-        });
-        futures_util::future::join_all(calls).await;
+        }
+        stopped.ended = true;
+    });
+}
+
+/// Marks every renewed lock lost if the task ends any other way than by the locker's shutdown
+/// (the runtime dropped it, say): nothing renews them any more.
+struct Stopped {
+    local: Weak<LocalLocks>,
+    /// The loop ended as it should (shutdown, or no locker left).
+    ended: bool,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        if let Some(local) = self.local.upgrade() {
+            tracing::error!("the lock watchdog stopped; every lock it renewed is reported lost");
+            local.lose_renewed(LostReason::RenewalStopped);
+        }
     }
+}
+
+/// Renews every record due now, each group of one lease in one round trip, all at once.
+async fn tick(local: &LocalLocks) {
+    let due = local.due_for_renewal(Instant::now());
+    if due.is_empty() {
+        return;
+    }
+    // All watchdog locks share the locker's lease; grouping by lease keeps this correct
+    // anyway.
+    let calls = due.into_iter().map(|(lease, locks)| {
+        local.count_renew_calls(Store::renew_calls(locks.len()));
+        async move {
+            let sent_at = Instant::now();
+            let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
+            let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
+            for (held, answer) in locks.iter().zip(answers) {
+                local.renewed(held.token(), sent_at, lease, answer);
+            }
+        }
+    });
+    futures_util::future::join_all(calls).await;
 }

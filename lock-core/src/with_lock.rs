@@ -205,23 +205,25 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    // The loss is polled first: when it and the body's next step are ready together, the
+    // step must not run without the lock.
     let result = match on_lost {
         OnLost::Continue => {
             let mut body = std::pin::pin!(body);
             tokio::select! {
                 biased;
-                result = body.as_mut() => result,
                 () = guard.lost() => {
                     tracing::warn!(error = %guard.lost_error(), "lock lost while the locked code runs; on_lost continue lets it finish");
                     body.await
                 }
+                result = body.as_mut() => result,
             }
         }
         OnLost::Abort => {
             tokio::select! {
                 biased;
-                result = body => result,
                 () = guard.lost() => Err(E::from(guard.lost_error())),
+                result = body => result,
             }
         }
     };

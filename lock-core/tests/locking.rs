@@ -847,8 +847,8 @@ async fn a_release_during_a_renewal_still_hands_over() {
         "no renewal was sent"
     );
     guard.release().await.unwrap();
-    // Handed over, not released: the key is still there (checked before this task yields;
-    // a release through Redis would have taken 200 ms and deleted it).
+    // Handed over, not released: the key is still there (the release waited for Redis to
+    // confirm the token, then left the lock to the waiter; checked before this task yields).
     assert_eq!(
         keys(&server, &name).len(),
         1,

@@ -188,10 +188,10 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
 }
 
 /// Local handoff of permits: tasks of one process queued for a semaphore take over the permits
-/// a releasing task leaves, without a Redis round trip, mixed with acquisitions through Redis
-/// by other lockers and by every few releases (so those get their turn). At most three inside
-/// at any time (a counter that a fourth holder would push above three); most of this
-/// process's acquisitions cost no script call.
+/// a releasing task leaves, with one confirmation in Redis instead of a release and an
+/// acquire, mixed with acquisitions through Redis by other lockers and by every few releases
+/// (so those get their turn). At most three inside at any time (a counter that a fourth holder
+/// would push above three); most of this process's acquisitions cost one script call, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn queued_local_tasks_take_released_permits_over_without_redis() {
     let server = server();
@@ -226,9 +226,11 @@ async fn queued_local_tasks_take_released_permits_over_without_redis() {
     for t in round(a.clone(), 12, 20) {
         t.await.unwrap();
     }
+    // Through Redis an acquisition costs two script calls (the acquire and the release); a
+    // handoff one (the confirmation that Redis still holds the permit).
     let alone = server.command_calls("evalsha") + server.command_calls("eval");
     assert!(
-        alone < 240,
+        alone < 2 * 240 * 9 / 10,
         "{alone} script calls for 240 acquisitions of one process: no permit was handed over"
     );
     // Then with another locker contending in Redis.

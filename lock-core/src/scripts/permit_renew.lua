@@ -2,7 +2,9 @@
 --
 -- KEYS[i]   the semaphores' sets (see permit_acquire.lua)
 -- ARGV[1]   the new lease in milliseconds (>= 1)
--- ARGV[i+1] the holder in KEYS[i]: `<token>:<permits>`
+-- ARGV[2]   '1': set the holder's lease exactly (an explicit extension, which may shorten it);
+--           '0': only where it grows (a watchdog renewal never cuts back an extension)
+-- ARGV[i+2] the holder in KEYS[i]: `<token>:<permits>`
 --
 -- Returns an array with one entry per key:
 --   1  renewed
@@ -16,9 +18,10 @@ if not lease or lease < 1 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exact = ARGV[2] == '1'
 local result = {}
 for i, key in ipairs(KEYS) do
-  local ok, score = pcall(redis.call, 'ZSCORE', key, ARGV[i + 1])
+  local ok, score = pcall(redis.call, 'ZSCORE', key, ARGV[i + 2])
   score = ok and tonumber(score or '')
   if not ok then
     result[i] = -1
@@ -27,8 +30,12 @@ for i, key in ipairs(KEYS) do
   elseif score <= now then
     result[i] = -2
   else
-    redis.call('ZADD', key, 'XX', string.format('%.0f', now + lease), ARGV[i + 1])
-    redis.call('PEXPIRE', key, lease, 'GT')
+    local until_ms = now + lease
+    if not exact then
+      until_ms = math.max(until_ms, score)
+    end
+    redis.call('ZADD', key, 'XX', string.format('%.0f', until_ms), ARGV[i + 2])
+    redis.call('PEXPIRE', key, until_ms - now, 'GT')
     result[i] = 1
   end
 end

@@ -2,8 +2,10 @@
 --
 -- KEYS[i]     the lock keys (holding the marker "readers", see read_acquire.lua)
 -- ARGV[1]     the new lease in milliseconds (>= 1)
--- ARGV[2i]    the reader's token for KEYS[i]
--- ARGV[2i+1]  the readers set of KEYS[i], a key name in its hash slot
+-- ARGV[2]     '1': set the reader's lease exactly (an explicit extension, which may shorten
+--             it); '0': only where it grows (a watchdog renewal never cuts back an extension)
+-- ARGV[2i+1]  the reader's token for KEYS[i]
+-- ARGV[2i+2]  the readers set of KEYS[i], a key name in its hash slot
 --
 -- Returns an array with one entry per key:
 --   1  renewed
@@ -17,9 +19,10 @@ if not lease or lease < 1 then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local exact = ARGV[2] == '1'
 local result = {}
 for i, key in ipairs(KEYS) do
-  local token, readers = ARGV[2 * i], ARGV[2 * i + 1]
+  local token, readers = ARGV[2 * i + 1], ARGV[2 * i + 2]
   local ok, current = pcall(redis.call, 'GET', key)
   result[i] = 0
   if not ok or (current and current ~= 'readers') then
@@ -29,7 +32,11 @@ for i, key in ipairs(KEYS) do
     if score and score <= now then
       result[i] = -2
     elseif score then
-      redis.call('ZADD', readers, 'XX', string.format('%.0f', now + lease), token)
+      local until_ms = now + lease
+      if not exact then
+        until_ms = math.max(until_ms, score)
+      end
+      redis.call('ZADD', readers, 'XX', string.format('%.0f', until_ms), token)
       -- The marker lives as long as the longest reader lease (this one may have shortened).
       local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')
       local ttl = math.max(tonumber(last[2]) - now, 1)

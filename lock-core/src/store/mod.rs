@@ -56,6 +56,24 @@ pub(crate) struct AcquireArgs {
     pub(crate) fresh_token: bool,
 }
 
+/// The lease a renewal sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum NewLease {
+    /// At least this long from now, never less than the lease Redis has: a watchdog renewal,
+    /// a handoff's confirmation. A longer extension the holder was told about stays.
+    AtLeast(Duration),
+    /// Exactly this long from now, shorter or longer: an explicit extension.
+    Exactly(Duration),
+}
+
+impl NewLease {
+    pub(crate) fn lease(self) -> Duration {
+        match self {
+            Self::AtLeast(lease) | Self::Exactly(lease) => lease,
+        }
+    }
+}
+
 /// `WAIT` for replicas after acquiring (primary-replica topologies).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MinReplicas {
@@ -162,7 +180,7 @@ impl Store {
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
-        lease: Duration,
+        lease: NewLease,
     ) -> Vec<Renewal> {
         match self {
             Self::Single(store) => store.renew(locks, lease).await,

@@ -9,7 +9,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 
 use super::reply::{AcquireReply, FenceReply, Gone, ReleaseReply, RenewReply, Renewal};
-use super::{AcquireArgs, MinReplicas, RestartGuard, BATCH};
+use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::Connection;
 use crate::key::{Access, RedisKeys};
@@ -233,7 +233,7 @@ impl Node {
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
-        lease: Duration,
+        lease: NewLease,
     ) -> Vec<Renewal> {
         let of = |access: fn(Access) -> bool| -> Vec<(usize, &(&RedisKeys, &str))> {
             locks
@@ -306,14 +306,16 @@ impl Node {
         &self,
         script: &redis::Script,
         locks: &[(&RedisKeys, &str)],
-        lease: Duration,
+        lease: NewLease,
     ) -> Vec<Renewal> {
         // In a cluster a script's keys must share a slot: every lock is its own call there (all
         // sent at once, so each node still gets them in one pipelined write).
         let size = if self.conn.is_cluster() { 1 } else { BATCH };
         let calls = locks.chunks(size).map(|chunk| async move {
             let mut invocation = script.prepare_invoke();
-            invocation.arg(lease_ms(lease));
+            invocation
+                .arg(lease_ms(lease.lease()))
+                .arg(u8::from(matches!(lease, NewLease::Exactly(_))));
             for (keys, token) in chunk {
                 invocation.key(&keys.lock).arg(*token);
                 if keys.access == Access::Shared {

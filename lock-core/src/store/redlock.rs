@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::node::Node;
 use super::reply::{AcquireReply, Gone, ReleaseReply, Renewal};
-use super::{AcquireArgs, Outcome};
+use super::{AcquireArgs, NewLease, Outcome};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
 
@@ -287,37 +287,37 @@ impl RedLockStore {
     }
 
     /// Renews on every node; a lock is renewed where a majority renewed it, lost where a
-    /// majority no longer holds it. A dead node must not hold up the tick: its answers count
-    /// as unknown.
+    /// majority no longer holds it. Answers as soon as every lock is decided either way: a
+    /// dead node must not hold up the tick, nor a handoff waiting for its confirmation (its
+    /// answers count as unknown, and a renewal still on its way there is harmless: it never
+    /// shortens a lease).
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
-        lease: Duration,
+        lease: NewLease,
     ) -> Vec<Renewal> {
-        let per_node = join_all(self.nodes.iter().map(|node| async move {
-            tokio::time::timeout(self.timeout, node.renew(locks, lease))
-                .await
-                .unwrap_or_else(|_| vec![Renewal::Unknown; locks.len()])
-        }))
-        .await;
-        let quorum = self.quorum();
-        (0..locks.len())
-            .map(|i| {
-                let renewed = per_node.iter().filter(|n| n[i] == Renewal::Renewed).count();
-                let not_ours = per_node.iter().filter(|n| n[i].is_not_ours()).count();
-                if quorum.carried(renewed) {
-                    Renewal::Renewed
-                } else if quorum.defeated(not_ours) {
-                    let gone = per_node.iter().filter_map(|n| match n[i] {
-                        Renewal::NotOurs(gone) => Some(gone),
-                        _ => None,
-                    });
-                    Renewal::NotOurs(agreed(gone).unwrap_or(Gone::Unknown))
-                } else {
-                    Renewal::Unknown
-                }
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .map(|node| async move {
+                tokio::time::timeout(self.timeout, node.renew(locks, lease))
+                    .await
+                    .unwrap_or_else(|_| vec![Renewal::Unknown; locks.len()])
             })
-            .collect()
+            .collect();
+        let quorum = self.quorum();
+        let mut per_node = Vec::with_capacity(self.nodes.len());
+        let mut decided = vec![Renewal::Unknown; locks.len()];
+        while let Some(answers) = pending.next().await {
+            per_node.push(answers);
+            decided = (0..locks.len())
+                .map(|i| decide(quorum, per_node.iter().map(|n| n[i])))
+                .collect();
+            if decided.iter().all(|d| *d != Renewal::Unknown) {
+                break;
+            }
+        }
+        decided
     }
 
     /// Whether a majority has the lock key.
@@ -376,6 +376,24 @@ async fn gather<T: Send + 'static>(
         }
     }
     done
+}
+
+/// One lock's renewal over the nodes that answered so far: renewed by a majority, lost on
+/// enough nodes that no majority can renew it, else undecided.
+fn decide(quorum: Quorum, answers: impl Iterator<Item = Renewal> + Clone) -> Renewal {
+    let renewed = answers.clone().filter(|a| *a == Renewal::Renewed).count();
+    let not_ours = answers.clone().filter(|a| a.is_not_ours()).count();
+    if quorum.carried(renewed) {
+        Renewal::Renewed
+    } else if quorum.defeated(not_ours) {
+        let gone = answers.filter_map(|a| match a {
+            Renewal::NotOurs(gone) => Some(gone),
+            _ => None,
+        });
+        Renewal::NotOurs(agreed(gone).unwrap_or(Gone::Unknown))
+    } else {
+        Renewal::Unknown
+    }
 }
 
 #[cfg(test)]

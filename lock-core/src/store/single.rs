@@ -1,11 +1,9 @@
 //! The single-server strategy: one logical Redis (a server, a cluster, a Sentinel primary),
 //! optionally with `WAIT` for replicas after each acquire.
 
-use std::time::Duration;
-
 use super::node::Node;
 use super::reply::{AcquireReply, ReleaseReply, Renewal};
-use super::{AcquireArgs, MinReplicas, Outcome};
+use super::{AcquireArgs, MinReplicas, NewLease, Outcome};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
 
@@ -52,7 +50,7 @@ impl SingleStore {
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
-        lease: Duration,
+        lease: NewLease,
     ) -> Vec<Renewal> {
         self.node.renew(locks, lease).await
     }
