@@ -133,6 +133,20 @@ impl BackendError {
         }
     }
 
+    /// Whether a cluster refused the call before running it (MOVED, ASK, TRYAGAIN, CLUSTERDOWN
+    /// that outlasted the cluster client's own retries: a slot changing hands, or a script
+    /// whose keys a migrating slot has split between two nodes). Nothing ran, so the call may
+    /// be sent again.
+    pub(crate) fn is_cluster_refusal(&self) -> bool {
+        match &self.repr {
+            Repr::Redis(e) => {
+                e.is_cluster_error()
+                    || matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
+            }
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
+        }
+    }
+
     /// Whether Redis said the key holds another type.
     pub(crate) fn is_wrong_type(&self) -> bool {
         self.code() == Some("WRONGTYPE")
@@ -210,6 +224,36 @@ mod tests {
             error.to_string(),
             "timed out: redis did not answer before the acquire's deadline"
         );
+    }
+
+    /// A slot in migration or a cluster in transition refuses a command before it runs: the
+    /// acquire loop retries it within its wait, and a release may be sent again (its latch
+    /// makes a retry of a call that did run safe).
+    #[test]
+    fn cluster_redirections_and_refusals_are_transient() {
+        for reply in [
+            "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            "-ASK 3999 127.0.0.1:6381\r\n",
+            "-MOVED 3999 127.0.0.1:6381\r\n",
+            "-CLUSTERDOWN The cluster is down\r\n",
+        ] {
+            let error = redis::parse_redis_value(reply.as_bytes())
+                .and_then(redis::Value::extract_error)
+                .expect_err("an error reply");
+            let error = BackendError::redis(error);
+            assert!(error.is_transient(), "{reply}: {error}");
+            assert!(error.is_cluster_refusal(), "{reply}: {error}");
+            assert!(!error.is_dropped_connection(), "{reply}: {error}");
+        }
+        // What a script met when a key it had not declared was missing from a migrating slot:
+        // not transient, since the script may have written before it failed.
+        let halfway = redis::parse_redis_value(
+            b"-ERR Script attempted to access a non local key in a cluster node\r\n",
+        )
+        .and_then(redis::Value::extract_error)
+        .expect_err("an error reply");
+        let halfway = BackendError::redis(halfway);
+        assert!(!halfway.is_transient() && !halfway.is_cluster_refusal());
     }
 
     #[test]

@@ -113,7 +113,12 @@ impl LockerBuilder {
     /// channel share one slot (the kit's own hash tag); MOVED/ASK redirections and slot
     /// migrations are followed by the client; the watchdog sends its renewals to every node
     /// at once. Release messages are published cluster-wide, so the one subscriber connection
-    /// may sit on any node.
+    /// may sit on any node. Every key a script touches is declared, so while a lock's slot
+    /// migrates with its keys split between two nodes the scripts are refused before they run
+    /// (`TRYAGAIN`) and retried: a contended acquire waits for the end of the migration (within
+    /// its wait); a release is retried (by the cluster client, then by the kit) for a few
+    /// seconds, then fails with a backend error having changed nothing (the lock ends with its
+    /// lease).
     pub fn cluster<I, S>(mut self, seeds: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -18,7 +18,8 @@
 //!
 //! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
-//! leave the prefix: every name starts with it.
+//! leave the prefix: every name starts with it. A script is given every one of these names it
+//! touches in its KEYS, the channels (not keys) excepted (see `scripts/acquire.lua`).
 
 use crate::error::{InvalidKeyReason, LockError};
 

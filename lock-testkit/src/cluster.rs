@@ -674,9 +674,16 @@ impl RedisCluster {
     }
 
     /// Starts moving `slot` from the primary serving it to the primary on `to_port`:
-    /// `CLUSTER SETSLOT slot IMPORTING` on the target, then `MIGRATING` on the source. Keys
-    /// stay where they are until [`migrate_keys`](Self::migrate_keys); meanwhile the source
-    /// answers `ASK` for keys it no longer has. Returns the source's port.
+    /// `CLUSTER SETSLOT slot IMPORTING <source id>` on the target, then `MIGRATING <target id>`
+    /// on the source (the order `redis-cli --cluster reshard` uses). Keys stay where they are
+    /// until [`move_keys`](Self::move_keys) or [`migrate_keys`](Self::migrate_keys) moves them;
+    /// meanwhile the source answers `ASK` for a command whose keys it does not have, and a
+    /// command naming several keys of the slot of which only some are on one node is refused
+    /// with `TRYAGAIN`. Returns the source's port.
+    ///
+    /// A migration is three steps, each a helper: begin, move keys (all at once or a few at a
+    /// time, to hold the slot in its "some keys moved" state), and
+    /// [`finish_slot_migration`](Self::finish_slot_migration).
     ///
     /// # Errors
     ///
@@ -697,31 +704,82 @@ impl RedisCluster {
     ///
     /// When a node does not answer or `MIGRATE` fails.
     pub fn migrate_keys(&self, slot: u16, from_port: u16, to_port: u16) -> io::Result<usize> {
-        let keys: Vec<String> = query(
-            from_port,
-            &["CLUSTER", "GETKEYSINSLOT", &slot.to_string(), "1000"],
+        let keys = self.keys_in_slot(from_port, slot, 1000)?;
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        self.move_keys(from_port, to_port, &keys)
+    }
+
+    /// At most `count` keys of `slot` stored on the node on `port` (`CLUSTER GETKEYSINSLOT`),
+    /// e.g. to pick the next keys to [`move_keys`](Self::move_keys) during a migration.
+    ///
+    /// # Errors
+    ///
+    /// When the node does not answer.
+    pub fn keys_in_slot(&self, port: u16, slot: u16, count: usize) -> io::Result<Vec<String>> {
+        query(
+            port,
+            &[
+                "CLUSTER",
+                "GETKEYSINSLOT",
+                &slot.to_string(),
+                &count.to_string(),
+            ],
             QUERY_TIMEOUT,
         )
-        .map_err(|e| probe::io_err(format!("port {from_port}: GETKEYSINSLOT"), e))?;
-        if keys.is_empty() {
+        .map_err(|e| probe::io_err(format!("port {port}: GETKEYSINSLOT"), e))
+    }
+
+    /// Moves the given `keys` (of a slot being migrated, see
+    /// [`begin_slot_migration`](Self::begin_slot_migration)) from `from_port` to `to_port` in
+    /// one `MIGRATE 127.0.0.1 <to> "" 0 5000 KEYS ...`, which keeps their TTLs; the other keys
+    /// of the slot stay on the source, so the slot is left in its "some keys moved" state.
+    /// Keys that no longer exist on the source are skipped. Returns how many keys moved.
+    ///
+    /// # Errors
+    ///
+    /// When a node does not answer or `MIGRATE` fails.
+    pub fn move_keys(&self, from_port: u16, to_port: u16, keys: &[&str]) -> io::Result<usize> {
+        // Asked per slot: `EXISTS` on a migrating source answers `ASK` for a missing key.
+        let mut stored = std::collections::HashMap::new();
+        let mut present = Vec::with_capacity(keys.len());
+        for key in keys {
+            let slot = key_slot(key.as_bytes());
+            let in_slot = match stored.entry(slot) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(self.keys_in_slot(from_port, slot, 100_000)?)
+                }
+            };
+            if in_slot.iter().any(|k| k == key) {
+                present.push(*key);
+            }
+        }
+        if present.is_empty() {
             return Ok(0);
         }
         let to = to_port.to_string();
         let mut args = vec!["MIGRATE", "127.0.0.1", &to, "", "0", "5000", "KEYS"];
-        args.extend(keys.iter().map(String::as_str));
-        query::<redis::Value>(from_port, &args, QUERY_TIMEOUT)
+        args.extend(present.iter().copied());
+        // `NOKEY`: the keys expired or were deleted since they were looked up.
+        let reply = query::<redis::Value>(from_port, &args, QUERY_TIMEOUT)
             .map_err(|e| probe::io_err(format!("port {from_port}: MIGRATE"), e))?;
-        Ok(keys.len())
+        match reply {
+            redis::Value::SimpleString(s) if s == "NOKEY" => Ok(0),
+            _ => Ok(present.len()),
+        }
     }
 
-    /// Ends a slot migration: `CLUSTER SETSLOT slot NODE <target>` on the target, the source
-    /// and every other live primary, so clients asking the source now get `MOVED`.
+    /// Ends a slot migration: moves the keys still on the source (`CLUSTER SETSLOT .. NODE`
+    /// refuses while the source holds keys of the slot), then `CLUSTER SETSLOT slot NODE
+    /// <target>` on the target, the source and every other live primary, so clients asking the
+    /// source now get `MOVED`.
     ///
     /// # Errors
     ///
     /// When a node does not answer or refuses.
     pub fn finish_slot_migration(&self, slot: u16, from_port: u16, to_port: u16) -> io::Result<()> {
         let to_id = self.node_id(to_port)?;
+        self.migrate_keys(slot, from_port, to_port)?;
         let slot = slot.to_string();
         setslot(to_port, &[&slot, "NODE", &to_id])?;
         setslot(from_port, &[&slot, "NODE", &to_id])?;

@@ -6,23 +6,28 @@
 -- KEYS[1]  the lock key (a string holding the owner's token; while readers hold the lock, the
 --          marker "readers" with the longest reader lease as TTL, see read_acquire.lua: to a
 --          writer it is held like by any other token)
+-- KEYS[2]  the waiting writers of this lock key, in its hash slot: a sorted set of the tokens
+--          of exclusive acquirers (of other lockers) that found the lock held and wait for it,
+--          living as long as the last one that joined may wait. It tells the holder's release
+--          that another locker waits (the holder's own process then holds back its next local
+--          acquirer for a moment), and read locks let a writer in it go first (see
+--          read_acquire.lua). The caller joins it here; a try that wins leaves it, and an
+--          acquire that stops waiting leaves it through withdraw.lua (one whose process died
+--          stays until the set's TTL ends)
+-- KEYS[3]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
+--          which is prepended to this script)
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: its entry in the waiting writers
 --          lives that long (0: the caller will not wait and does not join)
--- ARGV[4]  the waiting writers of this lock key, a key name in the hash slot of KEYS[1]: a
---          sorted set of the tokens of exclusive acquirers (of other lockers) that found the
---          lock held and wait for it, living as long as the last one that joined may wait.
---          It tells the holder's release that another locker waits (the holder's own process
---          then holds back its next local acquirer for a moment), and read locks let a writer
---          in it go first (see read_acquire.lua). The caller joins it here; a try that wins
---          leaves it, and an acquire that stops waiting leaves it through withdraw.lua (one
---          whose process died stays until the set's TTL ends). Not declared as a key: it
---          usually does not exist, and while a Cluster slot migrates a command whose declared
---          keys exist only in part is refused with TRYAGAIN.
--- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
---          which is prepended to this script)
--- ARGV[5]  (with KEYS[2]) the restart guard in milliseconds
+-- ARGV[4]  (with KEYS[3]) the restart guard in milliseconds
+--
+-- Every key the script touches is declared, although the waiting writers usually do not
+-- exist: a Redis Cluster checks each command of a script on its own, and a key of a migrating
+-- slot that is not on this node fails that command after the script's earlier writes. Declared,
+-- the keys are checked before the script runs: while the slot migrates with them split between
+-- the nodes (or absent), the call is refused with ASK or TRYAGAIN, which is retried, and
+-- nothing was written.
 --
 -- Returns {1, 0} when the lock is now held by ARGV[1] (also when it already was: a retried
 -- acquire with the same token is idempotent, and re-applies the lease), or {0, pttl} when
@@ -37,8 +42,8 @@ local lease = tonumber(ARGV[2])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
-if KEYS[2] then
-  local young = restart_guard(KEYS[2], ARGV[5])
+if KEYS[3] then
+  local young = restart_guard(KEYS[3], ARGV[4])
   if young > 0 then
     return {2, young}
   end
@@ -46,7 +51,7 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
   -- The winner waits no more: it must not hold readers back, nor tell a later release that
   -- someone waits (the set goes with its last member).
-  redis.call('ZREM', ARGV[4], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
   return {1, 0}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -60,7 +65,7 @@ local flag = tonumber(ARGV[3]) or 0
 if flag > 0 then
   -- Scores do not matter: the set's TTL bounds every entry. A dead writer's entry thus stays
   -- until the last writer that joined could have waited (at most 3 fallback retries).
-  redis.call('ZADD', ARGV[4], 0, ARGV[1])
-  redis.call('PEXPIRE', ARGV[4], flag)
+  redis.call('ZADD', KEYS[2], 0, ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], flag)
 end
 return {0, redis.call('PTTL', KEYS[1])}

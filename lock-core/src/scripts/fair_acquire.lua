@@ -9,19 +9,21 @@
 -- does not block the ones behind it.
 --
 -- KEYS[1]  the lock key
+-- KEYS[2]  the waiting writers of the lock key (see acquire.lua): a waiter joins them while in
+--          line (so read locks of the key let it go first) and leaves them with the lock; an
+--          abandoned waiter leaves them through release.lua
+-- KEYS[3]  the line (sorted set: token -> arrival, us)
+-- KEYS[4]  the line's liveness (sorted set: token -> alive until, ms)
+-- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes the lock only if nobody is in line)
--- ARGV[4]  the waiting writers of the lock key (see acquire.lua): a waiter joins them while in
---          line (so read locks of the key let it go first) and leaves them with the lock; an
---          abandoned waiter leaves them through release.lua
--- ARGV[5]  the line (sorted set: token -> arrival, us)
--- ARGV[6]  the line's liveness (sorted set: token -> alive until, ms)
--- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[7]  (with KEYS[2]) the restart guard in milliseconds
+-- ARGV[4]  (with KEYS[5]) the restart guard in milliseconds
 --
--- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
+-- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
+-- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
+-- acquire.lua).
 --
 -- Returns {1, 0} when the lock is now held by ARGV[1] (also when it already was: a retry is
 -- idempotent and re-applies the lease), {0, ms} when the caller must wait (the holder's
@@ -32,8 +34,8 @@ local lease = tonumber(ARGV[2])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
-if KEYS[2] then
-  local young = restart_guard(KEYS[2], ARGV[7])
+if KEYS[5] then
+  local young = restart_guard(KEYS[5], ARGV[4])
   if young > 0 then
     return {2, young}
   end
@@ -45,25 +47,25 @@ if current == ARGV[1] then
 end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local head = first_in_line(ARGV[5], ARGV[6], now_ms)
+local head = first_in_line(KEYS[3], KEYS[4], now_ms)
 if not current and (not head or head == ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
   if head then
-    redis.call('ZREM', ARGV[5], ARGV[1])
-    redis.call('ZREM', ARGV[6], ARGV[1])
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
   end
-  redis.call('ZREM', ARGV[4], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[1])
   return {1, 0}
 end
 local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
-  join_line(ARGV[5], ARGV[6], ARGV[1], t, stay)
-  redis.call('ZADD', ARGV[4], 0, ARGV[1])
-  redis.call('PEXPIRE', ARGV[4], stay)
+  join_line(KEYS[3], KEYS[4], ARGV[1], t, stay)
+  redis.call('ZADD', KEYS[2], 0, ARGV[1])
+  redis.call('PEXPIRE', KEYS[2], stay)
 end
 if current then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 -- Free, but another waiter is first: it has until its liveness ends to take it.
-local first = tonumber(redis.call('ZSCORE', ARGV[6], head) or '') or now_ms
+local first = tonumber(redis.call('ZSCORE', KEYS[4], head) or '') or now_ms
 return {0, math.max(first - now_ms, 1)}

@@ -1,11 +1,19 @@
--- The restart guard, prepended to the acquire scripts (acquire.lua, read_acquire.lua): one
--- function, so both check a node's age the same way.
+-- The restart guard, prepended to the acquire scripts (acquire.lua, read_acquire.lua,
+-- fair_acquire.lua, permit_acquire.lua): one function, so all check a node's age the same way.
 --
 -- restart_guard(epoch_key, guard_ms) returns how many more milliseconds the node grants
 -- nothing (<= 0: it may grant). epoch_key holds "<run_id>:<epoch>", where epoch is when, by
 -- this server's clock in microseconds, its current data set began. A node that lost its data
 -- (a restart without persistence or from an older snapshot, a flush) may have forgotten locks
 -- it granted, so it grants nothing until they have surely expired.
+--
+-- epoch_key is declared, as the last of the acquire script's KEYS (only when the guard is on),
+-- like every key a script touches. Unlike the others it is not in the lock's hash slot: it
+-- dates the whole server, so it is one key per server, not one per lock. A Redis Cluster
+-- refuses a script whose keys are in different slots (CROSSSLOT), and an epoch per slot would
+-- not date the node, so the builder refuses the guard in a Cluster
+-- (ConfigError::RestartGuardInCluster) and the key is only ever sent to a single server, a
+-- Sentinel primary or a RedLock node, where every key is local.
 local function restart_guard(epoch_key, guard_ms)
   local guard = tonumber(guard_ms) or 0
   local t = redis.call('TIME')

@@ -12,6 +12,9 @@
 -- join_line(line, alive, waiter, time, stay_ms) puts the waiter in line (once: the first
 -- arrival keeps its place; `time` is the reply of TIME) and counts it alive for stay_ms from
 -- now; the line lives as long as its last waiter may.
+--
+-- `line` and `alive` are always names the calling script declared in its KEYS (see
+-- acquire.lua on why every key a script touches is declared).
 local function first_in_line(line, alive, now_ms)
   local dead = redis.call('ZRANGEBYSCORE', alive, '-inf', string.format('%.0f', now_ms))
   if #dead > 0 then

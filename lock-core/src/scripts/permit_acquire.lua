@@ -17,18 +17,19 @@
 -- processes over others.
 --
 -- KEYS[1]  the semaphore's set
+-- KEYS[2]  the line (sorted set: holder -> arrival, us)
+-- KEYS[3]  the line's liveness (sorted set: holder -> alive until, ms)
+-- KEYS[4]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
 -- ARGV[1]  the holder: `<token>:<permits>` (token >= 128 random bits, hex; permits >= 1)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes permits only if nobody is in line)
 -- ARGV[4]  the number of permits of the semaphore, as this caller counts them
--- ARGV[5]  the release channel of the semaphore (see permit_release.lua)
--- ARGV[6]  the line (sorted set: holder -> arrival, us)
--- ARGV[7]  the line's liveness (sorted set: holder -> alive until, ms)
--- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[8]  (with KEYS[2]) the restart guard in milliseconds
+-- ARGV[5]  the release channel of the semaphore (see permit_release.lua): a channel, not a key
+-- ARGV[6]  (with KEYS[4]) the restart guard in milliseconds
 --
--- ARGV[6] and ARGV[7] are key names in the hash slot of KEYS[1], not declared (see
+-- KEYS[2] and KEYS[3] are in the hash slot of KEYS[1], and declared although they usually do
+-- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
 -- acquire.lua).
 --
 -- Returns {1, 0} when the holder now has its permits (also when it already had them: a retry
@@ -49,8 +50,8 @@ local limit = tonumber(ARGV[4])
 if not wanted or wanted < 1 or not limit or wanted > limit then
   return redis.error_reply('ERR semaphore permits out of range')
 end
-if KEYS[2] then
-  local young = restart_guard(KEYS[2], ARGV[8])
+if KEYS[4] then
+  local young = restart_guard(KEYS[4], ARGV[6])
   if young > 0 then
     return {2, young}
   end
@@ -70,7 +71,7 @@ for i = 1, #holders, 2 do
   end
   used = used + (tonumber(string.match(holders[i], ':(%d+)$') or '1') or 1)
 end
-local head = first_in_line(ARGV[6], ARGV[7], now)
+local head = first_in_line(KEYS[2], KEYS[3], now)
 if used + wanted <= limit and (not head or head == ARGV[1]) then
   redis.call('ZADD', KEYS[1], until_ms, ARGV[1])
   if #holders == 0 then
@@ -81,11 +82,11 @@ if used + wanted <= limit and (not head or head == ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], lease, 'GT')
   end
   if head then
-    redis.call('ZREM', ARGV[6], ARGV[1])
-    redis.call('ZREM', ARGV[7], ARGV[1])
+    redis.call('ZREM', KEYS[2], ARGV[1])
+    redis.call('ZREM', KEYS[3], ARGV[1])
     -- Permits left for the next in line: tell it now (the message that woke us named us).
     if used + wanted < limit then
-      local next_head = redis.call('ZRANGE', ARGV[6], 0, 0)[1]
+      local next_head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
       if next_head then
         redis.pcall('PUBLISH', ARGV[5], next_head)
       end
@@ -95,12 +96,12 @@ if used + wanted <= limit and (not head or head == ARGV[1]) then
 end
 local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
-  join_line(ARGV[6], ARGV[7], ARGV[1], t, stay)
+  join_line(KEYS[2], KEYS[3], ARGV[1], t, stay)
   head = head or ARGV[1]
 end
 if used + wanted > limit then
   return {0, math.max(tonumber(holders[2]) - now, 1)}
 end
 -- Free, but another waiter is first: it has until its liveness ends to take them.
-local first = tonumber(redis.call('ZSCORE', ARGV[7], head) or '') or now
+local first = tonumber(redis.call('ZSCORE', KEYS[3], head) or '') or now
 return {0, math.max(first - now, 1)}

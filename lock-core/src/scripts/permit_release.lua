@@ -4,15 +4,17 @@
 -- script.
 --
 -- KEYS[1]  the semaphore's set (see permit_acquire.lua)
+-- KEYS[2]  the release latch of this holder
+-- KEYS[3]  the line of waiters (sorted set: holder -> arrival, us)
+-- KEYS[4]  the line's liveness (sorted set: holder -> alive until, ms)
 -- ARGV[1]  the holder: `<token>:<permits>`
--- ARGV[2]  the release channel of the semaphore; the message is the holder name of the first
---          waiter in line, the only one that needs to try (see permit_acquire.lua)
+-- ARGV[2]  the release channel of the semaphore (a channel, not a key); the message is the
+--          holder name of the first waiter in line, the only one that needs to try (see
+--          permit_acquire.lua)
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
--- ARGV[4]  the release latch of this holder
--- ARGV[5]  the line of waiters (sorted set: holder -> arrival, us)
--- ARGV[6]  the line's liveness (sorted set: holder -> alive until, ms)
 --
--- ARGV[4], ARGV[5] and ARGV[6] are key names in the hash slot of KEYS[1], not declared (see
+-- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
+-- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
 -- release.lua).
 --
 -- Returns, as release.lua: 1 given back now, 2 given back now and another locker waits (it
@@ -31,9 +33,9 @@ score = tonumber(score or '')
 if score then
   redis.call('ZREM', KEYS[1], ARGV[1])
   if score > now then
-    local head = first_in_line(ARGV[5], ARGV[6], now)
+    local head = first_in_line(KEYS[3], KEYS[4], now)
     local waited = head and 1 or 0
-    redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
+    redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
     if head then
       redis.pcall('PUBLISH', ARGV[2], head)
     end
@@ -42,14 +44,14 @@ if score then
 end
 -- Not a holder: an acquire that gave up or was dropped leaves the line; if it was first, the
 -- next one is told (permits may be free that were kept for it).
-if redis.call('ZREM', ARGV[5], ARGV[1]) == 1 then
-  redis.call('ZREM', ARGV[6], ARGV[1])
-  local head = first_in_line(ARGV[5], ARGV[6], now)
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  local head = first_in_line(KEYS[3], KEYS[4], now)
   if head then
     redis.pcall('PUBLISH', ARGV[2], head)
   end
 end
-local latch = redis.call('GET', ARGV[4])
+local latch = redis.call('GET', KEYS[2])
 if latch then
   return tonumber(latch) + 2
 end

@@ -8,21 +8,23 @@
 -- ends on its own, not with the others'.
 --
 -- KEYS[1]  the lock key
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
--- ARGV[2]  the lease in milliseconds (>= 1)
--- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
--- ARGV[4]  the waiting writers of the lock key (see acquire.lua): exclusive acquirers of other
+-- KEYS[2]  the waiting writers of the lock key (see acquire.lua): exclusive acquirers of other
 --          lockers that found the lock taken and wait. One that stops waiting leaves at once
 --          (withdraw.lua), one that wins with its grant
--- ARGV[5]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
--- ARGV[6]  the readers' waiting flag of the lock key: set here when a writer holds the lock, so
+-- KEYS[3]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
+-- KEYS[4]  the readers' waiting flag of the lock key: set here when a writer holds the lock, so
 --          that the writer's release tells the readers (release.lua deletes it with the waiting
 --          writers). A flag of its own: if a writer's hold ends without its release (its lease
 --          ran out, a force unlock), a reader's flag must not keep the other readers out
--- KEYS[2]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[7]  (with KEYS[2]) the restart guard in milliseconds
+-- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
+-- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[2]  the lease in milliseconds (>= 1)
+-- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
+-- ARGV[4]  (with KEYS[5]) the restart guard in milliseconds
 --
--- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see acquire.lua).
+-- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
+-- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
+-- acquire.lua).
 --
 -- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
 -- same token is idempotent and re-applies the lease), {0, pttl} when a writer holds the lock
@@ -34,8 +36,8 @@ local lease = tonumber(ARGV[2])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
-if KEYS[2] then
-  local young = restart_guard(KEYS[2], ARGV[7])
+if KEYS[5] then
+  local young = restart_guard(KEYS[5], ARGV[4])
   if young > 0 then
     return {2, young}
   end
@@ -44,24 +46,24 @@ local current = redis.call('GET', KEYS[1])
 local flag = tonumber(ARGV[3]) or 0
 if current and current ~= 'readers' then
   if flag > 0 then
-    redis.call('SET', ARGV[6], '1', 'PX', flag)
+    redis.call('SET', KEYS[4], '1', 'PX', flag)
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', ARGV[5], '-inf', string.format('%.0f', now))
-if not redis.call('ZSCORE', ARGV[5], ARGV[1]) then
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- A waiting writer goes first. The set is not renewed here: only writers keep it alive, so
   -- an entry of a writer whose process died ends with its TTL.
-  local waiting = redis.call('PTTL', ARGV[4])
+  local waiting = redis.call('PTTL', KEYS[2])
   if waiting ~= -2 then
     return {0, waiting}
   end
 end
-redis.call('ZADD', ARGV[5], string.format('%.0f', now + lease), ARGV[1])
-local last = redis.call('ZRANGE', ARGV[5], -1, -1, 'WITHSCORES')
+redis.call('ZADD', KEYS[3], string.format('%.0f', now + lease), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 local ttl = math.max(tonumber(last[2]) - now, 1)
 redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
-redis.call('PEXPIRE', ARGV[5], ttl)
+redis.call('PEXPIRE', KEYS[3], ttl)
 return {1, 0}

@@ -8,14 +8,15 @@
 -- removes it).
 --
 -- KEYS[1]  the lock key (see read_acquire.lua for the layout)
+-- KEYS[2]  the release latch of this token
+-- KEYS[3]  the waiting writers of the lock key (see acquire.lua)
+-- KEYS[4]  the readers set of the lock key
 -- ARGV[1]  the caller's token
--- ARGV[2]  the release channel of the lock key
+-- ARGV[2]  the release channel of the lock key (a channel, not a key)
 -- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
--- ARGV[4]  the release latch of this token
--- ARGV[5]  the waiting writers of the lock key (see acquire.lua)
--- ARGV[6]  the readers set of the lock key
 --
--- ARGV[4] to ARGV[6] are key names in the hash slot of KEYS[1], not declared (see
+-- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
+-- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
 -- release.lua).
 --
 -- Returns, as release.lua: 1 released now, 2 released now as the last reader and a writer
@@ -28,31 +29,31 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
-local score = tonumber(redis.call('ZSCORE', ARGV[6], ARGV[1]) or '')
+local score = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '')
 if ok and current == 'readers' and score and score > now then
-  redis.call('ZREM', ARGV[6], ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', ARGV[6], '-inf', string.format('%.0f', now))
+  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now))
   local answer = 1
-  local last = redis.call('ZRANGE', ARGV[6], -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
   if last[2] then
     -- Readers remain: the marker lives as long as the longest of their leases.
     local ttl = math.max(tonumber(last[2]) - now, 1)
     redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
   else
     redis.call('DEL', KEYS[1])
-    if redis.call('EXISTS', ARGV[5]) == 1 then
+    if redis.call('EXISTS', KEYS[3]) == 1 then
       redis.pcall('PUBLISH', ARGV[2], '1')
       answer = 2
     end
   end
-  redis.call('SET', ARGV[4], tostring(answer), 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], tostring(answer), 'PX', ARGV[3])
   return answer
 end
 if score then
   -- Not ours any more (expired, or the marker is gone or replaced): the entry goes. An entry
   -- still there means no earlier try of this release ran (it removes the entry), so the latch
   -- need not be asked.
-  redis.call('ZREM', ARGV[6], ARGV[1])
+  redis.call('ZREM', KEYS[4], ARGV[1])
   if score <= now then
     return -2
   end
@@ -61,7 +62,7 @@ if score then
   end
   return 0
 end
-local latch = redis.call('GET', ARGV[4])
+local latch = redis.call('GET', KEYS[2])
 if latch then
   return tonumber(latch) + 2
 end

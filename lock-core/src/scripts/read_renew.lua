@@ -1,13 +1,13 @@
 -- Renew a batch of read locks, each only if its reader's lease has not ended.
 --
--- KEYS[i]     the lock keys (holding the marker "readers", see read_acquire.lua)
+-- KEYS[2i-1]  the lock keys (holding the marker "readers", see read_acquire.lua)
+-- KEYS[2i]    the readers set of KEYS[2i-1], in its hash slot (declared, see acquire.lua)
 -- ARGV[1]     the new lease in milliseconds (>= 1)
 -- ARGV[2]     '1': set the reader's lease exactly (an explicit extension, which may shorten
 --             it); '0': only where it grows (a watchdog renewal never cuts back an extension)
--- ARGV[2i+1]  the reader's token for KEYS[i]
--- ARGV[2i+2]  the readers set of KEYS[i], a key name in its hash slot
+-- ARGV[i+2]   the reader's token for KEYS[2i-1]
 --
--- Returns an array with one entry per key:
+-- Returns an array with one entry per lock key:
 --   1  renewed
 --   0  the lock key or the reader's entry is absent (expired and cleared, or deleted)
 --  -1  the lock key holds something else than the marker (a writer's token), or is of another
@@ -21,8 +21,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local exact = ARGV[2] == '1'
 local result = {}
-for i, key in ipairs(KEYS) do
-  local token, readers = ARGV[2 * i + 1], ARGV[2 * i + 2]
+for i = 1, #KEYS / 2 do
+  local key, readers, token = KEYS[2 * i - 1], KEYS[2 * i], ARGV[i + 2]
   local ok, current = pcall(redis.call, 'GET', key)
   result[i] = 0
   if not ok or (current and current ~= 'readers') then

@@ -3,26 +3,30 @@
 -- waiters queue in its process and need no message).
 --
 -- KEYS[1]  the lock key
--- ARGV[1]  the caller's token
--- ARGV[2]  the release channel of this lock key; the message is '1' (every waiter may try),
---          or for a fair lock the token of the first waiter in line
--- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
--- ARGV[4]  the release latch of this token (`..:unlocked:<token>`)
--- ARGV[5]  the waiting writers of this lock key (acquirers of other lockers that found it
+-- KEYS[2]  the release latch of this token (`..:unlocked:<token>`)
+-- KEYS[3]  the waiting writers of this lock key (acquirers of other lockers that found it
 --          held, see acquire.lua): deleted by a release (whoever waits tries again, and joins
 --          again if it loses); when the token does not hold the lock it may be an abandoned
 --          acquire's, whose entry goes
---
--- ARGV[6]  the readers' waiting flag of this lock key (set by readers that found it held, see
---          read_acquire.lua): like ARGV[5], another locker waits
--- ARGV[7]  (fair locks only) the line of the lock key, and
--- ARGV[8]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
+-- KEYS[4]  the readers' waiting flag of this lock key (set by readers that found it held, see
+--          read_acquire.lua): like KEYS[3], another locker waits
+-- KEYS[5]  (fair locks only) the line of the lock key, and
+-- KEYS[6]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
 --          may be an abandoned waiter's, which leaves the line here instead of blocking it
 --          until its liveness ends
+-- ARGV[1]  the caller's token
+-- ARGV[2]  the release channel of this lock key (a channel, not a key); the message is '1'
+--          (every waiter may try), or for a fair lock the token of the first waiter in line
+-- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
 --
--- ARGV[4] to ARGV[8] are key names in the hash slot of KEYS[1] (the kit's hash tag). They are
--- not declared as KEYS because they usually do not exist: while a Cluster slot migrates, a
--- command whose declared keys exist only in part is refused with TRYAGAIN until it ends.
+-- KEYS[2] to KEYS[6] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
+-- although they usually do not exist. Inside a script a Redis Cluster checks each command's
+-- key on its own: an undeclared key of a migrating slot that is not on this node would fail the
+-- script after it deleted the lock key (no latch, no message, an error for a lock it did
+-- release). Declared, they are checked before the script runs: while the slot migrates with
+-- them split between the nodes (or absent), the call is refused with ASK or TRYAGAIN and
+-- nothing was written, so it is sent again (by the cluster client, then by the kit); the latch
+-- makes a retry of a call that did run safe.
 --
 -- Returns
 --   1  deleted now; no other locker flagged that it waits
@@ -46,31 +50,31 @@
 -- need not try).
 local function first_in_fair_line()
   local t = redis.call('TIME')
-  return first_in_line(ARGV[7], ARGV[8], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return first_in_line(KEYS[5], KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 end
 
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local waited = math.min(redis.call('DEL', ARGV[5], ARGV[6]), 1)
+  local waited = math.min(redis.call('DEL', KEYS[3], KEYS[4]), 1)
   -- A fair lock's line says who waits, also when the waiting writers are gone: its waiters do
   -- not try (and join them again) after a message that names another.
-  local head = ARGV[7] and first_in_fair_line()
+  local head = KEYS[5] and first_in_fair_line()
   if head then
     waited = 1
   end
-  redis.call('SET', ARGV[4], tostring(waited + 1), 'PX', ARGV[3])
+  redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
   if waited == 1 then
     redis.pcall('PUBLISH', ARGV[2], head or '1')
   end
   return waited + 1
 end
 -- Not ours (or not any more): an abandoned acquire's waiting entry goes.
-redis.call('ZREM', ARGV[5], ARGV[1])
-if ARGV[7] then
-  local head = redis.call('ZRANGE', ARGV[7], 0, 0)[1]
-  redis.call('ZREM', ARGV[7], ARGV[1])
-  redis.call('ZREM', ARGV[8], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if KEYS[5] then
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
+  redis.call('ZREM', KEYS[5], ARGV[1])
+  redis.call('ZREM', KEYS[6], ARGV[1])
   if head == ARGV[1] then
     -- The first in line gave up: the next one is told (the lock may be free).
     local next_head = first_in_fair_line()
@@ -79,7 +83,7 @@ if ARGV[7] then
     end
   end
 end
-local latch = redis.call('GET', ARGV[4])
+local latch = redis.call('GET', KEYS[2])
 if latch then
   return tonumber(latch) + 2
 end

@@ -4,19 +4,18 @@
 -- the lock, the release channel is told: readers that let it go first may try now.
 --
 -- KEYS[1]  the lock key
+-- KEYS[2]  the waiting writers of the lock key, in its hash slot (declared, see acquire.lua)
 -- ARGV[1]  the caller's token
--- ARGV[2]  the waiting writers of the lock key, a key name in the hash slot of KEYS[1], not
---          declared (see acquire.lua)
--- ARGV[3]  the release channel of the lock key
+-- ARGV[2]  the release channel of the lock key (a channel, not a key)
 --
 -- Returns 1 when the caller's entry was there (and is gone), 0 when it was not.
-if redis.call('ZREM', ARGV[2], ARGV[1]) == 0 then
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
-if redis.call('EXISTS', ARGV[2]) == 0 then
+if redis.call('EXISTS', KEYS[2]) == 0 then
   local ok, current = pcall(redis.call, 'GET', KEYS[1])
   if ok and (not current or current == 'readers') then
-    redis.pcall('PUBLISH', ARGV[3], '1')
+    redis.pcall('PUBLISH', ARGV[2], '1')
   end
 end
 return 1

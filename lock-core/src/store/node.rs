@@ -53,30 +53,36 @@ impl Node {
             Access::Permits { .. } => &scripts::PERMIT_ACQUIRE,
         };
         let mut call = ScriptCall::new(script);
-        call.key(&keys.lock)
-            .arg(token)
-            .arg(lease_ms(args.lease))
-            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX));
-        // A semaphore's line says who waits: its scripts take no waiting writers.
-        if !matches!(keys.access, Access::Permits { .. }) {
-            call.arg(keys.waiting());
-        }
+        // Every name a script touches is one of its KEYS, so a migrating Cluster slot refuses
+        // the call before it runs (see `scripts/acquire.lua`). A semaphore's line says who
+        // waits: its scripts take no waiting writers.
+        call.key(&keys.lock);
         match keys.access {
-            Access::Exclusive => {}
+            Access::Exclusive => {
+                call.key(keys.waiting());
+            }
             Access::Fair => {
-                call.arg(keys.line()).arg(keys.line_alive());
+                call.key(keys.waiting())
+                    .key(keys.line())
+                    .key(keys.line_alive());
             }
             Access::Shared => {
-                call.arg(keys.readers()).arg(keys.readers_waiting());
+                call.key(keys.waiting())
+                    .key(keys.readers())
+                    .key(keys.readers_waiting());
             }
-            Access::Permits { limit } => {
-                call.arg(limit)
-                    .arg(keys.channel())
-                    .arg(keys.line())
-                    .arg(keys.line_alive());
+            Access::Permits { .. } => {
+                call.key(keys.line()).key(keys.line_alive());
             }
         }
+        call.arg(token)
+            .arg(lease_ms(args.lease))
+            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX));
+        if let Access::Permits { limit } = keys.access {
+            call.arg(limit).arg(keys.channel());
+        }
         if let Some(guard) = &self.restart_guard {
+            // The last key: the scripts find the guard by it (see `scripts/guard.lua`).
             call.key(&guard.epoch_key).arg(lease_ms(guard.guard));
         }
         call
@@ -163,8 +169,9 @@ impl Node {
 
     /// Releases the lock if it holds `token`. Compare-and-delete is idempotent, so a call that
     /// met a dropped connection is sent again (the connection manager reconnects meanwhile)
-    /// instead of leaving the key for its lease. Whether the first call ran is unknown; the
-    /// latch it leaves when it deletes the key tells the retry (see `scripts/release.lua`).
+    /// instead of leaving the key for its lease, and so is one a cluster refused before it ran
+    /// (its slot migrating). Whether the first call ran is unknown; the latch it leaves when it
+    /// deletes the key tells the retry (see `scripts/release.lua`).
     pub(crate) async fn release(
         &self,
         keys: &RedisKeys,
@@ -175,30 +182,28 @@ impl Node {
             Access::Shared => &scripts::READ_RELEASE,
             Access::Permits { .. } => &scripts::PERMIT_RELEASE,
         });
-        call.key(&keys.lock)
-            .arg(token)
-            .arg(keys.channel())
-            .arg(lease_ms(self.latch))
-            .arg(keys.latch(token));
-        if !matches!(keys.access, Access::Permits { .. }) {
-            call.arg(keys.waiting());
-        }
+        // Every name the script touches is one of its KEYS (see `scripts/release.lua`).
+        call.key(&keys.lock).key(keys.latch(token));
         match keys.access {
             Access::Exclusive => {
-                call.arg(keys.readers_waiting());
+                call.key(keys.waiting()).key(keys.readers_waiting());
             }
             Access::Fair => {
-                call.arg(keys.readers_waiting())
-                    .arg(keys.line())
-                    .arg(keys.line_alive());
+                call.key(keys.waiting())
+                    .key(keys.readers_waiting())
+                    .key(keys.line())
+                    .key(keys.line_alive());
             }
             Access::Shared => {
-                call.arg(keys.readers());
+                call.key(keys.waiting()).key(keys.readers());
             }
             Access::Permits { .. } => {
-                call.arg(keys.line()).arg(keys.line_alive());
+                call.key(keys.line()).key(keys.line_alive());
             }
         }
+        call.arg(token)
+            .arg(keys.channel())
+            .arg(lease_ms(self.latch));
         retry_dropped(|| {
             let mut conn = self.conn.clone();
             let call = &call;
@@ -212,8 +217,8 @@ impl Node {
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
         let mut call = ScriptCall::new(&scripts::WITHDRAW);
         call.key(&keys.lock)
+            .key(keys.waiting())
             .arg(token)
-            .arg(keys.waiting())
             .arg(keys.channel());
         retry_dropped(|| {
             let mut conn = self.conn.clone();
@@ -319,7 +324,8 @@ impl Node {
             for (keys, token) in chunk {
                 invocation.key(&keys.lock).arg(*token);
                 if keys.access == Access::Shared {
-                    invocation.arg(keys.readers());
+                    // Declared, as every name a script touches (see `scripts/read_renew.lua`).
+                    invocation.key(keys.readers());
                 }
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
@@ -377,8 +383,8 @@ impl Node {
     pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
         scripts::FORCE_UNLOCK
             .key(&keys.lock)
+            .key(keys.readers())
             .arg(keys.channel())
-            .arg(keys.readers())
             .invoke_async::<i64>(&mut self.conn.clone())
             .await
             .map(|deleted| deleted == 1)
@@ -420,7 +426,8 @@ fn parse_uptime(info: &str) -> Option<Duration> {
 }
 
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
-/// connection; for idempotent calls only.
+/// connection, or a cluster refused it before it ran (a slot that moved or is migrating, whose
+/// end the cluster client's own retries did not see); for idempotent calls only.
 async fn retry_dropped<T, F, Fut>(mut call: F) -> Result<T, BackendError>
 where
     F: FnMut() -> Fut,
@@ -429,7 +436,7 @@ where
     let mut result = call().await;
     for delay in [5, 50] {
         match &result {
-            Err(e) if e.is_dropped_connection() => {
+            Err(e) if e.is_dropped_connection() || e.is_cluster_refusal() => {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 result = call().await;
             }
