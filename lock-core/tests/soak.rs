@@ -992,7 +992,14 @@ fn chaos_soak() {
                     .unwrap_or_else(|| keys[rand::rng().random_range(0..keys.len())].clone());
                 let begin = monotonic_ns();
                 let deleted = if kind == Fault::ForceUnlock {
-                    rt.block_on(admin.force_unlock(&key)).map(u64::from).ok()
+                    // Its connection may still be down after a restart: a few tries.
+                    (0..3).find_map(|_| {
+                        let deleted = rt.block_on(admin.force_unlock(&key)).map(u64::from).ok();
+                        if deleted.is_none() {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        deleted
+                    })
                 } else {
                     soak.lock_server
                         .try_cmd::<u64>(&["DEL", &lock_key(&key)])
