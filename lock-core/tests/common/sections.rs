@@ -1,5 +1,6 @@
 //! The lock cycles of the chaos soaks (`soak.rs`, `soak_sentinel.rs`): short sections on
-//! `k0`.. and long ones on `h0`.., each through the double-holder oracle.
+//! `k0`.. and held ones ([`holds`]: long ones on `h0`.., and those `soak.rs` adds), each
+//! through the double-holder oracle, which also records what each release answered.
 #![allow(dead_code, unreachable_pub)]
 
 use std::ops::RangeInclusive;
@@ -7,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lock_core::{LockGuard, Locker};
-use lock_testkit::oracle::{monotonic_ns, Entry, Oracle, Outcome};
+use lock_core::{LockError, LockGuard, Locker};
+use lock_testkit::oracle::{monotonic_ns, Entry, Oracle, Outcome, Release};
 use rand::Rng;
 
 /// What the tasks of a worker lock, and how.
@@ -50,6 +51,12 @@ pub struct WorkerStats {
     pub writes: AtomicU64,
     pub writes_rejected: AtomicU64,
     pub resets: AtomicU64,
+    /// Sections entered without asking for a fencing token.
+    pub untokened: AtomicU64,
+    /// Sections that extended their lock past the lease, and extensions that failed (not
+    /// counting a lost lock).
+    pub extended: AtomicU64,
+    pub extend_failed: AtomicU64,
     pub latency: Mutex<Vec<u64>>,
 }
 
@@ -63,17 +70,20 @@ impl WorkerStats {
     }
 }
 
-/// Acquires `key` and enters the oracle with the guard's fencing token; `None` (counted as
-/// busy or as an acquire error) when the lock was not had.
+/// Acquires `key` and enters the oracle with the guard's fencing token, or with none
+/// (`tokened` false: a user that never asks for one; such a holder learns nothing from
+/// Redis before its first renewal); `None` (counted as busy or as an acquire error) when the
+/// lock was not had.
 async fn acquire_and_enter(
     locker: &Locker,
     oracle: &Oracle,
     stats: &WorkerStats,
     key: &str,
-    workload: &Workload,
+    wait: Duration,
+    tokened: bool,
 ) -> Option<(LockGuard, Entry)> {
     let started = Instant::now();
-    let guard = match locker.lock(key).wait(workload.wait).await {
+    let guard = match locker.lock(key).wait(wait).await {
         Ok(guard) => guard,
         Err(e) if e.is_busy() => {
             stats.busy.fetch_add(1, Ordering::Relaxed);
@@ -88,15 +98,52 @@ async fn acquire_and_enter(
     stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
     // Under faults the token's round trip can fail like the acquire's (or find the lock lost):
     // no section then.
-    let Ok(fence) = guard.fencing_token().await else {
-        stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
-        return None;
+    let fence = if tokened {
+        let Ok(fence) = guard.fencing_token().await else {
+            stats.acquire_errors.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        fence
+    } else {
+        stats.untokened.fetch_add(1, Ordering::Relaxed);
+        0
     };
     let entry = oracle
         .enter(key, fence, || guard.is_held())
         .await
         .expect("referee enter");
     Some((guard, entry))
+}
+
+/// What a release answered, for the oracle.
+fn answer(result: &Result<(), LockError>) -> Release {
+    match result {
+        Ok(()) => Release::Ok,
+        Err(e) if e.is_lost() => Release::Lost,
+        Err(_) => Release::Failed,
+    }
+}
+
+/// Ends a section: leaves the oracle (the exit stamped before the release is sent),
+/// releases, records the release's answer and the outcome, counts it.
+async fn end_section(oracle: &Oracle, stats: &WorkerStats, guard: LockGuard, mut entry: Entry) {
+    oracle.leave(&mut entry).await.expect("referee leave");
+    let released = guard.release().await;
+    entry.record_release(answer(&released));
+    let outcome = match released {
+        _ if entry.lost_at().is_some() => Outcome::Lost,
+        Ok(()) => Outcome::Completed,
+        Err(e) if e.is_lost() => Outcome::Lost,
+        Err(_) => Outcome::ReleaseFailed,
+    };
+    let counter = match outcome {
+        Outcome::Completed => &stats.completed,
+        Outcome::Lost => &stats.lost,
+        _ => &stats.release_failed,
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+    stats.cycles.fetch_add(1, Ordering::Relaxed);
+    oracle.finish(entry, outcome).await.expect("referee finish");
 }
 
 /// One task's lock cycles until `until`.
@@ -126,6 +173,8 @@ pub async fn cycles(
             oracle.write(&entry).await.expect("referee");
             entry.observe(|| true);
             oracle.leave(&mut entry).await.expect("referee");
+            // ... and a release that claims success.
+            entry.record_release(Release::Ok);
             oracle
                 .finish(entry, Outcome::Completed)
                 .await
@@ -133,7 +182,7 @@ pub async fn cycles(
             continue;
         }
         let Some((guard, mut entry)) =
-            acquire_and_enter(&locker, &oracle, &stats, &key, &workload).await
+            acquire_and_enter(&locker, &oracle, &stats, &key, workload.wait, true).await
         else {
             continue;
         };
@@ -165,62 +214,86 @@ pub async fn cycles(
             }
         }
         entry.observe(|| guard.is_held());
-        oracle.leave(&mut entry).await.expect("referee leave");
-        let outcome = match guard.release().await {
-            _ if entry.lost_at().is_some() => Outcome::Lost,
-            Ok(()) => Outcome::Completed,
-            Err(e) if e.is_lost() => Outcome::Lost,
-            Err(_) => Outcome::ReleaseFailed,
-        };
-        let counter = match outcome {
-            Outcome::Completed => &stats.completed,
-            Outcome::Lost => &stats.lost,
-            _ => &stats.release_failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        stats.cycles.fetch_add(1, Ordering::Relaxed);
-        oracle.finish(entry, outcome).await.expect("referee finish");
+        end_section(&oracle, &stats, guard, entry).await;
     }
 }
 
-/// One task's long sections until `until`: a lock on `h0` or `h1` held for 0.3-2 s (past the
-/// lease, so the watchdog renews it), confirming `is_held()` every 10 ms and writing to the
-/// fenced resource every 100 ms, as a holder that checks its lock before each step of a long
-/// job. A loss ends the section (after one more write, which the fence must reject).
-pub async fn long_holds(
+/// Held sections on the keys `<stem>0`..: each holds its lock for a while, confirming
+/// `is_held()` every `check_every` and writing through the fence every `write_every` checks,
+/// as a holder that checks its lock before each step of a job. A loss ends the section (after
+/// one more write, which the fence must reject).
+#[derive(Debug, Clone)]
+pub struct Holds {
+    /// The keys: `<stem>0`..`<stem>{keys - 1}`.
+    pub stem: &'static str,
+    pub keys: usize,
+    /// How long a section holds its lock, in milliseconds.
+    pub hold_ms: RangeInclusive<u64>,
+    pub check_every: Duration,
+    pub write_every: u64,
+    /// One section in this many enters without asking for a fencing token (0: none), and
+    /// then never writes: such a holder is told nothing by Redis before its first renewal.
+    pub untokened_one_in: u32,
+    /// Each section extends its lock right after entering by this many leases (`None`: no
+    /// extension), then keeps working past the lease.
+    pub extend_leases: Option<RangeInclusive<u32>>,
+    /// The watchdog lease the extensions are counted in.
+    pub lease: Duration,
+    /// Longest wait of one acquire.
+    pub wait: Duration,
+}
+
+/// One task's held sections until `until` (see [`Holds`]).
+pub async fn holds(
     locker: Locker,
     oracle: Oracle,
     stats: Arc<WorkerStats>,
     until: u64,
-    workload: Workload,
+    spec: Holds,
 ) {
     while monotonic_ns() < until {
-        let (key, hold) = {
+        let (key, hold, tokened, extend) = {
             let mut rng = rand::rng();
             (
-                format!("h{}", rng.random_range(0..workload.hold_keys)),
-                Duration::from_millis(rng.random_range(workload.hold_ms.clone())),
+                format!("{}{}", spec.stem, rng.random_range(0..spec.keys)),
+                Duration::from_millis(rng.random_range(spec.hold_ms.clone())),
+                spec.untokened_one_in == 0 || !rng.random_ratio(1, spec.untokened_one_in),
+                spec.extend_leases
+                    .clone()
+                    .map(|leases| spec.lease * rng.random_range(leases)),
             )
         };
         let Some((guard, mut entry)) =
-            acquire_and_enter(&locker, &oracle, &stats, &key, &workload).await
+            acquire_and_enter(&locker, &oracle, &stats, &key, spec.wait, tokened).await
         else {
             continue;
         };
         let held_since = Instant::now();
+        if let Some(by) = extend {
+            // Past the lease: the lock must stay ours (or be reported lost) for all of it,
+            // whatever the watchdog renews with meanwhile.
+            match guard.extend(by).await {
+                Ok(()) => stats.extended.fetch_add(1, Ordering::Relaxed),
+                Err(e) if e.is_lost() => {
+                    entry.mark_lost();
+                    0
+                }
+                Err(_) => stats.extend_failed.fetch_add(1, Ordering::Relaxed),
+            };
+        }
         let mut step = 0u64;
         while held_since.elapsed() < hold {
             let lost = tokio::select! {
                 biased;
                 () = guard.lost() => true,
-                () = tokio::time::sleep(Duration::from_millis(10)) => false,
+                () = tokio::time::sleep(spec.check_every) => false,
             };
             if lost {
                 entry.mark_lost();
             }
             step += 1;
             let held = entry.observe(|| guard.is_held());
-            if !held || step % 10 == 0 {
+            if tokened && (!held || step % spec.write_every == 0) {
                 let accepted = oracle.write(&entry).await.expect("referee write");
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 if !accepted {
@@ -232,22 +305,32 @@ pub async fn long_holds(
             }
         }
         entry.observe(|| guard.is_held());
-        oracle.leave(&mut entry).await.expect("referee leave");
-        let outcome = match guard.release().await {
-            _ if entry.lost_at().is_some() => Outcome::Lost,
-            Ok(()) => Outcome::Completed,
-            Err(e) if e.is_lost() => Outcome::Lost,
-            Err(_) => Outcome::ReleaseFailed,
-        };
-        let counter = match outcome {
-            Outcome::Completed => &stats.completed,
-            Outcome::Lost => &stats.lost,
-            _ => &stats.release_failed,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        stats.cycles.fetch_add(1, Ordering::Relaxed);
-        oracle.finish(entry, outcome).await.expect("referee finish");
+        end_section(&oracle, &stats, guard, entry).await;
     }
+}
+
+/// One task's long sections until `until`: a lock on `h0`.. held for `workload.hold_ms`
+/// (past the lease, so the watchdog renews it), confirming `is_held()` every 10 ms and writing
+/// to the fenced resource every 100 ms ([`holds`], every section with a token).
+pub async fn long_holds(
+    locker: Locker,
+    oracle: Oracle,
+    stats: Arc<WorkerStats>,
+    until: u64,
+    workload: Workload,
+) {
+    let spec = Holds {
+        stem: "h",
+        keys: workload.hold_keys,
+        hold_ms: workload.hold_ms,
+        check_every: Duration::from_millis(10),
+        write_every: 10,
+        untokened_one_in: 0,
+        extend_leases: None,
+        lease: Duration::ZERO,
+        wait: workload.wait,
+    };
+    holds(locker, oracle, stats, until, spec).await;
 }
 
 /// The upper bound of the bucket holding the `p` quantile of `hist`.

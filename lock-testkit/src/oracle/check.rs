@@ -1,11 +1,11 @@
 //! The offline checker: classifies a run's intervals and fenced writes into violations and
 //! reported-but-explained events.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use super::record::{Access, FencedWrite, Interval, Outcome};
+use super::record::{Access, FencedWrite, Interval, Outcome, Release, Wipe};
 
 /// The result of [`check`]. [`is_clean`](Self::is_clean) is the verdict.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,8 +47,29 @@ pub struct Report {
     /// Overlaps whose older holder was SIGKILLed without having confirmed the lock after the
     /// younger one entered: reported, not a violation.
     pub killed_overlaps: u64,
+    /// Overlaps whose older holder was inside when a [`Wipe`] took its lock and the younger
+    /// entered after the wipe began, the older noticing the loss within the wipe's `notice`
+    /// (and its release not answering `Ok`): reported, not a violation (nobody can know of a
+    /// deletion before the next look at Redis).
+    pub wiped_overlaps: u64,
+    /// Longest time from a wipe's end to the older holder's notice, over the wiped overlaps.
+    pub max_wipe_notice: Duration,
     /// Violations: overlaps the older holder was not told about in time.
     pub unsignalled_overlaps: u64,
+    /// Of the unsignalled overlaps, those whose two holders both entered after a wipe of the
+    /// key began, the first of them within the wipe's notice: a holder that got the lock after
+    /// its key was gone (e.g. a local handoff of a deleted lock) entered beside another, and
+    /// neither was told.
+    pub untold_after_wipe: u64,
+    /// Unsignalled overlaps per key.
+    pub unsignalled_by_key: BTreeMap<String, u64>,
+    /// Sections whose release answered `Ok` although the lock was not theirs to the end
+    /// (violations): the older of two overlapping holders ordered by fencing tokens (the
+    /// younger got the key while it was inside), or a section inside from before a [`Wipe`]
+    /// of its key began until after it ended. Each section counts once.
+    pub false_ok_releases: u64,
+    /// False `Ok` releases per key.
+    pub false_ok_by_key: BTreeMap<String, u64>,
     /// Longest overlap of any kind.
     pub max_overlap: Duration,
     /// Longest late-signalled overlap: from the younger holder's enter to the older one's
@@ -83,10 +104,11 @@ pub struct Report {
 }
 
 impl Report {
-    /// No unsignalled overlap, no permit enter over the limit, no unexplained occupancy
-    /// collision, no fence regression, no stale write accepted.
+    /// No unsignalled overlap, no false `Ok` release, no permit enter over the limit, no
+    /// unexplained occupancy collision, no fence regression, no stale write accepted.
     pub fn is_clean(&self) -> bool {
         self.unsignalled_overlaps == 0
+            && self.false_ok_releases == 0
             && self.over_limit == 0
             && self.occupancy_violations == 0
             && self.fence_regressions == 0
@@ -105,7 +127,8 @@ impl fmt::Display for Report {
         write!(
             f,
             "cycles={} completed={} lost={} release_failed={} killed={} overlaps={} \
-             signalled={} late_signalled={} killed_overlaps={} unsignalled={} \
+             signalled={} late_signalled={} killed_overlaps={} wiped_overlaps={} \
+             max_wipe_notice={:?} unsignalled={} untold_after_wipe={} false_ok_releases={} \
              shared_overlaps={} max_inside={} over_limit={} max_overlap={:?} \
              max_late_signal={:?} occupancy_collisions={} occupancy_violations={} \
              fence_regressions={} late_claims={} writes={} accepted={} stale_attempted={} stale_rejected={} \
@@ -119,7 +142,11 @@ impl fmt::Display for Report {
             self.signalled_overlaps,
             self.late_signalled_overlaps,
             self.killed_overlaps,
+            self.wiped_overlaps,
+            self.max_wipe_notice,
             self.unsignalled_overlaps,
+            self.untold_after_wipe,
+            self.false_ok_releases,
             self.shared_overlaps,
             self.max_inside,
             self.over_limit,
@@ -138,12 +165,17 @@ impl fmt::Display for Report {
     }
 }
 
-/// The older (earlier acquired) of two holders of one key: of two exclusive holders the lower
-/// fencing token, on a tie (itself a regression) the earlier enter; when either has no token
-/// (shared, permit) the earlier enter.
+/// Whether two holders of one key are ordered by their fencing tokens: both exclusive, both
+/// with a token.
+fn by_fence(a: &Interval, b: &Interval) -> bool {
+    a.access == Access::Exclusive && b.access == Access::Exclusive && a.fence > 0 && b.fence > 0
+}
+
+/// The older (earlier acquired) of two holders of one key: of two exclusive holders with
+/// tokens the lower token, on a tie (itself a regression) the earlier enter; when either has
+/// no token (shared, permit, or an exclusive holder that did not ask) the earlier enter.
 fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Interval) {
-    let by_fence = a.access == Access::Exclusive && b.access == Access::Exclusive;
-    let older_first = if by_fence {
+    let older_first = if by_fence(a, b) {
         (a.fence, a.t_enter) <= (b.fence, b.t_enter)
     } else {
         (a.t_enter, a.enter_seq) <= (b.t_enter, b.enter_seq)
@@ -158,11 +190,21 @@ fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Int
 /// Whether the older of two holders inside together is excused for the younger one's enter:
 /// it had been marked lost, or it was SIGKILLed and either dead already or not confirmed
 /// holding since (the occupancy rule of the [module docs](super)).
+/// When the order comes from enter times alone (a side without a token), also when the later
+/// one entered knowing its lock was lost: it may be the one that acquired first and was paused
+/// before it entered.
 fn excused_on_referee(older: &Interval, younger: &Interval) -> bool {
     older.lost_at.is_some()
         || (older.outcome == Outcome::Killed
             && (older.t_exit <= younger.t_enter
                 || older.last_held.is_none_or(|h| h < younger.t_enter)))
+        || (!by_fence(older, younger) && entered_told(younger))
+}
+
+/// Whether a holder knew when it entered that its lock was lost: its enter check said so, and
+/// it never confirmed holding.
+fn entered_told(iv: &Interval) -> bool {
+    iv.last_held.is_none() && iv.lost_at.is_some()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,26 +212,74 @@ enum Verdict {
     Signalled,
     Late,
     Killed,
+    /// Excused by a wipe; the time from its end to the older holder's notice.
+    Wiped(Duration),
     Unsignalled,
 }
 
-fn verdict(older: &Interval, younger: &Interval) -> Verdict {
+fn verdict(older: &Interval, younger: &Interval, wipes: &[Wipe]) -> Verdict {
     let confirmed_after = older.last_held.is_some_and(|h| h >= younger.t_enter);
-    match older.lost_at {
+    let verdict = match older.lost_at {
         Some(lost) if lost <= younger.t_enter => Verdict::Signalled,
         Some(_) if !confirmed_after => Verdict::Late,
         None if older.outcome == Outcome::Killed && !confirmed_after => Verdict::Killed,
         _ => Verdict::Unsignalled,
+    };
+    if verdict != Verdict::Unsignalled {
+        return verdict;
     }
+    // Ordered by enter times only, the later one may have acquired first (see
+    // `excused_on_referee`); it entered knowing, so it did not hold beside the other.
+    if !by_fence(older, younger) && entered_told(younger) {
+        return Verdict::Signalled;
+    }
+    wiped(older, younger, wipes).map_or(Verdict::Unsignalled, Verdict::Wiped)
+}
+
+/// Whether an overlap comes from a wipe that took the older holder's lock while it was
+/// inside, the younger one entering after the wipe began: excused if the older noticed (or
+/// died) within the wipe's notice and its release did not say `Ok`. Returns the time from the
+/// wipe's end to the notice.
+fn wiped(older: &Interval, younger: &Interval, wipes: &[Wipe]) -> Option<Duration> {
+    if older.release == Some(Release::Ok) {
+        return None;
+    }
+    let noticed = older
+        .lost_at
+        .or((older.outcome == Outcome::Killed).then_some(older.t_exit))?;
+    wipes
+        .iter()
+        .filter(|w| w.covers(&older.key) && older.t_enter < w.end && younger.t_enter > w.begin)
+        .filter(|w| noticed <= w.end.saturating_add(w.notice))
+        .map(|w| ns(noticed.saturating_sub(w.end)))
+        .min()
+}
+
+/// Whether two holders both entered after a wipe of their key began, the first of them
+/// within its notice: neither had the lock from before it.
+fn both_after_wipe(a: &Interval, b: &Interval, wipes: &[Wipe]) -> bool {
+    let first = a.t_enter.min(b.t_enter);
+    wipes
+        .iter()
+        .any(|w| w.covers(&a.key) && first > w.begin && first <= w.end.saturating_add(w.notice))
 }
 
 fn ns(d: u64) -> Duration {
     Duration::from_nanos(d)
 }
 
-/// Checks a run offline: interval overlaps, occupancy collisions, fence monotonicity and stale
-/// writes (see the [module docs](super) for the verdicts).
+/// Checks a run offline: interval overlaps, false `Ok` releases, occupancy collisions, fence
+/// monotonicity and stale writes (see the [module docs](super) for the verdicts); a run
+/// without wipes ([`check_with_wipes`]).
 pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
+    check_with_wipes(intervals, writes, &[])
+}
+
+/// [`check`], knowing which lock keys were taken from their holders when ([`Wipe`]): an
+/// overlap a wipe caused is excused if the holder it caught inside noticed in time, and no
+/// section inside across a wipe of its key may release with `Ok`.
+pub fn check_with_wipes(intervals: &[Interval], writes: &[FencedWrite], wipes: &[Wipe]) -> Report {
+    let mut false_ok: HashSet<&str> = HashSet::new();
     let mut report = Report {
         cycles: intervals.len() as u64,
         enters: intervals.len() as u64,
@@ -221,7 +311,7 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
             for &a in &active {
                 let overlap = a.t_exit.min(cur.t_exit).saturating_sub(cur.t_enter);
                 let (older, younger) = older_younger(a, cur);
-                let verdict = verdict(older, younger);
+                let verdict = verdict(older, younger, wipes);
                 if a.access.compatible(cur.access) {
                     report.shared_overlaps += 1;
                     if matches!(cur.access, Access::Permit(_)) && verdict == Verdict::Unsignalled {
@@ -231,6 +321,18 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
                 }
                 report.overlaps += 1;
                 report.max_overlap = report.max_overlap.max(ns(overlap));
+                // The younger got the key (its token was issued) while the older was inside:
+                // the older's key was gone by then, so its release cannot have deleted it.
+                if by_fence(older, younger)
+                    && older.release == Some(Release::Ok)
+                    && false_ok.insert(&older.id)
+                {
+                    *report.false_ok_by_key.entry(older.key.clone()).or_default() += 1;
+                    report.violation(format!(
+                        "release said Ok on {:?}: {} (fence {}, exit {}) overlapped {} (fence {}, entered {}), which got the key meanwhile",
+                        older.key, older.id, older.fence, older.t_exit, younger.id, younger.fence, younger.t_enter
+                    ));
+                }
                 match verdict {
                     Verdict::Signalled => report.signalled_overlaps += 1,
                     Verdict::Late => {
@@ -239,8 +341,19 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
                         report.max_late_signal = report.max_late_signal.max(ns(late));
                     }
                     Verdict::Killed => report.killed_overlaps += 1,
+                    Verdict::Wiped(notice) => {
+                        report.wiped_overlaps += 1;
+                        report.max_wipe_notice = report.max_wipe_notice.max(notice);
+                    }
                     Verdict::Unsignalled => {
                         report.unsignalled_overlaps += 1;
+                        *report
+                            .unsignalled_by_key
+                            .entry(older.key.clone())
+                            .or_default() += 1;
+                        if both_after_wipe(older, younger, wipes) {
+                            report.untold_after_wipe += 1;
+                        }
                         report.violation(format!(
                             "unsignalled overlap on {:?}: {} ({:?}, fence {}, lost_at {:?}, last_held {:?}, {:?}) still held when {} ({:?}, fence {}) entered at {}; overlap {:?}",
                             older.key, older.id, older.access, older.fence, older.lost_at, older.last_held,
@@ -259,6 +372,29 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
             active.push(cur);
         }
     }
+
+    // 1b. A wipe took the key while the section was inside (it entered before the wipe was
+    //     sent and left after it was answered): the release, sent after that, found the key
+    //     gone, and cannot have answered Ok.
+    for iv in intervals {
+        if iv.release != Some(Release::Ok) {
+            continue;
+        }
+        let Some(w) = wipes
+            .iter()
+            .find(|w| w.covers(&iv.key) && iv.t_enter < w.begin && iv.t_exit > w.end)
+        else {
+            continue;
+        };
+        if false_ok.insert(&iv.id) {
+            *report.false_ok_by_key.entry(iv.key.clone()).or_default() += 1;
+            report.violation(format!(
+                "release said Ok on {:?}: {} (enter {}, exit {}) was inside when a {} took the key ({}..{})",
+                iv.key, iv.id, iv.t_enter, iv.t_exit, w.kind, w.begin, w.end
+            ));
+        }
+    }
+    report.false_ok_releases = false_ok.len() as u64;
 
     // 2. Occupancy collisions, attributed to the older holder of each colliding pair. An
     //    exclusive enter that counted others inside but named none is unexplained.
@@ -299,13 +435,13 @@ pub fn check(intervals: &[Interval], writes: &[FencedWrite]) -> Report {
     //    enters, not the acquisitions: a token at or below an earlier-entered one is a
     //    regression unless its holder was marked lost (it acquired first, was paused before
     //    it entered, and its lock passed on meanwhile: a late claim). Only exclusive holders
-    //    have tokens.
+    //    have tokens (and not all of them ask for one).
     let mut enters_by_key: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for (key, list) in &by_key {
         let mut enters: Vec<&Interval> = list
             .iter()
             .copied()
-            .filter(|iv| iv.access == Access::Exclusive)
+            .filter(|iv| iv.access == Access::Exclusive && iv.fence > 0)
             .collect();
         enters.sort_unstable_by_key(|iv| iv.enter_seq);
         let mut max: Option<&Interval> = None;
@@ -386,6 +522,7 @@ mod tests {
             occupancy: 1,
             collided_with: Vec::new(),
             outcome: Outcome::Completed,
+            release: None,
         }
     }
 
@@ -754,5 +891,200 @@ mod tests {
             assert!(!r.is_clean());
             assert_eq!(r.violations.len(), 1, "{r:?}");
         }
+    }
+
+    fn wipe(kind: &str, key: Option<&str>, begin_ms: u64, end_ms: u64, notice_ms: u64) -> Wipe {
+        Wipe {
+            key: key.map(str::to_owned),
+            kind: kind.to_owned(),
+            begin: begin_ms * MS,
+            end: end_ms * MS,
+            notice: notice_ms * MS,
+        }
+    }
+
+    fn released(mut iv: Interval, answer: Release) -> Interval {
+        iv.release = Some(answer);
+        if answer == Release::Lost && iv.lost_at.is_none() {
+            iv.lost_at = Some(iv.t_exit);
+            iv.outcome = Outcome::Lost;
+        }
+        iv
+    }
+
+    #[test]
+    fn an_ok_release_of_the_older_of_two_overlapping_holders_is_false() {
+        // b got the key (token 11) at 5 while a (token 10) was inside until 8, having been
+        // told at 4: a signalled overlap, but a's release then said Ok.
+        let mut a = iv("a", 10, 1, 0, 8);
+        a.lost_at = Some(4 * MS);
+        let b = released(iv("b", 11, 2, 5, 9), Release::Ok);
+        let r = check(&[released(a.clone(), Release::Ok), b.clone()], &[]);
+        assert_eq!((r.signalled_overlaps, r.false_ok_releases), (1, 1), "{r}");
+        assert_eq!(r.false_ok_by_key.get("k"), Some(&1));
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("release said Ok"), "{r:?}");
+        // a's release said Lost: clean; b's Ok is its own lock's.
+        let r = check(&[released(a.clone(), Release::Lost), b.clone()], &[]);
+        assert_eq!(r.false_ok_releases, 0, "{r}");
+        assert!(r.is_clean(), "{r}");
+        // Ordered by enter times (b entered without a token), a's Ok is not judged: which of
+        // the two acquired first is not known.
+        let mut untokened = b;
+        untokened.fence = 0;
+        let r = check(&[released(a, Release::Ok), untokened], &[]);
+        assert_eq!(r.false_ok_releases, 0, "{r}");
+    }
+
+    #[test]
+    fn an_ok_release_of_a_section_inside_across_a_wipe_is_false() {
+        // a was inside from 0 to 8 when its key was deleted (3 to 4): nobody else entered,
+        // but its release (after 8) cannot have found its key.
+        let a = released(iv("a", 10, 1, 0, 8), Release::Ok);
+        let del = wipe("del", Some("k"), 3, 4, 400);
+        let r = check_with_wipes(std::slice::from_ref(&a), &[], std::slice::from_ref(&del));
+        assert_eq!(r.false_ok_releases, 1, "{r}");
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("del took the key"), "{r:?}");
+        // A FLUSHALL (every key) counts too; the same section unjudged without wipes.
+        let flush = wipe("flushall", None, 3, 4, 400);
+        assert_eq!(
+            check_with_wipes(std::slice::from_ref(&a), &[], &[flush]).false_ok_releases,
+            1
+        );
+        assert!(check(std::slice::from_ref(&a), &[]).is_clean());
+        // Not across it: entered after the wipe began, or left before it was answered; a
+        // wipe of another key; a release that said Lost.
+        for (section, w) in [
+            (released(iv("a", 10, 1, 3, 8), Release::Ok), del.clone()),
+            (released(iv("a", 10, 1, 0, 4), Release::Ok), del.clone()),
+            (a.clone(), wipe("del", Some("other"), 3, 4, 400)),
+            (released(iv("a", 10, 1, 0, 8), Release::Lost), del.clone()),
+        ] {
+            let r = check_with_wipes(&[section], &[], &[w]);
+            assert!(r.is_clean(), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_holder_caught_by_a_wipe_is_excused_only_if_it_noticed_in_time() {
+        // a (token 10) was inside from 0 to 50 when its key was force-unlocked (10 to 11); b
+        // got it (token 11) and entered at 12. a learned it at its next renewal, at 25 (within
+        // the 20 ms notice), and its release said Lost.
+        let force = wipe("force-unlock", Some("k"), 10, 11, 20);
+        let mut a = iv("a", 10, 1, 0, 50);
+        a.last_held = Some(20 * MS); // confirmed after b entered: it could not know yet
+        a.lost_at = Some(25 * MS);
+        let b = released(iv("b", 11, 2, 12, 30), Release::Ok);
+        let r = check_with_wipes(
+            &[released(a.clone(), Release::Lost), b.clone()],
+            &[],
+            std::slice::from_ref(&force),
+        );
+        assert_eq!((r.overlaps, r.wiped_overlaps), (1, 1), "{r}");
+        assert_eq!(r.max_wipe_notice, Duration::from_millis(14));
+        assert!(r.is_clean(), "{r}");
+        // Without the wipe on record it is an unsignalled overlap.
+        let r = check(&[released(a.clone(), Release::Lost), b.clone()], &[]);
+        assert_eq!(r.unsignalled_overlaps, 1, "{r}");
+        // Noticed at 40, past the notice: a violation.
+        let mut late = a.clone();
+        late.lost_at = Some(40 * MS);
+        let r = check_with_wipes(
+            &[released(late, Release::Lost), b.clone()],
+            &[],
+            std::slice::from_ref(&force),
+        );
+        assert_eq!((r.wiped_overlaps, r.unsignalled_overlaps), (0, 1), "{r}");
+        // Never noticed, its release saying Ok (a local handoff of the deleted lock): both a
+        // false Ok and an unsignalled overlap.
+        let mut untold = a;
+        untold.lost_at = None;
+        let r = check_with_wipes(
+            &[released(untold, Release::Ok), b.clone()],
+            &[],
+            std::slice::from_ref(&force),
+        );
+        assert_eq!((r.unsignalled_overlaps, r.false_ok_releases), (1, 1), "{r}");
+        // A holder that entered after the wipe began is not excused by it.
+        let mut after = iv("c", 9, 3, 11, 50);
+        after.lost_at = Some(13 * MS);
+        after.last_held = Some(14 * MS);
+        let r = check_with_wipes(&[after, b], &[], &[force]);
+        assert_eq!((r.wiped_overlaps, r.unsignalled_overlaps), (0, 1), "{r}");
+    }
+
+    #[test]
+    fn an_untold_successor_of_a_wiped_lock_is_a_violation() {
+        // The local handoff of a deleted lock: a (token 10) held k when it was deleted (10 to
+        // 11); b of another process got it (token 11) and entered at 12; a left at 15 and its
+        // release handed the lock to t2 of its process and said Ok; t2, which asked for no
+        // token, entered at 16 with is_held() true and stayed until 30 beside b.
+        let force = wipe("force-unlock", Some("k"), 10, 11, 20);
+        let mut a = released(iv("a", 10, 1, 0, 15), Release::Ok);
+        a.last_held = Some(14 * MS);
+        let b = released(iv("b", 11, 2, 12, 40), Release::Ok);
+        let mut t2 = released(iv("t2", 0, 3, 16, 30), Release::Ok);
+        t2.last_held = Some(29 * MS);
+        let log = [a, b.clone(), t2];
+        let r = check_with_wipes(&log, &[], std::slice::from_ref(&force));
+        assert_eq!(r.false_ok_releases, 1, "{r}"); // a's
+                                                   // a beside b (never told), and b beside t2: both entered after the wipe, neither
+                                                   // told.
+        assert_eq!((r.overlaps, r.unsignalled_overlaps), (2, 2), "{r}");
+        assert_eq!(r.untold_after_wipe, 1, "{r}");
+        assert_eq!(r.unsignalled_by_key.get("k"), Some(&2));
+        assert!(!r.is_clean());
+        // The fixed kit: a's release says Lost (it noticed nothing before, but its release
+        // goes to Redis), and t2 waits for b instead (enters at 41): clean.
+        let mut a = iv("a", 10, 1, 0, 15);
+        a.last_held = Some(14 * MS);
+        let a = released(a, Release::Lost);
+        let t2 = released(iv("t2", 0, 3, 41, 50), Release::Ok);
+        let r = check_with_wipes(&[a, b.clone(), t2], &[], std::slice::from_ref(&force));
+        assert!(r.is_clean(), "{r}");
+        assert_eq!(r.wiped_overlaps, 1, "{r}");
+        // A successor that entered knowing it had lost (its enter check said so) was told.
+        let mut told = iv("t2", 0, 3, 16, 30);
+        told.last_held = None;
+        told.lost_at = Some(16 * MS);
+        told.outcome = Outcome::Lost;
+        let r = check_with_wipes(&[b, told], &[], &[force]);
+        assert_eq!(
+            (r.signalled_overlaps, r.unsignalled_overlaps),
+            (1, 0),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn sections_without_a_token_claim_nothing_and_are_ordered_by_enter_time() {
+        // t (no token) between two tokened holders: no fence regression, no stale write.
+        let log = [
+            iv("a", 10, 1, 0, 4),
+            iv("t", 0, 2, 5, 6),
+            iv("b", 11, 3, 7, 9),
+        ];
+        let r = check(&log, &[write(4, 11, true)]);
+        assert!(r.is_clean(), "{r}");
+        assert_eq!((r.fence_regressions, r.stale_attempted), (0, 0));
+        // t inside while a is (both confirmed): a, which entered first, is the older one.
+        let r = check(&[iv("a", 10, 1, 0, 8), iv("t", 0, 2, 5, 9)], &[]);
+        assert_eq!(r.unsignalled_overlaps, 1, "{r}");
+        assert!(r.violations[0].contains("a (Exclusive, fence 10"), "{r:?}");
+        // On the referee: t collided with a; t entered knowing it had lost: excused.
+        let mut t = iv("t", 0, 2, 5, 9);
+        t.occupancy = 2;
+        t.collided_with = vec!["a".to_owned()];
+        let r = check(&[iv("a", 10, 1, 0, 4), t.clone()], &[]);
+        assert_eq!(r.occupancy_violations, 1, "{r}");
+        t.last_held = None;
+        t.lost_at = Some(5 * MS);
+        let r = check(&[iv("a", 10, 1, 0, 4), t], &[]);
+        assert_eq!(
+            (r.occupancy_collisions, r.occupancy_violations),
+            (1, 0),
+            "{r}"
+        );
     }
 }

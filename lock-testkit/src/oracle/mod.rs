@@ -34,7 +34,9 @@
 //!
 //! Two intervals of one key overlap when one enters before the other exits. Of the two, the
 //! *older* holder is the one with the lower fencing token (it acquired first), the other is the
-//! *younger*. The overlap is
+//! *younger*; an exclusive holder may enter without a token (fence 0: it did not ask for one,
+//! so it claims nothing on the fenced resource and never writes), and then, as for shared and
+//! permit sections, the older is the one that entered first. The overlap is
 //!
 //! - **signalled** when the older holder had learned that its lock was lost no later than the
 //!   younger one entered (`lost_at <= younger.t_enter`): the kit said so in time;
@@ -46,8 +48,27 @@
 //!   not confirmed holding the lock at or after the younger one entered (its last check is
 //!   recorded on the referee on enter and on leave): a dead process is never signalled, and
 //!   one that was stalled when its lease ran out and then killed did nothing meanwhile;
+//! - **wiped** when the test recorded a [`Wipe`] of the key (`DEL`, a forced unlock,
+//!   `FLUSHALL`, a restart without persistence) that took the older holder's lock while it was
+//!   inside, the younger entering after the wipe began, and the older noticed the loss (or
+//!   died) within the wipe's `notice` and its release did not answer `Ok`: nobody can know of a
+//!   deletion before looking at Redis, so it is reported, not a violation;
 //! - **unsignalled** otherwise: the older holder never learned it lost the lock, or believed
-//!   it still held it after the younger one had entered. That is a violation.
+//!   it still held it after the younger one had entered. That is a violation. It covers a
+//!   holder that got a lock already gone (a local handoff of a deleted lock): whichever of the
+//!   two entered first, the other entered beside it and neither was told
+//!   ([`Report::untold_after_wipe`] counts those after a wipe). When the order comes from enter
+//!   times alone, a younger holder that entered knowing its lock was lost (its enter check said
+//!   so) makes the overlap signalled: it may have acquired first and been paused before it
+//!   entered.
+//!
+//! # False `Ok` releases
+//!
+//! Each section may record what its release answered ([`Entry::record_release`]). `Ok` is a
+//! violation ([`Report::false_ok_releases`]) when the lock was not the section's own to the end:
+//! it is the older of two overlapping holders ordered by fencing tokens (the younger's token
+//! was issued while the key held the younger's token, before the older left), or it was inside
+//! from before a [`Wipe`] of its key was sent until after it was answered.
 //!
 //! Only pairs that exclude each other are judged so; two readers (or two permit holders)
 //! overlapping are counted as [`Report::shared_overlaps`]. A permit holder entering while `n`
@@ -69,8 +90,8 @@
 //! # On the referee
 //!
 //! A run's keys are under `oracle:<run>:`. Every record there is a JSON object with named
-//! fields, read into the struct of `record.rs` that defines it ([`Interval`], [`FencedWrite`]
-//! and the open sections); the Lua scripts that write them are the files in `scripts/`, each
+//! fields, read into the struct of `record.rs` that defines it ([`Interval`], [`FencedWrite`],
+//! [`Wipe`] and the open sections); the Lua scripts that write them are the files in `scripts/`, each
 //! starting with its keys, arguments and reply. [`check`] needs the records only, so a log
 //! read back from the referee, or written by hand in a test, is checked the same way.
 //!
@@ -89,7 +110,7 @@ mod clock;
 mod record;
 mod referee;
 
-pub use check::{check, Report};
+pub use check::{check, check_with_wipes, Report};
 pub use clock::monotonic_ns;
-pub use record::{Access, FencedWrite, Interval, Outcome};
+pub use record::{Access, FencedWrite, Interval, Outcome, Release, Wipe};
 pub use referee::{Entry, Oracle};

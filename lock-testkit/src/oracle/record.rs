@@ -27,6 +27,48 @@ pub enum Outcome {
     Killed,
 }
 
+/// What the holder's release answered, recorded with
+/// [`Entry::record_release`](super::Entry::record_release); absent when no release ran (a
+/// killed holder) or nobody recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Release {
+    /// `Ok`: the lock was ours until the release gave it up (in Redis, or by a local handoff).
+    Ok,
+    /// The lock had been lost (`LockError::Lost`).
+    Lost,
+    /// Any other error (a backend failure).
+    Failed,
+}
+
+/// A lock server event that took lock keys away from their holders (`DEL`, a forced unlock,
+/// `FLUSHALL`, a restart without persistence), recorded by whoever caused it
+/// ([`Oracle::wipe`](super::Oracle::wipe)). A holder inside when it happened did not lose its
+/// lock by its own fault: it may go on believing it holds until it notices (its next renewal),
+/// so an overlap with a holder that entered after the wipe is excused if it noticed within
+/// `notice` of the wipe; but its release must not answer `Ok` (see [`check`](super::check)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wipe {
+    /// The user key whose lock went, or `None` for every key.
+    pub key: Option<String>,
+    /// What happened (for reports): `force-unlock`, `del`, `flushall`, `restart-empty`, ...
+    pub kind: String,
+    /// `CLOCK_MONOTONIC` ns before the command (or the restart) was sent.
+    pub begin: u64,
+    /// `CLOCK_MONOTONIC` ns after it was answered (the restarted server answers again).
+    pub end: u64,
+    /// How long after `end` a holder inside may take to notice the loss, in ns (e.g. one
+    /// renewal interval plus a round trip and scheduling).
+    pub notice: u64,
+}
+
+impl Wipe {
+    /// Whether the wipe took the lock of `key`.
+    pub fn covers(&self, key: &str) -> bool {
+        self.key.as_deref().is_none_or(|k| k == key)
+    }
+}
+
 /// How a critical section is entered: which other sections of the same key may be inside at
 /// the same time. Stored as `"exclusive"`, `"shared"` or `{"permit":n}`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -86,8 +128,9 @@ pub struct Interval {
     /// existed).
     #[serde(default)]
     pub access: Access,
-    /// The fencing token of the acquisition (0 for shared and permit sections, which have
-    /// none: fencing orders exclusive holders).
+    /// The fencing token of the acquisition; 0 for none: shared and permit sections (fencing
+    /// orders exclusive holders), and exclusive holders that did not ask for one (they are
+    /// ordered by their enter times, and take no part in the fenced resource).
     pub fence: u64,
     /// Position of the enter in the referee's global sequence (shared with fenced writes).
     pub enter_seq: u64,
@@ -105,6 +148,9 @@ pub struct Interval {
     pub collided_with: Vec<String>,
     /// How the section ended.
     pub outcome: Outcome,
+    /// What its release answered, if it was recorded.
+    #[serde(default)]
+    pub release: Option<Release>,
 }
 
 impl Interval {
@@ -131,6 +177,7 @@ impl Interval {
             occupancy,
             collided_with,
             outcome: Outcome::Completed,
+            release: None,
         }
     }
 
@@ -259,6 +306,7 @@ mod tests {
             occupancy: 2,
             collided_with: vec!["w2#1".to_owned(), "w3#9".to_owned()],
             outcome: Outcome::ReleaseFailed,
+            release: Some(Release::Failed),
         }
     }
 
@@ -273,8 +321,10 @@ mod tests {
             "{json}"
         );
         assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a.clone()));
+        assert!(json.contains(r#""release":"failed""#), "{json}");
         a.collided_with.clear();
         a.outcome = Outcome::Killed;
+        a.release = None;
         let json = encode(&a).expect("encodes");
         assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a));
         assert!(decode::<Interval>("interval", "garbage").is_err());
@@ -297,7 +347,7 @@ mod tests {
         // A record of an exclusive section written before the field existed.
         let old = r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#;
         let old: Interval = decode("interval", old).expect("decodes");
-        assert_eq!(old.access, Access::Exclusive);
+        assert_eq!((old.access, old.release), (Access::Exclusive, None));
         assert!(decode::<Interval>("interval", &old_with_access("\"nonsense\"")).is_err());
     }
 

@@ -9,10 +9,11 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisResult, Script};
 
-use super::check::{check, Report};
+use super::check::{check_with_wipes, Report};
 use super::clock::monotonic_ns;
 use super::record::{
-    decode, encode, Access, Entered, FencedWrite, Interval, OpenSection, Outcome, WriteRequest,
+    decode, encode, Access, Entered, FencedWrite, Interval, OpenSection, Outcome, Release, Wipe,
+    WriteRequest,
 };
 
 /// A critical section in progress: returned by [`Oracle::enter`], given back to
@@ -88,6 +89,13 @@ impl Entry {
             self.interval.lost_at = Some(monotonic_ns());
         }
     }
+
+    /// Records what the release answered (after [`Oracle::leave`], before
+    /// [`Oracle::finish`]): the checker holds an `Ok` against the section when the lock was
+    /// not its own to the end.
+    pub fn record_release(&mut self, answer: Release) {
+        self.interval.release = Some(answer);
+    }
 }
 
 /// Takes a lock-scoped view of the referee's keys for one run.
@@ -123,6 +131,9 @@ impl Names {
     }
     fn writes(&self) -> String {
         format!("{}writes", self.ns)
+    }
+    fn wipes(&self) -> String {
+        format!("{}wipes", self.ns)
     }
 }
 
@@ -379,10 +390,11 @@ impl Oracle {
     ///
     /// # Errors
     ///
-    /// When the referee fails, or for the entry of a shared or permit section (they hold no
-    /// token, so the fenced resource is not theirs to write).
+    /// When the referee fails, or for the entry of a shared or permit section or of an
+    /// exclusive one entered without a token (they hold none, so the fenced resource is not
+    /// theirs to write).
     pub async fn write(&self, entry: &Entry) -> RedisResult<bool> {
-        if entry.interval.access != Access::Exclusive {
+        if entry.interval.access != Access::Exclusive || entry.interval.fence == 0 {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "fenced writes are for exclusive sections",
@@ -514,6 +526,33 @@ impl Oracle {
             .collect()
     }
 
+    /// Records a wipe: lock keys taken from their holders by the test (see [`Wipe`]).
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn wipe(&self, wipe: &Wipe) -> RedisResult<()> {
+        let _: i64 = redis::cmd("RPUSH")
+            .arg(self.names.wipes())
+            .arg(encode(wipe)?)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Every wipe recorded in the run, in the order recorded.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed record.
+    pub async fn wipes(&self) -> RedisResult<Vec<Wipe>> {
+        let records = self.read_list(&self.names.wipes()).await?;
+        records
+            .iter()
+            .map(|r| decode("malformed oracle wipe record", r))
+            .collect()
+    }
+
     /// Every fenced write of the run, in sequence order.
     ///
     /// # Errors
@@ -578,6 +617,44 @@ impl Oracle {
         Ok(open.saturating_sub(left))
     }
 
+    /// How many sections are inside the critical section of `key` right now (entered, not yet
+    /// left), over all workers: a fault injector can wait for a holder before it strikes.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    pub async fn occupants(&self, key: &str) -> RedisResult<usize> {
+        redis::cmd("HLEN")
+            .arg(self.names.occupants(key))
+            .query_async(&mut self.conn.clone())
+            .await
+    }
+
+    /// The sections of `worker` inside their critical section right now: key and enter time
+    /// (`CLOCK_MONOTONIC` ns) of each, so a fault injector can aim at a section of a kind and
+    /// age.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails or holds a malformed record.
+    pub async fn inside_sections(&self, worker: &str) -> RedisResult<Vec<(String, u64)>> {
+        let (open, left): (HashMap<String, String>, HashMap<String, String>) = redis::pipe()
+            .atomic()
+            .hgetall(self.names.open(worker))
+            .hgetall(self.names.left(worker))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let mut inside = Vec::new();
+        for (id, section) in &open {
+            if left.contains_key(id) {
+                continue;
+            }
+            let section: OpenSection = decode("malformed open oracle record", section)?;
+            inside.push((section.entered.key, section.entered.t_enter));
+        }
+        Ok(inside)
+    }
+
     /// Sections entered but not yet finished, over all workers of the run.
     ///
     /// # Errors
@@ -610,8 +687,9 @@ impl Oracle {
         }
     }
 
-    /// Reads the whole run back and checks it (see [`check`]); also fills in
-    /// [`Report::enters`] from the referee's counter and [`Report::unfinished`].
+    /// Reads the whole run back, its wipes included, and checks it (see
+    /// [`check_with_wipes`](super::check_with_wipes)); also fills in [`Report::enters`] from
+    /// the referee's counter and [`Report::unfinished`].
     ///
     /// # Errors
     ///
@@ -619,7 +697,8 @@ impl Oracle {
     pub async fn report(&self) -> RedisResult<Report> {
         let intervals = self.intervals().await?;
         let writes = self.writes().await?;
-        let mut report = check(&intervals, &writes);
+        let wipes = self.wipes().await?;
+        let mut report = check_with_wipes(&intervals, &writes, &wipes);
         let counters = self.counters().await?;
         report.enters = counters.get("enters").copied().unwrap_or(0);
         report.unfinished = self.unfinished().await?;
@@ -834,5 +913,48 @@ mod tests {
         // A record the checker cannot read is an error, not a clean run.
         let _: i64 = referee.cmd(&["RPUSH", "oracle:t:log", "a#2\tk\t12"]);
         assert!(oracle.report().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn release_answers_wipes_and_untokened_sections_reach_the_report() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let a = Oracle::connect(&referee.url(), "t", "a").await.unwrap();
+        let mut e = a.enter("k", 10, || true).await.unwrap();
+        assert_eq!(a.occupants("k").await.unwrap(), 1);
+        let inside = a.inside_sections("a").await.unwrap();
+        assert_eq!(inside, [("k".to_owned(), e.t_enter())]);
+        // The key is deleted behind the holder, whose release then says Ok.
+        let begin = monotonic_ns();
+        let end = monotonic_ns();
+        let wipe = Wipe {
+            key: Some("k".to_owned()),
+            kind: "del".to_owned(),
+            begin,
+            end,
+            notice: 1,
+        };
+        a.wipe(&wipe).await.unwrap();
+        a.leave(&mut e).await.unwrap();
+        assert_eq!(a.occupants("k").await.unwrap(), 0);
+        assert!(a.inside_sections("a").await.unwrap().is_empty());
+        e.record_release(Release::Ok);
+        a.finish(e, Outcome::Completed).await.unwrap();
+        // A section without a token claims nothing and has nothing to write with.
+        let t = a.enter("k", 0, || true).await.unwrap();
+        assert!(!t.claim_below_high_water());
+        assert!(a.write(&t).await.is_err());
+        a.finish(t, Outcome::Completed).await.unwrap();
+
+        assert_eq!(a.wipes().await.unwrap(), [wipe]);
+        let intervals = a.intervals().await.unwrap();
+        assert_eq!(intervals[0].release, Some(Release::Ok));
+        assert_eq!(intervals[1].release, None);
+        let r = a.report().await.unwrap();
+        assert_eq!(
+            (r.cycles, r.false_ok_releases, r.fence_regressions),
+            (2, 1, 0)
+        );
+        assert!(!r.is_clean());
+        assert!(r.violations[0].contains("del took the key"), "{r:?}");
     }
 }

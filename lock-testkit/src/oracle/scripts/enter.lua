@@ -8,7 +8,8 @@
 -- KEYS[5] seq              the run's sequence (shared with write.lua)
 -- KEYS[6] stats            the run's counters
 -- ARGV[1] the section's id
--- ARGV[2] its fencing token, in decimal
+-- ARGV[2] its fencing token, in decimal; 0 for none (an exclusive holder that did not ask
+--         for one claims nothing)
 -- ARGV[3] the holder's record of its enter: a JSON object (Entered in record.rs)
 -- ARGV[4] its access: x (exclusive: alone), s (shared: with other shared sections only),
 --         p (permit: with other permit sections, at most ARGV[5] at once)
@@ -16,7 +17,7 @@
 --
 -- Stores and returns the open section: ARGV[3] with the referee's fields added, enter_seq,
 -- occupancy (every section inside, this one included), below_high_water (the token was not
--- above the mark; only exclusive sections claim a token) and collided_with (the ids that
+-- above the mark; only exclusive sections with a token claim it) and collided_with (the ids that
 -- were inside against the rules of ARGV[4], left out when there were none: for p, the
 -- non-permit ones, and every permit holder when ARGV[5] of them were inside already).
 
@@ -57,7 +58,7 @@ if occ > tonumber(redis.call('HGET', KEYS[6], 'max_occupancy') or '0') then
   redis.call('HSET', KEYS[6], 'max_occupancy', occ)
 end
 local below = false
-if access == 'x' then
+if access == 'x' and ARGV[2] ~= '0' then
   local hw = redis.call('GET', KEYS[3]) or '0'
   if gt(ARGV[2], hw) then
     redis.call('SET', KEYS[3], ARGV[2])
