@@ -250,7 +250,9 @@ impl LocalLocks {
                 Confirmation::Undecided => {}
             }
         }
-        release::release_held(&self.store, held).await
+        let released = release::release_held(&self.store, held).await;
+        Self::settle(held, released.others_waiting);
+        released.result
     }
 
     /// [`finish`](Self::finish) from a guard's `Drop` (which cannot await): the background

@@ -42,11 +42,11 @@ pub(crate) enum ReleaseJob {
 pub(crate) type Releaser = mpsc::UnboundedSender<ReleaseJob>;
 
 /// Releases in Redis a lock whose outermost guard has left (the last step of
-/// [`LocalLocks::finish`]), and settles it locally. `Ok` only when this release deleted the
-/// key while it was still ours; `Lost` when it had been lost before (its
+/// [`LocalLocks::finish`], which then settles it locally with `others_waiting`). `Ok` only
+/// when this release deleted the key while it was still ours; `Lost` when it had been lost before (its
 /// key, if it holds someone else's token, is left untouched). Runs in a `lock.release` span
 /// (key, outcome) inside the lock's `lock.hold` span, and ends the latter with the outcome.
-pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), LockError> {
+pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Released {
     let hold = held.take_hold_span();
     // Disabled spans cost no formatting: the key is only rendered for a subscriber that wants
     // the span.
@@ -59,7 +59,7 @@ pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Result<(), L
         }
     };
     let released = release_in_redis(store, held).instrument(span.clone()).await;
-    let outcome = match &released {
+    let outcome = match &released.result {
         Ok(()) => ReleaseOutcome::Released,
         Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
         Err(_) => ReleaseOutcome::Failed,
@@ -77,12 +77,21 @@ pub(crate) fn end_hold(hold: Option<tracing::Span>, outcome: ReleaseOutcome) {
     }
 }
 
+/// What a release in Redis answered.
+#[derive(Debug)]
+pub(crate) struct Released {
+    /// The answer for the holder.
+    pub(crate) result: Result<(), LockError>,
+    /// Whether other lockers waited (`None`: the release failed, so nobody was told).
+    pub(crate) others_waiting: Option<bool>,
+}
+
 /// The release in Redis and its logs.
-async fn release_in_redis(store: &Store, held: &HeldLock) -> Result<(), LockError> {
+async fn release_in_redis(store: &Store, held: &HeldLock) -> Released {
     // Includes the confirmed lease having run out.
     let was_lost = held.is_lost();
     let result = store.release(held.keys(), held.token()).await;
-    LocalLocks::settle(held, result.as_ref().ok().map(|r| r.others_waiting));
+    let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
     let released = match result {
         Ok(reply) if reply.ours && !was_lost => Ok(()),
         // Already lost before the release: that is the answer, whatever the clean-up met.
@@ -107,7 +116,10 @@ async fn release_in_redis(store: &Store, held: &HeldLock) -> Result<(), LockErro
             tracing::debug!(key = %held.key(), ?held_for, "lock released");
         }
     }
-    released
+    Released {
+        result: released,
+        others_waiting,
+    }
 }
 
 /// What a [`ReleaseOnDrop`] hands to the background releaser.
