@@ -16,7 +16,7 @@ use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
 use crate::key::{self, Access, RedisKeys};
-use crate::limits::{self, WAIT_FOREVER};
+use crate::limits;
 use crate::local::LocalLocks;
 use crate::locker::Locker;
 use crate::metrics;
@@ -48,7 +48,7 @@ use crate::with_lock::OnLost;
 /// # Errors
 ///
 /// [`LockError::Busy`] when the wait ran out, [`LockError::InvalidKey`],
-/// [`LockError::Config`] for a lease under 1 ms, [`LockError::WrongType`],
+/// [`LockError::Config`] for a lease outside 1 ms to 365 days, [`LockError::WrongType`],
 /// [`LockError::Backend`] when Redis failed (the wait is not used up retrying a dead server
 /// beyond the deadline), and [`LockError::Lost`] for a reentrant acquire of a lock this task
 /// holds but has lost.
@@ -93,22 +93,26 @@ impl Acquire {
         self
     }
 
-    /// The longest time to wait for the lock; `Duration::ZERO` tries exactly once.
-    /// Default: the locker's `default_wait`.
+    /// The longest time to wait for the lock; `Duration::ZERO` tries exactly once, and a wait
+    /// beyond 100 years has no deadline (it waits until the lock is free). Any value is
+    /// accepted. Default: the locker's `default_wait`.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
     }
 
     /// A fixed lease: the lock expires this long after acquisition unless released or
-    /// [extended](LockGuard::extend), and the watchdog never renews it.
+    /// [extended](LockGuard::extend), and the watchdog never renews it. From 1 ms (Redis
+    /// counts TTLs in milliseconds) to 365 days ([`MAX_LEASE`](crate::MAX_LEASE)); the acquire
+    /// refuses anything else with [`ConfigError::OutOfRange`] before asking Redis.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
 
     /// Stop watchdog renewal after the lock has been held this long (overrides the locker's
-    /// `max_hold`).
+    /// `max_hold`). Any value: zero stops the renewal at the watchdog's first tick, and a
+    /// `max_hold` beyond 100 years is no limit (so `Duration::MAX` lifts the locker's).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -291,7 +295,7 @@ impl Acquire {
             None => LeaseMode::Watchdog(settings.watchdog_lease),
         };
         let wait = self.wait.unwrap_or(settings.default_wait);
-        let deadline = started.checked_add(wait.min(WAIT_FOREVER));
+        let deadline = limits::wait(wait).and_then(|wait| started.checked_add(wait));
         let when = When {
             started,
             deadline,
@@ -319,7 +323,12 @@ impl Acquire {
         let terms = Terms {
             owner,
             mode,
-            max_hold: self.max_hold.or(settings.max_hold),
+            // Saturated here, where every max_hold arrives: the watchdog adds it to an
+            // `Instant`.
+            max_hold: self
+                .max_hold
+                .or(settings.max_hold)
+                .and_then(limits::max_hold),
         };
         let held = HeldLock::new(
             inner.next_id(),

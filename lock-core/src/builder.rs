@@ -13,20 +13,24 @@ use crate::topology::{connect, redact, Topology};
 
 /// Configures and connects a [`Locker`].
 ///
-/// | setting | default |
-/// |---|---|
-/// | [`prefix`](Self::prefix) | `"lock:"` |
-/// | [`watchdog_lease`](Self::watchdog_lease) | 30 s, renewed every 10 s |
-/// | [`default_wait`](Self::default_wait) | 30 s |
-/// | [`max_hold`](Self::max_hold) | none |
-/// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level |
-/// | [`fence_retention`](Self::fence_retention) | 1 hour |
-/// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) |
-/// | [`connect_timeout`](Self::connect_timeout) | 5 s |
-/// | [`command_timeout`](Self::command_timeout) | 3 s |
-/// | [`min_replicas`](Self::min_replicas) | none |
-/// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) |
-/// | [`tls`](Self::tls) | system trust store for `rediss://` URLs |
+/// | setting | default | range |
+/// |---|---|---|
+/// | [`prefix`](Self::prefix) | `"lock:"` | at most 128 bytes, no `{` or `}` |
+/// | [`watchdog_lease`](Self::watchdog_lease) | 30 s, renewed every 10 s | 30 ms to 365 days |
+/// | [`default_wait`](Self::default_wait) | 30 s | any; beyond 100 years: no deadline |
+/// | [`max_hold`](Self::max_hold) | none | any; beyond 100 years: no limit |
+/// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level | |
+/// | [`fence_retention`](Self::fence_retention) | 1 hour | 1 ms to 10 × 365 days |
+/// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
+/// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
+/// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
+/// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
+/// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
+/// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
+///
+/// A duration outside its range is refused by [`build`](Self::build) with
+/// [`ConfigError::OutOfRange`], which names the setting and its range; none of them can make
+/// the locker panic later.
 ///
 /// # Examples
 ///
@@ -179,7 +183,8 @@ impl LockerBuilder {
     /// (acquirers wait, as for a held lock) until the forgotten leases have surely run out,
     /// and holders learn of the loss from their renewals first. For RedLock it keeps a
     /// restarted node from voting twice. Set `guard` to at least the longest lease any client
-    /// uses on these servers (the watchdog lease, fixed leases).
+    /// uses on these servers (the watchdog lease, fixed leases). From 1 ms to 365 days
+    /// ([`MAX_LEASE`](crate::MAX_LEASE), the longest lease).
     ///
     /// The kit notices a restart by the server's `run_id`, which changes at every start
     /// whatever the server loaded, kept in an epoch key (`<prefix>node-epoch`, no TTL) with the
@@ -216,7 +221,8 @@ impl LockerBuilder {
     /// which a failover to a replica that never saw the key grants the lock twice. For single,
     /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
     /// connection: while a replica lags, other commands of this locker queue behind it for up
-    /// to `timeout`.
+    /// to `timeout`, which goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0` would
+    /// block for ever) to 1 hour.
     pub fn min_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
         self.min_replicas = Some(MinReplicas { replicas, timeout });
         self
@@ -229,13 +235,16 @@ impl LockerBuilder {
     }
 
     /// Lease of locks acquired without an explicit `.lease(..)`; the watchdog renews them every
-    /// third of it while their guard lives. At least 30 ms.
+    /// third of it while their guard lives. From 30 ms (renewed every 10 ms: shorter leases
+    /// cannot be renewed in time over a network) to 365 days
+    /// ([`MAX_LEASE`](crate::MAX_LEASE)).
     pub fn watchdog_lease(mut self, lease: Duration) -> Self {
         self.settings.watchdog_lease = lease;
         self
     }
 
-    /// How long `lock(..)` waits when the acquire sets no `.wait(..)`.
+    /// How long `lock(..)` waits when the acquire sets no `.wait(..)`. Any value: zero tries
+    /// once, and a wait beyond 100 years has no deadline (it waits until the lock is free).
     pub fn default_wait(mut self, wait: Duration) -> Self {
         self.settings.default_wait = wait;
         self
@@ -243,7 +252,9 @@ impl LockerBuilder {
 
     /// Stop renewing a watchdog lock after it has been held this long (the guard then reports
     /// lost when its last lease ends), so a hung holder cannot keep a key forever. Off by
-    /// default; `.max_hold(..)` on an acquire overrides it.
+    /// default; `.max_hold(..)` on an acquire overrides it. Any value: zero stops the renewal
+    /// at the first tick, and a `max_hold` beyond 100 years is no limit (so
+    /// `Duration::MAX` means none).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.settings.max_hold = Some(max);
         self
@@ -260,14 +271,19 @@ impl LockerBuilder {
 
     /// How long a key's fencing counter outlives its last acquire (at least twice the lease).
     /// Tokens stay increasing after the counter expired as long as the Redis server's clock
-    /// does not step back by more than this.
+    /// does not step back by more than this. From 1 ms (the counter's TTL is in milliseconds)
+    /// to 10 × 365 days (at least twice the longest lease, and a TTL Redis and its Lua
+    /// scripts hold exactly).
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.settings.fence_retention = retention;
         self
     }
 
     /// Safety-net retry interval of a waiter that got no release notification (lost message,
-    /// pub/sub unavailable). Waiters also retry when the holder's TTL runs out.
+    /// pub/sub unavailable). Waiters also retry when the holder's TTL runs out. From 10 ms
+    /// (shorter makes every waiter poll Redis in a tight loop) to 10 minutes (a waiter of a
+    /// fair lock or a semaphore whose process is cut off keeps its place in line for three of
+    /// them).
     pub fn fallback_retry(mut self, interval: Duration) -> Self {
         self.settings.fallback_retry = interval;
         self
@@ -302,13 +318,15 @@ impl LockerBuilder {
         self
     }
 
-    /// Limit for establishing a connection (TCP, and the TLS handshake for `rediss://`).
+    /// Limit for establishing a connection (TCP, and the TLS handshake for `rediss://`). From
+    /// 1 ms to 1 hour.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Limit for one Redis command's reply.
+    /// Limit for one Redis command's reply. From 1 ms to 1 hour (a release's latch lives four
+    /// of them).
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.settings.command_timeout = timeout;
         self
@@ -318,8 +336,9 @@ impl LockerBuilder {
     ///
     /// # Errors
     ///
-    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix or lease, unusable
-    /// TLS settings (all checked before any connection is made);
+    /// [`LockError::Config`] for a missing or malformed URL, a bad prefix, a duration outside
+    /// its range ([`ConfigError::OutOfRange`], naming the setting), unusable TLS settings (all
+    /// checked before any connection is made);
     /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout;
     /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
     /// certificate, refused client certificate).
@@ -342,12 +361,7 @@ impl LockerBuilder {
             }
             .into());
         }
-        limits::check(
-            DurationSetting::WatchdogLease,
-            settings.watchdog_lease,
-            MIN_WATCHDOG_LEASE,
-            MAX_LEASE,
-        )?;
+        check_durations(&settings, connect_timeout, min_replicas)?;
         let timeouts = Timeouts {
             connect: connect_timeout,
             command: settings.command_timeout,
@@ -374,6 +388,40 @@ impl LockerBuilder {
     }
 }
 
+/// Checks every bounded duration setting against its range (see [`limits`]); `default_wait`
+/// and `max_hold` saturate where they are used instead, and the restart guard is checked with
+/// the topology.
+fn check_durations(
+    settings: &Settings,
+    connect_timeout: Duration,
+    min_replicas: Option<MinReplicas>,
+) -> Result<(), ConfigError> {
+    limits::check(
+        DurationSetting::WatchdogLease,
+        settings.watchdog_lease,
+        MIN_WATCHDOG_LEASE,
+        MAX_LEASE,
+    )?;
+    limits::check(
+        DurationSetting::FenceRetention,
+        settings.fence_retention,
+        limits::MIN_FENCE_RETENTION,
+        limits::MAX_FENCE_RETENTION,
+    )?;
+    limits::check(
+        DurationSetting::FallbackRetry,
+        settings.fallback_retry,
+        limits::MIN_FALLBACK_RETRY,
+        limits::MAX_FALLBACK_RETRY,
+    )?;
+    limits::check_timeout(DurationSetting::ConnectTimeout, connect_timeout)?;
+    limits::check_timeout(DurationSetting::CommandTimeout, settings.command_timeout)?;
+    if let Some(min) = min_replicas {
+        limits::check_timeout(DurationSetting::ReplicaTimeout, min.timeout)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,5 +446,111 @@ mod tests {
             !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
             "{debug}"
         );
+    }
+
+    /// The bounded duration settings: how to set one, its name, its range.
+    type Bounded = (
+        fn(LockerBuilder, Duration) -> LockerBuilder,
+        DurationSetting,
+        Duration,
+        Duration,
+    );
+
+    fn bounded() -> Vec<Bounded> {
+        vec![
+            (
+                |b, d| b.watchdog_lease(d),
+                DurationSetting::WatchdogLease,
+                MIN_WATCHDOG_LEASE,
+                MAX_LEASE,
+            ),
+            (
+                |b, d| b.fence_retention(d),
+                DurationSetting::FenceRetention,
+                limits::MIN_FENCE_RETENTION,
+                limits::MAX_FENCE_RETENTION,
+            ),
+            (
+                |b, d| b.fallback_retry(d),
+                DurationSetting::FallbackRetry,
+                limits::MIN_FALLBACK_RETRY,
+                limits::MAX_FALLBACK_RETRY,
+            ),
+            (
+                |b, d| b.connect_timeout(d),
+                DurationSetting::ConnectTimeout,
+                limits::MIN_TIMEOUT,
+                limits::MAX_TIMEOUT,
+            ),
+            (
+                |b, d| b.command_timeout(d),
+                DurationSetting::CommandTimeout,
+                limits::MIN_TIMEOUT,
+                limits::MAX_TIMEOUT,
+            ),
+            (
+                |b, d| b.min_replicas(1, d),
+                DurationSetting::ReplicaTimeout,
+                limits::MIN_TIMEOUT,
+                limits::MAX_TIMEOUT,
+            ),
+            (
+                |b, d| b.restart_guard(d),
+                DurationSetting::RestartGuard,
+                limits::MIN_LEASE,
+                MAX_LEASE,
+            ),
+        ]
+    }
+
+    /// Edges of every range and durations of any size.
+    fn durations() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        let ns = Duration::from_nanos(1);
+        let mut edges = vec![Duration::ZERO, ns, Duration::MAX];
+        for (_, _, min, max) in bounded() {
+            edges.extend([min - ns, min, max, max + ns]);
+        }
+        prop_oneof![
+            proptest::sample::select(edges),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0..=7_200_000u64).prop_map(Duration::from_millis),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// `build` refuses a bounded duration exactly outside its range, naming it, before it
+        /// connects: the URL here does not parse, which `build` finds only after the
+        /// durations, so an accepted value ends in that error and nothing is dialled.
+        #[test]
+        fn build_refuses_exactly_the_out_of_range_durations(
+            which in 0..7usize,
+            value in durations(),
+        ) {
+            let (set, name, min, max) = bounded()[which];
+            let builder = set(Locker::builder().url("nonsense://"), value);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            let result = runtime.block_on(builder.build());
+            match result {
+                Err(LockError::Config(ConfigError::OutOfRange { setting, value: refused, min: lo, max: hi })) => {
+                    proptest::prop_assert!(!(min..=max).contains(&value), "{value:?} refused");
+                    proptest::prop_assert_eq!((setting, refused, lo, hi), (name, value, min, max));
+                }
+                // Accepted: then the URL is refused.
+                Err(LockError::Config(ConfigError::Url(_))) => {
+                    proptest::prop_assert!((min..=max).contains(&value), "{value:?} accepted");
+                }
+                Err(other) => proptest::prop_assert!(false, "{other}"),
+                Ok(_) => proptest::prop_assert!(false, "connected with a malformed url"),
+            }
+        }
     }
 }

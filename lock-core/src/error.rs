@@ -335,6 +335,16 @@ pub enum DurationSetting {
     RestartGuard,
     /// [`LockGuard::extend`](crate::LockGuard::extend).
     Extension,
+    /// [`LockerBuilder::command_timeout`](crate::LockerBuilder::command_timeout).
+    CommandTimeout,
+    /// [`LockerBuilder::connect_timeout`](crate::LockerBuilder::connect_timeout).
+    ConnectTimeout,
+    /// The timeout of [`LockerBuilder::min_replicas`](crate::LockerBuilder::min_replicas).
+    ReplicaTimeout,
+    /// [`LockerBuilder::fallback_retry`](crate::LockerBuilder::fallback_retry).
+    FallbackRetry,
+    /// [`LockerBuilder::fence_retention`](crate::LockerBuilder::fence_retention).
+    FenceRetention,
 }
 
 impl fmt::Display for DurationSetting {
@@ -344,6 +354,11 @@ impl fmt::Display for DurationSetting {
             Self::WatchdogLease => "watchdog lease",
             Self::RestartGuard => "restart guard",
             Self::Extension => "extension",
+            Self::CommandTimeout => "command timeout",
+            Self::ConnectTimeout => "connect timeout",
+            Self::ReplicaTimeout => "min_replicas timeout",
+            Self::FallbackRetry => "fallback retry",
+            Self::FenceRetention => "fence retention",
         })
     }
 }

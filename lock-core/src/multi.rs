@@ -24,6 +24,7 @@ use crate::error::LockError;
 use crate::fence::Fence;
 use crate::guard::LockGuard;
 use crate::key;
+use crate::limits;
 use crate::locker::Locker;
 use crate::with_lock::OnLost;
 
@@ -67,20 +68,22 @@ impl AcquireAll {
     }
 
     /// The longest time to wait for all the keys together; `Duration::ZERO` tries each key
-    /// once. Default: the locker's `default_wait`.
+    /// once, and a wait beyond 100 years has no deadline. Default: the locker's
+    /// `default_wait`.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
     }
 
-    /// A fixed lease for every key (see [`Acquire::lease`](crate::Acquire::lease)).
+    /// A fixed lease for every key, from 1 ms to 365 days (see
+    /// [`Acquire::lease`](crate::Acquire::lease)).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
 
-    /// Stop watchdog renewal after the keys have been held this long (see
-    /// [`Acquire::max_hold`](crate::Acquire::max_hold)).
+    /// Stop watchdog renewal after the keys have been held this long; beyond 100 years, no
+    /// limit (see [`Acquire::max_hold`](crate::Acquire::max_hold)).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -114,7 +117,8 @@ impl AcquireAll {
         keys.sort_unstable();
         keys.dedup();
         let wait = self.wait.unwrap_or(self.locker.inner.settings.default_wait);
-        let deadline = started.checked_add(wait);
+        // Beyond a century, no deadline, as for one key.
+        let deadline = limits::wait(wait).and_then(|wait| started.checked_add(wait));
         if keys.len() > 1 {
             // First every key at once, without waiting: on the multiplexed connection that is
             // one round trip (one per node in a Cluster, in parallel). Safe whatever the order,
@@ -331,7 +335,8 @@ impl MultiLockGuard {
         }
     }
 
-    /// Sets every key's remaining lease to `by` from now (see [`LockGuard::extend`]).
+    /// Sets every key's remaining lease to `by` from now, from 1 ms to 365 days (see
+    /// [`LockGuard::extend`]).
     ///
     /// # Errors
     ///

@@ -191,7 +191,8 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
     }
 
     /// The longest time a request waits for its lock before it is rejected as
-    /// [busy](crate::Rejection::Busy). Default `Duration::ZERO`: fail fast.
+    /// [busy](crate::Rejection::Busy). Default `Duration::ZERO`: fail fast. Any value; a wait
+    /// beyond 100 years has no deadline (see `lock_core::Acquire::wait`).
     pub fn wait(mut self, wait: Duration) -> Self {
         self.settings.wait = wait;
         self
@@ -199,14 +200,18 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
 
     /// A fixed lease instead of the watchdog: the lock expires `lease` after it was taken even
     /// if the request is still running. Without it (the default), the locker's watchdog
-    /// renews the lock for as long as the request holds it.
+    /// renews the lock for as long as the request holds it. From 1 ms to 365 days
+    /// (`lock_core::MAX_LEASE`); a lease outside that range fails every request's acquire
+    /// with `ConfigError::OutOfRange`, answered as [`Rejection::Failed`](crate::Rejection::Failed)
+    /// (`500`).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.settings.lease = Some(lease);
         self
     }
 
     /// Stops the watchdog renewal after the lock has been held this long, so a stuck handler
-    /// cannot hold a key forever (see `lock_core::Acquire::max_hold`).
+    /// cannot hold a key forever (see `lock_core::Acquire::max_hold`). Any value; beyond 100
+    /// years, no limit.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.settings.max_hold = Some(max);
         self
@@ -235,7 +240,8 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
 
     /// Chooses the `Retry-After` of [busy](crate::Rejection::Busy) rejections from what is
     /// known (the holder's remaining lease, how long the request waited). The header carries
-    /// whole seconds, rounded up, at least 1. Default: [`RetryAfter::default`].
+    /// whole seconds, rounded up, at least 1 (`u64::MAX` for any longer delay: `choose` may
+    /// return any `Duration`). Default: [`RetryAfter::default`].
     ///
     /// ```
     /// use std::time::Duration;

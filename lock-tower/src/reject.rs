@@ -152,8 +152,8 @@ impl Rejection {
     }
 
     /// For [`Busy`](Self::Busy): the value of the `Retry-After` header, the chosen delay in
-    /// whole seconds, rounded up and at least 1 (the header has no finer unit). `None` for the
-    /// other variants.
+    /// whole seconds, rounded up and at least 1 (the header has no finer unit), `u64::MAX` for
+    /// a longer delay. `None` for the other variants.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Self::Busy { retry_after, .. } | Self::Full { retry_after, .. } => {
@@ -207,9 +207,10 @@ impl Rejection {
     }
 }
 
-/// Whole seconds, rounded up, at least 1.
+/// Whole seconds, rounded up, at least 1; `u64::MAX` for a delay of more (a policy may return
+/// any `Duration`, `Duration::MAX` included).
 fn ceil_secs(d: Duration) -> u64 {
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
     secs.max(1)
 }
 
@@ -268,11 +269,12 @@ pub struct RetryAfter(Arc<dyn Fn(&BusyInfo) -> Duration + Send + Sync>);
 
 impl RetryAfter {
     /// A random delay between half and one and a half times `base`, capped at the holder's
-    /// remaining lease when known.
+    /// remaining lease when known. Any `base`: one and a half times it saturates at
+    /// `Duration::MAX`.
     pub fn jittered(base: Duration) -> Self {
         Self::from_fn(move |busy| {
             let low = base / 2;
-            let high = base + base / 2;
+            let high = base.saturating_add(base / 2);
             let chosen = if high > low {
                 rand::rng().random_range(low..=high)
             } else {
@@ -480,5 +482,66 @@ mod tests {
             StatusCode::INTERNAL_SERVER_ERROR
         );
         assert!(Rejection::MissingKey.error().is_none());
+    }
+
+    /// Edge durations (zero, sub-second, the largest) and random ones of any size.
+    fn durations() -> impl proptest::strategy::Strategy<Value = Duration> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::sample::select(vec![
+                Duration::ZERO,
+                Duration::from_nanos(1),
+                Duration::from_millis(999),
+                Duration::from_secs(u64::MAX),
+                Duration::MAX,
+            ]),
+            (any::<u64>(), 0..1_000_000_000u32).prop_map(|(s, n)| Duration::new(s, n)),
+            (0..=u64::MAX / 2).prop_map(Duration::from_nanos),
+        ]
+    }
+
+    proptest::proptest! {
+        // Pure and quick: the default case count; no regression files in the tree.
+        #![proptest_config(proptest::test_runner::Config {
+            failure_persistence: None,
+            ..proptest::test_runner::Config::default()
+        })]
+
+        /// Whatever the policy's base or delay and the holder's TTL, choosing the delay and
+        /// writing the header never panics: the header is the delay in whole seconds, rounded
+        /// up, at least 1, and `u64::MAX` for a delay beyond it.
+        #[test]
+        fn retry_after_of_any_duration_is_a_header_never_a_panic(
+            base in durations(),
+            ttl in proptest::option::of(durations()),
+            waited in durations(),
+        ) {
+            let ceil = |d: Duration| {
+                let up = d.as_nanos().div_ceil(1_000_000_000).max(1);
+                u64::try_from(up).unwrap_or(u64::MAX)
+            };
+            let info = BusyInfo { holder_ttl: ttl, waited };
+            for policy in [
+                RetryAfter::jittered(base),
+                RetryAfter::fixed(base),
+                RetryAfter::from_fn(move |_| base),
+            ] {
+                let chosen = policy.choose(&info);
+                let error = LockError::Busy { key: "k".into(), waited, holder_ttl: ttl };
+                let rejection = Rejection::from_error(error, &policy);
+                let Rejection::Busy { retry_after, .. } = &rejection else {
+                    panic!("{rejection:?}");
+                };
+                // The jitter draws anew: compare each choice with its own header.
+                let secs = rejection.retry_after_secs();
+                proptest::prop_assert_eq!(secs, Some(ceil(*retry_after)));
+                if let Some(ttl) = ttl {
+                    proptest::prop_assert!(chosen <= ttl.max(base) && *retry_after <= ttl.max(base));
+                }
+                let response: Response<String> = rejection.default_response();
+                let header = response.headers()[header::RETRY_AFTER].to_str().unwrap().to_owned();
+                proptest::prop_assert_eq!(header, secs.unwrap().to_string());
+            }
+        }
     }
 }

@@ -162,3 +162,66 @@ async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
     assert!(!service.get_ref().ready);
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// The layer's durations at their extremes: a `wait` and a `max_hold` of `Duration::MAX`
+/// saturate (no deadline, no limit), a `Retry-After` policy of `Duration::MAX` sends the
+/// largest header, and a lease out of range answers `500` with the range error; nothing
+/// panics, in the request or in the locker's watchdog.
+#[tokio::test]
+async fn the_layers_durations_saturate_or_are_refused_never_panic() {
+    let server = server();
+    let locker = lock_core::Locker::builder()
+        .url(server.url())
+        .watchdog_lease(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let layer = |layer: DistributedLockLayer<_>| {
+        ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(|req: Request<String>| async move {
+                let held = req.extensions().get::<HeldLock>().is_some();
+                // Long enough for watchdog ticks to pass while the lock is held.
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(held.to_string()))))
+            })
+    };
+    let key = |_: &Request<String>| Some("order:1".to_owned());
+    let request = || Request::builder().uri("/").body(String::new()).unwrap();
+
+    let saturated = layer(
+        DistributedLockLayer::new(locker.clone(), key)
+            .wait(Duration::MAX)
+            .max_hold(Duration::MAX)
+            .retry_after(|_: &lock_tower::BusyInfo| Duration::MAX),
+    );
+    let reply = saturated.clone().oneshot(request()).await.unwrap();
+    assert_eq!(read(reply).await, (StatusCode::OK, "true".to_owned()));
+    // The watchdog survived the max_hold: another lock is still renewed.
+    let other = locker.lock("other").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(other.is_held(), "the watchdog stopped renewing");
+    other.release().await.unwrap();
+
+    let busy = layer(
+        DistributedLockLayer::new(locker.clone(), key)
+            .retry_after(|_: &lock_tower::BusyInfo| Duration::MAX),
+    );
+    let held = locker.lock("order:1").await.unwrap();
+    // Another task: this one's lock would be reentered.
+    let reply = tokio::spawn(busy.oneshot(request()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::CONFLICT);
+    assert_eq!(
+        reply.headers()[http::header::RETRY_AFTER],
+        u64::MAX.to_string()
+    );
+    held.release().await.unwrap();
+
+    let refused = layer(DistributedLockLayer::new(locker.clone(), key).lease(Duration::MAX));
+    let reply = refused.oneshot(request()).await.unwrap();
+    assert_eq!(reply.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
