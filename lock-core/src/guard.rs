@@ -151,7 +151,7 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock is no longer ours, [`LockError::Config`] for a
-    /// duration under 1 ms, [`LockError::Backend`] when Redis fails.
+    /// duration outside 1 ms to [`MAX_LEASE`](crate::MAX_LEASE), [`LockError::Backend`] when Redis fails.
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
         self.held.touched();
         limits::check_lease(DurationSetting::Extension, by)?;
