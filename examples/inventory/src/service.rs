@@ -590,7 +590,7 @@ impl Chaos {
         let plan = state.plan?;
         let n = state.writes;
         state.writes += 1;
-        if n % plan.every.max(1) == 0 && state.pauses < plan.max {
+        if n.is_multiple_of(plan.every.max(1)) && state.pauses < plan.max {
             state.pauses += 1;
             return Some(Duration::from_millis(plan.pause_ms));
         }
