@@ -240,6 +240,13 @@ enum Try {
     Busy { ttl: Option<Duration> },
 }
 
+/// Where an acquire may take over a lock a local holder hands over, and what it takes.
+struct Handoff<'a> {
+    slot: &'a SlotRef<HeldLock>,
+    mode: LeaseMode,
+    permits: u32,
+}
+
 /// An acquire that waited at least this long is logged at info level when it gets the lock
 /// (quicker ones at debug): long waits are what an operator looks for, and they are rare
 /// enough not to flood the log.
@@ -403,53 +410,108 @@ impl Acquire {
     }
 
     /// The usual order: first the local queue (one task per key per process contends in
-    /// Redis, a semaphore's permits' worth of tasks; first come, first served), then Redis,
-    /// unless the last local holder handed the lock over.
+    /// Redis; first come, first served), then Redis, unless the last local holder handed the
+    /// lock over. A semaphore has an order of its own ([`permits_in_order`](Self::permits_in_order)).
     async fn local_then_in_redis(
         &self,
         slot: &SlotRef<HeldLock>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        if let Access::Permits { limit } = self.access {
+            return self.permits_in_order(slot, limit, mode, when).await;
+        }
         let permit = queue_for(&slot.queue, self.permits, when, Some(slot)).await;
         let Some(permit) = permit else {
-            let holder_ttl = slot
-                .holder()
-                .upgrade()
-                .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
-            return Err(self.busy(when.started, holder_ttl));
+            return Err(self.busy(when.started, self.local_holder_ttl(slot)));
         };
-        let grant = match LocalLocks::take_over(slot, mode, self.permits) {
-            // The last local holder handed the lock over: no Redis round trip.
-            Some(Ok(grant)) => grant,
-            handed => {
-                if let Some(Err(baton)) = handed {
-                    // It does not fit this acquire: give it back to Redis first.
-                    self.give_back(&baton.keys, baton.token).await;
-                }
-                if let Some(until) = slot.yield_until() {
-                    // Our own release just told waiters elsewhere: let them have their turn.
-                    let until = when.deadline.map_or(until, |d| d.min(until));
-                    tokio::time::sleep_until(until).await;
-                }
-                // A semaphore's waiters take turns to wait in Redis, one per process (the
-                // others wait here, in order), so a release does not wake every local holder's
-                // worth of them at once.
-                let _turn = match self.access {
-                    Access::Permits { limit } => {
-                        let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
-                        match queue_for(&turn.queue, 1, when, None).await {
-                            Some(permit) => Some((permit, turn)),
-                            None => return Err(self.busy(when.started, None)),
-                        }
-                    }
-                    _ => None,
-                };
-                self.acquire_in_redis(self.redis_keys(), mode.lease(), when)
-                    .await?
-            }
+        let handoff = Handoff {
+            slot,
+            mode,
+            permits: self.permits,
         };
+        // The last local holder handed the lock over: no Redis round trip.
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((permit, grant));
+        }
+        self.yield_to_others(slot, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+            .await?;
         Ok((permit, grant))
+    }
+
+    /// A semaphore's order in this process, first come, first served: a place of the local
+    /// queue (a semaphore's permits' worth of tasks contend in Redis), then the turn (one task
+    /// at a time waits in Redis, so a release does not wake every local waiter at once), then
+    /// Redis. The turn's holder is the first local waiter: a permit a local holder hands over
+    /// goes to it, also while it waits in Redis, never to a task that came later. Every waiting
+    /// acquire counts as a local waiter from its arrival to its grant, so a release hands over
+    /// whenever one waits, wherever it waits. A zero wait tries Redis once and that is all: it
+    /// never stands in the line, so it takes no turn (siblings mid-try do not refuse it) and no
+    /// handed-over permit (those are for the waiters).
+    async fn permits_in_order(
+        &self,
+        slot: &SlotRef<HeldLock>,
+        limit: u32,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        let _waiting = (!when.try_once).then(|| slot.queued());
+        let Some(place) = queue_for(&slot.queue, self.permits, when, None).await else {
+            return Err(self.busy(when.started, None));
+        };
+        if when.try_once {
+            let grant = self
+                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+                .await?;
+            return Ok((place, grant));
+        }
+        let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
+        let Some(_turn) = queue_for(&turn.queue, 1, when, None).await else {
+            return Err(self.busy(when.started, None));
+        };
+        let handoff = Handoff {
+            slot,
+            mode,
+            permits: self.permits,
+        };
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((place, grant));
+        }
+        self.yield_to_others(slot, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff))
+            .await?;
+        Ok((place, grant))
+    }
+
+    /// How long the local holder of `slot` still holds, if one does (for a `Busy` answer).
+    fn local_holder_ttl(&self, slot: &SlotRef<HeldLock>) -> Option<Duration> {
+        slot.holder()
+            .upgrade()
+            .map(|h| h.valid_until().saturating_duration_since(Instant::now()))
+    }
+
+    /// The lock the last local holder handed over, if one waits in the slot and fits this
+    /// acquire; one that does not fit goes back to Redis first.
+    async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
+        match LocalLocks::take_over(handoff.slot, handoff.mode, handoff.permits)? {
+            Ok(grant) => Some(grant),
+            Err(baton) => {
+                self.give_back(&baton.keys, baton.token).await;
+                None
+            }
+        }
+    }
+
+    /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
+    /// they get their turn.
+    async fn yield_to_others(&self, slot: &SlotRef<HeldLock>, when: When) {
+        if let Some(until) = slot.yield_until() {
+            let until = when.deadline.map_or(until, |d| d.min(until));
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
@@ -466,7 +528,7 @@ impl Acquire {
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
         let lease = mode.lease();
         let keys = self.redis_keys();
-        let mut grant = self.acquire_in_redis(keys, lease, when).await?;
+        let mut grant = self.acquire_in_redis(keys, lease, when, None).await?;
         let inner = &self.locker.inner;
         // Dropped while waiting for the place: the granted lock goes back in the background.
         let mut on_drop = ReleaseOnDrop::new(
@@ -555,12 +617,15 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline (its Redis calls until a bound derived from it).
+    /// the deadline (its Redis calls until a bound derived from it). With a `handoff` (the
+    /// semaphore's first local waiter), a permit a local holder hands over meanwhile is taken
+    /// instead, and the acquire leaves the line in Redis in the background.
     async fn acquire_in_redis(
         &self,
         keys: RedisKeys,
         lease: Duration,
         when: When,
+        handoff: Option<&Handoff<'_>>,
     ) -> Result<Grant, LockError> {
         let When {
             started,
@@ -613,6 +678,18 @@ impl Acquire {
                 // Registered before the attempt, so a release between the attempt and the sleep
                 // still wakes us.
                 n.as_mut().enable();
+            }
+            // Likewise for a local handoff, registered before the slot is looked at.
+            let mut handed = handoff.map(|h| Box::pin(h.slot.handed.notified()));
+            if let Some(h) = handed.as_mut() {
+                h.as_mut().enable();
+            }
+            if let Some(handoff) = handoff {
+                if let Some(grant) = self.take_handed_over(handoff).await {
+                    // Armed after a try, the attempt takes our place in line out in the
+                    // background when dropped here.
+                    return Ok(grant);
+                }
             }
             // The messages from here on are the ones the attempt may not have seen.
             let mut mark = subscription.as_ref().map_or(0, Subscription::mark);
@@ -697,11 +774,19 @@ impl Acquire {
             }
             tracing::trace!(?ttl, ?sleep, "waiting for release");
             let wake_at = Instant::now() + sleep;
+            // Ends the sleep when a local holder handed a lock over (never without a handoff).
+            let mut handed_over = std::pin::pin!(async {
+                match handed.as_mut() {
+                    Some(h) => h.await,
+                    None => std::future::pending().await,
+                }
+            });
             match (notified, notify.as_deref(), subscription.as_ref()) {
                 (Some(mut n), Some(notify), Some(subscription)) => loop {
                     tokio::select! {
                         _ = &mut n => {}
                         _ = tokio::time::sleep_until(wake_at) => break,
+                        _ = &mut handed_over => break,
                     }
                     // Registered before the messages are read, so a later one still wakes us.
                     n = Box::pin(notify.notified());
@@ -714,7 +799,12 @@ impl Acquire {
                     }
                     mark = now;
                 },
-                _ => tokio::time::sleep_until(wake_at).await,
+                _ => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake_at) => {}
+                        _ = &mut handed_over => {}
+                    }
+                }
             };
         }
     }

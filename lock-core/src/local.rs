@@ -129,7 +129,9 @@ impl LocalLocks {
     }
 
     /// The one-place queue of the semaphore `key` of `limit` permits for waiting in Redis:
-    /// one task of this process at a time.
+    /// one task of this process at a time, in arrival order; its holder is the first local
+    /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
+    /// turn: it does not wait).
     pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
         self.semaphores.get(&format!("turn\0{limit}\0{key}"))
     }
@@ -277,7 +279,7 @@ impl LocalLocks {
 
     /// The lease to confirm `held` with if it may be handed over to the next local acquirer:
     /// a watchdog mutex or semaphore permit (readers do not queue behind each other, and a
-    /// fair lock's next holder is whoever is first in line in Redis), a local acquirer queued,
+    /// fair lock's next holder is whoever is first in line in Redis), a local acquirer waiting,
     /// a streak under [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of
     /// other lockers get their turn), no [`Fence`](crate::Fence) handle alive (it could still
     /// ask for a token under this Redis token after the next holder did), not known lost.
