@@ -344,10 +344,8 @@ impl Acquire {
     /// acquire: a nested guard of a lock the task holds, or a refusal.
     fn slot(&self, owner: Owner) -> Result<SlotRef<HeldLock>, Result<LockGuard, LockError>> {
         let local = &self.locker.inner.local;
-        let reenter = |slot: &SlotRef<HeldLock>| {
-            local.reenter(slot, owner).map(|reentered| {
-                reentered.map(|held| LockGuard::new(self.locker.inner.local.clone(), held))
-            })
+        let guard = |reentered: Result<Arc<HeldLock>, LockError>| {
+            reentered.map(|held| LockGuard::new(local.clone(), held))
         };
         if self.locker.inner.store.is_redlock() {
             // Kinds a RedLock quorum cannot serve (see the variants' docs).
@@ -359,23 +357,35 @@ impl Acquire {
                 Access::Exclusive | Access::Shared => {}
             }
         }
-        let slot = match self.access {
+        match self.access {
             Access::Exclusive | Access::Fair => {
                 if local.reads(&self.key, owner) {
                     return Err(Err(LockError::WriteInsideRead {
                         key: self.key.clone(),
                     }));
                 }
-                local.slot(&self.key)
+                // The mutex and the fair lock of a key are one Redis lock: a task holding
+                // either nests the other.
+                if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+                    return Err(guard(reentered));
+                }
+                Ok(match self.access {
+                    Access::Fair => local.fair_slot(&self.key),
+                    _ => local.slot(&self.key),
+                })
             }
             Access::Shared => {
-                // A read inside this task's write lock shares the write lock.
-                if let Some(reentered) = reenter(&local.slot(&self.key)) {
-                    return Err(reentered);
+                // A read inside this task's write lock (or fair lock) shares it.
+                if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+                    return Err(guard(reentered));
                 }
                 // Readers do not exclude each other: each task has a slot of its own, for
                 // reentrancy.
-                local.reader_slot(&self.key, owner)
+                let slot = local.reader_slot(&self.key, owner);
+                match local.reenter(&slot, owner) {
+                    Some(reentered) => Err(guard(reentered)),
+                    None => Ok(slot),
+                }
             }
             Access::Permits { limit } => {
                 if self.permits == 0 || self.permits > limit {
@@ -388,12 +398,8 @@ impl Acquire {
                 // A local queue with the semaphore's permits: at most that many tasks of this
                 // process contend in Redis, the others line up here first come, first served.
                 // Permits are not reentrant.
-                return Ok(local.semaphore_slot(&self.key, limit));
+                Ok(local.semaphore_slot(&self.key, limit))
             }
-        };
-        match reenter(&slot) {
-            Some(reentered) => Err(reentered),
-            None => Ok(slot),
         }
     }
 
@@ -516,8 +522,9 @@ impl Acquire {
 
     /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
     /// first would let a task of this process that came later take its place in Redis before
-    /// an earlier one elsewhere); the local place is taken once Redis granted the lock. It is
-    /// free then, or about to be: the previous local holder gives it back right after its
+    /// an earlier one elsewhere); the local place, the fair slot's (a mutex waiter of the key
+    /// holds its own place while it waits in Redis), is taken once Redis granted the lock. It
+    /// is free then, or about to be: the previous local holder gives it back right after its
     /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
     /// given back when it ends), and the grant is renewed every half lease meanwhile.
     async fn in_line_then_local(

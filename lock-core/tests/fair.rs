@@ -319,6 +319,81 @@ async fn a_fair_acquire_dropped_between_the_grant_and_the_local_place_leaves_not
     common::assert_nothing_left(&server, &[&locker_a, &other]).await;
 }
 
+/// K21 (review item K5): a mutex and a fair lock of one key in one process do not deadlock.
+/// Another locker holds the fair lock; a task of `a` waits for the mutex (it has `a`'s local
+/// place for the key and waits in Redis), then a task of `a` lines up for the fair lock. The
+/// release names the fair waiter, which gets the lock in Redis: it must get in at once, and the
+/// mutex after it (before: the fair acquire waited for the local place the mutex waiter held,
+/// while the mutex waiter waited in Redis for the fair grant, until the fair acquire's wait ran
+/// out). Then the other way round: a task holding either kind of the key nests the other, and
+/// a read inside a fair lock shares it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_and_a_fair_lock_of_one_key_in_one_process_do_not_deadlock() {
+    let server = server();
+    let (a, other) = (locker(&server).await, locker(&server).await);
+    let held = other.fair_lock("k").await.unwrap();
+    let enter = |acquire: lock_core::Acquire| {
+        tokio::spawn(async move {
+            let guard = acquire.wait(Duration::from_secs(2)).await?;
+            let at = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            guard.release().await?;
+            Ok::<_, LockError>(at)
+        })
+    };
+    let mutex = enter(a.lock("k"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fair = enter(a.fair_lock("k"));
+    let _ = line_key(&server, "k").await;
+    let released = std::time::Instant::now();
+    held.release().await.unwrap();
+    let fair_in = fair.await.unwrap();
+    let mutex_in = mutex.await.unwrap();
+    let fair_in = fair_in.unwrap_or_else(|e| {
+        panic!(
+            "fair lock: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let mutex_in = mutex_in.unwrap_or_else(|e| panic!("mutex: {e}"));
+    assert!(
+        fair_in - released < Duration::from_secs(1),
+        "the fair waiter got in {:?} after the release",
+        fair_in - released
+    );
+    assert!(
+        mutex_in > fair_in,
+        "the mutex got in before the fair lock's release"
+    );
+
+    // One task, both kinds: whichever it holds, the other nests (no Redis wait for itself).
+    let outer = a.lock("k").await.unwrap();
+    let inner = a.fair_lock("k").wait(Duration::ZERO).await.unwrap();
+    assert_eq!(
+        inner.fencing_token().await.unwrap(),
+        outer.fencing_token().await.unwrap()
+    );
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let outer = a.fair_lock("k").await.unwrap();
+    let inner = a.lock("k").wait(Duration::ZERO).await.unwrap();
+    let read = a.read("k").wait(Duration::ZERO).await.unwrap();
+    assert!(inner.is_held() && read.is_held());
+    read.release().await.unwrap();
+    inner.release().await.unwrap();
+    // Another task of the process is refused while the fair lock is held.
+    let busy = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("k").wait(Duration::from_millis(100)).await }
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    outer.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &other]).await;
+}
+
 /// The line of the fair lock of `key` once a waiter is in it.
 async fn line_key(server: &lock_testkit::RedisServer, key: &str) -> String {
     let mut found = None;
