@@ -649,6 +649,10 @@ impl Acquire {
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
         let attempt = Attempt::new(&keys, self.new_token());
+        // The acquire's entry in the waiting writers: its first token, kept for the whole wait
+        // although a RedLock try runs under a fresh token each time (the first try's token is
+        // also what a release of an abandoned first try takes out).
+        let waiter = attempt.token.clone();
         let mut on_drop = ReleaseOnDrop::new(&inner.local.releaser, attempt);
         // Armed once an exclusive try joined the waiting writers: whatever ends this acquire
         // without the lock (its wait ran out, an error, the future dropped) takes the entry
@@ -710,7 +714,10 @@ impl Acquire {
                 let retry = inner.settings.fallback_retry * 3;
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
-            let tried = match self.try_once(&mut on_drop.target, lease, flag, bound).await {
+            let tried = match self
+                .try_once(&mut on_drop.target, &waiter, lease, flag, bound)
+                .await
+            {
                 // Cut at the deadline after the lock was found held: the wait ran out while
                 // asking again, which is contention, not a Redis failure.
                 Err(LockError::Backend { source, .. }) if source.is_deadline() => match seen_busy {
@@ -728,8 +735,13 @@ impl Acquire {
             let ttl = match tried {
                 Try::Won => {
                     on_drop.disarm();
-                    // The winning try took its entry out (see `scripts/acquire.lua`).
-                    waiting.disarm();
+                    if on_drop.target.token == waiter {
+                        // The winning try took its entry out (see `scripts/acquire.lua`).
+                        waiting.disarm();
+                    }
+                    // Otherwise (a RedLock try under a later token) a node may have granted by
+                    // `SET NX`, and the nodes that refused kept the entry: the armed withdrawal
+                    // takes it out everywhere, in the background.
                     drop(waiting);
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
@@ -750,7 +762,7 @@ impl Acquire {
                 Try::Busy { ttl } => ttl,
             };
             if !flag.is_zero() && self.access == Access::Exclusive {
-                waiting.target.token.clone_from(&on_drop.target.token);
+                waiting.target.token.clone_from(&waiter);
                 waiting.arm();
             }
             seen_busy = Some(ttl);
@@ -824,6 +836,7 @@ impl Acquire {
     async fn try_once(
         &self,
         attempt: &mut Attempt<'_>,
+        waiter: &str,
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
@@ -846,7 +859,9 @@ impl Acquire {
                 ..args
             };
             attempt.sent = true;
-            let call = inner.store.acquire(attempt.keys, &attempt.token, args);
+            let call = inner
+                .store
+                .acquire(attempt.keys, &attempt.token, waiter, args);
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
                     .await

@@ -631,6 +631,35 @@ async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
 }
 
+/// K23 (review item K1), the stream of readers on RedLock (3 nodes): a waiting writer's entry
+/// among the waiting writers stays on every node while it waits (the undo of a try that won
+/// no majority deletes only its grant), so readers let it go first there too. The entry is
+/// watched on node 0. Before: every busy try of the writer was undone on every node by the
+/// release script, which took the entry out with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(nodes.iter().map(RedisServer::url).collect::<Vec<_>>())
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b, c) = (build().await, build().await, build().await);
+    let took = writer_against_a_stream_of_readers(&nodes[0], [&a, &b], &c).await;
+    lock_testkit::figure(&format!(
+        "redlock (3 nodes): writer against a stream of 12 readers in after {took:?}"
+    ));
+    assert!(
+        took < Duration::from_millis(300),
+        "the writer waited {took:?}"
+    );
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&a, &b, &c]).await;
+    }
+}
+
 #[tokio::test]
 async fn reentrancy_is_per_task_and_a_write_nests_inside_a_read_inside_a_write() {
     let server = server();
