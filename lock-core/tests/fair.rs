@@ -394,6 +394,62 @@ async fn a_mutex_and_a_fair_lock_of_one_key_in_one_process_do_not_deadlock() {
     common::assert_nothing_left(&server, &[&a, &other]).await;
 }
 
+/// K22 (smaller review item): a fair waiter that gives up wakes the readers that let it go
+/// first. A reader holds the lock; a fair waiter of another locker lines up (it joins the
+/// waiting writers, so new readers wait for it); a reader of a third locker (fallback retry
+/// 10 s) waits behind it. When the fair waiter is cancelled, the waiting reader must get in
+/// at once (before: nothing told it, and it slept until the waiting writers' TTL, the fair
+/// waiter's whole wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_that_gives_up_wakes_the_readers_behind_it() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let c = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let held = a.read("k").await.unwrap();
+    let fair = tokio::spawn({
+        let b = b.clone();
+        async move { b.fair_lock("k").wait(Duration::from_secs(5)).await }
+    });
+    let _ = line_key(&server, "k").await;
+    let busy = c.read("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(
+        busy.is_busy(),
+        "readers let the fair waiter go first: {busy}"
+    );
+    let reader = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let guard = c.read("k").wait(Duration::from_secs(8)).await?;
+            Ok::<_, LockError>((std::time::Instant::now(), guard))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !reader.is_finished(),
+        "the reader did not wait for the fair waiter"
+    );
+    fair.abort();
+    let gave_up = std::time::Instant::now();
+    assert!(fair.await.unwrap_err().is_cancelled());
+    let (entered, guard) = reader.await.unwrap().unwrap();
+    let after = entered.saturating_duration_since(gave_up);
+    lock_testkit::figure(&format!(
+        "K22: a waiting reader in {after:?} after the fair waiter ahead of it was cancelled (fallback retry 10 s)"
+    ));
+    assert!(
+        after < Duration::from_millis(500),
+        "the reader got in {after:?} after the fair waiter gave up"
+    );
+    guard.release().await.unwrap();
+    held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
 /// The line of the fair lock of `key` once a waiter is in it.
 async fn line_key(server: &lock_testkit::RedisServer, key: &str) -> String {
     let mut found = None;

@@ -1402,6 +1402,45 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
     only_fences_left(&server, Duration::from_millis(300)).await;
 }
 
+/// K24 (smaller review item): a writer with a short wait does not shorten the life of the
+/// waiting writers that another writer, waiting longer, joined. A reader holds `cat`; a writer
+/// of another locker (fallback retry 10 s, so it does not try again meanwhile) waits 10 s; a
+/// third writer waits 150 ms and gives up. 400 ms later readers must still let the first
+/// writer go first (before: the short writer's `PEXPIRE` cut the set's life to its own 150 ms
+/// wait, the set expired with the long writer's entry, and a new reader got in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let c = locker(&server).await;
+    let held = a.read("cat").await.unwrap();
+    let long = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let short = c.write("cat").wait(Duration::from_millis(150)).await;
+    assert!(matches!(short, Err(LockError::Busy { .. })), "{short:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reader = c.read("cat").wait(Duration::ZERO).await;
+    let waiters = common::lock_key(&server, "cat").replace(":lock:cat", ":waiters:cat");
+    let ttl: i64 = server.cmd(&["PTTL", &waiters]);
+    assert!(
+        matches!(reader, Err(LockError::Busy { .. })),
+        "a new reader got in while a writer waits (waiting writers' PTTL {ttl}): {:?}",
+        reader.map(|r| r.is_held())
+    );
+    held.release().await.unwrap();
+    long.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
 /// A task holding the read lock takes it again (nested) while a writer of another locker
 /// waits: writer preference must not make it wait for the writer that waits for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

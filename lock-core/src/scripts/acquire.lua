@@ -9,7 +9,7 @@
 --          writer it is held like by any other token)
 -- KEYS[2]  the waiting writers of this lock key, in its hash slot: a sorted set of the entries
 --          of exclusive acquirers (of other lockers) that found the lock held and wait for it,
---          living as long as the last one that joined may wait. It tells the holder's release
+--          living as long as the one that may wait longest. It tells the holder's release
 --          that another locker waits (the holder's own process then holds back its next local
 --          acquirer for a moment), and read locks let a writer in it go first (see
 --          read_acquire.lua). The caller joins it here; a try that wins leaves it, and an
@@ -69,8 +69,12 @@ end
 local flag = tonumber(ARGV[3]) or 0
 if flag > 0 then
   -- Scores do not matter: the set's TTL bounds every entry. A dead writer's entry thus stays
-  -- until the last writer that joined could have waited (at most 3 fallback retries).
+  -- until the longest waiter that joined could have waited (at most 3 fallback retries).
   redis.call('ZADD', KEYS[2], 0, ARGV[4])
-  redis.call('PEXPIRE', KEYS[2], flag)
+  -- Only ever lengthened: a writer with a short wait must not end the entries of writers that
+  -- wait longer (readers would stop letting them go first).
+  if redis.call('PTTL', KEYS[2]) < flag then
+    redis.call('PEXPIRE', KEYS[2], flag)
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}
