@@ -1441,6 +1441,53 @@ async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
 }
 
+/// K24, the readers' side: a reader with a short wait does not shorten the readers' waiting
+/// flag that another reader, waiting longer for a writer, set (the flag is what makes the
+/// writer's release tell the readers). A writer holds `cat`; a reader of another locker
+/// (fallback retry 10 s) waits 5 s; a third reader waits 150 ms and gives up; 400 ms later
+/// the writer releases, and the first reader must get in at once (before: the short reader's
+/// flag replaced the long one's with its own 150 ms life, the release found no flag and told
+/// nobody, and the reader slept on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiting_reader_does_not_cut_a_long_waiting_readers_flag() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let c = locker(&server).await;
+    let held = a.write("cat").await.unwrap();
+    let long = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let guard = b.read("cat").wait(Duration::from_secs(5)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let short = c.read("cat").wait(Duration::from_millis(150)).await;
+    assert!(matches!(short, Err(LockError::Busy { .. })), "{short:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (in_at, guard) = long.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the long-waiting reader: {e} ({:?} after the writer's release)",
+            released.elapsed()
+        )
+    });
+    let after = in_at - released;
+    assert!(
+        after < Duration::from_millis(500),
+        "the reader got in {after:?} after the writer's release"
+    );
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
 /// A task holding the read lock takes it again (nested) while a writer of another locker
 /// waits: writer preference must not make it wait for the writer that waits for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
