@@ -544,3 +544,68 @@ async fn redlock_a_remote_waiter_behind_local_tasks_gets_its_turn() {
         common::assert_nothing_left(node, &[&hot, &waiter]).await;
     }
 }
+
+/// K23 (review item K1), a waiter listening on a node the holder does not hold: a waiter's
+/// subscriber connects to one node (the first), and a node's release script publishes only
+/// where a waiter's entry is. Here the holder's key is gone from node 0 (as after a restart
+/// of that node) while it still holds nodes 1 and 2: the waiter's tries are granted on node 0
+/// (and undone there) and refused on the others, so its entries are on nodes 1 and 2 only.
+/// The release must still wake it (fallback retry 30 s) within 500 ms: a RedLock release that
+/// finds a waiter on any node tells every node. Before: the messages went out on nodes 1 and
+/// 2, where nobody listened, and the waiter slept until its wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(urls(&nodes))
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (holder, waiter) = (build().await, build().await);
+    let held = holder.lock("k").await.unwrap();
+    let name = common::lock_key(&nodes[0], "k");
+    let _: i64 = nodes[0].cmd(&["DEL", &name]);
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("k").wait(Duration::from_secs(3)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    let listening = common::eventually(Duration::from_secs(2), || {
+        !nodes[0].pubsub_channels().is_empty()
+    })
+    .await;
+    assert!(listening, "the waiter's subscriber is not on node 0");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let entries: Vec<usize> = nodes
+        .iter()
+        .map(|n| {
+            n.keys("lock:*:waiters:k")
+                .iter()
+                .map(|k| n.cmd::<usize>(&["ZCARD", k]))
+                .sum()
+        })
+        .collect();
+    assert_eq!(entries, vec![0, 1, 1], "the waiter's entries per node");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (in_at, guard) = waiting.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the waiter: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let after = in_at - released;
+    assert!(
+        after < Duration::from_millis(500),
+        "the waiter got in {after:?} after the release"
+    );
+    guard.release().await.unwrap();
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&holder, &waiter]).await;
+    }
+}

@@ -249,6 +249,20 @@ impl Node {
         .await
     }
 
+    /// Tells every waiter of the lock on this node's channel that it may try (the message of
+    /// a release that found a waiter, see `scripts/release.lua`). Best effort: a waiter that
+    /// misses it wakes at its fallback retry.
+    pub(crate) async fn publish_release(&self, channel: &str) {
+        let sent: RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg("1")
+            .query_async(&mut self.conn.clone())
+            .await;
+        if let Err(error) = sent {
+            tracing::debug!(%error, "telling a RedLock node's waiters of a release failed");
+        }
+    }
+
     /// Takes `token` out of the waiting writers of an exclusive lock (an acquire that stopped
     /// waiting), so that readers need not let it go first (see `scripts/withdraw.lua`).
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {

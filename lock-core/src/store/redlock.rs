@@ -238,7 +238,10 @@ impl RedLockStore {
     }
 
     /// Every node gets the release (in its own task, so a dead node cannot hold up the
-    /// answer); the answer is decided by the first majority.
+    /// answer); the answer is decided by the first majority. When a node says another locker
+    /// waits, every other node is told too: a waiter listens on one node only, and its entry
+    /// may be missing there (its last try found that node free and undid its grant there),
+    /// while a release publishes only where an entry was.
     pub(crate) async fn release(
         &self,
         keys: &RedisKeys,
@@ -251,19 +254,22 @@ impl RedLockStore {
         }
         let quorum = self.quorum();
         let total = self.nodes.len();
-        let tally = |done: &[Result<ReleaseReply, BackendError>]| {
-            let yes = done.iter().filter(|r| matches!(r, Ok(r) if r.ours)).count();
+        let tally = |done: &[(usize, Result<ReleaseReply, BackendError>)]| {
+            let yes = done
+                .iter()
+                .filter(|(_, r)| matches!(r, Ok(r) if r.ours))
+                .count();
             let no = done
                 .iter()
-                .filter(|r| matches!(r, Ok(r) if !r.ours))
+                .filter(|(_, r)| matches!(r, Ok(r) if !r.ours))
                 .count();
             (yes, no)
         };
         let replies = gather(
-            self.nodes.iter().map(|node| {
+            self.nodes.iter().enumerate().map(|(i, node)| {
                 let node = node.clone();
                 let (keys, token) = (keys.clone(), token.to_owned());
-                tokio::spawn(async move { node.release(&keys, &token).await })
+                tokio::spawn(async move { (i, node.release(&keys, &token).await) })
             }),
             |done| {
                 let (yes, no) = tally(done);
@@ -272,9 +278,24 @@ impl RedLockStore {
         )
         .await;
         let (yes, no) = tally(&replies);
-        let others_waiting = replies
+        let told: Vec<usize> = replies
             .iter()
-            .any(|r| matches!(r, Ok(r) if r.others_waiting));
+            .filter(|(_, r)| matches!(r, Ok(r) if r.others_waiting))
+            .map(|(i, _)| *i)
+            .collect();
+        let others_waiting = !told.is_empty();
+        if others_waiting {
+            for (_, node) in self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !told.contains(i))
+            {
+                let (node, channel) = (node.clone(), keys.channel());
+                tokio::spawn(async move { node.publish_release(&channel).await });
+            }
+        }
+        let replies: Vec<_> = replies.into_iter().map(|(_, r)| r).collect();
         let gone = agreed(replies.iter().filter_map(|r| r.as_ref().ok()?.gone));
         if !quorum.carried(yes) && !quorum.defeated(no) {
             // Neither side has a majority: the errors decide nothing, so report one.
