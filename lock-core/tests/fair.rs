@@ -394,6 +394,77 @@ async fn a_mutex_and_a_fair_lock_of_one_key_in_one_process_do_not_deadlock() {
     common::assert_nothing_left(&server, &[&a, &other]).await;
 }
 
+/// 8 tasks in two lockers on one key, each cycle taking the key as a mutex or as a fair lock
+/// in turn (so every process has both kinds waiting and holding at once), 15 cycles each,
+/// every section through the double-holder oracle. `locked: false` is the control: the fair
+/// cycles take no lock. Returns the oracle's report; the whole run must end within 60 s (no
+/// deadlock).
+async fn mixed_kinds_run(locked: bool) -> lock_testkit::oracle::Report {
+    let server = server();
+    let referee = lock_testkit::RedisServer::start().unwrap();
+    let oracle = lock_testkit::oracle::Oracle::connect(&referee.url(), "mixed", "test")
+        .await
+        .unwrap();
+    let lockers = [locker(&server).await, locker(&server).await];
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (locker, oracle) = (lockers[t % 2].clone(), oracle.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15 {
+                let fair = (t + i) % 2 == 0;
+                let guard = match (fair, locked) {
+                    (true, false) => None,
+                    (true, true) => Some(locker.fair_lock("m")),
+                    (false, _) => Some(locker.lock("m")),
+                };
+                let guard = match guard {
+                    Some(acquire) => Some(acquire.wait(Duration::from_secs(30)).await.unwrap()),
+                    None => None,
+                };
+                let fence = match &guard {
+                    Some(guard) => guard.fencing_token().await.unwrap(),
+                    None => 1,
+                };
+                let held = || guard.as_ref().is_none_or(lock_core::LockGuard::is_held);
+                let work = tokio::time::sleep(Duration::from_micros(300));
+                oracle.section("m", fence, held, work).await.unwrap();
+                if let Some(guard) = guard {
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::try_join_all(tasks),
+    )
+    .await
+    .expect("the run ended (no deadlock)")
+    .unwrap();
+    let report = oracle.report().await.unwrap();
+    if locked {
+        common::assert_nothing_left(&server, &[&lockers[0], &lockers[1]]).await;
+    }
+    report
+}
+
+/// K21: the mutex and the fair lock of one key, mixed in each of two processes, exclude each
+/// other (one Redis lock, though their local places are apart now) and never wait for each
+/// other: a clean oracle report with every section. The control (the fair cycles without a
+/// lock) shows the oracle catching the overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutexes_and_fair_locks_of_one_key_mixed_in_each_process_exclude_each_other() {
+    let report = mixed_kinds_run(true).await;
+    lock_testkit::figure(&format!(
+        "K21 mutex and fair lock mixed on one key, 8 tasks of 2 lockers: {report}"
+    ));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (8 * 15, 0), "{report}");
+    let control = mixed_kinds_run(false).await;
+    lock_testkit::figure(&format!("K21 control (fair cycles unlocked): {control}"));
+    assert!(control.overlaps > 0, "the oracle saw no overlap: {control}");
+}
+
 /// K22 (smaller review item): a fair waiter that gives up wakes the readers that let it go
 /// first. A reader holds the lock; a fair waiter of another locker lines up (it joins the
 /// waiting writers, so new readers wait for it); a reader of a third locker (fallback retry
