@@ -14,21 +14,26 @@ use crate::service::{DistributedLockService, LoggedRoutes};
 /// What to do with a request whose key extractor returns `None`.
 ///
 /// The layer fails closed by default: a request it cannot name a lock for does not reach the
-/// handler unlocked.
+/// handler unlocked. Whatever this says, a request that carries the value its key comes from
+/// in a form that cannot be read ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable):
+/// not UTF-8, a query parameter given twice) or parsed
+/// ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) is rejected with `400 Bad
+/// Request`: passing it unlocked would let a client skip the lock of a key it does name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
     /// Reject it (the default), according to the extractor's
     /// [`absence`](crate::KeyExtractor::absence): the client's fault (a missing header or
-    /// query parameter, a path parameter that is not UTF-8) with
-    /// [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
+    /// query parameter) with [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
     /// Request`; the server's (a path parameter the route does not have) with
     /// [`Rejection::Misconfigured`](crate::Rejection::Misconfigured), `500`, logged at error
     /// level the first time on each route.
     #[default]
     Reject,
-    /// Pass it to the inner service without a lock (logged at debug level). An explicit
-    /// opt-in for routes where some requests need no lock.
+    /// Pass it to the inner service without a lock (logged at debug level) when the request
+    /// lacks the value ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) or the route has
+    /// none ([`KeyAbsence::Route`](crate::KeyAbsence::Route)). An explicit opt-in for routes
+    /// where some requests need no lock.
     Pass,
 }
 

@@ -25,7 +25,8 @@ use rand::Rng;
 /// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
 /// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
-/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) | `400 Bad Request` | |
+/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)), or cannot be read: not UTF-8, a query parameter given twice ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable)) | `400 Bad Request` | |
+/// | [`MalformedKey`](Self::MalformedKey) | a typed extractor's value does not parse ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) | `400 Bad Request` | |
 /// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
 /// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
@@ -60,8 +61,14 @@ pub enum Rejection {
     /// than [`lock_core::MAX_KEY_LEN`].
     InvalidKey(LockError),
     /// The request lacks the value its key comes from (a header, a query parameter, what a
-    /// closure extractor reads): the client's fault. See [`MissingKey`](crate::MissingKey).
+    /// closure extractor reads), or carries it in a form that names no one key (not UTF-8, a
+    /// query parameter given twice): the client's fault. See [`MissingKey`](crate::MissingKey).
     MissingKey,
+    /// The value its key comes from does not parse as the type of a typed extractor
+    /// ([`KeyFrom::path_param_as`](crate::KeyFrom::path_param_as) and the like:
+    /// `/skus/abc` for a `u64`): the client's fault. Never let through unlocked, whatever
+    /// [`MissingKey`](crate::MissingKey) says.
+    MalformedKey,
     /// The key extractor can never find a key on this route (an axum path parameter the route
     /// does not have): the server's configuration is wrong. See
     /// [`MissingKey`](crate::MissingKey).
@@ -117,13 +124,13 @@ impl Rejection {
             Self::Busy { .. } => StatusCode::CONFLICT,
             Self::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::InvalidKey(_) | Self::MissingKey => StatusCode::BAD_REQUEST,
+            Self::InvalidKey(_) | Self::MissingKey | Self::MalformedKey => StatusCode::BAD_REQUEST,
             Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey) and
-    /// [`Misconfigured`](Self::Misconfigured)).
+    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey),
+    /// [`MalformedKey`](Self::MalformedKey) and [`Misconfigured`](Self::Misconfigured)).
     pub fn error(&self) -> Option<&LockError> {
         match self {
             Self::Busy { error, .. }
@@ -132,12 +139,13 @@ impl Rejection {
             | Self::Lost(error)
             | Self::InvalidKey(error)
             | Self::Failed(error) => Some(error),
-            Self::MissingKey | Self::Misconfigured => None,
+            Self::MissingKey | Self::MalformedKey | Self::Misconfigured => None,
         }
     }
 
     /// A short name of the variant, for logs and machine-readable bodies: `busy`, `full`,
-    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `misconfigured`, `failed`.
+    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `malformed_key`, `misconfigured`,
+    /// `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "busy",
@@ -146,6 +154,7 @@ impl Rejection {
             Self::Lost(_) => "lost",
             Self::InvalidKey(_) => "invalid_key",
             Self::MissingKey => "missing_key",
+            Self::MalformedKey => "malformed_key",
             Self::Misconfigured => "misconfigured",
             Self::Failed(_) => "failed",
         }
@@ -174,6 +183,9 @@ impl Rejection {
             Self::Lost(_) => "the lock was lost before the work finished; retry later\n",
             Self::InvalidKey(_) => "the request does not name a valid lock key\n",
             Self::MissingKey => "the request does not name a lock key\n",
+            Self::MalformedKey => {
+                "the request names its lock key in a form this route does not accept\n"
+            }
             Self::Misconfigured | Self::Failed(_) => "the lock could not be taken\n",
         }
     }
@@ -480,5 +492,8 @@ mod tests {
             StatusCode::INTERNAL_SERVER_ERROR
         );
         assert!(Rejection::MissingKey.error().is_none());
+        assert_eq!(Rejection::MalformedKey.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(Rejection::MalformedKey.kind(), "malformed_key");
+        assert!(Rejection::MalformedKey.error().is_none());
     }
 }
