@@ -240,7 +240,9 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
 
     /// Chooses the `Retry-After` of [busy](crate::Rejection::Busy) rejections from what is
     /// known (the holder's remaining lease, how long the request waited). The header carries
-    /// whole seconds, rounded up, at least 1. Default: [`RetryAfter::default`].
+    /// whole seconds, rounded up, at least 1 and at most
+    /// [`MAX_RETRY_AFTER_SECS`](crate::MAX_RETRY_AFTER_SECS) (a longer delay, up to
+    /// `Duration::MAX`, is clamped). Default: [`RetryAfter::default`].
     ///
     /// ```
     /// use std::time::Duration;

@@ -157,7 +157,7 @@ pub use extension::{HeldLock, HeldLocks};
 pub use key::{KeyAbsence, KeyExtractor, KeyFrom, LockKeys};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
 pub use mode::{ByMethod, ChooseMode, Mode};
-pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
+pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter, MAX_RETRY_AFTER_SECS};
 pub use service::DistributedLockService;
 
 /// Compiles every Rust block of the repository's README.md as a doctest, so the README's

@@ -160,9 +160,9 @@ impl Rejection {
         }
     }
 
-    /// For [`Busy`](Self::Busy): the value of the `Retry-After` header, the chosen delay in
-    /// whole seconds, rounded up and at least 1 (the header has no finer unit). `None` for the
-    /// other variants.
+    /// For [`Busy`](Self::Busy) and [`Full`](Self::Full): the value of the `Retry-After`
+    /// header, the chosen delay in whole seconds, rounded up, at least 1 (the header has no
+    /// finer unit) and at most [`MAX_RETRY_AFTER_SECS`]. `None` for the other variants.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Self::Busy { retry_after, .. } | Self::Full { retry_after, .. } => {
@@ -219,10 +219,16 @@ impl Rejection {
     }
 }
 
-/// Whole seconds, rounded up, at least 1.
+/// The largest `Retry-After` the layer sends, in seconds: 2^31 (about 68 years), the value
+/// RFC 9111 (section 1.2.2) tells caches to use for any delta-seconds too large for them,
+/// so a policy's absurd delay (`Duration::MAX`) reaches clients as a number they can hold.
+pub const MAX_RETRY_AFTER_SECS: u64 = 1 << 31;
+
+/// Whole seconds, rounded up, at least 1 and at most [`MAX_RETRY_AFTER_SECS`].
 fn ceil_secs(d: Duration) -> u64 {
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    secs.max(1)
+    // Saturating: `Duration::MAX` has `u64::MAX` whole seconds and a fraction.
+    let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
+    secs.clamp(1, MAX_RETRY_AFTER_SECS)
 }
 
 #[cfg(feature = "axum")]
@@ -259,7 +265,8 @@ pub struct BusyInfo {
 /// usually release long before their lease runs out (with the watchdog the lease is
 /// renewed to 30 s every 10 s, so it says nothing about when the key frees), and the jitter
 /// keeps clients that were refused together from coming back together. The header carries
-/// whole seconds (rounded up, at least 1), so the default sends `1` or `2`.
+/// whole seconds (rounded up, at least 1, at most [`MAX_RETRY_AFTER_SECS`]), so the default
+/// sends `1` or `2`.
 ///
 /// Set it on the layer with [`DistributedLockLayer::retry_after`](crate::DistributedLockLayer::retry_after),
 /// or pass it to [`Rejection::from_error`].
@@ -284,7 +291,8 @@ impl RetryAfter {
     pub fn jittered(base: Duration) -> Self {
         Self::from_fn(move |busy| {
             let low = base / 2;
-            let high = base + base / 2;
+            // Saturating: a base near `Duration::MAX` must not overflow.
+            let high = base.saturating_add(base / 2);
             let chosen = if high > low {
                 rand::rng().random_range(low..=high)
             } else {
@@ -403,6 +411,9 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1000)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_secs(Duration::from_secs(29)), 29);
+        assert_eq!(ceil_secs(Duration::from_secs(1 << 31)), 1 << 31);
+        assert_eq!(ceil_secs(Duration::from_secs((1 << 31) + 1)), 1 << 31);
+        assert_eq!(ceil_secs(Duration::MAX), MAX_RETRY_AFTER_SECS);
     }
 
     #[test]
@@ -460,6 +471,20 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "5");
         let fixed = Rejection::from_error(busy(None), &RetryAfter::fixed(Duration::from_secs(7)));
         assert_eq!(fixed.retry_after_secs(), Some(7));
+    }
+
+    #[test]
+    fn absurd_retry_after_policies_are_clamped_not_overflowed() {
+        for policy in [
+            RetryAfter::fixed(Duration::MAX),
+            RetryAfter::jittered(Duration::MAX),
+            RetryAfter::from_fn(|_| Duration::new(u64::MAX, 1)),
+        ] {
+            let rejection = Rejection::from_error(busy(None), &policy);
+            assert_eq!(rejection.retry_after_secs(), Some(MAX_RETRY_AFTER_SECS));
+            let response: Response<String> = rejection.default_response();
+            assert_eq!(response.headers()[header::RETRY_AFTER], "2147483648");
+        }
     }
 
     #[test]
