@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::Locker;
+use lock_core::{ConfigError, Locker};
 use tower_layer::Layer;
 
 use crate::mode::ByMethod;
@@ -136,24 +136,38 @@ impl<K> DistributedLockLayer<K> {
     ///
     /// ```no_run
     /// use axum::{routing::post, Router};
+    /// use lock_core::ConfigError;
     /// use lock_tower::{DistributedLockLayer, KeyFrom};
-    /// # fn app(locker: lock_core::Locker) -> Router {
+    /// # fn app(locker: lock_core::Locker) -> Result<Router, ConfigError> {
     /// // At most 3 exports per tenant at a time, whatever instance they reach.
-    /// Router::new()
+    /// let limit = DistributedLockLayer::concurrency_limit(
+    ///     locker,
+    ///     KeyFrom::path_param_as::<u64>("tenant").prefix("exports:"),
+    ///     3,
+    /// )?;
+    /// Ok(Router::new()
     ///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
-    ///     .route_layer(DistributedLockLayer::concurrency_limit(
-    ///         locker,
-    ///         KeyFrom::path_param("tenant").prefix("exports:"),
-    ///         3,
-    ///     ))
+    ///     .route_layer(limit))
     /// # }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Permits`] for `max` 0, a limit that admits no request: refused here,
+    /// where the route is built, rather than answering every request `500`. The same error
+    /// that lock-core gives a semaphore of 0 permits.
     pub fn concurrency_limit(
         locker: Locker,
         key: K,
         max: u32,
-    ) -> DistributedLockLayer<K, DefaultReject, crate::Mode> {
-        Self::new(locker, key).mode(crate::Mode::Limit(max))
+    ) -> Result<DistributedLockLayer<K, DefaultReject, crate::Mode>, ConfigError> {
+        if max == 0 {
+            return Err(ConfigError::Permits {
+                permits: max,
+                wanted: 1,
+            });
+        }
+        Ok(Self::new(locker, key).mode(crate::Mode::Limit(max)))
     }
 }
 
