@@ -55,6 +55,13 @@ pub enum HoldUntil {
     /// Until the response body has been sent to its end, errored, or was dropped. Use it
     /// when the body streams work done under the lock. The lock then also lasts as long as
     /// the client takes to read the body.
+    ///
+    /// A response with no body to send (the answer to a `HEAD`, a `1xx`, `204` or `304`
+    /// status, a body known to be empty) is released as with [`Response`](Self::Response),
+    /// before it is passed on: hyper drops such a body without polling it, so its end would
+    /// come only after the response went out. If the lock is lost while the body streams,
+    /// the body ends with the lock-lost error rather than sending on unlocked (see
+    /// [`LockedBody`](crate::LockedBody)).
     BodyEnd,
 }
 

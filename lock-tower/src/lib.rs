@@ -88,7 +88,9 @@
 //!   response. The body is then sent without the lock, which covers handlers that build their
 //!   whole body (`Json`, `String`, ...). For a body that streams work done under the lock,
 //!   [`HoldUntil::BodyEnd`] moves the guard into the [`LockedBody`], which holds it until the
-//!   body ends.
+//!   body ends (a response with no body to send, such as a `204` or the answer to a `HEAD`,
+//!   is released before it is passed on), and ends the body with the lock-lost error if the
+//!   lock is lost while it streams.
 //! - **Release.** At the end of the hold the layer releases the lock and waits for Redis to
 //!   confirm before it passes the response head (or the end of the body) on, so a client that
 //!   gets its response and at once sends the next request for the same key finds the key free.
@@ -125,8 +127,9 @@
 //! # Response body type
 //!
 //! The service answers `Response<LockedBody<B>>` for an inner `Response<B>`: [`LockedBody`]
-//! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard; axum routers accept it like
-//! any body. Rejection responses are built as `Response<B>` by the [`Reject`]:
+//! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard, with its errors boxed
+//! (`Box<dyn Error + Send + Sync>`, so `B::Error` must convert into one, as hyper and axum
+//! require anyway); axum routers accept it like any body. Rejection responses are built as `Response<B>` by the [`Reject`]:
 //! [`DefaultReject`] needs `B: From<&'static str>` (true of `axum::body::Body`, `String`,
 //! `Full<Bytes>`) to write a short text body; for other bodies pass a [`Reject`] of your own.
 //!
