@@ -75,6 +75,10 @@ async fn five_spellings_of_one_sku_are_never_inside_together() {
 
     let keys = spellings_at_once(addr, 20).await;
 
+    lock_testkit::figure(&format!(
+        "typed key: 5 spellings of SKU 7 x 20 rounds, most inside at once: {}",
+        inside.max()
+    ));
     assert_eq!(inside.entered(), 100);
     assert_eq!(
         inside.max(),
@@ -98,6 +102,10 @@ async fn control_the_text_extractor_lets_spellings_of_one_sku_run_together() {
 
     let mut keys = spellings_at_once(addr, 20).await;
 
+    lock_testkit::figure(&format!(
+        "control: text key, 5 spellings of SKU 7 x 20 rounds, most inside at once: {}",
+        inside.max()
+    ));
     assert_eq!(inside.entered(), 100);
     assert!(
         inside.max() > 1,
