@@ -30,8 +30,9 @@ pin_project! {
     /// inner service's future, so the lock lives exactly as long as the response. When the
     /// inner future completes, the lock is released and the response returned once Redis
     /// confirmed the release (with [`HoldUntil::BodyEnd`], the guard moves into the
-    /// [`LockedBody`] instead, unless the response has no body to send). When this future is dropped early (client gone, timeout, panic
-    /// in the handler), the guard is dropped with it and releases in the background.
+    /// [`LockedBody`] instead, unless the response has no body to send). When this future is
+    /// dropped early (client gone, timeout, panic in the handler), the guard is dropped with
+    /// it and releases in the background.
     ///
     /// # Panics
     ///

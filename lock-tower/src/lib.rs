@@ -129,9 +129,10 @@
 //! The service answers `Response<LockedBody<B>>` for an inner `Response<B>`: [`LockedBody`]
 //! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard, with its errors boxed
 //! (`Box<dyn Error + Send + Sync>`, so `B::Error` must convert into one, as hyper and axum
-//! require anyway); axum routers accept it like any body. Rejection responses are built as `Response<B>` by the [`Reject`]:
-//! [`DefaultReject`] needs `B: From<&'static str>` (true of `axum::body::Body`, `String`,
-//! `Full<Bytes>`) to write a short text body; for other bodies pass a [`Reject`] of your own.
+//! require anyway); axum routers accept it like any body. Rejection responses are built as
+//! `Response<B>` by the [`Reject`]: [`DefaultReject`] needs `B: From<&'static str>` (true of
+//! `axum::body::Body`, `String`, `Full<Bytes>`) to write a short text body; for other bodies
+//! pass a [`Reject`] of your own.
 //!
 //! # Feature flags
 //!
