@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::connection::Timeouts;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::key;
-use crate::limits::{self, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::limits::{self, DEFAULT_FENCE_RETENTION, MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::locker::{Locker, Settings};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
@@ -20,7 +20,7 @@ use crate::topology::{connect, redact, Topology};
 /// | [`default_wait`](Self::default_wait) | 30 s | any; beyond 100 years: no deadline |
 /// | [`max_hold`](Self::max_hold) | none | any; beyond 100 years: no limit |
 /// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level | |
-/// | [`fence_retention`](Self::fence_retention) | 1 hour | 1 ms to 10 × 365 days |
+/// | [`fence_retention`](Self::fence_retention) | 10 s past the lock | 1 ms to 10 × 365 days |
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
@@ -95,7 +95,7 @@ impl Default for LockerBuilder {
                 watchdog_lease: Duration::from_secs(30),
                 default_wait: Duration::from_secs(30),
                 max_hold: None,
-                fence_retention: Duration::from_secs(3600),
+                fence_retention: DEFAULT_FENCE_RETENTION,
                 fallback_retry: Duration::from_secs(1),
                 command_timeout: Duration::from_secs(3),
                 trace_holds: false,
@@ -269,11 +269,23 @@ impl LockerBuilder {
         self
     }
 
-    /// How long a key's fencing counter outlives its last acquire (at least twice the lease).
-    /// Tokens stay increasing after the counter expired as long as the Redis server's clock
-    /// does not step back by more than this. From 1 ms (the counter's TTL is in milliseconds)
-    /// to 10 × 365 days (at least twice the longest lease, and a TTL Redis and its Lua
-    /// scripts hold exactly).
+    /// How long a key's fencing state (its last fencing token, one small key) outlives the
+    /// lock: the fence key of a key whose holder asked for a token expires this long after
+    /// the later of the lock's end (renewals carry it along) and its last token (a time of the
+    /// Redis server's clock). So what fencing keeps in Redis is one key per lock held now, plus
+    /// the keys released within the last lease and this window; 10 s by default.
+    ///
+    /// Tokens of a key increase across holders, lock expiries, server restarts and forward
+    /// clock jumps whether or not its fence key still exists (tokens are the server's clock in
+    /// microseconds, and Redis deletes the fence key only once its clock has passed the last
+    /// token plus this window). While the fence key lives they also increase across a backward
+    /// step of the server's clock of any size (the last token plus one is issued until the
+    /// clock catches up; the fence key lives until then). What it does not cover: a backward
+    /// step larger than this window hitting a key whose fence state already expired (idle for
+    /// longer than its last lease plus this window) may give that key's next holder a smaller
+    /// token, smaller by at most the step minus the idle time. Raise the window to cover the
+    /// largest backward step your servers' time synchronisation can make. From 1 ms to 10 ×
+    /// 365 days (a TTL Redis and its Lua scripts hold exactly).
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.settings.fence_retention = retention;
         self
@@ -379,6 +391,7 @@ impl LockerBuilder {
         let (store, pubsub) = connect(
             topology,
             timeouts,
+            settings.fence_retention,
             min_replicas,
             restart_guard,
             tls.as_ref(),

@@ -5,7 +5,7 @@
 //! | what | Redis name | type |
 //! |---|---|---|
 //! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
-//! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring after the retention |
+//! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring with the lock plus the fence window (and not before the server's clock passed the token plus the window) |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |

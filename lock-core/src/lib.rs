@@ -121,11 +121,22 @@
 //! token is never asked for pays nothing for fencing; one that asks pays one round trip, once
 //! (nested guards and [`Fence`] handles share the token). The token is the Redis server's
 //! clock in microseconds, or the previous token of the key plus one when that is larger. The
-//! previous token is kept in a companion key that expires [`fence_retention`] (1 hour by
-//! default) after the key's last token, so idle keys leave nothing behind. Guarantee: on
-//! one Redis server, tokens of one key strictly increase across holders (each holder gets its
-//! token while it holds, so after every earlier holder got theirs), as long as the server's
-//! clock does not step back by more than the retention while the counter is gone.
+//! previous token is kept in a companion key (the fence key) that lives as long as the lock
+//! (renewals carry it along) plus [`fence_retention`] (10 s by default), and at least until
+//! the server's clock has passed the token plus that window. So fencing keeps one small key
+//! per lock held now, plus the keys released within their last lease and the window; idle
+//! keys leave nothing behind. Guarantee: on one Redis server, tokens of one key strictly
+//! increase across holders (each holder gets its token while it holds, so after every earlier
+//! holder got theirs), lock expiries, forward clock jumps and restarts, also empty ones: a
+//! fence key is deleted only once the server's clock has read past its token, so a later clock
+//! term is larger, and a restart that loses it is followed by a clock term larger than every
+//! token before (unless one was ahead of the clock after a backward step). A backward
+//! step of the server's clock is covered while the key's fence state lives (the last token
+//! plus one is issued until the clock catches up, and the fence key lives until then); a
+//! backward step larger than the window, hitting a key idle for longer than its last lease
+//! plus the window, may give that key a token smaller than its last one (by at most the step
+//! minus the idle time): raise [`fence_retention`] to cover the largest step your time
+//! synchronisation makes.
 //! What it cannot give: after a failover that lost the last writes, the new primary may issue
 //! a token equal to or lower than one issued just before the failover (if its clock lags);
 //! with reasonable clock sync the clock term keeps it increasing.

@@ -362,7 +362,6 @@ impl Locker {
         let local = Arc::new(LocalLocks::new(
             store.clone(),
             releaser,
-            settings.fence_retention,
             shutdown.clone().drop_guard(),
         ));
         watchdog::start(Arc::downgrade(&local), lease, shutdown);

@@ -1,6 +1,8 @@
 //! Where the locks live ([`Topology`]) and how a locker connects to it: clients with the TLS
 //! settings, the command connection, and where release notifications come from.
 
+use std::time::Duration;
+
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 
 use crate::backend_error::BackendError;
@@ -133,9 +135,11 @@ fn sentinel_client(
 }
 
 /// Connects the command side and describes where release notifications come from.
+/// `fence_window`: how long a fence key outlives its lock and its last token.
 pub(crate) async fn connect(
     topology: Topology,
     timeouts: Timeouts,
+    fence_window: Duration,
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<RestartGuard>,
     tls: Option<&TlsConfig>,
@@ -146,6 +150,7 @@ pub(crate) async fn connect(
         conn,
         restart_guard,
         latch,
+        fence_window,
     };
     let single = |node| Store::Single(SingleStore { node, min_replicas });
     Ok(match topology {

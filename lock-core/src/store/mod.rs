@@ -188,17 +188,17 @@ impl Store {
         }
     }
 
-    /// Issues the next fencing token of the lock held by `token`, keeping the counter for
-    /// `retention`; `None` when the lock is no longer held by `token`.
+    /// Issues the next fencing token of the lock held by `token` (the counter then lives as
+    /// long as the lock plus the fence window); `None` when the lock is no longer held by
+    /// `token`.
     pub(crate) async fn issue_fence(
         &self,
         keys: &RedisKeys,
         token: &str,
-        retention: Duration,
     ) -> Result<Option<u64>, BackendError> {
         match self {
-            Self::Single(store) => store.node.issue_fence(keys, token, retention).await,
-            Self::RedLock(store) => store.issue_fence(keys, token, retention).await,
+            Self::Single(store) => store.node.issue_fence(keys, token).await,
+            Self::RedLock(store) => store.issue_fence(keys, token).await,
         }
     }
 

@@ -23,6 +23,8 @@ pub(crate) struct Node {
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
+    /// How long a fence key outlives its lock and its last token (see `scripts/fence.lua`).
+    pub(crate) fence_window: Duration,
 }
 
 impl Node {
@@ -154,13 +156,12 @@ impl Node {
         &self,
         keys: &RedisKeys,
         token: &str,
-        retention: Duration,
     ) -> Result<Option<u64>, BackendError> {
         scripts::FENCE
             .key(&keys.lock)
             .key(keys.fence())
             .arg(token)
-            .arg(lease_ms(retention))
+            .arg(lease_ms(self.fence_window))
             .invoke_async::<FenceReply>(&mut self.conn.clone())
             .await
             .map(|FenceReply(fence)| fence)
@@ -321,11 +322,18 @@ impl Node {
             invocation
                 .arg(lease_ms(lease.lease()))
                 .arg(u8::from(matches!(lease, NewLease::Exactly(_))));
+            // The groups are of one kind: exclusive locks carry their fence keys along.
+            let fenced = chunk.iter().any(|(keys, _)| keys.access.is_exclusive());
+            if fenced {
+                invocation.arg(lease_ms(self.fence_window));
+            }
             for (keys, token) in chunk {
                 invocation.key(&keys.lock).arg(*token);
                 if keys.access == Access::Shared {
                     // Declared, as every name a script touches (see `scripts/read_renew.lua`).
                     invocation.key(keys.readers());
+                } else if fenced {
+                    invocation.key(keys.fence());
                 }
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
@@ -358,12 +366,12 @@ impl Node {
         &self,
         keys: &RedisKeys,
         fence: u64,
-        retention: Duration,
     ) -> Result<(), BackendError> {
         scripts::RAISE_FENCE
+            .key(&keys.lock)
             .key(keys.fence())
             .arg(fence)
-            .arg(lease_ms(retention))
+            .arg(lease_ms(self.fence_window))
             .invoke_async::<i64>(&mut self.conn.clone())
             .await
             .map(drop)
