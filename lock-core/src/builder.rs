@@ -9,7 +9,7 @@ use crate::limits::{self, DEFAULT_FENCE_RETENTION, MAX_LEASE, MIN_WATCHDOG_LEASE
 use crate::locker::{Locker, Settings};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
-use crate::topology::{connect, redact, Topology};
+use crate::topology::{connect, redact, Credentials, Topology};
 
 /// Configures and connects a [`Locker`].
 ///
@@ -27,6 +27,7 @@ use crate::topology::{connect, redact, Topology};
 /// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
+/// | [`sentinel_data_password`](Self::sentinel_data_password), [`sentinel_data_user`](Self::sentinel_data_user) | none: the data nodes behind Sentinel need no password | |
 ///
 /// A duration outside its range is refused by [`build`](Self::build) with
 /// [`ConfigError::OutOfRange`], which names the setting and its range; none of them can make
@@ -57,6 +58,8 @@ pub struct LockerBuilder {
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<Duration>,
     tls: Option<TlsConfig>,
+    /// The data nodes' credentials for a Sentinel topology.
+    sentinel_data: Option<Credentials>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -79,6 +82,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("min_replicas", &self.min_replicas)
             .field("restart_guard", &self.restart_guard)
             .field("tls", &self.tls)
+            .field("sentinel_data", &self.sentinel_data)
             .finish()
     }
 }
@@ -90,6 +94,7 @@ impl Default for LockerBuilder {
             min_replicas: None,
             restart_guard: None,
             tls: None,
+            sentinel_data: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
@@ -145,6 +150,11 @@ impl LockerBuilder {
     /// [`tls`](Self::tls) settings, or the system trust store without them. All URLs must then
     /// be `rediss://` and carry the same credentials (redis-rs applies one set to every
     /// sentinel); anything else is a [`ConfigError::Tls`] from [`build`](Self::build).
+    ///
+    /// The sentinel URLs carry the sentinels' credentials only. Password-protected data nodes
+    /// take theirs from [`sentinel_data_password`](Self::sentinel_data_password) or
+    /// [`sentinel_data_user`](Self::sentinel_data_user); without, every command to the
+    /// primary fails with `NOAUTH`.
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -153,6 +163,53 @@ impl LockerBuilder {
         self.topology = Some(Topology::Sentinel {
             master: master.into(),
             sentinels: sentinels.into_iter().map(Into::into).collect(),
+            data: None,
+        });
+        self
+    }
+
+    /// The password of the data nodes behind [`sentinel`](Self::sentinel) (`requirepass`, the
+    /// `default` user): the primary the sentinels name, and the replica they promote in a
+    /// failover. The sentinel URLs carry the sentinels' own credentials
+    /// (`redis://:sentinel-secret@host:26379`), which are not the data nodes'. Only with
+    /// [`sentinel`](Self::sentinel): with another topology (whose URLs carry the credentials)
+    /// [`build`](Self::build) refuses it with [`ConfigError::DataCredentialsWithoutSentinel`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::Locker;
+    ///
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .sentinel("locks", ["redis://:sentinel-secret@10.0.0.1:26379"])
+    ///     .sentinel_data_user("app", "app-secret")
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel_data_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_data = Some(Credentials {
+            username: None,
+            password: password.into(),
+        });
+        self
+    }
+
+    /// As [`sentinel_data_password`](Self::sentinel_data_password), for an ACL user of the data
+    /// nodes (create it on every one of them: ACL users are not replicated). Besides the
+    /// commands the crate docs list ("Redis data model (for ACLs)"), the user needs `+role`:
+    /// the client checks with `ROLE` that the node the sentinels name is the primary.
+    pub fn sentinel_data_user(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_data = Some(Credentials {
+            username: Some(username.into()),
+            password: password.into(),
         });
         self
     }
@@ -362,8 +419,15 @@ impl LockerBuilder {
             min_replicas,
             restart_guard,
             tls,
+            sentinel_data,
         } = self;
-        let topology = topology.ok_or(ConfigError::MissingUrl)?;
+        let mut topology = topology.ok_or(ConfigError::MissingUrl)?;
+        if let Some(credentials) = sentinel_data {
+            match &mut topology {
+                Topology::Sentinel { data, .. } => *data = Some(credentials),
+                _ => return Err(ConfigError::DataCredentialsWithoutSentinel.into()),
+            }
+        }
         if let Some(tls) = &tls {
             tls.validate()?;
         }

@@ -321,6 +321,15 @@ pub enum ConfigError {
     /// `restart_guard` keeps one epoch per server; a cluster would need one per shard.
     #[error("restart_guard applies to a single server, Sentinel or redlock, not to a cluster")]
     RestartGuardInCluster,
+    /// [`sentinel_data_password`](crate::LockerBuilder::sentinel_data_password) or
+    /// [`sentinel_data_user`](crate::LockerBuilder::sentinel_data_user) without
+    /// [`sentinel`](crate::LockerBuilder::sentinel): other topologies take the credentials in
+    /// their URLs.
+    #[error(
+        "sentinel data-node credentials need .sentinel(..); other topologies take credentials \
+         in their urls"
+    )]
+    DataCredentialsWithoutSentinel,
 }
 
 /// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].

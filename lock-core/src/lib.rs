@@ -180,6 +180,13 @@
 //! | Cluster | per-shard failover in 2–3 s (other shards answer `CLUSTERDOWN` for about 1 s); the same replication window as Sentinel, per shard; `min_replicas` applies per shard | as Sentinel, per shard | as single | as single |
 //! | RedLock (N independent primaries) | survives the loss of a minority of nodes; a node restarted without persistence may vote again for a lock it forgot, unless [`restart_guard`](LockerBuilder::restart_guard) is set (it notices every restart by the server's `run_id`, also one from an old RDB snapshot; AOF with `appendfsync always` alone also keeps what the node granted) | a client needs a majority; a minority side cannot acquire | another holder may enter after the validity; fencing tokens still increase (write-back to the majority) | a server clock jump forward on a majority of nodes can expire a lock early; RedLock assumes bounded drift |
 //!
+//! Credentials come with the URLs (`redis://user:secret@host:6379`), for every node of a
+//! cluster or RedLock. With Sentinel the URLs are the sentinels' and carry only the sentinels'
+//! credentials; the data nodes' (the primary, and the replica a failover promotes) are given
+//! apart with [`sentinel_data_password`](LockerBuilder::sentinel_data_password) or
+//! [`sentinel_data_user`](LockerBuilder::sentinel_data_user), for the command and the pub/sub
+//! connections alike, plaintext or TLS.
+//!
 //! None of them makes a Redis lock a substitute for a fencing token or a database constraint
 //! where a double holder would corrupt data.
 //!

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
+use redis::RedisConnectionInfo;
 
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, SentinelPrimary, Timeouts};
@@ -21,9 +24,41 @@ pub(crate) enum Topology {
     Cluster(Vec<String>),
     Sentinel {
         master: String,
+        /// The sentinels' URLs, which carry the sentinels' own credentials.
         sentinels: Vec<String>,
+        /// The credentials of the data nodes the sentinels name (the primary, and the replica
+        /// promoted in a failover); they are not the sentinels'.
+        data: Option<Credentials>,
     },
     RedLock(Vec<String>),
+}
+
+/// A username (none: the `default` user) and its password, for the data nodes behind Sentinel.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password never reaches logs or errors.
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The connection settings redis-rs authenticates the data nodes' connections with.
+    fn connection_info(&self) -> RedisConnectionInfo {
+        let info = RedisConnectionInfo::default().set_password(&self.password);
+        match &self.username {
+            Some(username) => info.set_username(username),
+            None => info,
+        }
+    }
 }
 
 /// A client for `url`, with the TLS settings when there are any.
@@ -64,10 +99,13 @@ fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client
 /// A Sentinel client for `master`. With `rediss://` sentinel URLs, the sentinels are asked
 /// over TLS and the primary they name is connected over TLS as well, both verified with the
 /// configured certificates (or the system trust store); with `redis://` URLs, everything is
-/// plaintext.
+/// plaintext. The sentinels are asked with the credentials of their URLs, the data nodes
+/// they name are connected with `data` (both the command and the pub/sub connections come
+/// from this client).
 fn sentinel_client(
     master: &str,
     sentinels: &[String],
+    data: Option<&Credentials>,
     tls: Option<&TlsConfig>,
 ) -> Result<SentinelClient, ConfigError> {
     // `open` refuses `redis://` URLs when TLS settings are given.
@@ -85,10 +123,14 @@ fn sentinel_client(
         reason: e.to_string(),
     };
     if secure == 0 {
+        let data = data.map(|credentials| {
+            SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(credentials.connection_info())
+        });
         return SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
             master,
-            None,
+            data,
             SentinelServerType::Master,
         )
         .map_err(|e| ConfigError::Url(BackendError::redis(e)));
@@ -127,6 +169,12 @@ fn sentinel_client(
     }
     if let Some(password) = password {
         builder = builder.set_client_to_sentinel_password(password);
+    }
+    if let Some(data) = data {
+        builder = builder.set_client_to_redis_password(&data.password);
+        if let Some(username) = &data.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
     }
     if let Some(tls) = tls {
         builder = builder.set_client_to_redis_certificates(tls.certificates());
@@ -178,11 +226,15 @@ pub(crate) async fn connect(
             // The builder refuses a restart guard for a cluster.
             (single(node(conn, None)), pubsub)
         }
-        Topology::Sentinel { master, sentinels } => {
+        Topology::Sentinel {
+            master,
+            sentinels,
+            data,
+        } => {
             if sentinels.is_empty() {
                 return Err(ConfigError::NoSentinels { master }.into());
             }
-            let client = sentinel_client(&master, &sentinels, tls)?;
+            let client = sentinel_client(&master, &sentinels, data.as_ref(), tls)?;
             let primary = SentinelPrimary::connect(client, timeouts)
                 .await
                 .map_err(|e| {

@@ -370,7 +370,7 @@ impl RedisServer {
             }
             if let Ok(stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(100))
             {
-                if ping(stream).is_ok() {
+                if ping(stream, probe::password(self.port).as_deref()).is_ok() {
                     return Ok(());
                 }
             }
@@ -394,7 +394,9 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`; `redis://:<password>@127.0.0.1:<port>/` for a server that
+    /// requires a password (the `default` user's, see
+    /// [`RedisSentinel::start_with_passwords`](crate::RedisSentinel::start_with_passwords)).
     pub fn url(&self) -> String {
         probe::url(self.port)
     }
@@ -404,7 +406,8 @@ impl RedisServer {
         self.tls.map(|t| t.port)
     }
 
-    /// `rediss://127.0.0.1:<tls port>/`.
+    /// `rediss://127.0.0.1:<tls port>/`, with the `default` user's password as in
+    /// [`url`](Self::url).
     ///
     /// # Panics
     ///
@@ -413,7 +416,7 @@ impl RedisServer {
         let port = self
             .tls_port()
             .expect("a server started with RedisServer::start_tls");
-        format!("rediss://127.0.0.1:{port}/")
+        probe::url_with("rediss", port, probe::password(self.port).as_deref())
     }
 
     /// Connections the server has accepted since it started (`total_connections_received`
@@ -627,13 +630,19 @@ fn signal(child: &Child, sig: &str) {
         .status();
 }
 
-fn ping(mut stream: TcpStream) -> io::Result<()> {
+/// `PING` on `stream` (after `AUTH password` for a server that requires one): whether the
+/// server answers.
+fn ping(mut stream: TcpStream, password: Option<&str>) -> io::Result<()> {
     use std::io::{Read, Write};
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
-    stream.write_all(b"PING\r\n")?;
-    let mut buf = [0u8; 7];
+    let (request, expected): (String, &[u8]) = match password {
+        Some(password) => (format!("AUTH {password}\r\nPING\r\n"), b"+OK\r\n+PONG\r\n"),
+        None => ("PING\r\n".to_owned(), b"+PONG\r\n"),
+    };
+    stream.write_all(request.as_bytes())?;
+    let mut buf = vec![0u8; expected.len()];
     stream.read_exact(&mut buf)?;
-    if &buf == b"+PONG\r\n" {
+    if buf == expected {
         Ok(())
     } else {
         Err(io::Error::other("not ready"))
