@@ -199,9 +199,9 @@ impl LockerBuilder {
     }
 
     /// As [`sentinel_data_password`](Self::sentinel_data_password), for an ACL user of the data
-    /// nodes (create it on every one of them: ACL users are not replicated). Besides the
-    /// commands the crate docs list ("Redis data model (for ACLs)"), the user needs `+role`:
-    /// the client checks with `ROLE` that the node the sentinels name is the primary.
+    /// nodes (create it on every one of them: ACL users are not replicated). The documented
+    /// minimal ACL (crate docs, "Redis data model (for ACLs)") is enough; its `+role` is for
+    /// Sentinel: the client checks with `ROLE` that the node the sentinels name is the primary.
     pub fn sentinel_data_user(
         mut self,
         username: impl Into<String>,

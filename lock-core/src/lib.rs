@@ -154,16 +154,16 @@
 //! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
 //! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` and channel
-//! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire),
-//! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
-//! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
-//! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
-//! `DEL`, `EXISTS`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),
-//! `ZADD`, `ZREM` (the waiting writers), and for the other kinds `ZSCORE`, `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`. A
-//! minimal ACL: `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists
-//! +subscribe +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type
-//! +publish +info +zadd +zrem +zscore +zrange +zrangebyscore +zremrangebyscore`. Without
-//! channel rights locks still work; waiters then rely on TTLs and the fallback retry.
+//! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire), `EVALSHA`,
+//! `SCRIPT LOAD` (after `NOSCRIPT`), `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `WAIT` (with
+//! [`min_replicas`](LockerBuilder::min_replicas)), `INFO` (the start-up check of
+//! `maxmemory_policy`, skipped with a debug message when refused, and a lost lock's reason),
+//! `ROLE` (Sentinel); inside scripts `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`, `PEXPIREAT`
+//! (RedLock's fence write-back), `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),
+//! `ZADD`, `ZREM` (the waiting writers), and for the other kinds `ZSCORE`, `ZRANGE`,
+//! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`.
+//!
+#![doc = include_str!("acl.md")]
 //!
 //! # Topologies and what each guarantees
 //!

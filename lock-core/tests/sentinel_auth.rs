@@ -123,44 +123,43 @@ async fn password_protected_data_nodes_and_sentinels_lock_and_follow_a_failover(
     common::assert_nothing_left(sentinel.master(), &[&holder, &waiter]).await;
 }
 
-/// An ACL user on the data nodes (created on both: ACL users are not replicated), with the
-/// `default` user's password kept for replication and the sentinels: every connection of the
-/// lockers to the primary is that user's.
+/// An ACL user on the data nodes with the documented minimal ACL (`src/acl.md`; created on
+/// both: ACL users are not replicated), the `default` user's password kept for replication and
+/// the sentinels: every connection of the lockers to the primary is that user's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_on_the_data_nodes_locks_through_sentinel() {
     let sentinel = RedisSentinel::start_with_passwords(MASTER, &passwords()).unwrap();
     for node in [sentinel.primary(), sentinel.replica()] {
-        let _: () = node.cmd(&[
-            "ACL",
-            "SETUSER",
-            "app",
-            "on",
-            ">apppw",
-            "resetchannels",
-            "~lock:*",
-            "&lock:*",
-            "+@all",
-        ]);
+        common::create_documented_user(node, |_| true);
     }
+    let (user, rules) = common::documented_acl();
+    let password = rules
+        .iter()
+        .find_map(|r| r.strip_prefix('>'))
+        .unwrap()
+        .to_owned();
     let holder = builder(&sentinel)
-        .sentinel_data_user("app", "apppw")
+        .sentinel_data_user(&user, &password)
         .build()
         .await
         .unwrap();
     let waiter = builder(&sentinel)
-        .sentinel_data_user("app", "apppw")
+        .sentinel_data_user(&user, &password)
         .build()
         .await
         .unwrap();
     lock_contend_and_wake(&holder, &waiter, &sentinel).await;
     let users = client_users(sentinel.master());
     assert!(
-        users.iter().filter(|u| *u == "app").count() >= 3,
+        users.iter().filter(|u| **u == user).count() >= 3,
         "the lockers' command and pub/sub connections: {users:?}"
     );
-    assert!(users.iter().all(|u| u == "app"), "{users:?}");
+    assert!(users.iter().all(|u| *u == user), "{users:?}");
+    // Nothing refused, not even the role check that falls back to `INFO replication`.
+    let denials: Vec<redis::Value> = sentinel.master().cmd(&["ACL", "LOG"]);
+    assert!(denials.is_empty(), "ACL denials: {denials:?}");
     let error = builder(&sentinel)
-        .sentinel_data_user("app", "wrong")
+        .sentinel_data_user(&user, "wrong")
         .build()
         .await
         .unwrap_err();

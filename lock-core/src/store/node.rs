@@ -400,17 +400,22 @@ impl Node {
     }
 
     /// Warns when the server may evict lock keys (`maxmemory-policy` other than `noeviction`):
-    /// an evicted lock is a silent loss, noticed only at the next renewal. Servers that refuse
-    /// `CONFIG GET` (ACL) are not checked.
+    /// an evicted lock is a silent loss, noticed only at the next renewal. The policy is read
+    /// from `INFO memory` (`maxmemory_policy`), which the minimal ACL allows: `CONFIG GET`
+    /// would also hand out `requirepass` and `masterauth`. In a cluster every primary answers.
+    /// Servers that refuse `INFO` are not checked.
     pub(crate) async fn warn_on_eviction_policy(&self) {
-        let reply: RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
+        let reply: RedisResult<Value> = redis::cmd("INFO")
+            .arg("memory")
             .query_async(&mut self.conn.clone())
             .await;
         match reply {
-            Ok(pair) => {
-                if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
+            Ok(reply) => {
+                let mut policies = Vec::new();
+                eviction_policies(&reply, &mut policies);
+                policies.sort();
+                policies.dedup();
+                for policy in policies.iter().filter(|p| p.as_str() != "noeviction") {
                     tracing::warn!(
                         %policy,
                         "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
@@ -419,10 +424,38 @@ impl Node {
             }
             Err(error) => tracing::debug!(
                 %error,
-                "cannot read maxmemory-policy (grant +config|get to check it); not checked"
+                "cannot read maxmemory_policy (grant +info to check it); not checked"
             ),
         }
     }
+}
+
+/// The `maxmemory_policy` fields of an `INFO memory` reply: one text, or a cluster's map of
+/// node to text.
+fn eviction_policies(reply: &Value, policies: &mut Vec<String>) {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Map(pairs) => {
+            for (_, value) in pairs {
+                eviction_policies(value, policies);
+            }
+            return;
+        }
+        Value::Array(values) => {
+            for value in values {
+                eviction_policies(value, policies);
+            }
+            return;
+        }
+        _ => return,
+    };
+    policies.extend(
+        text.lines()
+            .filter_map(|line| line.strip_prefix("maxmemory_policy:"))
+            .map(|policy| policy.trim().to_owned()),
+    );
 }
 
 /// `uptime_in_seconds` of an `INFO server` reply.
@@ -509,6 +542,28 @@ async fn with_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_policies_are_read_from_one_server_and_from_every_cluster_node() {
+        let info = |policy: &str| {
+            Value::BulkString(
+                format!("# Memory\r\nused_memory:1\r\nmaxmemory_policy:{policy}\r\n").into_bytes(),
+            )
+        };
+        let mut policies = Vec::new();
+        eviction_policies(&info("volatile-ttl"), &mut policies);
+        assert_eq!(policies, ["volatile-ttl"]);
+        let cluster = Value::Map(vec![
+            (Value::SimpleString("a:1".into()), info("noeviction")),
+            (Value::SimpleString("b:2".into()), info("allkeys-lru")),
+        ]);
+        let mut policies = Vec::new();
+        eviction_policies(&cluster, &mut policies);
+        assert_eq!(policies, ["noeviction", "allkeys-lru"]);
+        let mut none = Vec::new();
+        eviction_policies(&Value::Nil, &mut none);
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn uptime_is_read_from_info() {
