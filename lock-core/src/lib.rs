@@ -226,9 +226,10 @@
 //! Malformed PEM is a [`ConfigError::Tls`] from `build()`, before any connection. A failed
 //! handshake (untrusted, expired or wrong-host certificate, a refused client certificate) is
 //! [`LockError::Tls`]; a server that never answers the handshake is a timeout
-//! [`LockError::Backend`]. There is no switch to skip verification: redis-rs's `#insecure`
-//! URL fragment needs a `redis` feature the kit does not enable, so such URLs fail to connect;
-//! do not enable it.
+//! [`LockError::Backend`]. There is no switch to skip verification: a URL with redis-rs's
+//! `#insecure` fragment (accept any certificate) is refused with [`ConfigError::Tls`] by
+//! [`build`](LockerBuilder::build), before any connection, whatever `redis` features the
+//! build enables.
 //!
 //! # Metrics
 //!
@@ -260,6 +261,12 @@
 //! that got its lock after waiting a second or more, a release after a hold of a whole lease
 //! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail is at `debug`
 //! and `trace`.
+//!
+//! Keys are user input (a request path, an order id, personal data). Wherever the kit shows
+//! one, in its log fields and in its error messages, control characters and invisible
+//! formatting ones are escaped (`\n`, `\u{1b}`, `\u{202e}`, and `\` doubled) and the key is cut
+//! after 128 characters, so a key cannot forge a log line (a `%0A` decoded into a newline) or
+//! flood a log. The error values keep the whole key in their `key` fields.
 //!
 //! Spans, each with the `key` and an `outcome` field recorded when it ends:
 //!

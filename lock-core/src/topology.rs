@@ -61,9 +61,26 @@ impl Credentials {
     }
 }
 
-/// A client for `url`, with the TLS settings when there are any.
+/// A client for `url`, with the TLS settings when there are any. Every URL of every topology
+/// comes through here, so this is where `#insecure` is refused.
 fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
     let client = redis::Client::open(url).map_err(|e| ConfigError::Url(BackendError::redis(e)))?;
+    // redis-rs reads `rediss://..#insecure` as "accept any certificate". It refuses to connect
+    // only while its `tls-rustls-insecure` feature is off, which any crate in the build could
+    // turn on: the kit refuses it itself.
+    if matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { insecure: true, .. }
+    ) {
+        return Err(ConfigError::Tls {
+            what: "url",
+            reason: format!(
+                "{} turns certificate verification off (`#insecure`); the kit refuses it: \
+                 trust the server's CA with `.tls(TlsConfig::new().root_certificate_pem(..))`",
+                redact(url)
+            ),
+        });
+    }
     let secure = is_tls_url(&client);
     if secure {
         tls::ensure_crypto_provider();

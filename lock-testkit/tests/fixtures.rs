@@ -293,6 +293,42 @@ fn sentinel_with_passwords_requires_them_and_fails_over() {
     assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
 }
 
+/// A server's directory is made fresh for it, private (mode 0700) and under a random name:
+/// another user of the machine can neither predict it nor plant it (or a symlink in its
+/// place) beforehand to have the server's files (config, TLS keys, logs, snapshots) written
+/// where they choose. Before, it was `/tmp/lock-testkit-<pid>-<port>`, accepted when it existed.
+#[test]
+fn server_directories_are_fresh_private_and_unpredictable() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let server = RedisServer::start().unwrap();
+    let dir = server.dir().to_path_buf();
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let predictable = format!("{}-{}", std::process::id(), server.port());
+    assert!(
+        !name.contains(&predictable) && !name.contains(&server.port().to_string()),
+        "a predictable directory: {}",
+        dir.display()
+    );
+    let meta = std::fs::symlink_metadata(&dir).unwrap();
+    assert!(meta.is_dir() && !meta.file_type().is_symlink());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o700,
+        "{} is readable by others",
+        dir.display()
+    );
+    let own: u32 = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(meta.uid(), own);
+    let other = RedisServer::start().unwrap();
+    assert_ne!(other.dir(), server.dir());
+    drop((server, other));
+    assert!(!dir.exists(), "{} survived the drop", dir.display());
+}
+
 #[test]
 fn invalid_fixture_arguments_are_rejected() {
     let err = RedisCluster::start(0, 1).unwrap_err();

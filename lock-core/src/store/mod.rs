@@ -18,7 +18,7 @@ pub(crate) use reply::{AcquireReply, Gone, ReleaseReply, Renewal};
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
-use crate::key::RedisKeys;
+use crate::key::{RedisKeys, ShownKey};
 use crate::metrics;
 
 /// Most keys renewed by one script call.
@@ -172,7 +172,7 @@ impl Store {
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) {
         let done = join_all(self.nodes().iter().map(|node| node.withdraw(keys, token))).await;
         for error in done.into_iter().filter_map(Result::err) {
-            tracing::debug!(%error, lock = %keys.lock, "withdrawing a waiting writer failed; its entry ends on its own");
+            tracing::debug!(%error, lock = %ShownKey(&keys.lock), "withdrawing a waiting writer failed; its entry ends on its own");
         }
     }
 
