@@ -244,6 +244,13 @@ enum Try {
     Busy { ttl: Option<Duration> },
 }
 
+/// Where an acquire may take over a lock a local holder hands over, and what it takes.
+struct Handoff<'a> {
+    slot: &'a SlotRef<HeldLock>,
+    mode: LeaseMode,
+    permits: u32,
+}
+
 /// An acquire that waited at least this long is logged at info level when it gets the lock
 /// (quicker ones at debug): long waits are what an operator looks for, and they are rare
 /// enough not to flood the log.
@@ -346,10 +353,8 @@ impl Acquire {
     /// acquire: a nested guard of a lock the task holds, or a refusal.
     fn slot(&self, owner: Owner) -> Result<SlotRef<HeldLock>, Result<LockGuard, LockError>> {
         let local = &self.locker.inner.local;
-        let reenter = |slot: &SlotRef<HeldLock>| {
-            local.reenter(slot, owner).map(|reentered| {
-                reentered.map(|held| LockGuard::new(self.locker.inner.local.clone(), held))
-            })
+        let guard = |reentered: Result<Arc<HeldLock>, LockError>| {
+            reentered.map(|held| LockGuard::new(local.clone(), held))
         };
         if self.locker.inner.store.is_redlock() {
             // Kinds a RedLock quorum cannot serve (see the variants' docs).
@@ -361,23 +366,35 @@ impl Acquire {
                 Access::Exclusive | Access::Shared => {}
             }
         }
-        let slot = match self.access {
+        match self.access {
             Access::Exclusive | Access::Fair => {
                 if local.reads(&self.key, owner) {
                     return Err(Err(LockError::WriteInsideRead {
                         key: self.key.clone(),
                     }));
                 }
-                local.slot(&self.key)
+                // The mutex and the fair lock of a key are one Redis lock: a task holding
+                // either nests the other.
+                if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+                    return Err(guard(reentered));
+                }
+                Ok(match self.access {
+                    Access::Fair => local.fair_slot(&self.key),
+                    _ => local.slot(&self.key),
+                })
             }
             Access::Shared => {
-                // A read inside this task's write lock shares the write lock.
-                if let Some(reentered) = reenter(&local.slot(&self.key)) {
-                    return Err(reentered);
+                // A read inside this task's write lock (or fair lock) shares it.
+                if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+                    return Err(guard(reentered));
                 }
                 // Readers do not exclude each other: each task has a slot of its own, for
                 // reentrancy.
-                local.reader_slot(&self.key, owner)
+                let slot = local.reader_slot(&self.key, owner);
+                match local.reenter(&slot, owner) {
+                    Some(reentered) => Err(guard(reentered)),
+                    None => Ok(slot),
+                }
             }
             Access::Permits { limit } => {
                 if self.permits == 0 || self.permits > limit {
@@ -390,12 +407,8 @@ impl Acquire {
                 // A local queue with the semaphore's permits: at most that many tasks of this
                 // process contend in Redis, the others line up here first come, first served.
                 // Permits are not reentrant.
-                return Ok(local.semaphore_slot(&self.key, limit));
+                Ok(local.semaphore_slot(&self.key, limit))
             }
-        };
-        match reenter(&slot) {
-            Some(reentered) => Err(reentered),
-            None => Ok(slot),
         }
     }
 
@@ -412,59 +425,115 @@ impl Acquire {
     }
 
     /// The usual order: first the local queue (one task per key per process contends in
-    /// Redis, a semaphore's permits' worth of tasks; first come, first served), then Redis,
-    /// unless the last local holder handed the lock over.
+    /// Redis; first come, first served), then Redis, unless the last local holder handed the
+    /// lock over. A semaphore has an order of its own ([`permits_in_order`](Self::permits_in_order)).
     async fn local_then_in_redis(
         &self,
         slot: &SlotRef<HeldLock>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        if let Access::Permits { limit } = self.access {
+            return self.permits_in_order(slot, limit, mode, when).await;
+        }
         let permit = queue_for(&slot.queue, self.permits, when, Some(slot)).await;
         let Some(permit) = permit else {
-            let holder_ttl = slot
-                .holder()
-                .upgrade()
-                .map(|h| h.valid_until().saturating_duration_since(Instant::now()));
-            return Err(self.busy(when.started, holder_ttl));
+            return Err(self.busy(when.started, self.local_holder_ttl(slot)));
         };
-        let grant = match LocalLocks::take_over(slot, mode, self.permits) {
-            // The last local holder handed the lock over: no Redis round trip.
-            Some(Ok(grant)) => grant,
-            handed => {
-                if let Some(Err(baton)) = handed {
-                    // It does not fit this acquire: give it back to Redis first.
-                    self.give_back(&baton.keys, baton.token).await;
-                }
-                if let Some(until) = slot.yield_until() {
-                    // Our own release just told waiters elsewhere: let them have their turn.
-                    let until = when.deadline.map_or(until, |d| d.min(until));
-                    tokio::time::sleep_until(until).await;
-                }
-                // A semaphore's waiters take turns to wait in Redis, one per process (the
-                // others wait here, in order), so a release does not wake every local holder's
-                // worth of them at once.
-                let _turn = match self.access {
-                    Access::Permits { limit } => {
-                        let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
-                        match queue_for(&turn.queue, 1, when, None).await {
-                            Some(permit) => Some((permit, turn)),
-                            None => return Err(self.busy(when.started, None)),
-                        }
-                    }
-                    _ => None,
-                };
-                self.acquire_in_redis(self.redis_keys(), mode.lease(), when)
-                    .await?
-            }
+        let handoff = Handoff {
+            slot,
+            mode,
+            permits: self.permits,
         };
+        // The last local holder handed the lock over: no Redis round trip.
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((permit, grant));
+        }
+        self.yield_to_others(slot, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+            .await?;
         Ok((permit, grant))
+    }
+
+    /// A semaphore's order in this process, first come, first served: a place of the local
+    /// queue (a semaphore's permits' worth of tasks contend in Redis), then the turn (one task
+    /// at a time waits in Redis, so a release does not wake every local waiter at once), then
+    /// Redis. The turn's holder is the first local waiter: a permit a local holder hands over
+    /// goes to it, also while it waits in Redis, never to a task that came later. Every waiting
+    /// acquire counts as a local waiter from its arrival to its grant, so a release hands over
+    /// whenever one waits, wherever it waits. A zero wait tries Redis once and that is all: it
+    /// never stands in the line, so it takes no turn (siblings mid-try do not refuse it) and no
+    /// handed-over permit (those are for the waiters).
+    async fn permits_in_order(
+        &self,
+        slot: &SlotRef<HeldLock>,
+        limit: u32,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
+        let _waiting = (!when.try_once).then(|| slot.queued());
+        let Some(place) = queue_for(&slot.queue, self.permits, when, None).await else {
+            return Err(self.busy(when.started, None));
+        };
+        if when.try_once {
+            let grant = self
+                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+                .await?;
+            return Ok((place, grant));
+        }
+        let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
+        let Some(_turn) = queue_for(&turn.queue, 1, when, None).await else {
+            return Err(self.busy(when.started, None));
+        };
+        let handoff = Handoff {
+            slot,
+            mode,
+            permits: self.permits,
+        };
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((place, grant));
+        }
+        self.yield_to_others(slot, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff))
+            .await?;
+        Ok((place, grant))
+    }
+
+    /// How long the local holder of `slot` still holds, if one does (for a `Busy` answer).
+    fn local_holder_ttl(&self, slot: &SlotRef<HeldLock>) -> Option<Duration> {
+        slot.holder()
+            .upgrade()
+            .map(|h| h.valid_until().saturating_duration_since(Instant::now()))
+    }
+
+    /// The lock the last local holder handed over, if one waits in the slot and fits this
+    /// acquire; one that does not fit goes back to Redis first.
+    async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
+        match LocalLocks::take_over(handoff.slot, handoff.mode, handoff.permits)? {
+            Ok(grant) => Some(grant),
+            Err(baton) => {
+                self.give_back(&baton.keys, baton.token).await;
+                None
+            }
+        }
+    }
+
+    /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
+    /// they get their turn.
+    async fn yield_to_others(&self, slot: &SlotRef<HeldLock>, when: When) {
+        if let Some(until) = slot.yield_until() {
+            let until = when.deadline.map_or(until, |d| d.min(until));
+            tokio::time::sleep_until(until).await;
+        }
     }
 
     /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
     /// first would let a task of this process that came later take its place in Redis before
-    /// an earlier one elsewhere); the local place is taken once Redis granted the lock. It is
-    /// free then, or about to be: the previous local holder gives it back right after its
+    /// an earlier one elsewhere); the local place, the fair slot's (a mutex waiter of the key
+    /// holds its own place while it waits in Redis), is taken once Redis granted the lock. It
+    /// is free then, or about to be: the previous local holder gives it back right after its
     /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
     /// given back when it ends), and the grant is renewed every half lease meanwhile.
     async fn in_line_then_local(
@@ -475,7 +544,7 @@ impl Acquire {
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
         let lease = mode.lease();
         let keys = self.redis_keys();
-        let mut grant = self.acquire_in_redis(keys, lease, when).await?;
+        let mut grant = self.acquire_in_redis(keys, lease, when, None).await?;
         let inner = &self.locker.inner;
         // Dropped while waiting for the place: the granted lock goes back in the background.
         let mut on_drop = ReleaseOnDrop::new(
@@ -564,12 +633,15 @@ impl Acquire {
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
-    /// the deadline (its Redis calls until a bound derived from it).
+    /// the deadline (its Redis calls until a bound derived from it). With a `handoff` (the
+    /// semaphore's first local waiter), a permit a local holder hands over meanwhile is taken
+    /// instead, and the acquire leaves the line in Redis in the background.
     async fn acquire_in_redis(
         &self,
         keys: RedisKeys,
         lease: Duration,
         when: When,
+        handoff: Option<&Handoff<'_>>,
     ) -> Result<Grant, LockError> {
         let When {
             started,
@@ -586,6 +658,10 @@ impl Acquire {
         let one_try = inner.settings.command_timeout + replica_wait;
         let bound = deadline.map(|d| d.max(started + one_try));
         let attempt = Attempt::new(&keys, self.new_token());
+        // The acquire's entry in the waiting writers: its first token, kept for the whole wait
+        // although a RedLock try runs under a fresh token each time (the first try's token is
+        // also what a release of an abandoned first try takes out).
+        let waiter = attempt.token.clone();
         let mut on_drop = ReleaseOnDrop::new(&inner.local.releaser, attempt);
         // Armed once an exclusive try joined the waiting writers: whatever ends this acquire
         // without the lock (its wait ran out, an error, the future dropped) takes the entry
@@ -623,6 +699,18 @@ impl Acquire {
                 // still wakes us.
                 n.as_mut().enable();
             }
+            // Likewise for a local handoff, registered before the slot is looked at.
+            let mut handed = handoff.map(|h| Box::pin(h.slot.handed.notified()));
+            if let Some(h) = handed.as_mut() {
+                h.as_mut().enable();
+            }
+            if let Some(handoff) = handoff {
+                if let Some(grant) = self.take_handed_over(handoff).await {
+                    // Armed after a try, the attempt takes our place in line out in the
+                    // background when dropped here.
+                    return Ok(grant);
+                }
+            }
             // The messages from here on are the ones the attempt may not have seen.
             let mut mark = subscription.as_ref().map_or(0, Subscription::mark);
             let sent_at = Instant::now();
@@ -635,7 +723,10 @@ impl Acquire {
                 let retry = inner.settings.fallback_retry * 3;
                 deadline.map_or(retry, |d| d.saturating_duration_since(sent_at).min(retry))
             };
-            let tried = match self.try_once(&mut on_drop.target, lease, flag, bound).await {
+            let tried = match self
+                .try_once(&mut on_drop.target, &waiter, lease, flag, bound)
+                .await
+            {
                 // Cut at the deadline after the lock was found held: the wait ran out while
                 // asking again, which is contention, not a Redis failure.
                 Err(LockError::Backend { source, .. }) if source.is_deadline() => match seen_busy {
@@ -653,8 +744,13 @@ impl Acquire {
             let ttl = match tried {
                 Try::Won => {
                     on_drop.disarm();
-                    // The winning try took its entry out (see `scripts/acquire.lua`).
-                    waiting.disarm();
+                    if on_drop.target.token == waiter {
+                        // The winning try took its entry out (see `scripts/acquire.lua`).
+                        waiting.disarm();
+                    }
+                    // Otherwise (a RedLock try under a later token) a node may have granted by
+                    // `SET NX`, and the nodes that refused kept the entry: the armed withdrawal
+                    // takes it out everywhere, in the background.
                     drop(waiting);
                     let token = std::mem::take(&mut on_drop.target.token);
                     drop(on_drop);
@@ -675,7 +771,7 @@ impl Acquire {
                 Try::Busy { ttl } => ttl,
             };
             if !flag.is_zero() && self.access == Access::Exclusive {
-                waiting.target.token.clone_from(&on_drop.target.token);
+                waiting.target.token.clone_from(&waiter);
                 waiting.arm();
             }
             seen_busy = Some(ttl);
@@ -706,11 +802,19 @@ impl Acquire {
             }
             tracing::trace!(?ttl, ?sleep, "waiting for release");
             let wake_at = Instant::now() + sleep;
+            // Ends the sleep when a local holder handed a lock over (never without a handoff).
+            let mut handed_over = std::pin::pin!(async {
+                match handed.as_mut() {
+                    Some(h) => h.await,
+                    None => std::future::pending().await,
+                }
+            });
             match (notified, notify.as_deref(), subscription.as_ref()) {
                 (Some(mut n), Some(notify), Some(subscription)) => loop {
                     tokio::select! {
                         _ = &mut n => {}
                         _ = tokio::time::sleep_until(wake_at) => break,
+                        _ = &mut handed_over => break,
                     }
                     // Registered before the messages are read, so a later one still wakes us.
                     n = Box::pin(notify.notified());
@@ -723,7 +827,12 @@ impl Acquire {
                     }
                     mark = now;
                 },
-                _ => tokio::time::sleep_until(wake_at).await,
+                _ => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(wake_at) => {}
+                        _ = &mut handed_over => {}
+                    }
+                }
             };
         }
     }
@@ -736,6 +845,7 @@ impl Acquire {
     async fn try_once(
         &self,
         attempt: &mut Attempt<'_>,
+        waiter: &str,
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
@@ -758,7 +868,9 @@ impl Acquire {
                 ..args
             };
             attempt.sent = true;
-            let call = inner.store.acquire(attempt.keys, &attempt.token, args);
+            let call = inner
+                .store
+                .acquire(attempt.keys, &attempt.token, waiter, args);
             let reply = match bound {
                 Some(bound) => tokio::time::timeout_at(bound, call)
                     .await

@@ -70,8 +70,10 @@
 //!   connection per [`Locker`] for all keys) and sleeps until a release message, the holder's
 //!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
 //!   Local waiters of one key queue first come, first served, so only one task per process
-//!   contends in Redis; a release hands the lock straight to the next of them without a Redis
-//!   round trip (the key keeps its token), at most 6 times in a row: then the lock goes back
+//!   contends in Redis; a release hands the lock straight to the next of them (the key keeps
+//!   its token) once one compare-and-`PEXPIRE` confirmed that Redis still holds it for us (the
+//!   release says `Ok` only then, and `Lost` when Redis had lost it behind the holder: the next
+//!   task then contends in Redis), at most 6 times in a row: then the lock goes back
 //!   through Redis, whose release tells the waiters of other processes, and this process holds
 //!   back for a moment so that they get their turn. Redis tells a channel's subscribers in the
 //!   order they subscribed; a waiter that won after a release subscribes again for its next

@@ -27,7 +27,7 @@ use crate::key::Access;
 use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
-use crate::slot::{Baton, SlotRef, Slots};
+use crate::slot::{Baton, Slot, SlotRef, Slots};
 use crate::store::{NewLease, Renewal, Store};
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
@@ -52,7 +52,13 @@ fn reader_slot_name(key: &str, owner: Owner) -> String {
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
+    /// The mutexes (and write locks), one slot per key.
     slots: Slots<HeldLock>,
+    /// The fair locks, one slot per key: apart from the mutexes' although they are the same
+    /// Redis lock, since a fair acquire takes its local place after the Redis grant and a
+    /// mutex before it. Sharing one place, a mutex waiter holding it and waiting in Redis and
+    /// a fair waiter granted in Redis and waiting for it would wait for each other.
+    fairs: Slots<HeldLock>,
     /// The read locks, one slot per key and task (readers do not queue behind each other).
     readers: Slots<HeldLock>,
     /// The semaphores, one slot per key and permit count, whose queue has that many places.
@@ -92,6 +98,7 @@ impl LocalLocks {
     pub(crate) fn new(store: Arc<Store>, releaser: Releaser, shutdown: DropGuard) -> Self {
         Self {
             slots: Slots::default(),
+            fairs: Slots::default(),
             readers: Slots::default(),
             semaphores: Slots::default(),
             held: Mutex::new(HashMap::new()),
@@ -105,6 +112,11 @@ impl LocalLocks {
     /// The slot of `key`, created if needed.
     pub(crate) fn slot(&self, key: &str) -> SlotRef<HeldLock> {
         self.slots.get(key)
+    }
+
+    /// The fair-lock slot of `key`, created if needed.
+    pub(crate) fn fair_slot(&self, key: &str) -> SlotRef<HeldLock> {
+        self.fairs.get(key)
     }
 
     /// The read-lock slot of `key` for `owner`, created if needed.
@@ -121,7 +133,9 @@ impl LocalLocks {
     }
 
     /// The one-place queue of the semaphore `key` of `limit` permits for waiting in Redis:
-    /// one task of this process at a time.
+    /// one task of this process at a time, in arrival order; its holder is the first local
+    /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
+    /// turn: it does not wait).
     pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
         self.semaphores.get(&format!("turn\0{limit}\0{key}"))
     }
@@ -140,7 +154,7 @@ impl LocalLocks {
     /// Number of keys with local state: held, or waited for (a read lock counts once per
     /// task).
     pub(crate) fn len(&self) -> usize {
-        self.slots.len() + self.readers.len() + self.semaphores.len()
+        self.slots.len() + self.fairs.len() + self.readers.len() + self.semaphores.len()
     }
 
     /// Locks the watchdog keeps alive now (held, without a fixed lease).
@@ -163,7 +177,7 @@ impl LocalLocks {
     /// be in use (see "Reentrancy" in the crate docs).
     pub(crate) fn reenter(
         &self,
-        slot: &SlotRef<HeldLock>,
+        slot: &Slot<HeldLock>,
         owner: Owner,
     ) -> Option<Result<Arc<HeldLock>, LockError>> {
         let holder = slot.holder();
@@ -174,6 +188,19 @@ impl LocalLocks {
         held.nest();
         tracing::trace!(depth = held.depth(), "reentrant acquire");
         Some(Ok(held))
+    }
+
+    /// [`reenter`](Self::reenter) for the exclusive lock of `key`, held as a mutex or as a
+    /// fair lock (one Redis lock): a task holding either kind gets a nested guard of it.
+    pub(crate) fn reenter_exclusive(
+        &self,
+        key: &str,
+        owner: Owner,
+    ) -> Option<Result<Arc<HeldLock>, LockError>> {
+        [&self.slots, &self.fairs]
+            .into_iter()
+            .filter_map(|slots| slots.find(key))
+            .find_map(|slot| self.reenter(&slot, owner))
     }
 
     /// Registers a lock Redis granted (or a local handoff passed on): its slot names it as the
@@ -271,7 +298,7 @@ impl LocalLocks {
 
     /// The lease to confirm `held` with if it may be handed over to the next local acquirer:
     /// a watchdog mutex or semaphore permit (readers do not queue behind each other, and a
-    /// fair lock's next holder is whoever is first in line in Redis), a local acquirer queued,
+    /// fair lock's next holder is whoever is first in line in Redis), a local acquirer waiting,
     /// a streak under [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of
     /// other lockers get their turn), no [`Fence`](crate::Fence) handle alive (it could still
     /// ask for a token under this Redis token after the next holder did), not known lost.

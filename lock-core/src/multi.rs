@@ -7,11 +7,12 @@
 //! while time is left), the keys that try took go back, and the keys are then taken one after
 //! the other in the sorted order, waiting for each: two callers naming the same keys in
 //! different orders cannot deadlock, since whoever holds the first key of the order is the
-//! only one that may wait for the second. Each key is an ordinary lock (the watchdog renews it,
-//! its waiters are woken by its release, it has its own fencing token); a failure on any key
-//! gives back the keys already taken before the error is returned, so no key stays behind. In
-//! a Cluster each key lives in its own slot, so a script cannot take them at once there; the
-//! order makes waiting safe.
+//! only one that may wait for the second. With no time left (a zero wait), a key that answered
+//! busy is the answer, also when another key's try failed in a way that may pass. Each key is
+//! an ordinary lock (the watchdog renews it, its waiters are woken by its release, it has its
+//! own fencing token); a failure on any key gives back the keys already taken before the error
+//! is returned, so no key stays behind. In a Cluster each key lives in its own slot, so a
+//! script cannot take them at once there; the order makes waiting safe.
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
@@ -146,21 +147,22 @@ impl AcquireAll {
             }
             release_all(taken).await;
             let time_left = !wait.is_zero() && deadline.is_none_or(|d| Instant::now() < d);
-            match failed {
+            match (failed, busy) {
+                // Bad input or a state a retry cannot change (a key of another type, too few
+                // replicas): the caller must hear it, whatever the other keys said.
+                (Some(error), _) if !is_transient(&error) => return Err(error),
                 // Redis unreachable or slow for a moment (longer than the first try's command
                 // timeout): with time left, the ordered way below retries like contention.
-                Some(error) if time_left && is_transient(&error) => {
+                (Some(error), _) if time_left => {
                     tracing::debug!(%error, "first try of every key failed; taking them in order");
                 }
-                // Bad input or a state a retry cannot change (a key of another type, too few
-                // replicas), or no time left.
-                Some(error) => return Err(error),
-                None => {}
-            }
-            match busy {
+                // No time left: a key that answered busy is the answer (the set is taken,
+                // whatever a failure that may pass says of another key).
+                (Some(_), Some(busy)) => return Err(waited_since(busy, started)),
+                (Some(error), None) => return Err(error),
                 // A zero wait had its one try.
-                Some(busy) if wait.is_zero() => return Err(waited_since(busy, started)),
-                _ => {}
+                (None, Some(busy)) if wait.is_zero() => return Err(waited_since(busy, started)),
+                (None, _) => {}
             }
         }
         let mut guards = Vec::with_capacity(keys.len());

@@ -82,6 +82,11 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// `scripts/undo.lua`: compare the token and delete, nothing else (a RedLock node's grant to
+/// a try that did not win a majority).
+pub(crate) static UNDO: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/undo.lua")));
+
 /// `scripts/renew.lua`: compare the token and set a new lease, for a batch of exclusive locks.
 pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));

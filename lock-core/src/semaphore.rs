@@ -14,14 +14,17 @@ use crate::locker::Locker;
 /// token ([`LockError::NotExclusive`](crate::LockError::NotExclusive)). Waiters sleep until a
 /// release message (or the first held lease's end), they do not poll; within a process they
 /// line up first come, first served, and only as many as the semaphore has permits ask Redis
-/// at a time, one of them waiting there. A released permit goes to the next queued task of the
-/// same process without a Redis round trip, also while waiters of other processes are in line
-/// in Redis: up to 6 such local handoffs in a row may pass a remote waiter that is first in
-/// line; then a release goes through Redis, whose message names the first in line, and the
-/// permit is kept for it. Across processes the waiters in Redis line up in arrival order, and
+/// at a time, one of them waiting there. A released permit goes to the first waiting task of
+/// the same process (the one waiting in Redis, if one does) without a Redis round trip, also
+/// while waiters of other processes are in line in Redis: up to 6 such local handoffs in a
+/// row may pass a remote waiter that is first in line; then a release goes through Redis,
+/// whose message names the first in line, and the permit is kept for it. Across processes the
+/// waiters in Redis line up in arrival order, and
 /// permits freed in Redis are kept for the first in line (one that gives up leaves the line at
 /// once; one whose process is cut off stops counting after three fallback retries without a
-/// try, 3 s by default).
+/// try, 3 s by default). A zero [`wait`](Acquire::wait) does not line up: it asks Redis once,
+/// whatever the other tasks of the process are doing, and is admitted when enough permits are
+/// free and nobody is in line.
 ///
 /// The count travels with each acquire instead of living in Redis, so changing it is a
 /// deploy, not a migration: each acquire is granted when the permits held (by everyone, of

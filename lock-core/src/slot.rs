@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::key::RedisKeys;
@@ -31,12 +31,16 @@ pub(crate) struct Slot<H> {
     /// Live `SlotRef`s, counted under the map's lock: the last one removes the slot (an
     /// `Arc` count would race, since a `SlotRef`'s `Arc` is released after its drop ran).
     refs: AtomicUsize,
-    /// Local tasks queued for `queue`'s permit.
+    /// Local tasks waiting for the key: queued for `queue`'s permit, and for a semaphore every
+    /// waiting acquire until it has its permits (also while it waits for the turn or in
+    /// Redis), since a handed-over permit goes to the first of them.
     waiting: AtomicUsize,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
     /// Boxed: most slots never hold one, and a slot lives as long as its lock.
     baton: Mutex<Option<Box<Baton>>>,
+    /// Told when a baton is left: a semaphore's first local waiter may be waiting in Redis.
+    pub(crate) handed: Notify,
 }
 
 /// A lock handed over locally: the Redis key keeps the token; the next local holder takes it
@@ -76,13 +80,13 @@ impl<H> Slot<H> {
         *self.yield_until.lock()
     }
 
-    /// Counts the caller as queued for the permit until the returned value is dropped.
+    /// Counts the caller as waiting for the key until the returned value is dropped.
     pub(crate) fn queued(&self) -> Queued<'_> {
         self.waiting.fetch_add(1, Ordering::AcqRel);
         Queued(&self.waiting)
     }
 
-    /// Whether local tasks are queued for the permit.
+    /// Whether local tasks wait for the key.
     pub(crate) fn has_waiters(&self) -> bool {
         self.waiting.load(Ordering::Acquire) > 0
     }
@@ -96,6 +100,8 @@ impl<H> Slot<H> {
             return false;
         }
         *place = Some(Box::new(baton));
+        drop(place);
+        self.handed.notify_waiters();
         true
     }
 
@@ -153,6 +159,7 @@ impl<H> Slots<H> {
                     refs: AtomicUsize::new(0),
                     waiting: AtomicUsize::new(0),
                     baton: Mutex::new(None),
+                    handed: Notify::new(),
                 })
             })
             .clone();

@@ -319,6 +319,208 @@ async fn a_fair_acquire_dropped_between_the_grant_and_the_local_place_leaves_not
     common::assert_nothing_left(&server, &[&locker_a, &other]).await;
 }
 
+/// K21 (review item K5): a mutex and a fair lock of one key in one process do not deadlock.
+/// Another locker holds the fair lock; a task of `a` waits for the mutex (it has `a`'s local
+/// place for the key and waits in Redis), then a task of `a` lines up for the fair lock. The
+/// release names the fair waiter, which gets the lock in Redis: it must get in at once, and the
+/// mutex after it (before: the fair acquire waited for the local place the mutex waiter held,
+/// while the mutex waiter waited in Redis for the fair grant, until the fair acquire's wait ran
+/// out). Then the other way round: a task holding either kind of the key nests the other, and
+/// a read inside a fair lock shares it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mutex_and_a_fair_lock_of_one_key_in_one_process_do_not_deadlock() {
+    let server = server();
+    let (a, other) = (locker(&server).await, locker(&server).await);
+    let held = other.fair_lock("k").await.unwrap();
+    let enter = |acquire: lock_core::Acquire| {
+        tokio::spawn(async move {
+            let guard = acquire.wait(Duration::from_secs(2)).await?;
+            let at = std::time::Instant::now();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            guard.release().await?;
+            Ok::<_, LockError>(at)
+        })
+    };
+    let mutex = enter(a.lock("k"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fair = enter(a.fair_lock("k"));
+    let _ = line_key(&server, "k").await;
+    let released = std::time::Instant::now();
+    held.release().await.unwrap();
+    let fair_in = fair.await.unwrap();
+    let mutex_in = mutex.await.unwrap();
+    let fair_in = fair_in.unwrap_or_else(|e| {
+        panic!(
+            "fair lock: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let mutex_in = mutex_in.unwrap_or_else(|e| panic!("mutex: {e}"));
+    assert!(
+        fair_in - released < Duration::from_secs(1),
+        "the fair waiter got in {:?} after the release",
+        fair_in - released
+    );
+    assert!(
+        mutex_in > fair_in,
+        "the mutex got in before the fair lock's release"
+    );
+
+    // One task, both kinds: whichever it holds, the other nests (no Redis wait for itself).
+    let outer = a.lock("k").await.unwrap();
+    let inner = a.fair_lock("k").wait(Duration::ZERO).await.unwrap();
+    assert_eq!(
+        inner.fencing_token().await.unwrap(),
+        outer.fencing_token().await.unwrap()
+    );
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let outer = a.fair_lock("k").await.unwrap();
+    let inner = a.lock("k").wait(Duration::ZERO).await.unwrap();
+    let read = a.read("k").wait(Duration::ZERO).await.unwrap();
+    assert!(inner.is_held() && read.is_held());
+    read.release().await.unwrap();
+    inner.release().await.unwrap();
+    // Another task of the process is refused while the fair lock is held.
+    let busy = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("k").wait(Duration::from_millis(100)).await }
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    outer.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &other]).await;
+}
+
+/// 8 tasks in two lockers on one key, each cycle taking the key as a mutex or as a fair lock
+/// in turn (so every process has both kinds waiting and holding at once), 15 cycles each,
+/// every section through the double-holder oracle. `locked: false` is the control: the fair
+/// cycles take no lock. Returns the oracle's report; the whole run must end within 60 s (no
+/// deadlock).
+async fn mixed_kinds_run(locked: bool) -> lock_testkit::oracle::Report {
+    let server = server();
+    let referee = lock_testkit::RedisServer::start().unwrap();
+    let oracle = lock_testkit::oracle::Oracle::connect(&referee.url(), "mixed", "test")
+        .await
+        .unwrap();
+    let lockers = [locker(&server).await, locker(&server).await];
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let (locker, oracle) = (lockers[t % 2].clone(), oracle.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..15 {
+                let fair = (t + i) % 2 == 0;
+                let guard = match (fair, locked) {
+                    (true, false) => None,
+                    (true, true) => Some(locker.fair_lock("m")),
+                    (false, _) => Some(locker.lock("m")),
+                };
+                let guard = match guard {
+                    Some(acquire) => Some(acquire.wait(Duration::from_secs(30)).await.unwrap()),
+                    None => None,
+                };
+                let fence = match &guard {
+                    Some(guard) => guard.fencing_token().await.unwrap(),
+                    None => 1,
+                };
+                let held = || guard.as_ref().is_none_or(lock_core::LockGuard::is_held);
+                let work = tokio::time::sleep(Duration::from_micros(300));
+                oracle.section("m", fence, held, work).await.unwrap();
+                if let Some(guard) = guard {
+                    guard.release().await.unwrap();
+                }
+            }
+        }));
+    }
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::try_join_all(tasks),
+    )
+    .await
+    .expect("the run ended (no deadlock)")
+    .unwrap();
+    let report = oracle.report().await.unwrap();
+    if locked {
+        common::assert_nothing_left(&server, &[&lockers[0], &lockers[1]]).await;
+    }
+    report
+}
+
+/// K21: the mutex and the fair lock of one key, mixed in each of two processes, exclude each
+/// other (one Redis lock, though their local places are apart now) and never wait for each
+/// other: a clean oracle report with every section. The control (the fair cycles without a
+/// lock) shows the oracle catching the overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutexes_and_fair_locks_of_one_key_mixed_in_each_process_exclude_each_other() {
+    let report = mixed_kinds_run(true).await;
+    lock_testkit::figure(&format!(
+        "K21 mutex and fair lock mixed on one key, 8 tasks of 2 lockers: {report}"
+    ));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!((report.cycles, report.overlaps), (8 * 15, 0), "{report}");
+    let control = mixed_kinds_run(false).await;
+    lock_testkit::figure(&format!("K21 control (fair cycles unlocked): {control}"));
+    assert!(control.overlaps > 0, "the oracle saw no overlap: {control}");
+}
+
+/// K22 (smaller review item): a fair waiter that gives up wakes the readers that let it go
+/// first. A reader holds the lock; a fair waiter of another locker lines up (it joins the
+/// waiting writers, so new readers wait for it); a reader of a third locker (fallback retry
+/// 10 s) waits behind it. When the fair waiter is cancelled, the waiting reader must get in
+/// at once (before: nothing told it, and it slept until the waiting writers' TTL, the fair
+/// waiter's whole wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_waiter_that_gives_up_wakes_the_readers_behind_it() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let c = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let held = a.read("k").await.unwrap();
+    let fair = tokio::spawn({
+        let b = b.clone();
+        async move { b.fair_lock("k").wait(Duration::from_secs(5)).await }
+    });
+    let _ = line_key(&server, "k").await;
+    let busy = c.read("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(
+        busy.is_busy(),
+        "readers let the fair waiter go first: {busy}"
+    );
+    let reader = tokio::spawn({
+        let c = c.clone();
+        async move {
+            let guard = c.read("k").wait(Duration::from_secs(8)).await?;
+            Ok::<_, LockError>((std::time::Instant::now(), guard))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !reader.is_finished(),
+        "the reader did not wait for the fair waiter"
+    );
+    fair.abort();
+    let gave_up = std::time::Instant::now();
+    assert!(fair.await.unwrap_err().is_cancelled());
+    let (entered, guard) = reader.await.unwrap().unwrap();
+    let after = entered.saturating_duration_since(gave_up);
+    lock_testkit::figure(&format!(
+        "K22: a waiting reader in {after:?} after the fair waiter ahead of it was cancelled (fallback retry 10 s)"
+    ));
+    assert!(
+        after < Duration::from_millis(500),
+        "the reader got in {after:?} after the fair waiter gave up"
+    );
+    guard.release().await.unwrap();
+    held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
 /// The line of the fair lock of `key` once a waiter is in it.
 async fn line_key(server: &lock_testkit::RedisServer, key: &str) -> String {
     let mut found = None;

@@ -621,3 +621,51 @@ async fn a_lock_all_whose_first_try_finds_redis_unreachable_gets_the_keys_when_i
     guard.release().await.unwrap();
     common::assert_nothing_left(&server, &[&a, &direct]).await;
 }
+
+/// K20 (review item K6): `lock_all`'s first try with a zero wait answers `Busy` when one key
+/// is busy, even though another key's try failed in a way that may pass. Made deterministic
+/// with one locker behind a proxy: `acct:1` is held by another task of the same locker (so its
+/// zero-wait try is refused in the local queue, no Redis needed), and the proxy refuses every
+/// connection, so `acct:2`'s try fails with a transient connection error. Before: the
+/// connection error was returned. Without a busy key the same outage is still a backend
+/// error, never `Busy` (B16).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_lock_all_is_busy_when_one_key_is_busy_and_another_fails_transiently() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let a = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    let holder = tokio::spawn({
+        let a = a.clone();
+        async move { a.lock("acct:1").await }
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    proxy.set_mode(ProxyMode::Refuse).await;
+    let both = a
+        .lock_all(["acct:2", "acct:1"])
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err();
+    let unreachable = a
+        .lock_all(["acct:2", "acct:3"])
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err();
+    proxy.set_mode(ProxyMode::Pass).await;
+    assert!(
+        matches!(both, LockError::Busy { ref key, .. } if key == "acct:1"),
+        "one key busy, the other unreachable: {both}"
+    );
+    assert!(
+        matches!(unreachable, LockError::Backend { .. }),
+        "no key busy, Redis unreachable: {unreachable}"
+    );
+    holder.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a]).await;
+}

@@ -631,6 +631,35 @@ async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
 }
 
+/// K23 (review item K1), the stream of readers on RedLock (3 nodes): a waiting writer's entry
+/// among the waiting writers stays on every node while it waits (the undo of a try that won
+/// no majority deletes only its grant), so readers let it go first there too. The entry is
+/// watched on node 0. Before: every busy try of the writer was undone on every node by the
+/// release script, which took the entry out with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_waiting_writer_is_not_starved_by_a_stream_of_readers() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| server()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(nodes.iter().map(RedisServer::url).collect::<Vec<_>>())
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b, c) = (build().await, build().await, build().await);
+    let took = writer_against_a_stream_of_readers(&nodes[0], [&a, &b], &c).await;
+    lock_testkit::figure(&format!(
+        "redlock (3 nodes): writer against a stream of 12 readers in after {took:?}"
+    ));
+    assert!(
+        took < Duration::from_millis(300),
+        "the writer waited {took:?}"
+    );
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&a, &b, &c]).await;
+    }
+}
+
 #[tokio::test]
 async fn reentrancy_is_per_task_and_a_write_nests_inside_a_read_inside_a_write() {
     let server = server();
@@ -1371,6 +1400,92 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
     );
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
     only_fences_left(&server, Duration::from_millis(300)).await;
+}
+
+/// K24 (smaller review item): a writer with a short wait does not shorten the life of the
+/// waiting writers that another writer, waiting longer, joined. A reader holds `cat`; a writer
+/// of another locker (fallback retry 10 s, so it does not try again meanwhile) waits 10 s; a
+/// third writer waits 150 ms and gives up. 400 ms later readers must still let the first
+/// writer go first (before: the short writer's `PEXPIRE` cut the set's life to its own 150 ms
+/// wait, the set expired with the long writer's entry, and a new reader got in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let c = locker(&server).await;
+    let held = a.read("cat").await.unwrap();
+    let long = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("cat").wait(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let short = c.write("cat").wait(Duration::from_millis(150)).await;
+    assert!(matches!(short, Err(LockError::Busy { .. })), "{short:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let reader = c.read("cat").wait(Duration::ZERO).await;
+    let waiters = common::lock_key(&server, "cat").replace(":lock:cat", ":waiters:cat");
+    let ttl: i64 = server.cmd(&["PTTL", &waiters]);
+    assert!(
+        matches!(reader, Err(LockError::Busy { .. })),
+        "a new reader got in while a writer waits (waiting writers' PTTL {ttl}): {:?}",
+        reader.map(|r| r.is_held())
+    );
+    held.release().await.unwrap();
+    long.await.unwrap().unwrap().release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
+/// K24, the readers' side: a reader with a short wait does not shorten the readers' waiting
+/// flag that another reader, waiting longer for a writer, set (the flag is what makes the
+/// writer's release tell the readers). A writer holds `cat`; a reader of another locker
+/// (fallback retry 10 s) waits 5 s; a third reader waits 150 ms and gives up; 400 ms later
+/// the writer releases, and the first reader must get in at once (before: the short reader's
+/// flag replaced the long one's with its own 150 ms life, the release found no flag and told
+/// nobody, and the reader slept on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_waiting_reader_does_not_cut_a_long_waiting_readers_flag() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let c = locker(&server).await;
+    let held = a.write("cat").await.unwrap();
+    let long = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let guard = b.read("cat").wait(Duration::from_secs(5)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let short = c.read("cat").wait(Duration::from_millis(150)).await;
+    assert!(matches!(short, Err(LockError::Busy { .. })), "{short:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (in_at, guard) = long.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the long-waiting reader: {e} ({:?} after the writer's release)",
+            released.elapsed()
+        )
+    });
+    let after = in_at - released;
+    assert!(
+        after < Duration::from_millis(500),
+        "the reader got in {after:?} after the writer's release"
+    );
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
 }
 
 /// A task holding the read lock takes it again (nested) while a writer of another locker

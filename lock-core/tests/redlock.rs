@@ -367,3 +367,245 @@ async fn a_late_grant_of_a_failed_try_is_gone_when_the_acquire_answers() {
     }
     locker.lock("k").await.unwrap().release().await.unwrap();
 }
+
+/// K23 (review item K1): on RedLock, a waiting writer keeps its place among the waiting
+/// writers on every node, so readers let it go first and releases wake it by their message.
+/// Three nodes; every locker has a 20 s fallback retry, so only a release message wakes a
+/// waiter before its 10 s wait ends. A reader holds `doc`; a writer of another locker waits:
+/// a new reader is refused (writer preference), and the reader's release lets the writer in
+/// within 500 ms, and no entry of it stays on any node once it holds. Then a writer waits
+/// behind a writer and is woken by its release, and a writer that gives up lets a waiting
+/// reader in at once. Before: every busy try of the
+/// writer was undone on every node by the release script, whose not-ours branch took the
+/// writer's entry out: the new reader was admitted and the writer stayed out for its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(urls(&nodes))
+            .fallback_retry(Duration::from_secs(20))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b, c) = (build().await, build().await, build().await);
+    let waiting_marks = |node: &RedisServer| -> usize {
+        node.keys("lock:*")
+            .iter()
+            .filter(|k| k.contains(":waiters:"))
+            .map(|k| node.cmd::<usize>(&["ZCARD", k]))
+            .sum()
+    };
+    let timed = |acquire: lock_core::Acquire| {
+        tokio::spawn(async move {
+            let guard = acquire.wait(Duration::from_secs(10)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        })
+    };
+
+    // Readers let a waiting writer go first; the last reader's release wakes it.
+    let held = a.read("doc").await.unwrap();
+    let writer = timed(b.write("doc"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let marks: Vec<usize> = nodes.iter().map(waiting_marks).collect();
+    let new_reader = c.read("doc").wait(Duration::ZERO).await;
+    assert!(
+        matches!(new_reader, Err(LockError::Busy { .. })),
+        "a new reader while a writer waits (waiting writers per node: {marks:?}): {:?}",
+        new_reader.map(|g| g.is_held())
+    );
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (in_at, write) = writer.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "writer behind a reader: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let read_to_write = in_at - released;
+    // The winner waits no more: no entry of it stays on any node while it holds.
+    let left = common::eventually(Duration::from_millis(500), || {
+        nodes.iter().map(waiting_marks).sum::<usize>() == 0
+    })
+    .await;
+    assert!(
+        left,
+        "the winning writer's waiting entries stayed: {:?}",
+        nodes.iter().map(waiting_marks).collect::<Vec<_>>()
+    );
+
+    // A writer behind a writer is woken by its release.
+    let second = timed(c.write("doc"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    write.release().await.unwrap();
+    let (in_at, write) = second.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "writer behind a writer: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let write_to_write = in_at - released;
+    write.release().await.unwrap();
+    lock_testkit::figure(&format!(
+        "K23 redlock (3 nodes, fallback retry 20 s): writer in {read_to_write:?} after the last reader's release, {write_to_write:?} after a writer's"
+    ));
+    for took in [read_to_write, write_to_write] {
+        assert!(
+            took < Duration::from_millis(500),
+            "woken {took:?} after the release"
+        );
+    }
+
+    // A writer that gives up leaves every node's waiting writers: a waiting reader gets in.
+    let held = a.read("doc").await.unwrap();
+    let quitter = tokio::spawn({
+        let b = b.clone();
+        async move { b.write("doc").wait(Duration::from_millis(400)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let reader = timed(c.read("doc"));
+    let gave_up = quitter.await.unwrap().unwrap_err();
+    let gave_up_at = Instant::now();
+    assert!(gave_up.is_busy(), "{gave_up}");
+    let (in_at, read) = reader.await.unwrap().unwrap();
+    let after = in_at.saturating_duration_since(gave_up_at);
+    assert!(
+        after < Duration::from_millis(500),
+        "reader in {after:?} after the writer gave up"
+    );
+    read.release().await.unwrap();
+    held.release().await.unwrap();
+    for node in &nodes {
+        common::assert_nothing_left_under(node, "lock:", &[], &[&a, &b, &c]).await;
+    }
+}
+
+/// K23 (review item K1), the remote waiter's turn on RedLock (3 nodes): four tasks of one
+/// process pass a lock among themselves without pause, and a waiter of another process (its
+/// fallback retry 30 s) asks for it five times. Its entry among the waiting writers stays on
+/// the nodes while it waits, so after at most 6 local handoffs a release goes through Redis,
+/// tells it, and the busy process holds back its next acquirer for a moment: the waiter gets
+/// its turn after a few of their sections. Before: its entry was taken out by the undo of its
+/// own busy tries, the releases told nobody and nobody held back; it starved until its wait
+/// ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_remote_waiter_behind_local_tasks_gets_its_turn() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(urls(&nodes))
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (hot, waiter) = (build().await, build().await);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let sections = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut hammer = Vec::new();
+    for _ in 0..4 {
+        let (hot, stop, sections) = (hot.clone(), stop.clone(), sections.clone());
+        hammer.push(tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let guard = hot.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+                sections.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (mut passed_over, mut waits) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let before = sections.load(std::sync::atomic::Ordering::SeqCst);
+        let started = Instant::now();
+        let turn = waiter.lock("k").wait(Duration::from_secs(5)).await;
+        waits.push(started.elapsed());
+        passed_over.push(sections.load(std::sync::atomic::Ordering::SeqCst) - before);
+        turn.unwrap_or_else(|e| panic!("the remote waiter starved: {e} (waits {waits:?})"))
+            .release()
+            .await
+            .unwrap();
+    }
+    stop.cancel();
+    for task in hammer {
+        task.await.unwrap();
+    }
+    lock_testkit::figure(&format!(
+        "K23 redlock remote waiter behind 4 local tasks: passed over {passed_over:?} times, waits {waits:?}"
+    ));
+    assert!(
+        passed_over.iter().all(|n| *n <= 20),
+        "the local tasks kept the lock from the remote waiter: passed over {passed_over:?} times"
+    );
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&hot, &waiter]).await;
+    }
+}
+
+/// K23 (review item K1), a waiter listening on a node the holder does not hold: a waiter's
+/// subscriber connects to one node (the first), and a node's release script publishes only
+/// where a waiter's entry is. Here the holder's key is gone from node 0 (as after a restart
+/// of that node) while it still holds nodes 1 and 2: the waiter's tries are granted on node 0
+/// (and undone there) and refused on the others, so its entries are on nodes 1 and 2 only.
+/// The release must still wake it (fallback retry 30 s) within 500 ms: a RedLock release that
+/// finds a waiter on any node tells every node. Before: the messages went out on nodes 1 and
+/// 2, where nobody listened, and the waiter slept until its wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(urls(&nodes))
+            .fallback_retry(Duration::from_secs(30))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (holder, waiter) = (build().await, build().await);
+    let held = holder.lock("k").await.unwrap();
+    let name = common::lock_key(&nodes[0], "k");
+    let _: i64 = nodes[0].cmd(&["DEL", &name]);
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("k").wait(Duration::from_secs(3)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    let listening = common::eventually(Duration::from_secs(2), || {
+        !nodes[0].pubsub_channels().is_empty()
+    })
+    .await;
+    assert!(listening, "the waiter's subscriber is not on node 0");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let entries: Vec<usize> = nodes
+        .iter()
+        .map(|n| {
+            n.keys("lock:*:waiters:k")
+                .iter()
+                .map(|k| n.cmd::<usize>(&["ZCARD", k]))
+                .sum()
+        })
+        .collect();
+    assert_eq!(entries, vec![0, 1, 1], "the waiter's entries per node");
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (in_at, guard) = waiting.await.unwrap().unwrap_or_else(|e| {
+        panic!(
+            "the waiter: {e} ({:?} after the release)",
+            released.elapsed()
+        )
+    });
+    let after = in_at - released;
+    assert!(
+        after < Duration::from_millis(500),
+        "the waiter got in {after:?} after the release"
+    );
+    guard.release().await.unwrap();
+    for node in &nodes {
+        common::assert_nothing_left(node, &[&holder, &waiter]).await;
+    }
+}

@@ -600,3 +600,126 @@ async fn semaphore_permits_wait_out_the_restart_guard() {
     second.release().await.unwrap();
     common::assert_nothing_left_under(&server, "lock:", &["node-epoch"], &[&locker]).await;
 }
+
+/// One round of `tasks` zero-wait acquires of `sem`, started together (a barrier): each that
+/// is admitted enters (an occupancy counter) and stays until every task has tried, so all the
+/// admitted ones are inside at once. Returns (admitted, most inside at once, refusals).
+async fn zero_wait_round(sems: &[lock_core::Semaphore]) -> (usize, usize, Vec<String>) {
+    let start = Arc::new(tokio::sync::Barrier::new(sems.len()));
+    let tried = Arc::new(tokio::sync::Barrier::new(sems.len()));
+    let (inside, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let tasks: Vec<_> = sems
+        .iter()
+        .map(|sem| {
+            let (sem, start, tried) = (sem.clone(), start.clone(), tried.clone());
+            let (inside, most) = (inside.clone(), most.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let permit = sem.acquire().wait(Duration::ZERO).await;
+                if permit.is_ok() {
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                }
+                tried.wait().await;
+                match permit {
+                    Ok(permit) => {
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        permit.release().await.unwrap();
+                        Ok(())
+                    }
+                    Err(refused) => Err(refused.to_string()),
+                }
+            })
+        })
+        .collect();
+    let mut refusals = Vec::new();
+    for task in tasks {
+        if let Err(refused) = task.await.unwrap() {
+            refusals.push(refused);
+        }
+    }
+    (
+        sems.len() - refusals.len(),
+        most.load(Ordering::SeqCst),
+        refusals,
+    )
+}
+
+/// K18 (review item K3): a zero-wait acquire tries Redis once whatever the other tasks of its
+/// process do. Four zero-wait acquires of one locker started together under a semaphore of
+/// four, every permit free, are all admitted, in every one of 40 rounds (before: one task's
+/// try held the process's one-place turn to ask Redis, and the others were refused without
+/// Redis being asked). The occupancy counter sees all four inside at once and never a fifth:
+/// with a fifth task in another locker the same round admits exactly four; the control, five
+/// tasks on a semaphore of five, shows the counter sees five when five are let in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_zero_wait_acquires_with_permits_free_are_all_admitted() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let four: Vec<_> = (0..4).map(|_| a.semaphore("s", 4)).collect();
+    for round in 0..40 {
+        let (admitted, most, refusals) = zero_wait_round(&four).await;
+        assert_eq!(
+            (admitted, most),
+            (4, 4),
+            "round {round}: {admitted} of 4 zero-wait acquires admitted with every permit free: {refusals:?}"
+        );
+    }
+    let mut five = four.clone();
+    five.push(b.semaphore("s", 4));
+    for round in 0..10 {
+        let (admitted, most, refusals) = zero_wait_round(&five).await;
+        assert_eq!(
+            (admitted, most),
+            (4, 4),
+            "round {round}: 5 zero-wait acquires on 4 permits: {refusals:?}"
+        );
+    }
+    let control: Vec<_> = (0..5).map(|_| a.semaphore("c", 5)).collect();
+    let (_, most, _) = zero_wait_round(&control).await;
+    assert_eq!(
+        most, 5,
+        "the counter did not see five inside a semaphore of five"
+    );
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
+
+/// K19 (review item K7): first come, first served within the process. A semaphore of 2, one
+/// permit held by another locker and one by a task of this one; three tasks of this locker
+/// then arrive 50 ms apart and wait. The first has a
+/// local place and waits in Redis; the other two wait for a place. Released permits must go
+/// to them in arrival order (before: the first release handed the permit to the task that got
+/// the freed local place, the second to arrive, passing the first, which waited in Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn released_permits_go_to_the_local_waiters_in_arrival_order() {
+    let server = server();
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let elsewhere = b.semaphore("s", 2).acquire().await.unwrap();
+    let sem = a.semaphore("s", 2);
+    let first = sem.acquire().await.unwrap();
+    let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let (sem, order) = (sem.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let permit = sem.acquire().wait(Duration::from_secs(10)).await?;
+            order.lock().push(i);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            permit.release().await
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = line_key(&server, 1).await;
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    elsewhere.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    assert_eq!(
+        *order.lock(),
+        vec![0, 1, 2],
+        "grant order of tasks arriving 0, 1, 2"
+    );
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}

@@ -7,7 +7,9 @@ use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use lock_core::{AcquireAll, AcquireFuture, LockError, LockGuard, Locker, MultiLockGuard};
+use lock_core::{
+    AcquireAll, AcquireFuture, LockError, LockGuard, Locker, LostReason, MultiLockGuard,
+};
 
 use crate::key::LockKeys;
 use crate::layer::Settings;
@@ -25,6 +27,29 @@ impl Guard {
         match self {
             Self::One(guard) => guard.release().await,
             Self::All(guard) => guard.release().await,
+        }
+    }
+
+    /// Resolves when the lock (any of several) is lost, with the error that reports it: the
+    /// one a handler's `Rejection::Lost` carries.
+    pub(crate) async fn lost(&self) -> LockError {
+        let lost = match self {
+            Self::One(guard) => {
+                guard.lost().await;
+                guard
+            }
+            Self::All(guard) => {
+                guard.lost().await;
+                let first = guard.lost_key().and_then(|key| guard.guard(key));
+                match first.or_else(|| guard.guards().first()) {
+                    Some(lost) => lost,
+                    None => return LockError::NoKeys,
+                }
+            }
+        };
+        LockError::Lost {
+            key: lost.key().to_owned(),
+            reason: lost.lost_reason().unwrap_or(LostReason::Unknown),
         }
     }
 }

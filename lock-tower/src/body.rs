@@ -8,7 +8,10 @@ use std::task::{ready, Context, Poll};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::release::{Held, Release};
+use crate::release::{Held, Release, Watched};
+
+/// The error of a [`LockedBody`]: the inner body's error, or the lock-lost error.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pin_project! {
     /// The response body of [`DistributedLockService`](crate::DistributedLockService): the
@@ -20,6 +23,15 @@ pin_project! {
     /// [`is_end_stream`](Body::is_end_stream)) or the end of the stream is held back until
     /// Redis confirmed the release. On an error frame, or when the body is dropped unfinished,
     /// the lock is released in the background.
+    ///
+    /// When the lock is lost while the body streams (a renewal found the key gone or taken,
+    /// a fixed lease ran out), the body ends with an error instead of sending on without the
+    /// lock: the lock-lost error, a `lock_core::LockError::Lost` (the error of
+    /// [`Rejection::Lost`](crate::Rejection::Lost)), boxed. The client sees the response
+    /// broken off (hyper closes the connection), never a complete-looking body.
+    ///
+    /// Errors are boxed (`Box<dyn Error + Send + Sync>`, what hyper and axum take of a body),
+    /// the inner body's as they come; downcast to `LockError` to tell the loss apart.
     pub struct LockedBody<B>
     where
         B: Body,
@@ -33,21 +45,21 @@ pin_project! {
 enum BodyLock<D> {
     /// No lock: the layer released it with the response, or there was none.
     Unlocked,
-    Held(Held),
+    Held(Watched),
     /// The inner body ended; `last` is the frame to yield once released (`None`: the end).
     Releasing {
         release: Release,
         last: Option<Frame<D>>,
     },
-    /// Released after the end; only the end is left to yield.
-    Released,
+    /// Released after the end, or broken off by the lock's loss: only the end is left.
+    Done,
 }
 
 impl<D> BodyLock<D> {
     /// In the `Held` state, once the inner body ended: starts the release, with `last` to
     /// yield after it.
     fn release(&mut self, last: Option<Frame<D>>) {
-        if let Self::Held(held) = std::mem::replace(self, Self::Released) {
+        if let Self::Held(held) = std::mem::replace(self, Self::Done) {
             *self = Self::Releasing {
                 release: held.release(),
                 last,
@@ -60,7 +72,7 @@ impl<B: Body> LockedBody<B> {
     pub(crate) fn new(inner: B, held: Held) -> Self {
         Self {
             inner,
-            lock: BodyLock::Held(held),
+            lock: BodyLock::Held(held.watched()),
         }
     }
 
@@ -82,9 +94,13 @@ impl<B: Body> LockedBody<B> {
     }
 }
 
-impl<B: Body> Body for LockedBody<B> {
+impl<B> Body for LockedBody<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
@@ -93,15 +109,21 @@ impl<B: Body> Body for LockedBody<B> {
         let mut this = self.project();
         loop {
             match this.lock {
-                BodyLock::Unlocked => return this.inner.poll_frame(cx),
-                BodyLock::Released => return Poll::Ready(None),
+                BodyLock::Unlocked => return this.inner.poll_frame(cx).map_err(Into::into),
+                BodyLock::Done => return Poll::Ready(None),
                 BodyLock::Releasing { release, last } => {
                     ready!(Pin::new(release).poll(cx));
                     let last = last.take();
-                    *this.lock = BodyLock::Released;
+                    *this.lock = BodyLock::Done;
                     return Poll::Ready(last.map(Ok));
                 }
-                BodyLock::Held(_) => {
+                BodyLock::Held(held) => {
+                    // Checked before every frame: once the lock is gone, what follows would
+                    // be sent unlocked. Dropping the guard lets lock-core finish it.
+                    if let Poll::Ready(error) = held.poll_lost(cx) {
+                        *this.lock = BodyLock::Done;
+                        return Poll::Ready(Some(Err(error.into())));
+                    }
                     let frame = ready!(this.inner.as_mut().poll_frame(cx));
                     let last = match frame {
                         Some(Ok(frame)) if this.inner.is_end_stream() => Some(frame),
@@ -109,7 +131,7 @@ impl<B: Body> Body for LockedBody<B> {
                         Some(Err(error)) => {
                             // The response is broken off: release in the background.
                             *this.lock = BodyLock::Unlocked;
-                            return Poll::Ready(Some(Err(error)));
+                            return Poll::Ready(Some(Err(error.into())));
                         }
                         None => None,
                     };
@@ -124,13 +146,13 @@ impl<B: Body> Body for LockedBody<B> {
             BodyLock::Unlocked => self.inner.is_end_stream(),
             // The end is reported only after the release.
             BodyLock::Held(_) | BodyLock::Releasing { .. } => false,
-            BodyLock::Released => true,
+            BodyLock::Done => true,
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self.lock {
-            BodyLock::Released => SizeHint::with_exact(0),
+            BodyLock::Done => SizeHint::with_exact(0),
             BodyLock::Releasing { ref last, .. } => {
                 let len = last
                     .as_ref()
@@ -155,7 +177,7 @@ impl<B: Body + fmt::Debug> fmt::Debug for LockedBody<B> {
             BodyLock::Unlocked => "unlocked",
             BodyLock::Held(_) => "held",
             BodyLock::Releasing { .. } => "releasing",
-            BodyLock::Released => "released",
+            BodyLock::Done => "done",
         };
         f.debug_struct("LockedBody")
             .field("inner", &self.inner)

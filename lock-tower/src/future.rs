@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
-use http::{Request, Response};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use lock_core::LockError;
 use pin_project_lite::pin_project;
@@ -30,8 +30,9 @@ pin_project! {
     /// inner service's future, so the lock lives exactly as long as the response. When the
     /// inner future completes, the lock is released and the response returned once Redis
     /// confirmed the release (with [`HoldUntil::BodyEnd`], the guard moves into the
-    /// [`LockedBody`] instead). When this future is dropped early (client gone, timeout, panic
-    /// in the handler), the guard is dropped with it and releases in the background.
+    /// [`LockedBody`] instead, unless the response has no body to send). When this future is
+    /// dropped early (client gone, timeout, panic in the handler), the guard is dropped with
+    /// it and releases in the background.
     ///
     /// # Panics
     ///
@@ -70,8 +71,14 @@ pin_project! {
 enum Lock {
     /// No key, or Redis unavailable under `fail_open`.
     Unlocked,
-    /// Released here when the response is in, or moved into the body (`HoldUntil::BodyEnd`).
-    Held(Held, HoldUntil),
+    /// Released here when the response is in, or moved into the body (`HoldUntil::BodyEnd`)
+    /// when it has one to send.
+    Held {
+        held: Held,
+        until: HoldUntil,
+        /// The request is a `HEAD`: its response sends no body.
+        head: bool,
+    },
 }
 
 // The acquiring state is the largest (the request and the ready service wait in it). It stays
@@ -142,7 +149,11 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                     request.extensions_mut().insert(HeldLock::new(one));
                 }
                 request.extensions_mut().insert(HeldLocks::new(&guard));
-                Lock::Held(Held::new(guard, span.clone()), hold_until)
+                Lock::Held {
+                    held: Held::new(guard, span.clone()),
+                    until: hold_until,
+                    head: request.method() == Method::HEAD,
+                }
             }
             Err(error) if error.is_backend() && fail_open => {
                 span.record("outcome", "fail_open");
@@ -230,14 +241,23 @@ where
                     // The inner future is done: drop it now.
                     this.state.set(State::Unpinned { step: Step::Done });
                     match (result, lock) {
-                        (Ok(response), Lock::Held(held, HoldUntil::Response)) => {
+                        (
+                            Ok(response),
+                            Lock::Held {
+                                held,
+                                until: HoldUntil::BodyEnd,
+                                head,
+                            },
+                        ) if sends_a_body(&response, head) => {
+                            let response = response.map(|body| LockedBody::new(body, held));
+                            return Poll::Ready(Ok(response));
+                        }
+                        // `HoldUntil::Response`, or a response without a body to hold it:
+                        // released before the response is passed on.
+                        (Ok(response), Lock::Held { held, .. }) => {
                             let release = held.release();
                             let step = Step::Releasing { release, response };
                             this.state.set(State::Unpinned { step });
-                        }
-                        (Ok(response), Lock::Held(held, HoldUntil::BodyEnd)) => {
-                            let response = response.map(|body| LockedBody::new(body, held));
-                            return Poll::Ready(Ok(response));
                         }
                         // Unlocked, or the inner service failed: nothing to wait for (a
                         // guard is dropped here and releases in the background).
@@ -279,6 +299,22 @@ where
     }
 }
 
+/// Whether `response` has a body that will be sent, and so polled to its end, which is where
+/// [`HoldUntil::BodyEnd`] releases the lock. Not for the answer to a `HEAD`, a `1xx`, `204`
+/// or `304` status, or a body known to be empty: hyper drops those bodies without polling
+/// them, so the release would only happen in the background, after the response went out,
+/// and the client's next request for the key could find it still taken.
+fn sends_a_body<B: Body>(response: &Response<B>, head: bool) -> bool {
+    let status = response.status();
+    let body = response.body();
+    !(head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || body.is_end_stream()
+        || body.size_hint().exact() == Some(0))
+}
+
 fn trace_rejection(span: &Span, rejection: &Rejection) {
     span.record("outcome", rejection.kind());
     let error = rejection.error().map(tracing::field::display);
@@ -298,7 +334,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Calling {
-                lock: Lock::Held(..),
+                lock: Lock::Held { .. },
                 ..
             } => "calling (locked)",
             State::Calling {
@@ -377,6 +413,24 @@ mod tests {
         assert!(!response.body().holds_lock());
         assert_eq!(response.into_body().into_inner(), "hi");
         assert_done(&mut future);
+    }
+
+    #[test]
+    fn only_responses_with_a_body_to_send_keep_the_lock_in_the_body() {
+        let response = |status: u16, body: &str| {
+            let mut response = Response::new(http_body_util::Full::new(bytes::Bytes::from(
+                body.to_owned(),
+            )));
+            *response.status_mut() = StatusCode::from_u16(status).unwrap();
+            response
+        };
+        assert!(sends_a_body(&response(200, "x"), false));
+        assert!(sends_a_body(&response(500, "x"), false));
+        assert!(!sends_a_body(&response(200, ""), false), "known empty");
+        assert!(!sends_a_body(&response(200, "x"), true), "HEAD");
+        for status in [101, 204, 304] {
+            assert!(!sends_a_body(&response(status, "x"), false), "{status}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! the ready-made [`KeyFrom`] extractors.
 
 use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use http::{HeaderName, Request};
@@ -180,19 +181,33 @@ impl<S: Into<String>, const N: usize> From<[S; N]> for LockKeys {
     }
 }
 
-/// Whose fault a missing key is: the client's or the server's configuration.
+/// Why a request has no key: the client's fault or the server's configuration, and whether
+/// the layer may let it through unlocked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KeyAbsence {
-    /// The request lacks the value (a header, a query parameter), or has one that cannot be
-    /// read (a path parameter that is not UTF-8 once percent-decoded): the client's fault,
-    /// answered `400 Bad Request` ([`Rejection::MissingKey`](crate::Rejection::MissingKey)).
+    /// The request lacks the value (a header, a query parameter): the client's fault,
+    /// answered `400 Bad Request` ([`Rejection::MissingKey`](crate::Rejection::MissingKey)),
+    /// or let through unlocked under [`MissingKey::Pass`](crate::MissingKey::Pass).
     Request,
     /// The extractor can never find a key on this route (an axum path parameter the route
     /// does not have, or a layer applied before routing): the server is misconfigured,
     /// answered `500` ([`Rejection::Misconfigured`](crate::Rejection::Misconfigured)) and
-    /// logged as an error once per route.
+    /// logged as an error once per route, or let through unlocked under
+    /// [`MissingKey::Pass`](crate::MissingKey::Pass).
     Route,
+    /// The request carries the value but not as one readable key: not UTF-8 (once
+    /// percent-decoded), or a query parameter given more than once (handlers disagree on
+    /// which one counts). Answered `400 Bad Request`
+    /// ([`Rejection::MissingKey`](crate::Rejection::MissingKey)) under every
+    /// [`MissingKey`](crate::MissingKey) setting: letting it through unlocked would let a
+    /// client skip the lock of a key it does name.
+    Unreadable,
+    /// The value is there but does not parse as the type of a typed extractor
+    /// ([`KeyFrom::path_param_as`] and the like): answered `400 Bad Request`
+    /// ([`Rejection::MalformedKey`](crate::Rejection::MalformedKey)) under every
+    /// [`MissingKey`](crate::MissingKey) setting, as for [`Unreadable`](Self::Unreadable).
+    Malformed,
 }
 
 impl<B, F, K> KeyExtractor<B> for F
@@ -206,7 +221,24 @@ where
 }
 
 /// Ready-made key extractors: a path parameter (or several), a header, a query parameter or a
-/// fixed key, optionally behind a [`prefix`](Self::prefix).
+/// fixed key, optionally behind a [`prefix`](Self::prefix); each as text or typed.
+///
+/// # The key must be the resource's canonical form
+///
+/// Two requests exclude each other only when they lock the same key. The text extractors
+/// ([`path_param`](Self::path_param), [`path_params`](Self::path_params),
+/// [`header`](Self::header), [`query_param`](Self::query_param)) lock the value as the client
+/// wrote it (percent-decoded), which is not always the resource the handler serves: a handler
+/// that takes `Path<u64>` reads `/skus/7`, `/skus/07`, `/skus/+7` and `/skus/%2B7` all as SKU
+/// 7, while `path_param("sku")` locks four different keys for them, so their purchases run
+/// together. When the handler parses the value, use the **typed extractor** of the same
+/// type ([`path_param_as`](Self::path_param_as), [`path_params_as`](Self::path_params_as),
+/// [`header_as`](Self::header_as), [`query_param_as`](Self::query_param_as)): it parses the
+/// value with the type's `FromStr`, as axum's `Path` and `Query` do, and locks its `Display`
+/// (`7` for all four). A value that does not parse is refused with `400 Bad Request`
+/// ([`Rejection::MalformedKey`](crate::Rejection::MalformedKey)). Pick a type whose
+/// `Display` is canonical (integers; `uuid::Uuid`, which prints lowercase); for a `String`
+/// key the typed and the text extractor are the same.
 ///
 /// An empty value is kept as an empty key (and [`prefix`](Self::prefix) does not make it
 /// valid), so the request is rejected as an invalid key rather than locking a key shared by
@@ -217,18 +249,26 @@ where
 /// ```
 /// use lock_tower::{KeyExtractor, KeyFrom, LockKeys};
 ///
-/// let key = KeyFrom::query_param("order").prefix("order:");
-/// let req = http::Request::builder().uri("/pay?order=7&x=1").body(()).unwrap();
+/// // Any spelling of order 7 that `u64::from_str` accepts locks `order:7`.
+/// let key = KeyFrom::query_param_as::<u64>("order").prefix("order:");
+/// let req = http::Request::builder().uri("/pay?order=007&x=1").body(()).unwrap();
 /// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("order:7")));
 ///
-/// let key = KeyFrom::header("x-account").prefix("account:");
-/// let req = http::Request::builder().header("x-account", "42").body(()).unwrap();
+/// let key = KeyFrom::header_as::<u64>("x-account").prefix("account:");
+/// let req = http::Request::builder().header("x-account", "+42").body(()).unwrap();
 /// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("account:42")));
+///
+/// // The text as it came, for keys that are text to the handler too.
+/// let key = KeyFrom::header("x-tenant").prefix("tenant:");
+/// let req = http::Request::builder().header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(key.extract_keys(&req), Some(LockKeys::one("tenant:acme")));
 /// ```
 #[derive(Clone)]
 pub struct KeyFrom {
     source: Source,
     prefix: Option<Arc<str>>,
+    /// Set for the typed extractors.
+    canonical: Option<Canonical>,
 }
 
 #[derive(Clone)]
@@ -242,17 +282,41 @@ enum Source {
     Fixed(Arc<str>),
 }
 
+/// How a typed extractor turns the text of a value into its key.
+#[derive(Clone, Copy)]
+struct Canonical {
+    /// The type's name, for `Debug`.
+    type_name: &'static str,
+    /// Parses with the type's `FromStr` and formats with its `Display`; `None` when the
+    /// text does not parse. A plain function, so a typed extractor costs no allocation.
+    form: fn(&str) -> Option<String>,
+}
+
+impl Canonical {
+    fn of<T: FromStr + fmt::Display>() -> Self {
+        Self {
+            type_name: std::any::type_name::<T>(),
+            form: |text| text.parse::<T>().ok().map(|value| value.to_string()),
+        }
+    }
+}
+
 impl KeyFrom {
     /// The axum path parameter `name` (`"sku"` for a route `/skus/{sku}/purchase`),
-    /// percent-decoded.
+    /// percent-decoded, **as text**.
+    ///
+    /// **The key is the text the client wrote, not the value the handler reads**: behind a
+    /// handler that takes `Path<u64>`, `/skus/7` and `/skus/07` are one SKU but two keys, and
+    /// run together. Use [`path_param_as`](Self::path_param_as) with the handler's type unless
+    /// the handler too takes the parameter as text.
     ///
     /// Path parameters exist once the router has matched a route: apply the layer with
     /// `Router::route_layer` (or `Router::layer`, `MethodRouter::layer`, which also wrap each
     /// route). A layer in front of the whole app (a `ServiceBuilder` around the router handed
     /// to `axum::serve`) runs before routing and sees no parameters. A missing parameter: no
     /// key, a server misconfiguration ([`KeyAbsence::Route`]). A parameter the client sent
-    /// that is not valid UTF-8 once percent-decoded (`/skus/%FF/purchase`): no key, the
-    /// client's fault ([`KeyAbsence::Request`]).
+    /// that is not valid UTF-8 once percent-decoded (`/skus/%FF/purchase`): refused, the
+    /// client's fault ([`KeyAbsence::Unreadable`]).
     ///
     /// Reading the parameters clones the request's extensions once (axum keeps them in a
     /// private extension type that only its extractors can read).
@@ -262,16 +326,54 @@ impl KeyFrom {
         Self::new(Source::PathParam(name.into().into()))
     }
 
-    /// Several axum path parameters, locked together: `["from", "to"]` for a route
-    /// `/transfer/{from}/{to}` locks both accounts, with [`prefix`](Self::prefix) in front of
-    /// each (`KeyFrom::path_params(["from", "to"]).prefix("account:")`). The keys are taken
-    /// with `Locker::lock_all`, all or nothing, in one order for every request (sorted), so
-    /// `/transfer/7/3` and `/transfer/3/7` at once cannot deadlock; a transfer from an account
-    /// to itself locks it once. The handler sees them as [`HeldLocks`](crate::HeldLocks).
+    /// The axum path parameter `name`, parsed as a `T` with `FromStr` (as axum's `Path<T>`
+    /// does) and locked as its `Display`: the canonical form, so every spelling of one
+    /// resource locks one key. A value that does not parse: refused with `400 Bad Request`
+    /// ([`KeyAbsence::Malformed`], [`Rejection::MalformedKey`](crate::Rejection::MalformedKey)),
+    /// before any lock. Otherwise as [`path_param`](Self::path_param).
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use axum::{extract::Path, routing::post, Router};
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    ///
+    /// // `/skus/7`, `/skus/07`, `/skus/+7` and `/skus/%2B7` all lock `inventory:7`.
+    /// async fn purchase(Path(sku): Path<u64>) -> String {
+    ///     format!("bought {sku}")
+    /// }
+    /// # fn app(locker: lock_core::Locker) -> Router {
+    /// Router::new()
+    ///     .route("/skus/{sku}/purchase", post(purchase))
+    ///     .route_layer(DistributedLockLayer::new(
+    ///         locker,
+    ///         KeyFrom::path_param_as::<u64>("sku").prefix("inventory:"),
+    ///     ))
+    /// # }
+    /// # }
+    /// ```
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn path_param_as<T>(name: impl Into<String>) -> Self
+    where
+        T: FromStr + fmt::Display,
+    {
+        Self::path_param(name).typed::<T>()
+    }
+
+    /// Several axum path parameters, **as text**, locked together: `["from", "to"]` for a
+    /// route `/transfer/{from}/{to}` locks both accounts, with [`prefix`](Self::prefix) in
+    /// front of each (`KeyFrom::path_params(["from", "to"]).prefix("account:")`). The keys
+    /// are taken with `Locker::lock_all`, all or nothing, in one order for every request
+    /// (sorted), so `/transfer/7/3` and `/transfer/3/7` at once cannot deadlock; a transfer
+    /// from an account to itself locks it once. The handler sees them as
+    /// [`HeldLocks`](crate::HeldLocks).
+    ///
+    /// **The keys are the text the client wrote**, as for [`path_param`](Self::path_param):
+    /// use [`path_params_as`](Self::path_params_as) when the handler parses them.
     ///
     /// As for [`path_param`](Self::path_param): any of them missing means no key, a server
     /// misconfiguration ([`KeyAbsence::Route`]), and any of them not UTF-8 a client error
-    /// ([`KeyAbsence::Request`]); the request is never locked on some of its keys only.
+    /// ([`KeyAbsence::Unreadable`]); the request is never locked on some of its keys only.
     #[cfg(feature = "axum")]
     #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn path_params<I, S>(names: I) -> Self
@@ -283,7 +385,35 @@ impl KeyFrom {
         Self::new(Source::PathParams(names.into()))
     }
 
-    /// The first value of the header `name`. Absent, or not valid UTF-8: no key.
+    /// Several axum path parameters, each parsed as a `T` and locked as its `Display` (see
+    /// [`path_param_as`](Self::path_param_as)); any of them that does not parse refuses the
+    /// request. Otherwise as [`path_params`](Self::path_params).
+    ///
+    /// ```
+    /// # #[cfg(feature = "axum")] {
+    /// use lock_tower::KeyFrom;
+    ///
+    /// // Behind a handler that takes `Path<(u64, u64)>`: `/transfer/07/3` locks
+    /// // `account:7` and `account:3`, the keys the handler names for its fencing tokens.
+    /// let accounts = KeyFrom::path_params_as::<u64>(["from", "to"]).prefix("account:");
+    /// # let _ = accounts;
+    /// # }
+    /// ```
+    #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+    pub fn path_params_as<T>(names: impl IntoIterator<Item = impl Into<String>>) -> Self
+    where
+        T: FromStr + fmt::Display,
+    {
+        Self::path_params(names).typed::<T>()
+    }
+
+    /// The first value of the header `name`, **as text** (what `HeaderMap::get` returns).
+    /// Absent: no key ([`KeyAbsence::Request`]). Not valid UTF-8: refused
+    /// ([`KeyAbsence::Unreadable`]).
+    ///
+    /// **The key is the text the client wrote**: use [`header_as`](Self::header_as) when the
+    /// handler parses the value.
     ///
     /// # Panics
     ///
@@ -297,11 +427,44 @@ impl KeyFrom {
         Self::new(Source::Header(name))
     }
 
-    /// The first value of the query parameter `name`, decoded like a form
-    /// (`application/x-www-form-urlencoded`: `+` is a space, `%XX` a byte). Absent, or not
-    /// valid UTF-8 once decoded: no key.
+    /// The first value of the header `name`, parsed as a `T` and locked as its `Display` (see
+    /// [`path_param_as`](Self::path_param_as)); a value that does not parse refuses the
+    /// request. Otherwise as [`header`](Self::header).
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid header name.
+    pub fn header_as<T>(name: impl TryInto<HeaderName, Error: fmt::Debug>) -> Self
+    where
+        T: FromStr + fmt::Display,
+    {
+        let name = name
+            .try_into()
+            .expect("KeyFrom::header_as: invalid header name");
+        Self::new(Source::Header(name)).typed::<T>()
+    }
+
+    /// The value of the query parameter `name`, **as text**, decoded like a form
+    /// (`application/x-www-form-urlencoded`: `+` is a space, `%XX` a byte). Absent: no key
+    /// ([`KeyAbsence::Request`]). Given more than once (`?order=7&order=8`: axum's
+    /// `Query<HashMap<..>>` reads the last, other readers the first), or not valid UTF-8 once
+    /// decoded: refused ([`KeyAbsence::Unreadable`]).
+    ///
+    /// **The key is the text the client wrote**: use
+    /// [`query_param_as`](Self::query_param_as) when the handler parses the value.
     pub fn query_param(name: impl Into<String>) -> Self {
         Self::new(Source::QueryParam(name.into().into()))
+    }
+
+    /// The value of the query parameter `name`, decoded like a form, parsed as a `T` (as
+    /// axum's `Query` does) and locked as its `Display` (see
+    /// [`path_param_as`](Self::path_param_as)); a value that does not parse refuses the
+    /// request. Otherwise as [`query_param`](Self::query_param).
+    pub fn query_param_as<T>(name: impl Into<String>) -> Self
+    where
+        T: FromStr + fmt::Display,
+    {
+        Self::query_param(name).typed::<T>()
     }
 
     /// The same key for every request: the layer then serializes the whole route.
@@ -320,49 +483,82 @@ impl KeyFrom {
         Self {
             source,
             prefix: None,
+            canonical: None,
         }
     }
 
-    fn raw<B>(&self, request: &Request<B>) -> Option<LockKeys> {
-        let one = match &self.source {
+    fn typed<T: FromStr + fmt::Display>(mut self) -> Self {
+        self.canonical = Some(Canonical::of::<T>());
+        self
+    }
+
+    /// Whether the keys come from path parameters, which every request of a route has or
+    /// lacks alike.
+    fn reads_the_path(&self) -> bool {
+        match self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_params(request, std::slice::from_ref(name)).ok()?.pop(),
+            Source::PathParam(_) | Source::PathParams(_) => true,
+            Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => false,
+        }
+    }
+
+    /// The key(s) of `request`, without the prefix, or why it has none.
+    fn read<B>(&self, request: &Request<B>) -> Result<LockKeys, KeyAbsence> {
+        let text = match &self.source {
+            #[cfg(feature = "axum")]
+            Source::PathParam(name) => path_params(request, std::slice::from_ref(name))?
+                .pop()
+                .ok_or(KeyAbsence::Route)?,
             #[cfg(feature = "axum")]
             Source::PathParams(names) => {
-                return path_params(request, names).ok().map(LockKeys::all)
+                let keys = path_params(request, names)?
+                    .into_iter()
+                    .map(|text| self.canonical_form(text))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Ok(LockKeys::all(keys));
             }
             Source::Header(name) => {
-                let value = request.headers().get(name)?;
+                let value = request.headers().get(name).ok_or(KeyAbsence::Request)?;
                 std::str::from_utf8(value.as_bytes())
-                    .ok()
-                    .map(str::to_owned)
+                    .map_err(|_| KeyAbsence::Unreadable)?
+                    .to_owned()
             }
-            Source::QueryParam(name) => query_param(request.uri().query()?, name),
-            Source::Fixed(key) => Some(key.to_string()),
+            Source::QueryParam(name) => query_param(request.uri().query().unwrap_or(""), name)?,
+            Source::Fixed(key) => return Ok(LockKeys::one(key.to_string())),
         };
-        one.map(LockKeys::one)
+        self.canonical_form(text).map(LockKeys::one)
+    }
+
+    /// `text` as a key: as it is, or for a typed extractor parsed and formatted again.
+    fn canonical_form(&self, text: String) -> Result<String, KeyAbsence> {
+        match self.canonical {
+            None => Ok(text),
+            Some(canonical) => (canonical.form)(&text).ok_or(KeyAbsence::Malformed),
+        }
     }
 }
 
 impl<B> KeyExtractor<B> for KeyFrom {
     /// [`KeyAbsence::Route`] for a missing path parameter (every request of a route either has
-    /// it or not), [`KeyAbsence::Request`] for one the client sent that is not UTF-8, and for
-    /// the other sources.
+    /// it or not), [`KeyAbsence::Unreadable`] for a value that is not UTF-8 or a query
+    /// parameter given twice, [`KeyAbsence::Malformed`] for a value a typed extractor cannot
+    /// parse, and [`KeyAbsence::Request`] for a missing header or query parameter.
     fn absence(&self, request: &Request<B>) -> KeyAbsence {
-        match &self.source {
-            #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_absence(request, std::slice::from_ref(name)),
-            #[cfg(feature = "axum")]
-            Source::PathParams(names) => path_absence(request, names),
-            Source::Header(_) | Source::QueryParam(_) | Source::Fixed(_) => {
-                let _ = request;
-                KeyAbsence::Request
+        match self.read(request) {
+            Err(absence) => {
+                if absence == KeyAbsence::Malformed {
+                    tracing::debug!(extractor = ?self, "the lock key value does not parse");
+                }
+                absence
             }
+            // An empty list of path parameters: no request of the route ever has a key.
+            Ok(_) if self.reads_the_path() => KeyAbsence::Route,
+            Ok(_) => KeyAbsence::Request,
         }
     }
 
     fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys> {
-        let raw = self.raw(request)?;
+        let raw = self.read(request).ok()?;
         Some(match &self.prefix {
             Some(prefix) => raw.prefixed(prefix),
             None => raw,
@@ -382,32 +578,19 @@ impl fmt::Debug for KeyFrom {
             Source::QueryParam(name) => d.field("query_param", name),
             Source::Fixed(key) => d.field("fixed", key),
         };
+        if let Some(canonical) = &self.canonical {
+            d.field("as", &canonical.type_name);
+        }
         d.field("prefix", &self.prefix).finish()
     }
 }
 
-/// Why path parameters could not be read.
-#[cfg(feature = "axum")]
-enum PathFailure {
-    /// No parameters (a layer before routing) or not this one: the route's configuration.
-    Missing,
-    /// A parameter the client sent is not UTF-8 once percent-decoded.
-    NotUtf8,
-}
-
-/// Whose fault it is that the path parameters `names` of `request` gave no key.
-#[cfg(feature = "axum")]
-fn path_absence<B>(request: &Request<B>, names: &[Arc<str>]) -> KeyAbsence {
-    match path_params(request, names) {
-        Err(PathFailure::NotUtf8) => KeyAbsence::Request,
-        Ok(_) | Err(PathFailure::Missing) => KeyAbsence::Route,
-    }
-}
-
 /// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
-/// reach the parameters axum stores in the request extensions after routing.
+/// reach the parameters axum stores in the request extensions after routing. No parameters (a
+/// layer before routing) or not these: [`KeyAbsence::Route`]; a parameter the client sent
+/// that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`].
 #[cfg(feature = "axum")]
-fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String>, PathFailure> {
+fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String>, KeyAbsence> {
     use std::future::Future;
     use std::task::{Context, Poll, Waker};
 
@@ -430,27 +613,34 @@ fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String
                     .iter()
                     .find(|(key, _)| *key == &**name)
                     .map(|(_, value)| value.to_owned())
-                    .ok_or(PathFailure::Missing)
+                    .ok_or(KeyAbsence::Route)
             })
             .collect(),
         // The route matched and has parameters, but the client's bytes do not decode.
         Poll::Ready(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => {
-            Err(PathFailure::NotUtf8)
+            Err(KeyAbsence::Unreadable)
         }
-        Poll::Ready(Err(_)) | Poll::Pending => Err(PathFailure::Missing),
+        Poll::Ready(Err(_)) | Poll::Pending => Err(KeyAbsence::Route),
     }
 }
 
-/// The first value of `name` in a form-encoded query string.
-fn query_param(query: &str, name: &str) -> Option<String> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .find_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (form_decode(key).as_deref() == Some(name)).then(|| form_decode(value))
-        })
-        .flatten()
+/// The value of `name` in a form-encoded query string: [`KeyAbsence::Request`] when it is not
+/// there, [`KeyAbsence::Unreadable`] when it is there more than once or not UTF-8 once
+/// decoded.
+fn query_param(query: &str, name: &str) -> Result<String, KeyAbsence> {
+    let mut found = None;
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if form_decode(key).as_deref() != Some(name) {
+            continue;
+        }
+        if found.is_some() {
+            // Readers disagree on which of several values counts: lock none of them.
+            return Err(KeyAbsence::Unreadable);
+        }
+        found = Some(value);
+    }
+    form_decode(found.ok_or(KeyAbsence::Request)?).ok_or(KeyAbsence::Unreadable)
 }
 
 /// Decodes one `application/x-www-form-urlencoded` component; `None` when the bytes are not
@@ -509,9 +699,15 @@ mod tests {
     fn query_params_are_form_decoded() {
         let key = KeyFrom::query_param("order id");
         assert_eq!(
-            key.extract_key(&req("/?a=1&order+id=A%2fb+c&order+id=2")),
+            key.extract_key(&req("/?a=1&order+id=A%2fb+c&b=2")),
             Some("A/b c".to_owned())
         );
+        // Given twice, under one spelling of the name or two: no key, and never passed.
+        for twice in ["/?order+id=A&order+id=B", "/?order+id=A&order%20id=A"] {
+            assert_eq!(key.extract_key(&req(twice)), None, "{twice}");
+            assert_eq!(key.absence(&req(twice)), KeyAbsence::Unreadable, "{twice}");
+        }
+        assert_eq!(key.absence(&req("/?a=1")), KeyAbsence::Request);
         assert_eq!(key.extract_key(&req("/?a=1")), None);
         assert_eq!(key.extract_key(&req("/")), None);
         assert_eq!(
@@ -532,6 +728,65 @@ mod tests {
         );
         // Not UTF-8 once decoded.
         assert_eq!(KeyFrom::query_param("k").extract_key(&req("/?k=%FF")), None);
+        assert_eq!(
+            KeyFrom::query_param("k").absence(&req("/?k=%FF")),
+            KeyAbsence::Unreadable
+        );
+    }
+
+    #[test]
+    fn typed_extractors_lock_the_canonical_form() {
+        let query = KeyFrom::query_param_as::<u64>("sku").prefix("inventory:");
+        // `+` is a space in a query, as for axum's `Query`: ` 7` is no `u64`, `%2B7` is.
+        for (uri, key) in [
+            ("/?sku=7", Some("inventory:7")),
+            ("/?sku=0007", Some("inventory:7")),
+            ("/?sku=%2B7", Some("inventory:7")),
+            ("/?sku=+7", None),
+            ("/?sku=seven", None),
+            ("/?sku=", None),
+            ("/?sku=18446744073709551616", None),
+        ] {
+            assert_eq!(query.extract_key(&req(uri)).as_deref(), key, "{uri}");
+        }
+        assert_eq!(query.absence(&req("/?sku=seven")), KeyAbsence::Malformed);
+        assert_eq!(query.absence(&req("/?sku=7&sku=7")), KeyAbsence::Unreadable);
+        assert_eq!(query.absence(&req("/?other=7")), KeyAbsence::Request);
+
+        let header = KeyFrom::header_as::<i64>("x-account");
+        let with = |value: &str| {
+            Request::builder()
+                .header("x-account", value)
+                .body(())
+                .unwrap()
+        };
+        assert_eq!(header.extract_key(&with("-07")), Some("-7".to_owned()));
+        assert_eq!(header.extract_key(&with("+0")), Some("0".to_owned()));
+        assert_eq!(header.extract_key(&with("7 ")), None);
+        assert_eq!(header.absence(&with("7 ")), KeyAbsence::Malformed);
+        assert_eq!(header.absence(&req("/")), KeyAbsence::Request);
+        // A header name given as a `HeaderName` too.
+        let named = KeyFrom::header_as::<u8>(http::header::HeaderName::from_static("x-n"));
+        assert_eq!(
+            named.extract_key(&Request::builder().header("x-n", "09").body(()).unwrap()),
+            Some("9".to_owned())
+        );
+        assert_eq!(
+            format!("{header:?}"),
+            r#"KeyFrom { header: "x-account", as: "i64", prefix: None }"#
+        );
+    }
+
+    #[test]
+    fn a_header_that_is_not_utf8_is_unreadable() {
+        let request = Request::builder()
+            .header("x-key", http::HeaderValue::from_bytes(b"\xff").unwrap())
+            .body(())
+            .unwrap();
+        for key in [KeyFrom::header("x-key"), KeyFrom::header_as::<u64>("x-key")] {
+            assert_eq!(key.extract_key(&request), None);
+            assert_eq!(key.absence(&request), KeyAbsence::Unreadable);
+        }
     }
 
     #[test]
@@ -565,6 +820,12 @@ mod tests {
     #[should_panic(expected = "invalid header name")]
     fn invalid_header_name_panics() {
         let _ = KeyFrom::header("not a header");
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid header name")]
+    fn invalid_typed_header_name_panics() {
+        let _ = KeyFrom::header_as::<u64>("not a header");
     }
 
     #[test]
@@ -624,5 +885,8 @@ mod tests {
             KeyFrom::path_param("sku").extract_key(&req("/skus/1")),
             None
         );
+        let typed = KeyFrom::path_param_as::<u64>("sku");
+        assert_eq!(typed.extract_key(&req("/skus/1")), None);
+        assert_eq!(typed.absence(&req("/skus/1")), KeyAbsence::Route);
     }
 }

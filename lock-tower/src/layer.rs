@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::Locker;
+use lock_core::{ConfigError, Locker};
 use tower_layer::Layer;
 
 use crate::mode::ByMethod;
@@ -14,21 +14,26 @@ use crate::service::{DistributedLockService, LoggedRoutes};
 /// What to do with a request whose key extractor returns `None`.
 ///
 /// The layer fails closed by default: a request it cannot name a lock for does not reach the
-/// handler unlocked.
+/// handler unlocked. Whatever this says, a request that carries the value its key comes from
+/// in a form that cannot be read ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable):
+/// not UTF-8, a query parameter given twice) or parsed
+/// ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) is rejected with `400 Bad
+/// Request`: passing it unlocked would let a client skip the lock of a key it does name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum MissingKey {
     /// Reject it (the default), according to the extractor's
     /// [`absence`](crate::KeyExtractor::absence): the client's fault (a missing header or
-    /// query parameter, a path parameter that is not UTF-8) with
-    /// [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
+    /// query parameter) with [`Rejection::MissingKey`](crate::Rejection::MissingKey), `400 Bad
     /// Request`; the server's (a path parameter the route does not have) with
     /// [`Rejection::Misconfigured`](crate::Rejection::Misconfigured), `500`, logged at error
     /// level the first time on each route.
     #[default]
     Reject,
-    /// Pass it to the inner service without a lock (logged at debug level). An explicit
-    /// opt-in for routes where some requests need no lock.
+    /// Pass it to the inner service without a lock (logged at debug level) when the request
+    /// lacks the value ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) or the route has
+    /// none ([`KeyAbsence::Route`](crate::KeyAbsence::Route)). An explicit opt-in for routes
+    /// where some requests need no lock.
     Pass,
 }
 
@@ -50,6 +55,13 @@ pub enum HoldUntil {
     /// Until the response body has been sent to its end, errored, or was dropped. Use it
     /// when the body streams work done under the lock. The lock then also lasts as long as
     /// the client takes to read the body.
+    ///
+    /// A response with no body to send (the answer to a `HEAD`, a `1xx`, `204` or `304`
+    /// status, a body known to be empty) is released as with [`Response`](Self::Response),
+    /// before it is passed on: hyper drops such a body without polling it, so its end would
+    /// come only after the response went out. If the lock is lost while the body streams,
+    /// the body ends with the lock-lost error rather than sending on unlocked (see
+    /// [`LockedBody`](crate::LockedBody)).
     BodyEnd,
 }
 
@@ -131,24 +143,38 @@ impl<K> DistributedLockLayer<K> {
     ///
     /// ```no_run
     /// use axum::{routing::post, Router};
+    /// use lock_core::ConfigError;
     /// use lock_tower::{DistributedLockLayer, KeyFrom};
-    /// # fn app(locker: lock_core::Locker) -> Router {
+    /// # fn app(locker: lock_core::Locker) -> Result<Router, ConfigError> {
     /// // At most 3 exports per tenant at a time, whatever instance they reach.
-    /// Router::new()
+    /// let limit = DistributedLockLayer::concurrency_limit(
+    ///     locker,
+    ///     KeyFrom::path_param_as::<u64>("tenant").prefix("exports:"),
+    ///     3,
+    /// )?;
+    /// Ok(Router::new()
     ///     .route("/tenants/{tenant}/export", post(|| async { "exported" }))
-    ///     .route_layer(DistributedLockLayer::concurrency_limit(
-    ///         locker,
-    ///         KeyFrom::path_param("tenant").prefix("exports:"),
-    ///         3,
-    ///     ))
+    ///     .route_layer(limit))
     /// # }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Permits`] for `max` 0, a limit that admits no request: refused here,
+    /// where the route is built, rather than answering every request `500`. The same error
+    /// that lock-core gives a semaphore of 0 permits.
     pub fn concurrency_limit(
         locker: Locker,
         key: K,
         max: u32,
-    ) -> DistributedLockLayer<K, DefaultReject, crate::Mode> {
-        Self::new(locker, key).mode(crate::Mode::Limit(max))
+    ) -> Result<DistributedLockLayer<K, DefaultReject, crate::Mode>, ConfigError> {
+        if max == 0 {
+            return Err(ConfigError::Permits {
+                permits: max,
+                wanted: 1,
+            });
+        }
+        Ok(Self::new(locker, key).mode(crate::Mode::Limit(max)))
     }
 }
 
@@ -240,8 +266,9 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
 
     /// Chooses the `Retry-After` of [busy](crate::Rejection::Busy) rejections from what is
     /// known (the holder's remaining lease, how long the request waited). The header carries
-    /// whole seconds, rounded up, at least 1 (`u64::MAX` for any longer delay: `choose` may
-    /// return any `Duration`). Default: [`RetryAfter::default`].
+    /// whole seconds, rounded up, at least 1 and at most
+    /// [`MAX_RETRY_AFTER_SECS`](crate::MAX_RETRY_AFTER_SECS) (a longer delay, up to
+    /// `Duration::MAX`, is clamped). Default: [`RetryAfter::default`].
     ///
     /// ```
     /// use std::time::Duration;

@@ -36,6 +36,14 @@
 //! - **Key.** A [`KeyExtractor`] names the lock of each request: any
 //!   `Fn(&Request<B>) -> Option<String>`, or a ready-made [`KeyFrom`] (axum path parameter,
 //!   header, query parameter, fixed key, each with an optional [`prefix`](KeyFrom::prefix)).
+//!   **The key must be the resource's canonical form**: requests exclude each other only when
+//!   they lock the same key, and the text extractors lock the value as the client wrote it
+//!   (`/skus/07` and `/skus/7` are two keys, though `Path<u64>` reads both as 7). When the
+//!   handler parses the value, use the typed extractor of its type
+//!   ([`KeyFrom::path_param_as`], [`header_as`](KeyFrom::header_as),
+//!   [`query_param_as`](KeyFrom::query_param_as), [`path_params_as`](KeyFrom::path_params_as)),
+//!   which locks the parsed value's `Display` and refuses a value that does not parse
+//!   ([`Rejection::MalformedKey`], `400`).
 //! - **Several keys.** An extractor may name several keys ([`KeyFrom::path_params`], or a
 //!   closure returning `Option<Vec<String>>` or an array; see [`LockKeys`]): the request then
 //!   holds all of them, taken with `Locker::lock_all` (all or nothing, in one order for every
@@ -55,7 +63,9 @@
 //!   rejected ([`MissingKey::Reject`]), with `400` when the request lacks a header or query
 //!   parameter, with `500` (logged as an error once per route) when the route lacks the path
 //!   parameter, a server misconfiguration. [`MissingKey::Pass`] lets such requests through
-//!   unlocked, as an explicit opt-in. An invalid key (empty, longer than
+//!   unlocked, as an explicit opt-in; a request that carries its key's value in a form that
+//!   cannot be read (not UTF-8, a query parameter given twice) or parsed is rejected with
+//!   `400` whatever the setting. An invalid key (empty, longer than
 //!   [`lock_core::MAX_KEY_LEN`]) is rejected with `400`.
 //! - **Acquire.** The lock is taken in `call` (the key is only known with the request), with
 //!   the configured [`wait`](DistributedLockLayer::wait) (default zero: one attempt) and either
@@ -68,7 +78,8 @@
 //!   [`retry_after`](DistributedLockLayer::retry_after)); Redis unavailable,
 //!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
 //!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or missing key,
-//!   `400 Bad Request` (`500` for a path parameter the route lacks); any other lock error,
+//!   `400 Bad Request` (`500` for a path parameter the route lacks; `400` for a typed key that
+//!   does not parse); any other lock error,
 //!   `500`. Replace any of them with
 //!   [`reject_with`](DistributedLockLayer::reject_with). Handlers and `#[distributed_lock]`
 //!   methods answer their own lock errors the same way with `Rejection::from(error)`.
@@ -77,7 +88,9 @@
 //!   response. The body is then sent without the lock, which covers handlers that build their
 //!   whole body (`Json`, `String`, ...). For a body that streams work done under the lock,
 //!   [`HoldUntil::BodyEnd`] moves the guard into the [`LockedBody`], which holds it until the
-//!   body ends.
+//!   body ends (a response with no body to send, such as a `204` or the answer to a `HEAD`,
+//!   is released before it is passed on), and ends the body with the lock-lost error if the
+//!   lock is lost while it streams.
 //! - **Release.** At the end of the hold the layer releases the lock and waits for Redis to
 //!   confirm before it passes the response head (or the end of the body) on, so a client that
 //!   gets its response and at once sends the next request for the same key finds the key free.
@@ -114,14 +127,17 @@
 //! # Response body type
 //!
 //! The service answers `Response<LockedBody<B>>` for an inner `Response<B>`: [`LockedBody`]
-//! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard; axum routers accept it like
-//! any body. Rejection responses are built as `Response<B>` by the [`Reject`]:
-//! [`DefaultReject`] needs `B: From<&'static str>` (true of `axum::body::Body`, `String`,
-//! `Full<Bytes>`) to write a short text body; for other bodies pass a [`Reject`] of your own.
+//! is `B` unchanged plus, with [`HoldUntil::BodyEnd`], the guard, with its errors boxed
+//! (`Box<dyn Error + Send + Sync>`, so `B::Error` must convert into one, as hyper and axum
+//! require anyway); axum routers accept it like any body. Rejection responses are built as
+//! `Response<B>` by the [`Reject`]: [`DefaultReject`] needs `B: From<&'static str>` (true of
+//! `axum::body::Body`, `String`, `Full<Bytes>`) to write a short text body; for other bodies
+//! pass a [`Reject`] of your own.
 //!
 //! # Feature flags
 //!
-//! - `axum` (default): [`KeyFrom::path_param`], [`KeyFrom::path_params`], the [`HeldLock`]
+//! - `axum` (default): [`KeyFrom::path_param`], [`KeyFrom::path_params`] and their typed
+//!   forms [`KeyFrom::path_param_as`], [`KeyFrom::path_params_as`], the [`HeldLock`]
 //!   and [`HeldLocks`] extractors and
 //!   `IntoResponse for Rejection`. Without it the crate does not depend on axum and works with
 //!   any tower stack over `http` types.
@@ -145,7 +161,7 @@ pub use extension::{HeldLock, HeldLocks};
 pub use key::{KeyAbsence, KeyExtractor, KeyFrom, LockKeys};
 pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
 pub use mode::{ByMethod, ChooseMode, Mode};
-pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter};
+pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter, MAX_RETRY_AFTER_SECS};
 pub use service::DistributedLockService;
 
 /// Compiles every Rust block of the repository's README.md as a doctest, so the README's

@@ -22,7 +22,11 @@ pub enum Mode {
     /// rejected with [`Rejection::Full`](crate::Rejection::Full) (`429 Too Many Requests` with
     /// `Retry-After`). Permits expire with their lease like locks, so a crashed instance's
     /// requests give theirs back; no fencing token. Several keys are locked exclusively.
-    /// Needs Redis 7.0 or later, as semaphores do.
+    /// Needs Redis 7.0 or later, as semaphores do. `Limit(0)` admits nobody: each request
+    /// is answered `500` ([`Rejection::Failed`](crate::Rejection::Failed) with lock-core's
+    /// `ConfigError::Permits`); build the layer with
+    /// [`concurrency_limit`](crate::DistributedLockLayer::concurrency_limit), which refuses
+    /// it up front.
     Limit(u32),
 }
 

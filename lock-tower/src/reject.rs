@@ -25,7 +25,8 @@ use rand::Rng;
 /// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
 /// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
-/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)) | `400 Bad Request` | |
+/// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)), or cannot be read: not UTF-8, a query parameter given twice ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable)) | `400 Bad Request` | |
+/// | [`MalformedKey`](Self::MalformedKey) | a typed extractor's value does not parse ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) | `400 Bad Request` | |
 /// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
 /// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
@@ -60,8 +61,14 @@ pub enum Rejection {
     /// than [`lock_core::MAX_KEY_LEN`].
     InvalidKey(LockError),
     /// The request lacks the value its key comes from (a header, a query parameter, what a
-    /// closure extractor reads): the client's fault. See [`MissingKey`](crate::MissingKey).
+    /// closure extractor reads), or carries it in a form that names no one key (not UTF-8, a
+    /// query parameter given twice): the client's fault. See [`MissingKey`](crate::MissingKey).
     MissingKey,
+    /// The value its key comes from does not parse as the type of a typed extractor
+    /// ([`KeyFrom::path_param_as`](crate::KeyFrom::path_param_as) and the like:
+    /// `/skus/abc` for a `u64`): the client's fault. Never let through unlocked, whatever
+    /// [`MissingKey`](crate::MissingKey) says.
+    MalformedKey,
     /// The key extractor can never find a key on this route (an axum path parameter the route
     /// does not have): the server's configuration is wrong. See
     /// [`MissingKey`](crate::MissingKey).
@@ -117,13 +124,13 @@ impl Rejection {
             Self::Busy { .. } => StatusCode::CONFLICT,
             Self::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::InvalidKey(_) | Self::MissingKey => StatusCode::BAD_REQUEST,
+            Self::InvalidKey(_) | Self::MissingKey | Self::MalformedKey => StatusCode::BAD_REQUEST,
             Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey) and
-    /// [`Misconfigured`](Self::Misconfigured)).
+    /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey),
+    /// [`MalformedKey`](Self::MalformedKey) and [`Misconfigured`](Self::Misconfigured)).
     pub fn error(&self) -> Option<&LockError> {
         match self {
             Self::Busy { error, .. }
@@ -132,12 +139,13 @@ impl Rejection {
             | Self::Lost(error)
             | Self::InvalidKey(error)
             | Self::Failed(error) => Some(error),
-            Self::MissingKey | Self::Misconfigured => None,
+            Self::MissingKey | Self::MalformedKey | Self::Misconfigured => None,
         }
     }
 
     /// A short name of the variant, for logs and machine-readable bodies: `busy`, `full`,
-    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `misconfigured`, `failed`.
+    /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `malformed_key`, `misconfigured`,
+    /// `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "busy",
@@ -146,14 +154,15 @@ impl Rejection {
             Self::Lost(_) => "lost",
             Self::InvalidKey(_) => "invalid_key",
             Self::MissingKey => "missing_key",
+            Self::MalformedKey => "malformed_key",
             Self::Misconfigured => "misconfigured",
             Self::Failed(_) => "failed",
         }
     }
 
-    /// For [`Busy`](Self::Busy): the value of the `Retry-After` header, the chosen delay in
-    /// whole seconds, rounded up and at least 1 (the header has no finer unit), `u64::MAX` for
-    /// a longer delay. `None` for the other variants.
+    /// For [`Busy`](Self::Busy) and [`Full`](Self::Full): the value of the `Retry-After`
+    /// header, the chosen delay in whole seconds, rounded up, at least 1 (the header has no
+    /// finer unit) and at most [`MAX_RETRY_AFTER_SECS`]. `None` for the other variants.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Self::Busy { retry_after, .. } | Self::Full { retry_after, .. } => {
@@ -174,6 +183,9 @@ impl Rejection {
             Self::Lost(_) => "the lock was lost before the work finished; retry later\n",
             Self::InvalidKey(_) => "the request does not name a valid lock key\n",
             Self::MissingKey => "the request does not name a lock key\n",
+            Self::MalformedKey => {
+                "the request names its lock key in a form this route does not accept\n"
+            }
             Self::Misconfigured | Self::Failed(_) => "the lock could not be taken\n",
         }
     }
@@ -207,11 +219,16 @@ impl Rejection {
     }
 }
 
-/// Whole seconds, rounded up, at least 1; `u64::MAX` for a delay of more (a policy may return
-/// any `Duration`, `Duration::MAX` included).
+/// The largest `Retry-After` the layer sends, in seconds: 2^31 (about 68 years), the value
+/// RFC 9111 (section 1.2.2) tells caches to use for any delta-seconds too large for them,
+/// so a policy's absurd delay (`Duration::MAX`) reaches clients as a number they can hold.
+pub const MAX_RETRY_AFTER_SECS: u64 = 1 << 31;
+
+/// Whole seconds, rounded up, at least 1 and at most [`MAX_RETRY_AFTER_SECS`].
 fn ceil_secs(d: Duration) -> u64 {
+    // Saturating: `Duration::MAX` has `u64::MAX` whole seconds and a fraction.
     let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-    secs.max(1)
+    secs.clamp(1, MAX_RETRY_AFTER_SECS)
 }
 
 #[cfg(feature = "axum")]
@@ -248,7 +265,8 @@ pub struct BusyInfo {
 /// usually release long before their lease runs out (with the watchdog the lease is
 /// renewed to 30 s every 10 s, so it says nothing about when the key frees), and the jitter
 /// keeps clients that were refused together from coming back together. The header carries
-/// whole seconds (rounded up, at least 1), so the default sends `1` or `2`.
+/// whole seconds (rounded up, at least 1, at most [`MAX_RETRY_AFTER_SECS`]), so the default
+/// sends `1` or `2`.
 ///
 /// Set it on the layer with [`DistributedLockLayer::retry_after`](crate::DistributedLockLayer::retry_after),
 /// or pass it to [`Rejection::from_error`].
@@ -274,6 +292,7 @@ impl RetryAfter {
     pub fn jittered(base: Duration) -> Self {
         Self::from_fn(move |busy| {
             let low = base / 2;
+            // Saturating: a base near `Duration::MAX` must not overflow.
             let high = base.saturating_add(base / 2);
             let chosen = if high > low {
                 rand::rng().random_range(low..=high)
@@ -393,6 +412,9 @@ mod tests {
         assert_eq!(ceil_secs(Duration::from_millis(1000)), 1);
         assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
         assert_eq!(ceil_secs(Duration::from_secs(29)), 29);
+        assert_eq!(ceil_secs(Duration::from_secs(1 << 31)), 1 << 31);
+        assert_eq!(ceil_secs(Duration::from_secs((1 << 31) + 1)), 1 << 31);
+        assert_eq!(ceil_secs(Duration::MAX), MAX_RETRY_AFTER_SECS);
     }
 
     #[test]
@@ -453,6 +475,20 @@ mod tests {
     }
 
     #[test]
+    fn absurd_retry_after_policies_are_clamped_not_overflowed() {
+        for policy in [
+            RetryAfter::fixed(Duration::MAX),
+            RetryAfter::jittered(Duration::MAX),
+            RetryAfter::from_fn(|_| Duration::new(u64::MAX, 1)),
+        ] {
+            let rejection = Rejection::from_error(busy(None), &policy);
+            assert_eq!(rejection.retry_after_secs(), Some(MAX_RETRY_AFTER_SECS));
+            let response: Response<String> = rejection.default_response();
+            assert_eq!(response.headers()[header::RETRY_AFTER], "2147483648");
+        }
+    }
+
+    #[test]
     fn lock_errors_are_sorted_into_statuses() {
         let invalid = Rejection::from(LockError::InvalidKey {
             key: String::new(),
@@ -482,6 +518,9 @@ mod tests {
             StatusCode::INTERNAL_SERVER_ERROR
         );
         assert!(Rejection::MissingKey.error().is_none());
+        assert_eq!(Rejection::MalformedKey.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(Rejection::MalformedKey.kind(), "malformed_key");
+        assert!(Rejection::MalformedKey.error().is_none());
     }
 
     /// Edge durations (zero, sub-second, the largest) and random ones of any size.
@@ -509,7 +548,7 @@ mod tests {
 
         /// Whatever the policy's base or delay and the holder's TTL, choosing the delay and
         /// writing the header never panics: the header is the delay in whole seconds, rounded
-        /// up, at least 1, and `u64::MAX` for a delay beyond it.
+        /// up, at least 1, at most [`MAX_RETRY_AFTER_SECS`].
         #[test]
         fn retry_after_of_any_duration_is_a_header_never_a_panic(
             base in durations(),
@@ -518,7 +557,7 @@ mod tests {
         ) {
             let ceil = |d: Duration| {
                 let up = d.as_nanos().div_ceil(1_000_000_000).max(1);
-                u64::try_from(up).unwrap_or(u64::MAX)
+                u64::try_from(up).unwrap_or(u64::MAX).min(MAX_RETRY_AFTER_SECS)
             };
             let info = BusyInfo { holder_ttl: ttl, waited };
             for policy in [

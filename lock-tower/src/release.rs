@@ -7,11 +7,15 @@
 //!   is free.
 //! - Dropped early (response future or body dropped, an error frame), `Held` drops the guard,
 //!   and `lock_core` releases it in the background at once.
+//! - Held by a body ([`Watched`]), the lock is also watched for a loss, so the body can stop
+//!   instead of streaming on without it.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use lock_core::LockError;
 use tracing::{Instrument, Span};
 
 use crate::acquire::Guard;
@@ -52,6 +56,58 @@ impl Held {
         }
         .instrument(span);
         Release(Box::pin(release))
+    }
+}
+
+/// The lock(s) of a request held until its body ends, watched for a loss.
+///
+/// The guard is shared with the watch (which borrows it while it waits), and taken back
+/// for the release once the watch is dropped.
+pub(crate) struct Watched {
+    guard: Arc<Guard>,
+    span: Span,
+    /// Resolves with the lock-lost error when the lock is lost.
+    lost: Pin<Box<dyn Future<Output = LockError> + Send>>,
+}
+
+impl Held {
+    /// Watches the lock for a loss while a body holds it.
+    pub(crate) fn watched(self) -> Watched {
+        let Self { guard, span } = self;
+        let guard = Arc::new(guard);
+        let watch = guard.clone();
+        Watched {
+            guard,
+            span,
+            lost: Box::pin(async move { watch.lost().await }),
+        }
+    }
+}
+
+impl Watched {
+    /// Ready with the lock-lost error once the lock is lost (logged as a warning).
+    pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<LockError> {
+        let error = std::task::ready!(self.lost.as_mut().poll(cx));
+        self.span.in_scope(|| {
+            tracing::warn!(
+                %error,
+                "the lock was lost while the body streamed: the body ends with this error"
+            );
+        });
+        Poll::Ready(error)
+    }
+
+    /// Releases the lock at the end of the body, as [`Held::release`].
+    pub(crate) fn release(self) -> Release {
+        let Self { guard, span, lost } = self;
+        // The watch holds the only other reference.
+        drop(lost);
+        match Arc::into_inner(guard) {
+            Some(guard) => Held { guard, span }.release(),
+            // Not reached (nothing else keeps the guard); if it were, the last reference's
+            // drop releases it in the background.
+            None => Release(Box::pin(std::future::ready(()))),
+        }
     }
 }
 

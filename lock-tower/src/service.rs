@@ -105,6 +105,16 @@ where
             .filter(|keys| !keys.is_empty());
         let Some(keys) = keys else {
             return match (self.settings.missing_key, self.key.absence(&request)) {
+                // A value that is there but cannot be read or parsed is never passed unlocked:
+                // the client would skip the lock of a key it names.
+                (_, KeyAbsence::Unreadable) => {
+                    tracing::debug!("the request's lock key cannot be read: rejected");
+                    ResponseFuture::rejected(self.reject.reject(Rejection::MissingKey))
+                }
+                (_, KeyAbsence::Malformed) => {
+                    tracing::debug!("the request's lock key does not parse: rejected");
+                    ResponseFuture::rejected(self.reject.reject(Rejection::MalformedKey))
+                }
                 (MissingKey::Pass, _) => {
                     tracing::debug!("request has no lock key: passing it through unlocked");
                     ResponseFuture::unlocked(self.inner.call(request))

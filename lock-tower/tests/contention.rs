@@ -276,3 +276,36 @@ async fn back_to_back_requests_of_one_client_never_see_their_own_lock() {
     }
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// A `Retry-After` policy that returns an absurd delay (`Duration::MAX`) gets a clamped
+/// header, not an overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_policy_of_duration_max_is_clamped() {
+    use tower::ServiceExt;
+
+    let server = server();
+    let locker = locker(&server).await;
+    let held = locker
+        .lock("inventory:3")
+        .lease(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let app = purchase_app(Occupancy::default(), Duration::ZERO).route_layer(
+        DistributedLockLayer::new(
+            locker.clone(),
+            KeyFrom::path_param("sku").prefix("inventory:"),
+        )
+        .retry_after(|_: &lock_tower::BusyInfo| Duration::MAX),
+    );
+    let request = http::Request::post("/skus/3/purchase")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tokio::spawn(app.oneshot(request))
+        .await
+        .expect("the layer answers without panicking")
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+    assert_eq!(response.headers()[http::header::RETRY_AFTER], "2147483648");
+    held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}

@@ -490,3 +490,64 @@ async fn the_handler_can_take_the_requests_key_again() {
     assert!(!locker.is_locked("inventory:3").await.unwrap());
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// A header or query value the request carries but that is not UTF-8 (once decoded) is not a
+/// missing key: it is refused with `400` also under `MissingKey::Pass`, which only lets
+/// through requests without the value. Passing it unlocked would let a client skip the lock
+/// of a key it does name.
+#[tokio::test]
+async fn a_value_that_is_not_utf8_is_refused_also_when_missing_keys_pass() {
+    let server = server();
+    let locker = locker(&server).await;
+    let app = |missing| {
+        Router::new()
+            .route(
+                "/pay",
+                post(whoami).route_layer(
+                    DistributedLockLayer::new(locker.clone(), KeyFrom::header("x-account"))
+                        .on_missing_key(missing),
+                ),
+            )
+            .route(
+                "/refund",
+                post(whoami).route_layer(
+                    DistributedLockLayer::new(locker.clone(), KeyFrom::query_param("order"))
+                        .on_missing_key(missing),
+                ),
+            )
+    };
+    for missing in [MissingKey::Reject, MissingKey::Pass] {
+        let app = app(missing);
+        let header = req("POST", "/pay")
+            .header(
+                "x-account",
+                http::HeaderValue::from_bytes(b"7\xff").unwrap(),
+            )
+            .body(Body::empty())
+            .unwrap();
+        let query = req("POST", "/refund?order=7%FF")
+            .body(Body::empty())
+            .unwrap();
+        for (what, request) in [("header", header), ("query", query)] {
+            assert_eq!(
+                call(&app, request).await,
+                (
+                    StatusCode::BAD_REQUEST,
+                    "the request does not name a lock key\n".to_owned()
+                ),
+                "{what} under {missing:?}"
+            );
+        }
+        // Without the value at all, `Pass` still passes.
+        let (status, body) = call(&app, req("POST", "/pay").body(Body::empty()).unwrap()).await;
+        let expected = match missing {
+            MissingKey::Pass => (StatusCode::OK, "unlocked"),
+            _ => (
+                StatusCode::BAD_REQUEST,
+                "the request does not name a lock key\n",
+            ),
+        };
+        assert_eq!((status, body.as_str()), expected, "{missing:?}");
+    }
+    common::assert_nothing_left(&server, &[&locker]).await;
+}

@@ -53,6 +53,7 @@ fn export_app(locker: Locker, inside: Occupancy, wait: Duration) -> Router {
                 KeyFrom::path_param("tenant").prefix("exports:"),
                 2,
             )
+            .expect("a limit of 2")
             .wait(wait),
         )
 }
@@ -162,4 +163,38 @@ async fn redis_down_answers_503() {
     );
     assert_eq!(inside.max(), 0, "the handler ran without a permit");
     // No leak check: the server is dead for good (SIGKILL).
+}
+
+/// A limit of 0 can admit nobody: the layer refuses it when it is built, instead of answering
+/// every request `500`; a limit of 1 is built.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_of_zero_is_refused_when_the_layer_is_built() {
+    let server = server();
+    let locker = locker(&server).await;
+    let key = || KeyFrom::path_param_as::<u32>("tenant").prefix("exports:");
+    let refused = DistributedLockLayer::concurrency_limit(locker.clone(), key(), 0);
+    let Err(error) = refused else {
+        panic!("a limit of 0 was accepted");
+    };
+    assert!(
+        matches!(
+            error,
+            lock_core::ConfigError::Permits {
+                permits: 0,
+                wanted: 1
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("0 permits"), "{error}");
+
+    let one = DistributedLockLayer::concurrency_limit(locker.clone(), key(), 1)
+        .expect("a limit of 1 is built");
+    let app = Router::new()
+        .route("/export/{tenant}", post(|| async { "exported" }))
+        .route_layer(one);
+    let addr = serve(app).await;
+    let reply = send_post(&client(), &format!("http://{addr}/export/1")).await;
+    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    common::assert_nothing_left(&server, &[&locker]).await;
 }

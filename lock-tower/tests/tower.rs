@@ -216,7 +216,7 @@ async fn the_layers_durations_saturate_or_are_refused_never_panic() {
     assert_eq!(reply.status(), StatusCode::CONFLICT);
     assert_eq!(
         reply.headers()[http::header::RETRY_AFTER],
-        u64::MAX.to_string()
+        lock_tower::MAX_RETRY_AFTER_SECS.to_string()
     );
     held.release().await.unwrap();
 

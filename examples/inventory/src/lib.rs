@@ -31,8 +31,8 @@ pub enum Variant {
     /// `#[distributed_lock(key = "inventory:<sku>", wait = "10s", locker = self.locker)]` on
     /// the service method.
     Macro,
-    /// The route behind `DistributedLockLayer` with `KeyFrom::path_param("sku")`, waiting
-    /// for the lock.
+    /// The route behind `DistributedLockLayer` with `KeyFrom::path_param_as::<i64>("sku")`,
+    /// waiting for the lock; the write carries the lock's fencing token, as `Fenced`'s does.
     Layer,
     /// The same layer with its default wait of zero: a purchase that finds the SKU locked is
     /// answered `409 busy` with `Retry-After` at once, and the client retries.

@@ -122,7 +122,12 @@ impl Inventory {
     /// lease cannot write over a later holder's sale.
     pub async fn purchase_fenced(&self, sku: i64) -> Result<Sale, AppError> {
         let guard = self.lock_with_lease(sku).await?;
-        let result = self.fenced_read_check_write(sku, &guard).await;
+        let result = async {
+            let fence = guard.fencing_token().await?;
+            self.fenced_read_check_write(sku, Variant::Fenced, fence, Some(&guard))
+                .await
+        }
+        .await;
         trace::releasing();
         release(guard).await;
         result
@@ -164,8 +169,15 @@ impl Inventory {
         Ok(self.sale(order_id, sku, stock - 1, variant, None))
     }
 
-    async fn fenced_read_check_write(&self, sku: i64, guard: &LockGuard) -> Result<Sale, AppError> {
-        let fence = guard.fencing_token().await?;
+    /// Read, check, await, write, fenced by `fence`, the token of the lock held for `sku`
+    /// (`guard`, when the caller has it, is checked before the write too).
+    async fn fenced_read_check_write(
+        &self,
+        sku: i64,
+        variant: Variant,
+        fence: u64,
+        guard: Option<&LockGuard>,
+    ) -> Result<Sale, AppError> {
         let stale = || AppError::StaleFence { sku, fence };
         // Claim the row with our token as we read it: a holder that stalled between its read
         // and its write would otherwise still write after we read, and we would sell from a
@@ -187,16 +199,16 @@ impl Inventory {
             return Err(AppError::SoldOut(sku));
         }
         tokio::time::sleep(self.config.think).await;
-        self.before_write(Some(guard)).await?;
+        self.before_write(guard).await?;
         trace::write_started();
         match self
             .db
-            .write_sale_fenced(sku, stock - 1, fence, self.order(Variant::Fenced))
+            .write_sale_fenced(sku, stock - 1, fence, self.order(variant))
             .await?
         {
             WriteOutcome::Written { order_id } => {
                 trace::written(stock - 1, order_id);
-                Ok(self.sale(order_id, sku, stock - 1, Variant::Fenced, Some(fence)))
+                Ok(self.sale(order_id, sku, stock - 1, variant, Some(fence)))
             }
             WriteOutcome::Stale => {
                 trace::stale();
@@ -304,6 +316,9 @@ pub enum ErrorCode {
     Full,
     /// The request's lock key is not valid: empty or too long (`400`).
     InvalidKey,
+    /// The request names its lock key in a form the route does not accept: the SKU in the
+    /// path is no number (`400`).
+    MalformedKey,
     /// The request does not name a lock key, or names it in a form that cannot be read
     /// (`400`).
     MissingKey,
@@ -389,6 +404,7 @@ fn lock_response(rejection: Rejection) -> Response {
         Rejection::Lost(_) => ErrorCode::LockLost,
         Rejection::InvalidKey(_) => ErrorCode::InvalidKey,
         Rejection::MissingKey => ErrorCode::MissingKey,
+        Rejection::MalformedKey => ErrorCode::MalformedKey,
         _ => ErrorCode::Internal,
     };
     match (&rejection, rejection.error()) {
@@ -415,10 +431,13 @@ pub fn app(state: AppState) -> Router {
     // Only the `layer` route is behind the layer (`route_layer` wraps the routes added before
     // it). The layer waits for the lock like the other variants, so requests for one SKU are
     // served in turn: with `.wait(Duration::ZERO)` (its default) a request that finds the SKU
-    // locked gets `409 busy` at once and the client retries later.
+    // locked gets `409 busy` at once and the client retries later. The key is the SKU as the
+    // handlers' `Path<i64>` reads it (`/skus/07` and `/skus/7` both lock `inventory:7`, the
+    // key of `lock_key(7)` that the other variants lock), and a SKU that is no number is
+    // refused before any lock.
     let lock = DistributedLockLayer::new(
         state.locker.clone(),
-        KeyFrom::path_param("sku").prefix("inventory:"),
+        KeyFrom::path_param_as::<i64>("sku").prefix("inventory:"),
     )
     .reject_with(lock_response as fn(Rejection) -> Response);
     let layered = Router::new()
@@ -490,6 +509,9 @@ async fn purchase_layer_fail_fast(
     purchase_in_layer(&inventory, sku, Variant::LayerFailFast, &lock).await
 }
 
+/// The purchase under the layer's lock, fenced with its token like the `fenced` variant: the
+/// watchdog renews the lock while the handler runs, but a holder that stalls past its lease
+/// (or whose renewals fail) must still not write over a later holder's sale.
 async fn purchase_in_layer(
     inventory: &Inventory,
     sku: i64,
@@ -499,13 +521,14 @@ async fn purchase_in_layer(
     // The handler runs while the layer holds the lock (it lets go after the response).
     trace::acquired(None);
     let result = async {
-        let mut sale = inventory.read_check_write(sku, variant, None).await?;
-        sale.fencing_token = Some(lock.fencing_token().await?);
-        Ok(Json(sale))
+        let fence = lock.fencing_token().await?;
+        inventory
+            .fenced_read_check_write(sku, variant, fence, None)
+            .await
     }
     .await;
     trace::releasing();
-    result
+    result.map(Json)
 }
 
 async fn purchase_fenced(
@@ -590,7 +613,7 @@ impl Chaos {
         let plan = state.plan?;
         let n = state.writes;
         state.writes += 1;
-        if n % plan.every.max(1) == 0 && state.pauses < plan.max {
+        if n.is_multiple_of(plan.every.max(1)) && state.pauses < plan.max {
             state.pauses += 1;
             return Some(Duration::from_millis(plan.pause_ms));
         }
@@ -692,6 +715,11 @@ mod tests {
                 Rejection::MissingKey,
                 StatusCode::BAD_REQUEST,
                 ErrorCode::MissingKey,
+            ),
+            (
+                Rejection::MalformedKey,
+                StatusCode::BAD_REQUEST,
+                ErrorCode::MalformedKey,
             ),
             (
                 Rejection::Misconfigured,

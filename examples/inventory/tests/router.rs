@@ -164,3 +164,76 @@ async fn purchases_through_every_variant() {
     let held: Vec<String> = redis.cmd(&["KEYS", "lock:*:lock:*"]);
     assert!(held.is_empty(), "{held:?}");
 }
+
+/// A SKU written five ways in the path (`Path<i64>` reads each as 7) locks one key in the
+/// layer's routes: while another instance holds `inventory:7`, every spelling finds it busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_a_sku_locks_the_same_key_in_the_layer_routes() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir =
+        TempDir(std::env::temp_dir().join(format!("inventory-spellings-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let db = Db::open(dir.0.join("inventory.db")).expect("db");
+    let locker = Locker::connect(&redis.url()).await.expect("locker");
+    let app = app(Inventory::new(locker, db, ServiceConfig::default()));
+    let (status, _) = call(
+        &app,
+        Method::PUT,
+        "/skus/7",
+        r#"{"name":"gadget","stock":50}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    let other_instance = Locker::connect(&redis.url()).await.expect("locker");
+    let held = other_instance
+        .lock(inventory::service::lock_key(7))
+        .await
+        .expect("lock");
+    let mut sold = Vec::new();
+    for spelling in ["7", "07", "+7", "%2B7", "0007"] {
+        let uri = format!("/skus/{spelling}/purchase/layer-fail-fast");
+        let (status, body) = call(&app, Method::POST, &uri, "").await;
+        if status != StatusCode::CONFLICT {
+            sold.push(format!("{spelling}: {status} {body}"));
+        }
+    }
+    assert!(
+        sold.is_empty(),
+        "purchases of SKU 7 ran while another instance held inventory:7: {sold:?}"
+    );
+    held.release().await.expect("release");
+    // A spelling that is no number is the client's error, refused before any lock.
+    let (status, body) = call(&app, Method::POST, "/skus/seven/purchase/layer", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+}
+
+/// The `layer` variant writes with the lock's fencing token, as the `fenced` variant does: a
+/// row claimed by a later holder (a larger token) refuses its write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_variant_writes_with_its_fencing_token() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = TempDir(std::env::temp_dir().join(format!("inventory-fence-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let db = Db::open(dir.0.join("inventory.db")).expect("db");
+    let locker = Locker::connect(&redis.url()).await.expect("locker");
+    let app = app(Inventory::new(locker, db.clone(), ServiceConfig::default()));
+    let (status, _) = call(
+        &app,
+        Method::PUT,
+        "/skus/8",
+        r#"{"name":"gizmo","stock":5}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // A holder with a far larger token has claimed the row (it stalled, and we came after).
+    let latest = u64::try_from(i64::MAX).expect("fits");
+    db.claim_and_read(8, latest).await.expect("claim");
+
+    for variant in [Variant::Layer, Variant::LayerFailFast] {
+        let error = buy(&app, 8, variant).await.expect_err("a stale write");
+        assert_eq!(error.error, ErrorCode::StaleFence, "{variant}");
+    }
+    let status = db.status(8).await.expect("status").expect("sku 8");
+    assert_eq!((status.stock, status.sold), (5, 0), "nothing written");
+}

@@ -1,14 +1,15 @@
 -- Take the lock if it is free; else tell the caller how long it stays taken, and flag that the
--- caller waits for it (the caller joins the waiting writers). The first try of an acquire is a plain `SET NX PX` instead when no
--- restart guard is set; this script serves the tries after it (and every try with the guard).
+-- caller waits for it (the caller joins the waiting writers). The first try of an acquire is a
+-- plain `SET NX PX` instead when no restart guard is set; this script serves the tries after
+-- it (and every try with the guard).
 -- Fencing tokens are issued on demand by fence.lua.
 --
 -- KEYS[1]  the lock key (a string holding the owner's token; while readers hold the lock, the
 --          marker "readers" with the longest reader lease as TTL, see read_acquire.lua: to a
 --          writer it is held like by any other token)
--- KEYS[2]  the waiting writers of this lock key, in its hash slot: a sorted set of the tokens
+-- KEYS[2]  the waiting writers of this lock key, in its hash slot: a sorted set of the entries
 --          of exclusive acquirers (of other lockers) that found the lock held and wait for it,
---          living as long as the last one that joined may wait. It tells the holder's release
+--          living as long as the one that may wait longest. It tells the holder's release
 --          that another locker waits (the holder's own process then holds back its next local
 --          acquirer for a moment), and read locks let a writer in it go first (see
 --          read_acquire.lua). The caller joins it here; a try that wins leaves it, and an
@@ -20,7 +21,11 @@
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: its entry in the waiting writers
 --          lives that long (0: the caller will not wait and does not join)
--- ARGV[4]  (with KEYS[3]) the restart guard in milliseconds
+-- ARGV[4]  the caller's entry in the waiting writers: the token of its acquire's first try.
+--          The same as ARGV[1] on one Redis; on RedLock each try has a fresh token (the undo of
+--          a failed try, see undo.lua, must not hit the next one), and one entry for the whole
+--          wait lets a win or a withdrawal take it out, and nothing of earlier tries stays
+-- ARGV[5]  (with KEYS[3]) the restart guard in milliseconds
 --
 -- Every key the script touches is declared, although the waiting writers usually do not
 -- exist: a Redis Cluster checks each command of a script on its own, and a key of a migrating
@@ -43,7 +48,7 @@ if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
 if KEYS[3] then
-  local young = restart_guard(KEYS[3], ARGV[4])
+  local young = restart_guard(KEYS[3], ARGV[5])
   if young > 0 then
     return {2, young}
   end
@@ -51,7 +56,7 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
   -- The winner waits no more: it must not hold readers back, nor tell a later release that
   -- someone waits (the set goes with its last member).
-  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[2], ARGV[4])
   return {1, 0}
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -64,8 +69,12 @@ end
 local flag = tonumber(ARGV[3]) or 0
 if flag > 0 then
   -- Scores do not matter: the set's TTL bounds every entry. A dead writer's entry thus stays
-  -- until the last writer that joined could have waited (at most 3 fallback retries).
-  redis.call('ZADD', KEYS[2], 0, ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], flag)
+  -- until the longest waiter that joined could have waited (at most 3 fallback retries).
+  redis.call('ZADD', KEYS[2], 0, ARGV[4])
+  -- Only ever lengthened: a writer with a short wait must not end the entries of writers that
+  -- wait longer (readers would stop letting them go first).
+  if redis.call('PTTL', KEYS[2]) < flag then
+    redis.call('PEXPIRE', KEYS[2], flag)
+  end
 end
 return {0, redis.call('PTTL', KEYS[1])}

@@ -61,7 +61,10 @@ local stay = tonumber(ARGV[3]) or 0
 if stay > 0 then
   join_line(KEYS[3], KEYS[4], ARGV[1], t, stay)
   redis.call('ZADD', KEYS[2], 0, ARGV[1])
-  redis.call('PEXPIRE', KEYS[2], stay)
+  -- Only ever lengthened, as in acquire.lua: a short wait must not end longer waiters' entries.
+  if redis.call('PTTL', KEYS[2]) < stay then
+    redis.call('PEXPIRE', KEYS[2], stay)
+  end
 end
 if current then
   return {0, redis.call('PTTL', KEYS[1])}

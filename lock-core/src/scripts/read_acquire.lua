@@ -19,7 +19,8 @@
 -- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
 -- ARGV[1]  the caller's token (>= 128 random bits, hex)
 -- ARGV[2]  the lease in milliseconds (>= 1)
--- ARGV[3]  how long the waiting flag lives, in milliseconds (0: the caller will not wait)
+-- ARGV[3]  how long the caller may wait, in milliseconds: the waiting flag lives at least that
+--          long (0: the caller will not wait)
 -- ARGV[4]  (with KEYS[5]) the restart guard in milliseconds
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
@@ -45,7 +46,9 @@ end
 local current = redis.call('GET', KEYS[1])
 local flag = tonumber(ARGV[3]) or 0
 if current and current ~= 'readers' then
-  if flag > 0 then
+  -- Only ever lengthened: a reader with a short wait must not end the flag of readers that
+  -- wait longer (the writer's release would then tell nobody).
+  if flag > 0 and redis.call('PTTL', KEYS[4]) < flag then
     redis.call('SET', KEYS[4], '1', 'PX', flag)
   end
   return {0, redis.call('PTTL', KEYS[1])}

@@ -7,7 +7,8 @@
 -- KEYS[3]  the waiting writers of this lock key (acquirers of other lockers that found it
 --          held, see acquire.lua): deleted by a release (whoever waits tries again, and joins
 --          again if it loses); when the token does not hold the lock it may be an abandoned
---          acquire's, whose entry goes
+--          acquire's (a mutex's or a fair waiter's), whose entry goes: if it was the last and
+--          no writer holds the lock, readers that let it go first are told (as withdraw.lua)
 -- KEYS[4]  the readers' waiting flag of this lock key (set by readers that found it held, see
 --          read_acquire.lua): like KEYS[3], another locker waits
 -- KEYS[5]  (fair locks only) the line of the lock key, and
@@ -69,8 +70,13 @@ if ok and current == ARGV[1] then
   end
   return waited + 1
 end
--- Not ours (or not any more): an abandoned acquire's waiting entry goes.
-redis.call('ZREM', KEYS[3], ARGV[1])
+-- Not ours (or not any more): an abandoned acquire's waiting entry goes. Readers that waited
+-- for it are told when it was the last writer waiting and none holds the lock; they would
+-- otherwise sleep until the set's TTL, the longest waiter's whole wait.
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[3]) == 0
+    and ok and (not current or current == 'readers') then
+  redis.pcall('PUBLISH', ARGV[2], '1')
+end
 if KEYS[5] then
   local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
   redis.call('ZREM', KEYS[5], ARGV[1])

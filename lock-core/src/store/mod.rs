@@ -137,18 +137,21 @@ impl Store {
         }
     }
 
-    /// Tries once to take the lock for `token`.
+    /// Tries once to take the lock for `token`; `waiter` names the acquire in the waiting
+    /// writers of an exclusive lock (its first try's token: a RedLock try has a fresh token
+    /// each time, the acquire keeps one entry).
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
         token: &str,
+        waiter: &str,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         // Timed here, once for both strategies; dropped unanswered, it counts as cancelled.
         let call = metrics::AcquireCall::start(keys.access);
         let result = match self {
-            Self::Single(store) => store.acquire(keys, token, args).await,
-            Self::RedLock(store) => store.acquire(keys, token, args).await,
+            Self::Single(store) => store.acquire(keys, token, waiter, args).await,
+            Self::RedLock(store) => store.acquire(keys, token, waiter, args).await,
         };
         call.finish(&result);
         result

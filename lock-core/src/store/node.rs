@@ -46,8 +46,15 @@ impl Node {
         cmd
     }
 
-    /// The acquire script call for `token`.
-    fn acquire_call(&self, keys: &RedisKeys, token: &str, args: AcquireArgs) -> ScriptCall {
+    /// The acquire script call for `token`; `waiter` is the acquire's entry in the waiting
+    /// writers (see `scripts/acquire.lua`).
+    fn acquire_call(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+        waiter: &str,
+        args: AcquireArgs,
+    ) -> ScriptCall {
         let script = match keys.access {
             Access::Exclusive => &scripts::ACQUIRE,
             Access::Fair => &scripts::FAIR_ACQUIRE,
@@ -80,8 +87,14 @@ impl Node {
         call.arg(token)
             .arg(lease_ms(args.lease))
             .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX));
-        if let Access::Permits { limit } = keys.access {
-            call.arg(limit).arg(keys.channel());
+        match keys.access {
+            Access::Exclusive => {
+                call.arg(waiter);
+            }
+            Access::Permits { limit } => {
+                call.arg(limit).arg(keys.channel());
+            }
+            Access::Fair | Access::Shared => {}
         }
         if let Some(guard) = &self.restart_guard {
             // The last key: the scripts find the guard by it (see `scripts/guard.lua`).
@@ -97,6 +110,7 @@ impl Node {
         &self,
         keys: &RedisKeys,
         token: &str,
+        waiter: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
         if self.plain_set(keys, args) {
@@ -109,7 +123,7 @@ impl Node {
             }
         }
         let reply = self
-            .acquire_call(keys, token, args)
+            .acquire_call(keys, token, waiter, args)
             .invoke(&mut self.conn.clone())
             .await
             .map_err(BackendError::redis)?;
@@ -129,6 +143,7 @@ impl Node {
         &self,
         keys: &RedisKeys,
         token: &str,
+        waiter: &str,
         args: AcquireArgs,
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
@@ -142,7 +157,7 @@ impl Node {
                 return Ok((AcquireReply::Acquired, acked));
             }
         }
-        let call = self.acquire_call(keys, token, args);
+        let call = self.acquire_call(keys, token, waiter, args);
         let (reply, acked) = with_wait(&mut conn, &call.command(), Some(&call), &keys.lock, min)
             .await
             .map_err(BackendError::redis)?;
@@ -211,6 +226,42 @@ impl Node {
             async move { call.invoke(&mut conn).await.map_err(BackendError::redis) }
         })
         .await
+    }
+
+    /// Undoes this node's grant to a RedLock try that did not win a majority: deletes the lock
+    /// if it holds `token`, and nothing else (see `scripts/undo.lua`). A read grant's undo is
+    /// its release (it removes the reader's entry, and nothing of the waiting writers).
+    pub(crate) async fn undo(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
+        if keys.access != Access::Exclusive {
+            return self.release(keys, token).await.map(drop);
+        }
+        let mut call = ScriptCall::new(&scripts::UNDO);
+        call.key(&keys.lock).arg(token);
+        retry_dropped(|| {
+            let mut conn = self.conn.clone();
+            let call = &call;
+            async move {
+                call.invoke::<i64>(&mut conn)
+                    .await
+                    .map(drop)
+                    .map_err(BackendError::redis)
+            }
+        })
+        .await
+    }
+
+    /// Tells every waiter of the lock on this node's channel that it may try (the message of
+    /// a release that found a waiter, see `scripts/release.lua`). Best effort: a waiter that
+    /// misses it wakes at its fallback retry.
+    pub(crate) async fn publish_release(&self, channel: &str) {
+        let sent: RedisResult<i64> = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg("1")
+            .query_async(&mut self.conn.clone())
+            .await;
+        if let Err(error) = sent {
+            tracing::debug!(%error, "telling a RedLock node's waiters of a release failed");
+        }
     }
 
     /// Takes `token` out of the waiting writers of an exclusive lock (an acquire that stopped

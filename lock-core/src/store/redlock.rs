@@ -71,11 +71,13 @@ impl RedLockStore {
     /// Every node tries at once, each in its own task; the caller decides as soon as a majority
     /// granted (or can no longer grant) the lock. Each node's task then undoes its own grant if
     /// the verdict is "undo" (or the caller went away), after its acquire finished, so a late
-    /// grant is never left behind.
+    /// grant is never left behind. An undo deletes the grant and nothing else (`undo.lua`):
+    /// the caller's entry in the waiting writers (`waiter`) stays while it waits.
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
         token: &str,
+        waiter: &str,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         let quorum = self.quorum();
@@ -89,11 +91,12 @@ impl RedLockStore {
         let running_tx = Arc::new(running_tx);
         let tasks = self.nodes.iter().map(|node| {
             let node = node.clone();
-            let (keys, token) = (keys.clone(), token.to_owned());
+            let (keys, token, waiter) = (keys.clone(), token.to_owned(), waiter.to_owned());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
             tokio::spawn(async move {
-                let reply = tokio::time::timeout(per_node, node.acquire(&keys, &token, args))
+                let acquire = node.acquire(&keys, &token, &waiter, args);
+                let reply = tokio::time::timeout(per_node, acquire)
                     .await
                     .unwrap_or_else(|_| {
                         Err(BackendError::timed_out(
@@ -116,7 +119,7 @@ impl RedLockStore {
                             .await
                             .map(|v| *v);
                         if !matches!(decided, Ok(Verdict::Keep)) {
-                            let _ = node.release(&keys, &token).await;
+                            let _ = node.undo(&keys, &token).await;
                         }
                     });
                 }
@@ -164,14 +167,15 @@ impl RedLockStore {
         let _ = verdict_tx.send(Verdict::Undo);
         // Every node's grant is undone before answering (the nodes' tasks do it again,
         // harmlessly): first the nodes still answering are waited for (each is cut at its
-        // per-node limit), then every node is released. A grant that landed after the majority
-        // was out of reach would otherwise still be there when the caller tries again under a
-        // fresh token, which it cannot tell from another holder's lock: it would wait out a
-        // whole lease for its own grant (seen in CI: Busy after a 10 s wait with the "holder's"
-        // TTL at 29.999 s). On the multiplexed connection a release sent after a cut-off
-        // acquire also runs after it.
+        // per-node limit), then every node's grant is deleted. A grant that landed after the
+        // majority was out of reach would otherwise still be there when the caller tries again
+        // under a fresh token, which it cannot tell from another holder's lock: it would wait
+        // out a whole lease for its own grant (seen in CI: Busy after a 10 s wait with the
+        // "holder's" TTL at 29.999 s). On the multiplexed connection an undo sent after a
+        // cut-off acquire also runs after it. The undo leaves the caller's waiting entry: it
+        // is still waiting.
         let _ = tokio::time::timeout(per_node, answered.wait_for(|n| *n == 0)).await;
-        join_all(self.nodes.iter().map(|node| node.release(keys, token))).await;
+        join_all(self.nodes.iter().map(|node| node.undo(keys, token))).await;
         match first_error {
             Some(error) if !refused => Err(error),
             _ => Ok(Outcome::Busy { ttl }),
@@ -233,7 +237,10 @@ impl RedLockStore {
     }
 
     /// Every node gets the release (in its own task, so a dead node cannot hold up the
-    /// answer); the answer is decided by the first majority.
+    /// answer); the answer is decided by the first majority. When a node says another locker
+    /// waits, every other node is told too: a waiter listens on one node only, and its entry
+    /// may be missing there (its last try found that node free and undid its grant there),
+    /// while a release publishes only where an entry was.
     pub(crate) async fn release(
         &self,
         keys: &RedisKeys,
@@ -246,19 +253,22 @@ impl RedLockStore {
         }
         let quorum = self.quorum();
         let total = self.nodes.len();
-        let tally = |done: &[Result<ReleaseReply, BackendError>]| {
-            let yes = done.iter().filter(|r| matches!(r, Ok(r) if r.ours)).count();
+        let tally = |done: &[(usize, Result<ReleaseReply, BackendError>)]| {
+            let yes = done
+                .iter()
+                .filter(|(_, r)| matches!(r, Ok(r) if r.ours))
+                .count();
             let no = done
                 .iter()
-                .filter(|r| matches!(r, Ok(r) if !r.ours))
+                .filter(|(_, r)| matches!(r, Ok(r) if !r.ours))
                 .count();
             (yes, no)
         };
         let replies = gather(
-            self.nodes.iter().map(|node| {
+            self.nodes.iter().enumerate().map(|(i, node)| {
                 let node = node.clone();
                 let (keys, token) = (keys.clone(), token.to_owned());
-                tokio::spawn(async move { node.release(&keys, &token).await })
+                tokio::spawn(async move { (i, node.release(&keys, &token).await) })
             }),
             |done| {
                 let (yes, no) = tally(done);
@@ -267,9 +277,24 @@ impl RedLockStore {
         )
         .await;
         let (yes, no) = tally(&replies);
-        let others_waiting = replies
+        let told: Vec<usize> = replies
             .iter()
-            .any(|r| matches!(r, Ok(r) if r.others_waiting));
+            .filter(|(_, r)| matches!(r, Ok(r) if r.others_waiting))
+            .map(|(i, _)| *i)
+            .collect();
+        let others_waiting = !told.is_empty();
+        if others_waiting {
+            for (_, node) in self
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !told.contains(i))
+            {
+                let (node, channel) = (node.clone(), keys.channel());
+                tokio::spawn(async move { node.publish_release(&channel).await });
+            }
+        }
+        let replies: Vec<_> = replies.into_iter().map(|(_, r)| r).collect();
         let gone = agreed(replies.iter().filter_map(|r| r.as_ref().ok()?.gone));
         if !quorum.carried(yes) && !quorum.defeated(no) {
             // Neither side has a majority: the errors decide nothing, so report one.

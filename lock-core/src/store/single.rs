@@ -19,16 +19,20 @@ impl SingleStore {
         &self,
         keys: &RedisKeys,
         token: &str,
+        waiter: &str,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         let Some(min) = self.min_replicas else {
             return self
                 .node
-                .acquire(keys, token, args)
+                .acquire(keys, token, waiter, args)
                 .await
                 .map(Outcome::from);
         };
-        let (reply, acked) = self.node.acquire_with_wait(keys, token, args, min).await?;
+        let (reply, acked) = self
+            .node
+            .acquire_with_wait(keys, token, waiter, args, min)
+            .await?;
         match reply {
             AcquireReply::Acquired if acked < min.replicas => {
                 // Fail closed: a lock that did not reach the replicas is given back.

@@ -166,7 +166,7 @@ pub async fn cycles(
                 rng.random_range(0..8u8),
             )
         };
-        if unlocked_every > 0 && n % unlocked_every == 0 {
+        if unlocked_every > 0 && n.is_multiple_of(unlocked_every) {
             // The control's broken client: no lock, a made-up token.
             let mut entry = oracle.enter(&key, 1, || true).await.expect("referee");
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -293,7 +293,7 @@ pub async fn holds(
             }
             step += 1;
             let held = entry.observe(|| guard.is_held());
-            if tokened && (!held || step % spec.write_every == 0) {
+            if tokened && (!held || step.is_multiple_of(spec.write_every)) {
                 let accepted = oracle.write(&entry).await.expect("referee write");
                 stats.writes.fetch_add(1, Ordering::Relaxed);
                 if !accepted {
