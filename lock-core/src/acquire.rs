@@ -15,7 +15,7 @@ use crate::backend_error::BackendError;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
-use crate::key::{self, Access, RedisKeys};
+use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::limits;
 use crate::local::LocalLocks;
 use crate::locker::Locker;
@@ -200,9 +200,9 @@ fn hold_parent(trace_holds: bool) -> Span {
 fn hold_span(parent: &Span, key: &str, trace_holds: bool) -> Span {
     let outcome = tracing::field::Empty;
     if trace_holds {
-        tracing::info_span!(parent: parent, "lock.hold", key = %key, outcome)
+        tracing::info_span!(parent: parent, "lock.hold", key = %ShownKey(key), outcome)
     } else {
-        tracing::debug_span!(parent: parent, "lock.hold", key = %key, outcome)
+        tracing::debug_span!(parent: parent, "lock.hold", key = %ShownKey(key), outcome)
     }
 }
 
@@ -278,7 +278,7 @@ impl Acquire {
         if result.is_ok() && !reentered {
             let waited = started.elapsed();
             if waited >= LONG_WAIT {
-                tracing::info!(key = %self.key, ?waited, "lock acquired after a long wait");
+                tracing::info!(key = %ShownKey(&self.key), ?waited, "lock acquired after a long wait");
             } else {
                 tracing::debug!(?waited, "lock acquired");
             }

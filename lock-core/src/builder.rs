@@ -5,11 +5,11 @@ use std::time::Duration;
 use crate::connection::Timeouts;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::key;
-use crate::limits::{self, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::limits::{self, DEFAULT_FENCE_RETENTION, MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::locker::{Locker, Settings};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
-use crate::topology::{connect, redact, Topology};
+use crate::topology::{connect, redact, Credentials, Topology};
 
 /// Configures and connects a [`Locker`].
 ///
@@ -20,13 +20,14 @@ use crate::topology::{connect, redact, Topology};
 /// | [`default_wait`](Self::default_wait) | 30 s | any; beyond 100 years: no deadline |
 /// | [`max_hold`](Self::max_hold) | none | any; beyond 100 years: no limit |
 /// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level | |
-/// | [`fence_retention`](Self::fence_retention) | 1 hour | 1 ms to 10 × 365 days |
+/// | [`fence_retention`](Self::fence_retention) | 10 s past the lock | 1 ms to 10 × 365 days |
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
 /// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
+/// | [`sentinel_data_password`](Self::sentinel_data_password), [`sentinel_data_user`](Self::sentinel_data_user) | none: the data nodes behind Sentinel need no password | |
 ///
 /// A duration outside its range is refused by [`build`](Self::build) with
 /// [`ConfigError::OutOfRange`], which names the setting and its range; none of them can make
@@ -57,6 +58,8 @@ pub struct LockerBuilder {
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<Duration>,
     tls: Option<TlsConfig>,
+    /// The data nodes' credentials for a Sentinel topology.
+    sentinel_data: Option<Credentials>,
 }
 
 impl std::fmt::Debug for LockerBuilder {
@@ -79,6 +82,7 @@ impl std::fmt::Debug for LockerBuilder {
             .field("min_replicas", &self.min_replicas)
             .field("restart_guard", &self.restart_guard)
             .field("tls", &self.tls)
+            .field("sentinel_data", &self.sentinel_data)
             .finish()
     }
 }
@@ -90,12 +94,13 @@ impl Default for LockerBuilder {
             min_replicas: None,
             restart_guard: None,
             tls: None,
+            sentinel_data: None,
             settings: Settings {
                 prefix: "lock:".to_owned(),
                 watchdog_lease: Duration::from_secs(30),
                 default_wait: Duration::from_secs(30),
                 max_hold: None,
-                fence_retention: Duration::from_secs(3600),
+                fence_retention: DEFAULT_FENCE_RETENTION,
                 fallback_retry: Duration::from_secs(1),
                 command_timeout: Duration::from_secs(3),
                 trace_holds: false,
@@ -145,6 +150,11 @@ impl LockerBuilder {
     /// [`tls`](Self::tls) settings, or the system trust store without them. All URLs must then
     /// be `rediss://` and carry the same credentials (redis-rs applies one set to every
     /// sentinel); anything else is a [`ConfigError::Tls`] from [`build`](Self::build).
+    ///
+    /// The sentinel URLs carry the sentinels' credentials only. Password-protected data nodes
+    /// take theirs from [`sentinel_data_password`](Self::sentinel_data_password) or
+    /// [`sentinel_data_user`](Self::sentinel_data_user); without, every command to the
+    /// primary fails with `NOAUTH`.
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -153,6 +163,53 @@ impl LockerBuilder {
         self.topology = Some(Topology::Sentinel {
             master: master.into(),
             sentinels: sentinels.into_iter().map(Into::into).collect(),
+            data: None,
+        });
+        self
+    }
+
+    /// The password of the data nodes behind [`sentinel`](Self::sentinel) (`requirepass`, the
+    /// `default` user): the primary the sentinels name, and the replica they promote in a
+    /// failover. The sentinel URLs carry the sentinels' own credentials
+    /// (`redis://:sentinel-secret@host:26379`), which are not the data nodes'. Only with
+    /// [`sentinel`](Self::sentinel): with another topology (whose URLs carry the credentials)
+    /// [`build`](Self::build) refuses it with [`ConfigError::DataCredentialsWithoutSentinel`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::Locker;
+    ///
+    /// # async fn demo() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .sentinel("locks", ["redis://:sentinel-secret@10.0.0.1:26379"])
+    ///     .sentinel_data_user("app", "app-secret")
+    ///     .build()
+    ///     .await?;
+    /// # let _ = locker;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn sentinel_data_password(mut self, password: impl Into<String>) -> Self {
+        self.sentinel_data = Some(Credentials {
+            username: None,
+            password: password.into(),
+        });
+        self
+    }
+
+    /// As [`sentinel_data_password`](Self::sentinel_data_password), for an ACL user of the data
+    /// nodes (create it on every one of them: ACL users are not replicated). The documented
+    /// minimal ACL (crate docs, "Redis data model (for ACLs)") is enough; its `+role` is for
+    /// Sentinel: the client checks with `ROLE` that the node the sentinels name is the primary.
+    pub fn sentinel_data_user(
+        mut self,
+        username: impl Into<String>,
+        password: impl Into<String>,
+    ) -> Self {
+        self.sentinel_data = Some(Credentials {
+            username: Some(username.into()),
+            password: password.into(),
         });
         self
     }
@@ -269,11 +326,23 @@ impl LockerBuilder {
         self
     }
 
-    /// How long a key's fencing counter outlives its last acquire (at least twice the lease).
-    /// Tokens stay increasing after the counter expired as long as the Redis server's clock
-    /// does not step back by more than this. From 1 ms (the counter's TTL is in milliseconds)
-    /// to 10 × 365 days (at least twice the longest lease, and a TTL Redis and its Lua
-    /// scripts hold exactly).
+    /// How long a key's fencing state (its last fencing token, one small key) outlives the
+    /// lock: the fence key of a key whose holder asked for a token expires this long after
+    /// the later of the lock's end (renewals carry it along) and its last token (a time of the
+    /// Redis server's clock). So what fencing keeps in Redis is one key per lock held now, plus
+    /// the keys released within the last lease and this window; 10 s by default.
+    ///
+    /// Tokens of a key increase across holders, lock expiries, server restarts and forward
+    /// clock jumps whether or not its fence key still exists (tokens are the server's clock in
+    /// microseconds, and Redis deletes the fence key only once its clock has passed the last
+    /// token plus this window). While the fence key lives they also increase across a backward
+    /// step of the server's clock of any size (the last token plus one is issued until the
+    /// clock catches up; the fence key lives until then). What it does not cover: a backward
+    /// step larger than this window hitting a key whose fence state already expired (idle for
+    /// longer than its last lease plus this window) may give that key's next holder a smaller
+    /// token, smaller by at most the step minus the idle time. Raise the window to cover the
+    /// largest backward step your servers' time synchronisation can make. From 1 ms to 10 ×
+    /// 365 days (a TTL Redis and its Lua scripts hold exactly).
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.settings.fence_retention = retention;
         self
@@ -350,8 +419,15 @@ impl LockerBuilder {
             min_replicas,
             restart_guard,
             tls,
+            sentinel_data,
         } = self;
-        let topology = topology.ok_or(ConfigError::MissingUrl)?;
+        let mut topology = topology.ok_or(ConfigError::MissingUrl)?;
+        if let Some(credentials) = sentinel_data {
+            match &mut topology {
+                Topology::Sentinel { data, .. } => *data = Some(credentials),
+                _ => return Err(ConfigError::DataCredentialsWithoutSentinel.into()),
+            }
+        }
         if let Some(tls) = &tls {
             tls.validate()?;
         }
@@ -379,6 +455,7 @@ impl LockerBuilder {
         let (store, pubsub) = connect(
             topology,
             timeouts,
+            settings.fence_retention,
             min_replicas,
             restart_guard,
             tls.as_ref(),

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend_error::BackendError;
-use crate::key::RedisKeys;
+use crate::key::{RedisKeys, ShownKey};
 
 /// Why a lock operation failed.
 ///
@@ -15,7 +15,12 @@ use crate::key::RedisKeys;
 #[non_exhaustive]
 pub enum LockError {
     /// The lock was held by another owner for the whole `wait`.
-    #[error("lock `{key}` is busy (waited {}{})", Approx(*waited), HolderTtl(*holder_ttl))]
+    #[error(
+        "lock `{}` is busy (waited {}{})",
+        ShownKey(key),
+        Approx(*waited),
+        HolderTtl(*holder_ttl)
+    )]
     Busy {
         /// The user's key.
         key: String,
@@ -26,7 +31,7 @@ pub enum LockError {
     },
     /// The lock is no longer ours: its lease ran out, another owner took it over, its key was
     /// deleted, ... ([`LostReason`] says which, as far as the kit can tell).
-    #[error("lock `{key}` was lost: {reason}")]
+    #[error("lock `{}` was lost: {reason}", ShownKey(key))]
     Lost {
         /// The user's key.
         key: String,
@@ -34,7 +39,7 @@ pub enum LockError {
         reason: LostReason,
     },
     /// The key is not a valid lock key.
-    #[error("invalid lock key {key:?}: {reason}")]
+    #[error("invalid lock key `{}`: {reason}", ShownKey(key))]
     InvalidKey {
         /// The rejected key, cut to its first 64 characters.
         key: String,
@@ -47,10 +52,11 @@ pub enum LockError {
     /// A Redis key of the lock exists with a type the kit never writes (a hash, a list, ...):
     /// another program uses the name. An operator must inspect (and remove) it.
     #[error(
-        "redis key {}{} of lock `{key}` holds a value of another type (see TYPE in redis-cli); \
+        "redis key {}{} of lock `{}` holds a value of another type (see TYPE in redis-cli); \
          the kit never overwrites it",
         RedisKeyName(key, redis_key),
-        OrOneOf(others)
+        OrOneOf(others),
+        ShownKey(key)
     )]
     WrongType {
         /// The user's key.
@@ -92,7 +98,10 @@ pub enum LockError {
     },
     /// The lock was acquired but fewer replicas than `min_replicas` acknowledged it within the
     /// timeout, so it was released again (fail closed).
-    #[error("lock `{key}` reached {acked} of {wanted} required replicas; released it again")]
+    #[error(
+        "lock `{}` reached {acked} of {wanted} required replicas; released it again",
+        ShownKey(key)
+    )]
     NotReplicated {
         /// The user's key.
         key: String,
@@ -106,8 +115,9 @@ pub enum LockError {
     /// the read lock first, or take the write lock from the start (a read inside a write is
     /// allowed).
     #[error(
-        "lock `{key}`: this task holds it for reading and asked to write; a read lock cannot be \
-         upgraded (release it first, or take the write lock from the start)"
+        "lock `{}`: this task holds it for reading and asked to write; a read lock cannot be \
+         upgraded (release it first, or take the write lock from the start)",
+        ShownKey(key)
     )]
     WriteInsideRead {
         /// The user's key.
@@ -115,7 +125,10 @@ pub enum LockError {
     },
     /// A fencing token was asked of a read lock: tokens order exclusive holders (a mutex, a
     /// write lock), and readers hold together.
-    #[error("lock `{key}` is held for reading: fencing tokens are issued to writers only")]
+    #[error(
+        "lock `{}` is held for reading: fencing tokens are issued to writers only",
+        ShownKey(key)
+    )]
     NotExclusive {
         /// The user's key.
         key: String,
@@ -255,8 +268,8 @@ pub enum ConfigError {
     },
     /// TLS settings that cannot be used: a PEM without a usable certificate or key, a client
     /// key that does not belong to its certificate, TLS settings for a plaintext `redis://`
-    /// URL, or sentinel URLs that mix `redis://` and `rediss://` (or `rediss://` sentinels
-    /// with different credentials).
+    /// URL, sentinel URLs that mix `redis://` and `rediss://` (or `rediss://` sentinels with
+    /// different credentials), or a URL with `#insecure` (certificate verification off).
     #[error("invalid TLS settings ({what}): {reason}")]
     Tls {
         /// What was rejected, e.g. `"root certificate PEM"`, `"client key PEM"`, `"url"`.
@@ -321,6 +334,15 @@ pub enum ConfigError {
     /// `restart_guard` keeps one epoch per server; a cluster would need one per shard.
     #[error("restart_guard applies to a single server, Sentinel or redlock, not to a cluster")]
     RestartGuardInCluster,
+    /// [`sentinel_data_password`](crate::LockerBuilder::sentinel_data_password) or
+    /// [`sentinel_data_user`](crate::LockerBuilder::sentinel_data_user) without
+    /// [`sentinel`](crate::LockerBuilder::sentinel): other topologies take the credentials in
+    /// their URLs.
+    #[error(
+        "sentinel data-node credentials need .sentinel(..); other topologies take credentials \
+         in their urls"
+    )]
+    DataCredentialsWithoutSentinel,
 }
 
 /// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].
@@ -405,11 +427,11 @@ struct RedisKeyName<'a>(&'a str, &'a Option<String>);
 impl fmt::Display for RedisKeyName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.1 {
-            Some(name) => write!(f, "`{name}`"),
+            Some(name) => write!(f, "`{}`", ShownKey(name)),
             None => write!(
                 f,
                 "`<prefix>{}` (<prefix>: the locker's key prefix, `lock:` by default)",
-                RedisKeys::new("", self.0).lock
+                ShownKey(&RedisKeys::new("", self.0).lock)
             ),
         }
     }
@@ -423,9 +445,9 @@ impl fmt::Display for OrOneOf<'_> {
         let Some((first, rest)) = self.0.split_first() else {
             return Ok(());
         };
-        write!(f, " (or one of `{first}`")?;
+        write!(f, " (or one of `{}`", ShownKey(first))?;
         for name in rest {
-            write!(f, ", `{name}`")?;
+            write!(f, ", `{}`", ShownKey(name))?;
         }
         f.write_str(": redis does not say which)")
     }
@@ -437,7 +459,7 @@ struct OnKey<'a>(&'a Option<String>);
 impl fmt::Display for OnKey<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.0 {
-            Some(key) => write!(f, " on lock `{key}`"),
+            Some(key) => write!(f, " on lock `{}`", ShownKey(key)),
             None => Ok(()),
         }
     }

@@ -5,7 +5,6 @@
 //! lock is still held by this acquisition, so tokens increase in the order of the holders.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
@@ -92,16 +91,10 @@ impl Fence {
         if held.is_lost() {
             return Err(held.lost_error());
         }
-        let local = &self.local;
-        // The counter outlives the hold, so that the next holder's token is larger even when
-        // the clock term alone would not be.
-        let retention = local
-            .fence_retention
-            .max(held.mode().lease().saturating_mul(2))
-            .max(Duration::from_millis(1));
-        match local
+        match self
+            .local
             .store
-            .issue_fence(held.keys(), held.token(), retention)
+            .issue_fence(held.keys(), held.token())
             .await
         {
             // Still valid once issued: with RedLock the token is written back to a majority

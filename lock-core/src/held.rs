@@ -12,7 +12,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
-use crate::key::RedisKeys;
+use crate::key::{RedisKeys, ShownKey};
 use crate::owner::Owner;
 use crate::slot::SlotRef;
 use crate::store::Gone;
@@ -306,7 +306,7 @@ impl HeldLock {
         }
         if !self.escaped.swap(true, Ordering::AcqRel) {
             tracing::warn!(
-                key = %self.key,
+                key = %ShownKey(&self.key),
                 "lock guard used by a task other than the one that acquired it; the lock is no \
                  longer reentrant for the acquiring task (it waits for this guard like any task)"
             );
@@ -336,7 +336,7 @@ impl HeldLock {
                 .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
         if marked.is_ok() {
             tracing::warn!(
-                key = %self.key,
+                key = %ShownKey(&self.key),
                 fence = self.fence(),
                 reason = reason.as_str(),
                 held_for = ?self.held_for(),

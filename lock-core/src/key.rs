@@ -5,7 +5,7 @@
 //! | what | Redis name | type |
 //! |---|---|---|
 //! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
-//! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring after the retention |
+//! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring with the lock plus the fence window (and not before the server's clock passed the token plus the window) |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
 //! | release latch | `p{h}:unlocked:<token>` | string, left for a few seconds by a release: proof for its retry |
@@ -20,6 +20,8 @@
 //! braces `k` contains, and the prefix may not contain braces. Nothing the user passes can
 //! leave the prefix: every name starts with it. A script is given every one of these names it
 //! touches in its KEYS, the channels (not keys) excepted (see `scripts/acquire.lua`).
+
+use std::fmt::{self, Write as _};
 
 use crate::error::{InvalidKeyReason, LockError};
 
@@ -209,6 +211,56 @@ pub(crate) fn valid_prefix(prefix: &str) -> bool {
     prefix.len() <= MAX_PREFIX_LEN && !prefix.contains(['{', '}'])
 }
 
+/// The most characters of a user key that logs and error messages show.
+pub(crate) const SHOWN_KEY_CHARS: usize = 128;
+
+/// A user key as the kit's logs and error messages show it. Keys are user input (a request
+/// path, an order id, personal data): control characters (`\n`, `\r`, an escape sequence) and
+/// invisible formatting ones (bidirectional overrides, zero-width characters, line
+/// separators) are written escaped (`\n`, `\u{1b}`), `\` doubled so that an escape cannot be
+/// faked, and the key is cut after [`SHOWN_KEY_CHARS`] characters with the number of bytes
+/// left out. So a key cannot forge a log line, hide text, or flood a log.
+pub(crate) struct ShownKey<'a>(pub(crate) &'a str);
+
+impl fmt::Display for ShownKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (shown, (at, c)) in self.0.char_indices().enumerate() {
+            if shown == SHOWN_KEY_CHARS {
+                return write!(f, "...(+{} bytes)", self.0.len() - at);
+            }
+            match c {
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if c.is_control() || is_invisible(c) => write!(f, "\\u{{{:x}}}", u32::from(c))?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ShownKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Characters that change how the text around them looks without being seen: bidirectional
+/// marks and overrides, zero-width characters, line and paragraph separators.
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}'
+            | '\u{feff}'
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,5 +337,38 @@ mod tests {
         assert!(valid_prefix("lock:"));
         assert!(valid_prefix(""));
         assert!(!valid_prefix("a{b"));
+    }
+
+    #[test]
+    fn shown_keys_escape_control_and_invisible_characters_and_are_cut() {
+        let shown = |key: &str| ShownKey(key).to_string();
+        assert_eq!(shown("inventory:42"), "inventory:42");
+        assert_eq!(shown("é{ü}:ключ"), "é{ü}:ключ");
+        assert_eq!(shown("a\nINFO forged"), "a\\nINFO forged");
+        assert_eq!(shown("a\r\tb\u{0}"), "a\\r\\tb\\u{0}");
+        assert_eq!(shown("\u{1b}[31m"), "\\u{1b}[31m");
+        assert_eq!(
+            shown("x\u{202e}y\u{2028}z\u{200b}"),
+            "x\\u{202e}y\\u{2028}z\\u{200b}"
+        );
+        // A literal backslash-n is not a newline: it shows doubled.
+        assert_eq!(shown("a\\nb"), "a\\\\nb");
+        let long = "k".repeat(1024);
+        assert_eq!(
+            shown(&long),
+            format!(
+                "{}...(+{} bytes)",
+                "k".repeat(SHOWN_KEY_CHARS),
+                1024 - SHOWN_KEY_CHARS
+            )
+        );
+        let exact = "k".repeat(SHOWN_KEY_CHARS);
+        assert_eq!(shown(&exact), exact);
+        // Cut by characters, never inside one.
+        let wide = "ü".repeat(SHOWN_KEY_CHARS + 1);
+        assert_eq!(
+            shown(&wide),
+            format!("{}...(+2 bytes)", "ü".repeat(SHOWN_KEY_CHARS))
+        );
     }
 }

@@ -123,11 +123,22 @@
 //! token is never asked for pays nothing for fencing; one that asks pays one round trip, once
 //! (nested guards and [`Fence`] handles share the token). The token is the Redis server's
 //! clock in microseconds, or the previous token of the key plus one when that is larger. The
-//! previous token is kept in a companion key that expires [`fence_retention`] (1 hour by
-//! default) after the key's last token, so idle keys leave nothing behind. Guarantee: on
-//! one Redis server, tokens of one key strictly increase across holders (each holder gets its
-//! token while it holds, so after every earlier holder got theirs), as long as the server's
-//! clock does not step back by more than the retention while the counter is gone.
+//! previous token is kept in a companion key (the fence key) that lives as long as the lock
+//! (renewals carry it along) plus [`fence_retention`] (10 s by default), and at least until
+//! the server's clock has passed the token plus that window. So fencing keeps one small key
+//! per lock held now, plus the keys released within their last lease and the window; idle
+//! keys leave nothing behind. Guarantee: on one Redis server, tokens of one key strictly
+//! increase across holders (each holder gets its token while it holds, so after every earlier
+//! holder got theirs), lock expiries, forward clock jumps and restarts, also empty ones: a
+//! fence key is deleted only once the server's clock has read past its token, so a later clock
+//! term is larger, and a restart that loses it is followed by a clock term larger than every
+//! token before (unless one was ahead of the clock after a backward step). A backward
+//! step of the server's clock is covered while the key's fence state lives (the last token
+//! plus one is issued until the clock catches up, and the fence key lives until then); a
+//! backward step larger than the window, hitting a key idle for longer than its last lease
+//! plus the window, may give that key a token smaller than its last one (by at most the step
+//! minus the idle time): raise [`fence_retention`] to cover the largest step your time
+//! synchronisation makes.
 //! What it cannot give: after a failover that lost the last writes, the new primary may issue
 //! a token equal to or lower than one issued just before the failover (if its clock lags);
 //! with reasonable clock sync the clock term keeps it increasing.
@@ -145,16 +156,16 @@
 //! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
 //! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` and channel
-//! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire),
-//! `EVALSHA`, `EVAL`, `SCRIPT LOAD`, `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `PING`, `WAIT` (with
-//! [`min_replicas`](LockerBuilder::min_replicas)), `CONFIG GET` (the start-up check of
-//! `maxmemory-policy`, skipped with a debug message when refused); inside scripts `SET`, `GET`,
-//! `DEL`, `EXISTS`, `PEXPIRE`, `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),
-//! `ZADD`, `ZREM` (the waiting writers), and for the other kinds `ZSCORE`, `ZRANGE`, `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`. A
-//! minimal ACL: `user app on >secret ~lock:* &lock:* +evalsha +eval +script|load +exists
-//! +subscribe +unsubscribe +ping +wait +config|get +set +get +del +pexpire +pttl +time +type
-//! +publish +info +zadd +zrem +zscore +zrange +zrangebyscore +zremrangebyscore`. Without
-//! channel rights locks still work; waiters then rely on TTLs and the fallback retry.
+//! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire), `EVALSHA`,
+//! `SCRIPT LOAD` (after `NOSCRIPT`), `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `WAIT` (with
+//! [`min_replicas`](LockerBuilder::min_replicas)), `INFO` (the start-up check of
+//! `maxmemory_policy`, skipped with a debug message when refused, and a lost lock's reason),
+//! `ROLE` (Sentinel); inside scripts `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`, `PEXPIREAT`
+//! (RedLock's fence write-back), `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),
+//! `ZADD`, `ZREM` (the waiting writers), and for the other kinds `ZSCORE`, `ZRANGE`,
+//! `ZRANGEBYSCORE`, `ZREMRANGEBYSCORE`.
+//!
+#![doc = include_str!("acl.md")]
 //!
 //! # Topologies and what each guarantees
 //!
@@ -170,6 +181,13 @@
 //! | Sentinel | failover in about 2 s; a lock not yet replicated is lost and can be granted twice (holders learn it at the next renewal); `min_replicas(1, ..)` refuses unreplicated acquires and narrows, not closes, the window (`WAIT` is best effort) | as single; a partitioned old primary may keep accepting writes for seconds after a failover | as single | as single |
 //! | Cluster | per-shard failover in 2–3 s (other shards answer `CLUSTERDOWN` for about 1 s); the same replication window as Sentinel, per shard; `min_replicas` applies per shard | as Sentinel, per shard | as single | as single |
 //! | RedLock (N independent primaries) | survives the loss of a minority of nodes; a node restarted without persistence may vote again for a lock it forgot, unless [`restart_guard`](LockerBuilder::restart_guard) is set (it notices every restart by the server's `run_id`, also one from an old RDB snapshot; AOF with `appendfsync always` alone also keeps what the node granted) | a client needs a majority; a minority side cannot acquire | another holder may enter after the validity; fencing tokens still increase (write-back to the majority) | a server clock jump forward on a majority of nodes can expire a lock early; RedLock assumes bounded drift |
+//!
+//! Credentials come with the URLs (`redis://user:secret@host:6379`), for every node of a
+//! cluster or RedLock. With Sentinel the URLs are the sentinels' and carry only the sentinels'
+//! credentials; the data nodes' (the primary, and the replica a failover promotes) are given
+//! apart with [`sentinel_data_password`](LockerBuilder::sentinel_data_password) or
+//! [`sentinel_data_user`](LockerBuilder::sentinel_data_user), for the command and the pub/sub
+//! connections alike, plaintext or TLS.
 //!
 //! None of them makes a Redis lock a substitute for a fencing token or a database constraint
 //! where a double holder would corrupt data.
@@ -210,9 +228,10 @@
 //! Malformed PEM is a [`ConfigError::Tls`] from `build()`, before any connection. A failed
 //! handshake (untrusted, expired or wrong-host certificate, a refused client certificate) is
 //! [`LockError::Tls`]; a server that never answers the handshake is a timeout
-//! [`LockError::Backend`]. There is no switch to skip verification: redis-rs's `#insecure`
-//! URL fragment needs a `redis` feature the kit does not enable, so such URLs fail to connect;
-//! do not enable it.
+//! [`LockError::Backend`]. There is no switch to skip verification: a URL with redis-rs's
+//! `#insecure` fragment (accept any certificate) is refused with [`ConfigError::Tls`] by
+//! [`build`](LockerBuilder::build), before any connection, whatever `redis` features the
+//! build enables.
 //!
 //! # Metrics
 //!
@@ -244,6 +263,12 @@
 //! that got its lock after waiting a second or more, a release after a hold of a whole lease
 //! or more (a long or hung critical section), a `force_unlock`. Per-acquire detail is at `debug`
 //! and `trace`.
+//!
+//! Keys are user input (a request path, an order id, personal data). Wherever the kit shows
+//! one, in its log fields and in its error messages, control characters and invisible
+//! formatting ones are escaped (`\n`, `\u{1b}`, `\u{202e}`, and `\` doubled) and the key is cut
+//! after 128 characters, so a key cannot forge a log line (a `%0A` decoded into a newline) or
+//! flood a log. The error values keep the whole key in their `key` fields.
 //!
 //! Spans, each with the `key` and an `outcome` field recorded when it ends:
 //!

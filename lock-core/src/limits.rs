@@ -53,10 +53,15 @@ pub(crate) const MAX_FALLBACK_RETRY: Duration = Duration::from_secs(600);
 /// The shortest fence retention: the fence key's TTL is in milliseconds.
 pub(crate) const MIN_FENCE_RETENTION: Duration = Duration::from_millis(1);
 
-/// The longest fence retention, ten years: at least twice the longest lease (the retention is
-/// raised to twice the lease), and in milliseconds (3.2e11) exact in a Lua double and far from
-/// overflowing the server's clock plus the TTL.
+/// The longest fence retention, ten years: in milliseconds (3.2e11) exact in a Lua double, and
+/// with the server's clock and the longest lease added far from overflowing an expiry time.
 pub(crate) const MAX_FENCE_RETENTION: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The default fence retention: a fence key lives 10 s past its lock and its last token. Long
+/// enough for the backward steps time synchronisation makes (a leap second, an NTP step past
+/// its 128 ms threshold); short enough that the keys fenced in the last window, not the last
+/// hour, stay in Redis.
+pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(10);
 
 /// `value` if it lies in `min..=max`, else the error that names the setting and its range.
 pub(crate) fn check(

@@ -68,8 +68,6 @@ pub(crate) struct LocalLocks {
     held: Mutex<HashMap<String, Arc<HeldLock>>>,
     pub(crate) store: Arc<Store>,
     pub(crate) releaser: Releaser,
-    /// How long a fencing counter outlives its lock (see `fence.rs`).
-    pub(crate) fence_retention: Duration,
     /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
     renew_calls: AtomicU64,
     /// Stops the watchdog and the release listener when the last locker and guard are gone.
@@ -97,12 +95,7 @@ enum Confirmation {
 }
 
 impl LocalLocks {
-    pub(crate) fn new(
-        store: Arc<Store>,
-        releaser: Releaser,
-        fence_retention: Duration,
-        shutdown: DropGuard,
-    ) -> Self {
+    pub(crate) fn new(store: Arc<Store>, releaser: Releaser, shutdown: DropGuard) -> Self {
         Self {
             slots: Slots::default(),
             fairs: Slots::default(),
@@ -111,7 +104,6 @@ impl LocalLocks {
             held: Mutex::new(HashMap::new()),
             store,
             releaser,
-            fence_retention,
             renew_calls: AtomicU64::new(0),
             _shutdown: shutdown,
         }

@@ -10,7 +10,7 @@ use crate::acquire::Acquire;
 use crate::builder::LockerBuilder;
 use crate::connection::Timeouts;
 use crate::error::LockError;
-use crate::key::{self, Access, RedisKeys};
+use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 use crate::multi::AcquireAll;
@@ -281,7 +281,7 @@ impl Locker {
             metrics::backend_error(Operation::ForceUnlock, &e);
             LockError::backend_on(&keys, key, e)
         })?;
-        tracing::info!(%key, deleted, "force unlock");
+        tracing::info!(key = %ShownKey(key), deleted, "force unlock");
         Ok(deleted)
     }
 
@@ -362,7 +362,6 @@ impl Locker {
         let local = Arc::new(LocalLocks::new(
             store.clone(),
             releaser,
-            settings.fence_retention,
             shutdown.clone().drop_guard(),
         ));
         watchdog::start(Arc::downgrade(&local), lease, shutdown);

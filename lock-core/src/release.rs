@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
-use crate::key::RedisKeys;
+use crate::key::{RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, ReleaseOutcome};
 use crate::store::Store;
@@ -52,10 +52,10 @@ pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Released {
     // the span.
     let span = match &hold {
         Some(hold) => {
-            tracing::debug_span!(parent: hold, "lock.release", key = %held.key(), outcome = tracing::field::Empty)
+            tracing::debug_span!(parent: hold, "lock.release", key = %ShownKey(held.key()), outcome = tracing::field::Empty)
         }
         None => {
-            tracing::debug_span!("lock.release", key = %held.key(), outcome = tracing::field::Empty)
+            tracing::debug_span!("lock.release", key = %ShownKey(held.key()), outcome = tracing::field::Empty)
         }
     };
     let released = release_in_redis(store, held).instrument(span.clone()).await;
@@ -111,9 +111,9 @@ async fn release_in_redis(store: &Store, held: &HeldLock) -> Released {
         // A hold longer than a whole lease is worth an operator's eye (a long critical
         // section, or one that hung); ordinary ones are debug chatter.
         if held_for >= held.mode().lease() {
-            tracing::info!(key = %held.key(), ?held_for, "lock released after a long hold");
+            tracing::info!(key = %ShownKey(held.key()), ?held_for, "lock released after a long hold");
         } else {
-            tracing::debug!(key = %held.key(), ?held_for, "lock released");
+            tracing::debug!(key = %ShownKey(held.key()), ?held_for, "lock released");
         }
     }
     Released {
@@ -238,7 +238,7 @@ pub(crate) fn start(store: Arc<Store>) -> Releaser {
                         // Logged when it was marked lost.
                         Err(LockError::Lost { .. }) => {}
                         Err(error) => {
-                            tracing::warn!(key = %held.key(), %error, "background release failed; the lock expires with its lease")
+                            tracing::warn!(key = %ShownKey(held.key()), %error, "background release failed; the lock expires with its lease")
                         }
                     },
                     ReleaseJob::Withdraw { keys, token } => store.withdraw(&keys, &token).await,
@@ -248,7 +248,7 @@ pub(crate) fn start(store: Arc<Store>) -> Releaser {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
                             match store.release(&keys, &token).await {
                                 Ok(r) if r.ours => {
-                                    tracing::debug!(lock = %keys.lock, "removed a lock taken by an abandoned acquire");
+                                    tracing::debug!(lock = %ShownKey(&keys.lock), "removed a lock taken by an abandoned acquire");
                                     break;
                                 }
                                 Ok(_) if delay >= 500 => break,

@@ -25,9 +25,11 @@ use crate::error::ConfigError;
 /// prints neither certificates nor the key.
 ///
 /// There is deliberately no option to skip verification. redis-rs reads a `#insecure`
-/// fragment (`rediss://host:6380/#insecure`) as "accept any certificate"; that needs the
-/// `redis` crate's `tls-rustls-insecure` feature, which this kit does not enable, so such a URL
-/// fails to connect. Do not enable it: it turns TLS into encryption towards whoever answers.
+/// fragment (`rediss://host:6380/#insecure`) as "accept any certificate" (with its
+/// `tls-rustls-insecure` feature): the kit refuses such a URL itself, whatever features are on,
+/// with [`ConfigError::Tls`](crate::ConfigError::Tls) from
+/// [`build`](crate::LockerBuilder::build), before any connection. Accepting any certificate
+/// turns TLS into encryption towards whoever answers.
 ///
 /// # Examples
 ///

@@ -1,7 +1,12 @@
 //! Where the locks live ([`Topology`]) and how a locker connects to it: clients with the TLS
 //! settings, the command connection, and where release notifications come from.
 
-use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use std::time::Duration;
+
+use redis::sentinel::{
+    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
+};
+use redis::RedisConnectionInfo;
 
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, SentinelPrimary, Timeouts};
@@ -19,14 +24,63 @@ pub(crate) enum Topology {
     Cluster(Vec<String>),
     Sentinel {
         master: String,
+        /// The sentinels' URLs, which carry the sentinels' own credentials.
         sentinels: Vec<String>,
+        /// The credentials of the data nodes the sentinels name (the primary, and the replica
+        /// promoted in a failover); they are not the sentinels'.
+        data: Option<Credentials>,
     },
     RedLock(Vec<String>),
 }
 
-/// A client for `url`, with the TLS settings when there are any.
+/// A username (none: the `default` user) and its password, for the data nodes behind Sentinel.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) username: Option<String>,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password never reaches logs or errors.
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The connection settings redis-rs authenticates the data nodes' connections with.
+    fn connection_info(&self) -> RedisConnectionInfo {
+        let info = RedisConnectionInfo::default().set_password(&self.password);
+        match &self.username {
+            Some(username) => info.set_username(username),
+            None => info,
+        }
+    }
+}
+
+/// A client for `url`, with the TLS settings when there are any. Every URL of every topology
+/// comes through here, so this is where `#insecure` is refused.
 fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError> {
     let client = redis::Client::open(url).map_err(|e| ConfigError::Url(BackendError::redis(e)))?;
+    // redis-rs reads `rediss://..#insecure` as "accept any certificate". It refuses to connect
+    // only while its `tls-rustls-insecure` feature is off, which any crate in the build could
+    // turn on: the kit refuses it itself.
+    if matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { insecure: true, .. }
+    ) {
+        return Err(ConfigError::Tls {
+            what: "url",
+            reason: format!(
+                "{} turns certificate verification off (`#insecure`); the kit refuses it: \
+                 trust the server's CA with `.tls(TlsConfig::new().root_certificate_pem(..))`",
+                redact(url)
+            ),
+        });
+    }
     let secure = is_tls_url(&client);
     if secure {
         tls::ensure_crypto_provider();
@@ -62,10 +116,13 @@ fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client
 /// A Sentinel client for `master`. With `rediss://` sentinel URLs, the sentinels are asked
 /// over TLS and the primary they name is connected over TLS as well, both verified with the
 /// configured certificates (or the system trust store); with `redis://` URLs, everything is
-/// plaintext.
+/// plaintext. The sentinels are asked with the credentials of their URLs, the data nodes
+/// they name are connected with `data` (both the command and the pub/sub connections come
+/// from this client).
 fn sentinel_client(
     master: &str,
     sentinels: &[String],
+    data: Option<&Credentials>,
     tls: Option<&TlsConfig>,
 ) -> Result<SentinelClient, ConfigError> {
     // `open` refuses `redis://` URLs when TLS settings are given.
@@ -83,10 +140,14 @@ fn sentinel_client(
         reason: e.to_string(),
     };
     if secure == 0 {
+        let data = data.map(|credentials| {
+            SentinelNodeConnectionInfo::default()
+                .set_redis_connection_info(credentials.connection_info())
+        });
         return SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
             master,
-            None,
+            data,
             SentinelServerType::Master,
         )
         .map_err(|e| ConfigError::Url(BackendError::redis(e)));
@@ -126,6 +187,12 @@ fn sentinel_client(
     if let Some(password) = password {
         builder = builder.set_client_to_sentinel_password(password);
     }
+    if let Some(data) = data {
+        builder = builder.set_client_to_redis_password(&data.password);
+        if let Some(username) = &data.username {
+            builder = builder.set_client_to_redis_username(username);
+        }
+    }
     if let Some(tls) = tls {
         builder = builder.set_client_to_redis_certificates(tls.certificates());
     }
@@ -133,9 +200,11 @@ fn sentinel_client(
 }
 
 /// Connects the command side and describes where release notifications come from.
+/// `fence_window`: how long a fence key outlives its lock and its last token.
 pub(crate) async fn connect(
     topology: Topology,
     timeouts: Timeouts,
+    fence_window: Duration,
     min_replicas: Option<MinReplicas>,
     restart_guard: Option<RestartGuard>,
     tls: Option<&TlsConfig>,
@@ -146,6 +215,7 @@ pub(crate) async fn connect(
         conn,
         restart_guard,
         latch,
+        fence_window,
     };
     let single = |node| Store::Single(SingleStore { node, min_replicas });
     Ok(match topology {
@@ -173,11 +243,15 @@ pub(crate) async fn connect(
             // The builder refuses a restart guard for a cluster.
             (single(node(conn, None)), pubsub)
         }
-        Topology::Sentinel { master, sentinels } => {
+        Topology::Sentinel {
+            master,
+            sentinels,
+            data,
+        } => {
             if sentinels.is_empty() {
                 return Err(ConfigError::NoSentinels { master }.into());
             }
-            let client = sentinel_client(&master, &sentinels, tls)?;
+            let client = sentinel_client(&master, &sentinels, data.as_ref(), tls)?;
             let primary = SentinelPrimary::connect(client, timeouts)
                 .await
                 .map_err(|e| {

@@ -52,6 +52,10 @@ impl PubSubSource {
     }
 }
 
+/// The longest release message kept. The kit's are a token (32 hex digits), with a permit
+/// count for a semaphore, or empty; anything much longer was not published by a locker.
+const MAX_MESSAGE: usize = 256;
+
 /// How long an unused subscription is kept before UNSUBSCRIBE.
 pub(crate) const LINGER: Duration = Duration::from_millis(500);
 
@@ -308,79 +312,152 @@ async fn listen(
                 continue;
             }
         };
-        backoff = Duration::from_millis(20);
+        let connected_at = tokio::time::Instant::now();
         // Queued SUBSCRIBEs of channels that exist now are covered by the one below; those of
         // channels added after this snapshot stay queued and are sent (and settled) in turn.
         while commands.try_recv().is_ok() {}
         let live: Vec<String> = shared.channels().keys().cloned().collect();
-        if !live.is_empty() {
+        let subscribed = if live.is_empty() {
+            true
+        } else {
             match tokio::time::timeout(timeout, sink.subscribe(&live)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "cannot subscribe to release channels"),
-                Err(_) => continue,
+                Ok(Ok(())) => true,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot subscribe to release channels");
+                    true
+                }
+                Err(_) => false,
+            }
+        };
+        if subscribed {
+            // Only the channels just subscribed are settled: a channel added meanwhile must
+            // not be reported subscribed before its own SUBSCRIBE is sent, or its waiter could
+            // miss the release that comes in between.
+            settle(&shared, &live);
+            wake_all(&shared);
+            if let Session::Shutdown = serve(
+                &source,
+                generation,
+                &shared,
+                &mut commands,
+                &shutdown,
+                timeout,
+                &mut sink,
+                &mut stream,
+            )
+            .await
+            {
+                return;
             }
         }
-        // Only the channels just subscribed are settled: a channel added meanwhile must not be
-        // reported subscribed before its own SUBSCRIBE is sent, or its waiter could miss the
-        // release that comes in between.
-        settle(&shared, &live);
-        wake_all(&shared);
-
-        let mut sweep = tokio::time::interval(LINGER / 2);
-        loop {
+        // A connection that broke soon after it was made (a server or proxy that drops it, a
+        // kill in a loop) is made again after the same growing pause as a failed connect, not
+        // at once: only one that lasted resets the pause.
+        if connected_at.elapsed() >= STABLE {
+            backoff = Duration::from_millis(20);
+        } else {
+            // As after a failed connect: nobody waits for a SUBSCRIBE meanwhile.
+            settle_all(&shared);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = sweep.tick() => {
-                    if source.generation() != generation {
-                        tracing::debug!("the primary changed; moving the subscriber connection");
-                        break;
-                    }
-                    let idle = expire_idle(&shared);
-                    if !idle.is_empty() {
-                        let result = tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await;
-                        if let Link::Broken = check(result, "unsubscribe") {
-                            break;
-                        }
-                    }
+                _ = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        tracing::debug!("pub/sub connection lost; reconnecting");
+    }
+}
+
+/// How a subscriber connection's session ended.
+enum Session {
+    /// The locker is shutting down (or dropped its command queue): stop listening.
+    Shutdown,
+    /// The connection broke or must move (a new primary): connect again.
+    Reconnect,
+}
+
+/// How long a subscriber connection must have lasted for the next one to be made at once.
+const STABLE: Duration = Duration::from_secs(1);
+
+/// Serves one subscriber connection: release messages, (un)subscribe commands, the sweep of
+/// idle channels, and the check that the primary has not moved.
+#[allow(clippy::too_many_arguments)]
+async fn serve(
+    source: &PubSubSource,
+    generation: u64,
+    shared: &Shared,
+    commands: &mut mpsc::UnboundedReceiver<Command>,
+    shutdown: &CancellationToken,
+    timeout: Duration,
+    sink: &mut redis::aio::PubSubSink,
+    stream: &mut redis::aio::PubSubStream,
+) -> Session {
+    let mut sweep = tokio::time::interval(LINGER / 2);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Session::Shutdown,
+            _ = sweep.tick() => {
+                if source.generation() != generation {
+                    tracing::debug!("the primary changed; moving the subscriber connection");
+                    return Session::Reconnect;
                 }
-                message = stream.next() => match message {
-                    Some(message) => {
-                        let channel = message.get_channel_name();
-                        if let Some(entry) = shared.channels().get(channel) {
-                            let payload: String = message.get_payload().unwrap_or_default();
-                            entry.messages.lock().push(payload);
-                            entry.notify.notify_waiters();
-                        }
-                    }
-                    None => break,
-                },
-                command = commands.recv() => {
-                    let Some(command) = command else { return };
-                    let link = match command {
-                        Command::Subscribe(channel) => {
-                            let wanted = shared.channels().contains_key(&channel);
-                            let result = if wanted {
-                                tokio::time::timeout(timeout, sink.subscribe(&channel)).await
-                            } else {
-                                Ok(Ok(()))
-                            };
-                            if let Some(entry) = shared.channels().get(&channel) {
-                                entry.settled.send_replace(true);
-                            }
-                            check(result, "subscribe")
-                        }
-                        Command::Unsubscribe(channel) => {
-                            let result = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
-                            check(result, "unsubscribe")
-                        }
-                    };
-                    if let Link::Broken = link {
-                        break;
+                let idle = expire_idle(shared);
+                if !idle.is_empty() {
+                    let result = tokio::time::timeout(timeout, sink.unsubscribe(&idle)).await;
+                    if let Link::Broken = check(result, "unsubscribe") {
+                        return Session::Reconnect;
                     }
                 }
             }
+            message = stream.next() => match message {
+                Some(message) => receive(shared, &message),
+                None => return Session::Reconnect,
+            },
+            command = commands.recv() => {
+                let Some(command) = command else { return Session::Shutdown };
+                let link = match command {
+                    Command::Subscribe(channel) => {
+                        let wanted = shared.channels().contains_key(&channel);
+                        let result = if wanted {
+                            tokio::time::timeout(timeout, sink.subscribe(&channel)).await
+                        } else {
+                            Ok(Ok(()))
+                        };
+                        if let Some(entry) = shared.channels().get(&channel) {
+                            entry.settled.send_replace(true);
+                        }
+                        check(result, "subscribe")
+                    }
+                    Command::Unsubscribe(channel) => {
+                        let result = tokio::time::timeout(timeout, sink.unsubscribe(&channel)).await;
+                        check(result, "unsubscribe")
+                    }
+                };
+                if let Link::Broken = link {
+                    return Session::Reconnect;
+                }
+            }
         }
-        tracing::debug!("pub/sub connection lost; reconnecting");
+    }
+}
+
+/// Keeps a release message for the waiters of its channel and wakes them. A message longer
+/// than [`MAX_MESSAGE`] is no locker's: it is dropped unread, so that whoever may publish on
+/// the channel cannot make the locker keep [`Messages::KEPT`] large ones per channel.
+fn receive(shared: &Shared, message: &redis::Msg) {
+    let payload = message.get_payload_bytes();
+    if payload.len() > MAX_MESSAGE {
+        tracing::debug!(
+            len = payload.len(),
+            "ignoring an oversized message on a release channel"
+        );
+        return;
+    }
+    if let Some(entry) = shared.channels().get(message.get_channel_name()) {
+        // Not UTF-8: no locker's either; kept as a wake-up that names nobody.
+        let payload = std::str::from_utf8(payload).unwrap_or_default().to_owned();
+        entry.messages.lock().push(payload);
+        entry.notify.notify_waiters();
     }
 }
 
@@ -585,6 +662,76 @@ mod tests {
             "p:b was reported subscribed before its SUBSCRIBE reached the server"
         );
         drop((a, b));
+        shutdown.cancel();
+    }
+
+    /// Release messages are short (a token, or a token and a count): one far larger is no
+    /// message of the kit's. Anybody who may publish on the channel could otherwise make every
+    /// locker keep 32 of them per channel (32 MiB here, per subscribed key).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn oversized_release_messages_are_not_kept() {
+        let server = RedisServer::start().unwrap();
+        let (waiters, shutdown) = start(&server.url());
+        let sub = waiters.subscribe("p:big", LIMIT).await;
+        let big = "x".repeat(1 << 20);
+        for _ in 0..Messages::KEPT {
+            let _: i64 = server.cmd(&["PUBLISH", "p:big", &big]);
+        }
+        let _: i64 = server.cmd(&["PUBLISH", "p:big", "last"]);
+        let arrived = until(LIMIT, || {
+            sub.messages.lock().recent.back().map(String::as_str) == Some("last")
+        })
+        .await;
+        assert!(arrived, "the last message never arrived");
+        let kept: usize = sub.messages.lock().recent.iter().map(String::len).sum();
+        assert!(
+            kept <= Messages::KEPT * MAX_MESSAGE,
+            "{kept} bytes of release messages kept for one channel"
+        );
+        let mark = sub.mark();
+        let _: i64 = server.cmd(&["PUBLISH", "p:big", "for-me"]);
+        assert!(until(LIMIT, || sub.for_me_since(mark, |m| m == "for-me").0).await);
+        drop(sub);
+        shutdown.cancel();
+    }
+
+    /// A subscriber connection that is made and breaks at once (here: killed by the server
+    /// within 5 ms of every connect, as `CLIENT KILL TYPE pubsub` in a loop does) is made again
+    /// after a growing pause, not in a tight loop.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscriber_connection_that_breaks_at_once_is_retried_with_backoff() {
+        let server = RedisServer::start().unwrap();
+        let proxy = FaultProxy::start(server.port()).await.unwrap();
+        let (waiters, shutdown) = start(&proxy.url());
+        let sub = waiters.subscribe("p:c", LIMIT).await;
+        let before = proxy.connections();
+        let killer = {
+            let mut conn = server.client();
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                while start.elapsed() < Duration::from_secs(2) {
+                    let _: redis::RedisResult<i64> = redis::cmd("CLIENT")
+                        .arg("KILL")
+                        .arg("TYPE")
+                        .arg("pubsub")
+                        .query(&mut conn);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        tokio::task::spawn_blocking(move || killer.join())
+            .await
+            .unwrap()
+            .unwrap();
+        let made = proxy.connections() - before;
+        // 20, 40, .. 640 ms, then 1 s: 7 connections in 2 s; 12 leaves room for slow starts.
+        assert!(
+            made <= 12,
+            "{made} subscriber connections in 2 s while each broke at once"
+        );
+        // Once connections last, the listener is subscribed again.
+        assert!(until(LIMIT, || subscribers(&server, "p:c") == 1).await);
+        drop(sub);
         shutdown.cancel();
     }
 }

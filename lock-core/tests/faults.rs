@@ -256,39 +256,13 @@ async fn out_of_memory_is_a_backend_error() {
 
 /// B18: an ACL user without pub/sub rights can still lock and release; the release script's
 /// PUBLISH failure does not turn a completed release into an error, and waiters fall back to
-/// TTLs and the safety-net retry.
+/// TTLs and the safety-net retry. The user has the documented minimal ACL (`src/acl.md`) less
+/// its channel rules.
 #[tokio::test]
 async fn least_privilege_acl_user_without_channels() {
     let server = server();
-    let _: () = server.cmd(&[
-        "ACL",
-        "SETUSER",
-        "app",
-        "on",
-        ">pw",
-        "resetchannels",
-        "~lock:*",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+exists",
-        "+ping",
-        "+set",
-        "+get",
-        "+del",
-        "+pexpire",
-        "+pttl",
-        "+time",
-        "+type",
-        "+publish",
-        "+subscribe",
-        "+unsubscribe",
-        "+config|get",
-        // Waiting writers enter a sorted set (the crate docs' minimal ACL lists these).
-        "+zadd",
-        "+zrem",
-    ]);
-    let url = format!("redis://app:pw@127.0.0.1:{}/", server.port());
+    common::create_documented_user(&server, |rule| !rule.starts_with('&'));
+    let url = common::documented_user_url(server.port());
     let a = Locker::builder()
         .url(url.clone())
         .fallback_retry(Duration::from_millis(200))

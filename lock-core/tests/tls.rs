@@ -209,12 +209,47 @@ async fn a_certificate_from_another_ca_is_refused() {
     // Without a TlsConfig the system trust store is used, which knows no test CA either.
     let (err, elapsed) = failed_connect(server.tls_url(), None).await;
     assert_tls_error(&err, elapsed, "UnknownIssuer");
-    // `#insecure` (accept any certificate) needs a redis feature the kit does not enable: it
-    // is refused, not honoured.
-    let (err, elapsed) = failed_connect(format!("{}#insecure", server.tls_url()), None).await;
-    assert!(err.is_backend() && !err.is_tls(), "{err:?}");
-    assert!(chain(&err).contains("insecure"), "{}", chain(&err));
-    assert!(elapsed < FAIL_WITHIN, "took {elapsed:?}");
+    common::assert_nothing_left(&server, &[]).await;
+}
+
+/// `#insecure` (accept any certificate) is refused by the kit itself, for every topology's
+/// URLs, before any connection: a `ConfigError::Tls`. Before, it was refused only because a
+/// redis feature was off (a backend error at connect), so enabling that feature anywhere in
+/// the dependency tree would have turned verification off.
+#[tokio::test]
+async fn insecure_tls_urls_are_refused_in_code_before_any_connection() {
+    let (_ca, server) = tls_server(false);
+    let insecure = format!("{}#insecure", server.tls_url());
+    let builders = [
+        ("url", Locker::builder().url(insecure.clone())),
+        (
+            "cluster",
+            Locker::builder().cluster([server.tls_url(), insecure.clone()]),
+        ),
+        (
+            "redlock",
+            Locker::builder().redlock([server.tls_url(), server.tls_url(), insecure.clone()]),
+        ),
+        (
+            "sentinel",
+            Locker::builder().sentinel("locks", [insecure.clone()]),
+        ),
+    ];
+    for (topology, builder) in builders {
+        let before = server.connections_received();
+        let err = builder.connect_timeout(CONNECT).build().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::Config(ConfigError::Tls { .. })),
+            "{topology}: {err:?}"
+        );
+        assert!(err.to_string().contains("#insecure"), "{topology}: {err}");
+        // One connection: the fixture's own `connections_received` call.
+        assert_eq!(
+            server.connections_received(),
+            before + 1,
+            "{topology}: a connection reached the server"
+        );
+    }
     common::assert_nothing_left(&server, &[]).await;
 }
 

@@ -108,3 +108,86 @@ async fn the_hold_span_is_at_info_level_only_with_trace_holds() {
     assert!(closed(&logs, "lock.release").is_empty(), "{}", logs.text());
     common::assert_nothing_left(&server, &[&quiet, &traced]).await;
 }
+
+/// A key is user input (a request path, an order id, personal data): in the kit's logs at
+/// info level and above, and in its errors, it is shown escaped (`\n`, `\u{1b}`, a doubled
+/// `\`) and cut after 128 characters, so a key with a newline (`%0A` in a URL) cannot forge a
+/// log line, nor a long one flood it. Before, every `key = ..` field went out raw.
+#[tokio::test]
+async fn keys_are_escaped_and_cut_in_logs_and_errors() {
+    let (logs, _default) = LogBuffer::capture(tracing::Level::INFO);
+    logs.refresh();
+    let server = server();
+    let lease = Duration::from_millis(300);
+    let holder = Locker::builder()
+        .url(server.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let waiter = Locker::builder()
+        .url(server.url())
+        .watchdog_lease(lease)
+        .build()
+        .await
+        .unwrap();
+    let key = format!(
+        "order:1\nINFO lock_core: forged \u{1b}[31mred\u{202e} back\\slash {}",
+        "x".repeat(600)
+    );
+    let guard = holder.lock(key.as_str()).await.unwrap();
+    let busy = waiter
+        .lock(key.as_str())
+        .wait(Duration::ZERO)
+        .await
+        .unwrap_err();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        let key = key.clone();
+        async move { waiter.lock(key).wait(Duration::from_secs(5)).await }
+    });
+    // Held past its lease (an info line at the release) and waited on for over a second (an
+    // info line at the grant).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    guard.release().await.unwrap();
+    let second = waiting.await.unwrap().unwrap();
+    // Deleted behind the holder: `force unlock` (info), then `lock lost` (warn).
+    assert!(holder.force_unlock(key.as_str()).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), second.lost())
+        .await
+        .unwrap();
+    let lost = second.release().await.unwrap_err();
+
+    let text = logs.text();
+    for needle in [
+        "lock released after a long hold",
+        "lock acquired after a long wait",
+        "force unlock",
+        "lock lost",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in: {text}");
+    }
+    let forged: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("INFO lock_core: forged") || line.starts_with("x"))
+        .collect();
+    assert!(forged.is_empty(), "forged log lines: {forged:?}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+        "control characters reached the log: {text}"
+    );
+    assert!(
+        text.contains(r"order:1\nINFO lock_core: forged \u{1b}[31mred\u{202e} back\\slash "),
+        "{text}"
+    );
+    for line in text.lines() {
+        assert!(line.len() < 500, "a key was not cut: {line}");
+    }
+    for error in [busy.to_string(), lost.to_string()] {
+        assert!(
+            !error.contains('\n') && error.len() < 400 && error.contains(r"order:1\nINFO"),
+            "{error}"
+        );
+    }
+    drop((holder, waiter));
+}

@@ -14,6 +14,7 @@
 //! | [`RedisServers`] | `n` independent masters (RedLock) | ~40 ms for 5 |
 //! | [`RedisSentinel`] | primary + replica + 3 sentinels | 2.1–3.2 s (sentinel discovery) |
 //! | [`RedisSentinel::start_tls`] | the same, replication and monitoring over TLS, TLS ports for clients | ~2.2 s |
+//! | [`RedisSentinel::start_with_passwords`] | the same with passwords: one for the data nodes, one for the sentinels (also over TLS) | ~2.2 s |
 //! | [`RedisCluster`] | `n` primaries × `r` replicas | ~2.1 s for 3 × 1 or 2 × 1 (a cluster node waits 2 s before it reports `ok`) |
 //! | [`RedisCluster::start_tls`] | the same with TLS ports, TLS cluster bus and replication | ~2.1 s |
 //! | [`FaultProxy`] | TCP proxy with pass / delay / hole / drop / reset / refuse | < 1 ms |
@@ -48,7 +49,7 @@ pub use figures::figure;
 pub use leftovers::{assert_nothing_left, Leftovers};
 pub use logs::LogBuffer;
 pub use proxy::{FaultProxy, ProxyMode};
-pub use sentinel::RedisSentinel;
+pub use sentinel::{RedisSentinel, SentinelPasswords};
 pub use server::{
     free_cluster_port, free_port, redis_available, running_servers, Persistence, RedisServer,
 };

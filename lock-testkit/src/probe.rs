@@ -1,6 +1,8 @@
 //! How the fixtures probe their servers: bounded queries, `INFO` parsing and polling.
 
+use std::collections::BTreeMap;
 use std::io;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a freshly spawned process may take to answer `PING`.
@@ -12,9 +14,39 @@ pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Reply timeout while polling (a paused or dying node is skipped quickly).
 pub(crate) const POLL_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// `redis://127.0.0.1:<port>/`.
+/// The `default` user's password of the servers (and sentinels) started with one, by port: the
+/// fixtures' own probes authenticate with it. Ports are never handed out twice in a process.
+static PASSWORDS: Mutex<BTreeMap<u16, String>> = Mutex::new(BTreeMap::new());
+
+/// Records that the process on `port` requires `password` (`requirepass`).
+pub(crate) fn set_password(port: u16, password: &str) {
+    PASSWORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(port, password.to_owned());
+}
+
+/// The password the process on `port` requires, if any.
+pub(crate) fn password(port: u16) -> Option<String> {
+    PASSWORDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&port)
+        .cloned()
+}
+
+/// `redis://127.0.0.1:<port>/`, with the `default` user's password (`redis://:<password>@..`)
+/// for a process that requires one.
 pub(crate) fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}/")
+    url_with("redis", port, password(port).as_deref())
+}
+
+/// `<scheme>://127.0.0.1:<port>/`, with `password` for the `default` user when given.
+pub(crate) fn url_with(scheme: &str, port: u16, password: Option<&str>) -> String {
+    match password {
+        Some(password) => format!("{scheme}://:{password}@127.0.0.1:{port}/"),
+        None => format!("{scheme}://127.0.0.1:{port}/"),
+    }
 }
 
 /// Runs one command on a fresh connection to `127.0.0.1:port`, bounded by `timeout` for the

@@ -50,6 +50,40 @@ pub struct RedisSentinel {
     replica: RedisServer,
     sentinels: Vec<RedisServer>,
     master_port: u16,
+    passwords: Option<SentinelPasswords>,
+}
+
+/// The passwords of a Sentinel deployment started with
+/// [`RedisSentinel::start_with_passwords`]: one for the data nodes, another for the sentinels.
+/// Letters and digits only (they go into URLs and config files as they are).
+#[derive(Clone)]
+pub struct SentinelPasswords {
+    /// The `default` user's password of the primary and the replica (`requirepass`), which they
+    /// also replicate with (`masterauth`) and the sentinels monitor them with (`auth-pass`).
+    pub data: String,
+    /// The sentinels' own password (`requirepass`), which they also talk to each other with
+    /// (`sentinel-pass`).
+    pub sentinels: String,
+}
+
+impl std::fmt::Debug for SentinelPasswords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SentinelPasswords { .. }")
+    }
+}
+
+impl SentinelPasswords {
+    fn validate(&self) -> io::Result<()> {
+        for password in [&self.data, &self.sentinels] {
+            if password.is_empty() || !password.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "sentinel fixture passwords must be non-empty letters and digits",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl RedisSentinel {
@@ -63,7 +97,7 @@ impl RedisSentinel {
     /// process cannot be started or the deployment is not ready in time. Processes already
     /// started are killed.
     pub fn start(master_name: &str) -> io::Result<Self> {
-        Self::start_inner(master_name, None)
+        Self::start_inner(master_name, None, None)
     }
 
     /// Like [`start`](Self::start), but the whole deployment speaks TLS: the primary and the
@@ -97,20 +131,72 @@ impl RedisSentinel {
     /// # drop(urls);
     /// ```
     pub fn start_tls(master_name: &str, config: &TlsServerConfig) -> io::Result<Self> {
-        Self::start_inner(master_name, Some(config))
+        Self::start_inner(master_name, Some(config), None)
     }
 
-    fn start_inner(master_name: &str, tls: Option<&TlsServerConfig>) -> io::Result<Self> {
+    /// Like [`start`](Self::start), with passwords: the primary and the replica require
+    /// `passwords.data` for the `default` user (`requirepass`, and `masterauth` to replicate),
+    /// the sentinels monitor them with it (`auth-pass`), and the sentinels require
+    /// `passwords.sentinels` (`requirepass`, and `sentinel-pass` among themselves).
+    ///
+    /// The fixture's helpers authenticate by themselves; [`RedisServer::url`] (and so
+    /// [`sentinel_urls`](Self::sentinel_urls)) carries each process's password
+    /// (`redis://:<password>@127.0.0.1:<port>/`). ACL users are per server and not replicated:
+    /// create one on both data nodes (`ACL SETUSER` through [`RedisServer::cmd`]).
+    ///
+    /// # Errors
+    ///
+    /// As for [`start`](Self::start); `InvalidInput` for a password that is empty or not only
+    /// letters and digits.
+    pub fn start_with_passwords(
+        master_name: &str,
+        passwords: &SentinelPasswords,
+    ) -> io::Result<Self> {
+        Self::start_inner(master_name, None, Some(passwords))
+    }
+
+    /// [`start_tls`](Self::start_tls) with the passwords of
+    /// [`start_with_passwords`](Self::start_with_passwords);
+    /// [`sentinel_tls_urls`](Self::sentinel_tls_urls) carry the sentinels' password.
+    ///
+    /// # Errors
+    ///
+    /// As for [`start_with_passwords`](Self::start_with_passwords).
+    pub fn start_tls_with_passwords(
+        master_name: &str,
+        config: &TlsServerConfig,
+        passwords: &SentinelPasswords,
+    ) -> io::Result<Self> {
+        Self::start_inner(master_name, Some(config), Some(passwords))
+    }
+
+    fn start_inner(
+        master_name: &str,
+        tls: Option<&TlsServerConfig>,
+        passwords: Option<&SentinelPasswords>,
+    ) -> io::Result<Self> {
         if master_name.is_empty() || master_name.contains(|c: char| c.is_whitespace() || c == '"') {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("invalid sentinel master name {master_name:?}"),
             ));
         }
+        if let Some(passwords) = passwords {
+            passwords.validate()?;
+        }
         let deadline = Instant::now() + START_TIMEOUT;
+        let data_auth: Vec<&str> = match passwords {
+            Some(p) => vec!["--requirepass", &p.data, "--masterauth", &p.data],
+            None => Vec::new(),
+        };
         let server = |port: u16, extra: &[&str]| {
             let listener = tls.map(TlsListener::for_config);
-            RedisServer::launch_inner(port, extra, Persistence::None, listener, |dir| {
+            let mut args = extra.to_vec();
+            args.extend_from_slice(&data_auth);
+            if let Some(passwords) = passwords {
+                probe::set_password(port, &passwords.data);
+            }
+            RedisServer::launch_inner(port, &args, Persistence::None, listener, |dir| {
                 if let Some(config) = tls {
                     write_tls_files(dir, config)?;
                 }
@@ -140,6 +226,9 @@ impl RedisSentinel {
         let mut sentinels = Vec::with_capacity(SENTINELS);
         for _ in 0..SENTINELS {
             let port = free_port();
+            if let Some(passwords) = passwords {
+                probe::set_password(port, &passwords.sentinels);
+            }
             let listener = tls.map(TlsListener::for_config);
             sentinels.push(RedisServer::launch_inner(
                 port,
@@ -178,6 +267,16 @@ impl RedisSentinel {
                          sentinel parallel-syncs {name} 1\n",
                         name = master_name,
                     ));
+                    if let Some(passwords) = passwords {
+                        text.push_str(&format!(
+                            "sentinel auth-pass {name} {data}\n\
+                             requirepass {sentinels}\n\
+                             sentinel sentinel-pass {sentinels}\n",
+                            name = master_name,
+                            data = passwords.data,
+                            sentinels = passwords.sentinels,
+                        ));
+                    }
                     std::fs::write(&conf, text)?;
                     Ok(Kind::Sentinel { conf })
                 },
@@ -192,6 +291,7 @@ impl RedisSentinel {
             replica,
             sentinels,
             master_port: primary_port,
+            passwords: passwords.cloned(),
         };
         fixture.wait_quorum(deadline.saturating_duration_since(Instant::now()))?;
         Ok(fixture)
@@ -230,7 +330,9 @@ impl RedisSentinel {
         })
     }
 
-    /// `redis://127.0.0.1:<port>/` of the three sentinels (their plaintext ports).
+    /// `redis://127.0.0.1:<port>/` of the three sentinels (their plaintext ports), with the
+    /// sentinels' password for a deployment started with
+    /// [`start_with_passwords`](Self::start_with_passwords).
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(RedisServer::url).collect()
     }
@@ -435,17 +537,20 @@ impl RedisSentinel {
         })
     }
 
-    /// Undoes [`break_replication`](Self::break_replication): clears `masterauth` on the
-    /// current replica and waits (at most 5 s) for `master_link_status:up`.
+    /// Undoes [`break_replication`](Self::break_replication): sets `masterauth` on the
+    /// current replica back (cleared, or the data password of
+    /// [`start_with_passwords`](Self::start_with_passwords)) and waits (at most 5 s) for
+    /// `master_link_status:up`.
     ///
     /// # Errors
     ///
     /// When the command fails or the link is not up in time.
     pub fn restore_replication(&self) -> io::Result<()> {
         let replica = self.current_replica();
+        let masterauth = self.passwords.as_ref().map_or("", |p| p.data.as_str());
         let _: () = query(
             replica.port(),
-            &["CONFIG", "SET", "masterauth", ""],
+            &["CONFIG", "SET", "masterauth", masterauth],
             QUERY_TIMEOUT,
         )
         .map_err(|e| probe::io_err("CONFIG SET masterauth", e))?;

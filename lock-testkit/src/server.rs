@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 use crate::probe;
 use crate::tls::TlsServerConfig;
 
@@ -38,12 +40,15 @@ pub(crate) enum Kind {
 ///
 /// The server runs with `--daemonize no` (so it is owned by PID), `--save ''`,
 /// `--repl-diskless-sync-delay 0` and `--enable-debug-command local`, in its own temporary
-/// directory (removed on drop). Its log goes to `redis.log` in that directory; when the
+/// directory (created fresh under a random name, mode 0700; removed on drop). Its log goes to
+/// `redis.log` in that directory; when the
 /// process exits during start-up the error quotes the last lines of that log.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
-    dir: PathBuf,
+    /// The server's private directory (see [`private_dir`]), removed when this is dropped,
+    /// after the process was killed (fields drop after `Drop::drop`).
+    dir: TempDir,
     extra: Vec<String>,
     persistence: Persistence,
     kind: Kind,
@@ -254,15 +259,9 @@ impl RedisServer {
         tls: Option<TlsListener>,
         kind: impl FnOnce(&Path) -> io::Result<Kind>,
     ) -> io::Result<Self> {
-        let dir = std::env::temp_dir().join(format!("lock-testkit-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let kind = match kind(&dir) {
-            Ok(kind) => kind,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
+        let dir = private_dir()?;
+        // On error `dir` is dropped, which removes it.
+        let kind = kind(dir.path())?;
         let mut server = Self {
             port,
             dir,
@@ -284,7 +283,7 @@ impl RedisServer {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join("redis.log")
+        self.dir.path().join("redis.log")
     }
 
     fn spawn_process(&mut self) -> io::Result<()> {
@@ -301,7 +300,7 @@ impl RedisServer {
                     .args(["--repl-diskless-sync-delay", "0"])
                     .args(["--enable-debug-command", "local"])
                     .arg("--dir")
-                    .arg(&self.dir);
+                    .arg(self.dir.path());
                 match self.persistence {
                     Persistence::None => {
                         cmd.args(["--appendonly", "no"]);
@@ -311,7 +310,7 @@ impl RedisServer {
                     }
                 }
                 if let Some(tls) = self.tls {
-                    let tls_dir = self.dir.join(TLS_DIR);
+                    let tls_dir = self.dir.path().join(TLS_DIR);
                     cmd.args(["--tls-port", &tls.port.to_string()])
                         .arg("--tls-cert-file")
                         .arg(tls_dir.join("server.crt"))
@@ -370,7 +369,7 @@ impl RedisServer {
             }
             if let Ok(stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(100))
             {
-                if ping(stream).is_ok() {
+                if ping(stream, probe::password(self.port).as_deref()).is_ok() {
                     return Ok(());
                 }
             }
@@ -394,7 +393,9 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`.
+    /// `redis://127.0.0.1:<port>/`; `redis://:<password>@127.0.0.1:<port>/` for a server that
+    /// requires a password (the `default` user's, see
+    /// [`RedisSentinel::start_with_passwords`](crate::RedisSentinel::start_with_passwords)).
     pub fn url(&self) -> String {
         probe::url(self.port)
     }
@@ -404,7 +405,8 @@ impl RedisServer {
         self.tls.map(|t| t.port)
     }
 
-    /// `rediss://127.0.0.1:<tls port>/`.
+    /// `rediss://127.0.0.1:<tls port>/`, with the `default` user's password as in
+    /// [`url`](Self::url).
     ///
     /// # Panics
     ///
@@ -413,7 +415,7 @@ impl RedisServer {
         let port = self
             .tls_port()
             .expect("a server started with RedisServer::start_tls");
-        format!("rediss://127.0.0.1:{port}/")
+        probe::url_with("rediss", port, probe::password(self.port).as_deref())
     }
 
     /// Connections the server has accepted since it started (`total_connections_received`
@@ -435,9 +437,10 @@ impl RedisServer {
         self.child.as_ref().map(Child::id)
     }
 
-    /// The server's temporary directory (removed on drop).
+    /// The server's temporary directory: made for it alone (mode 0700, a random name under
+    /// the system's temporary directory), removed on drop.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// Whether the process is running (started and not stopped or killed; it may be paused).
@@ -614,8 +617,20 @@ impl Drop for RedisServer {
             }
         }
         self.kill9();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // `dir` is removed when the field drops, after this.
     }
+}
+
+/// A new directory for one server: created by `mkdir` under a random name (never one that
+/// exists already, so nobody can plant it or a symlink in its place beforehand), mode 0700
+/// (nobody else reads the server's keys, config and data).
+fn private_dir() -> io::Result<TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    // Set at `mkdir`, not after: there is no moment when the directory is open to others.
+    tempfile::Builder::new()
+        .prefix("lock-testkit-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
+        .tempdir()
 }
 
 fn signal(child: &Child, sig: &str) {
@@ -627,13 +642,19 @@ fn signal(child: &Child, sig: &str) {
         .status();
 }
 
-fn ping(mut stream: TcpStream) -> io::Result<()> {
+/// `PING` on `stream` (after `AUTH password` for a server that requires one): whether the
+/// server answers.
+fn ping(mut stream: TcpStream, password: Option<&str>) -> io::Result<()> {
     use std::io::{Read, Write};
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
-    stream.write_all(b"PING\r\n")?;
-    let mut buf = [0u8; 7];
+    let (request, expected): (String, &[u8]) = match password {
+        Some(password) => (format!("AUTH {password}\r\nPING\r\n"), b"+OK\r\n+PONG\r\n"),
+        None => ("PING\r\n".to_owned(), b"+PONG\r\n"),
+    };
+    stream.write_all(request.as_bytes())?;
+    let mut buf = vec![0u8; expected.len()];
     stream.read_exact(&mut buf)?;
-    if &buf == b"+PONG\r\n" {
+    if buf == expected {
         Ok(())
     } else {
         Err(io::Error::other("not ready"))

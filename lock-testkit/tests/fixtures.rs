@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_testkit::{
     key_slot, FaultProxy, ProxyMode, RedisCluster, RedisSentinel, RedisServer, RedisServers,
-    TestCa, TlsServerConfig, Validity,
+    SentinelPasswords, TestCa, TlsServerConfig, Validity,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -240,6 +240,93 @@ fn sentinel_loses_an_unreplicated_write_on_failover() {
     );
     drop(sentinel);
     owned.assert_gone();
+}
+
+/// A Sentinel deployment with passwords: the data nodes and the sentinels refuse clients
+/// without theirs, replicate and monitor with them, the fixture's helpers and URLs carry them,
+/// and a failover works, with replication restored by password after it was broken.
+#[test]
+fn sentinel_with_passwords_requires_them_and_fails_over() {
+    let passwords = SentinelPasswords {
+        data: "datapw".into(),
+        sentinels: "sentinelpw".into(),
+    };
+    let mut sentinel = RedisSentinel::start_with_passwords("auth", &passwords).unwrap();
+    let anonymous = |port: u16| -> redis::RedisResult<String> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+        redis::cmd("PING").query(&mut client.get_connection()?)
+    };
+    for server in [sentinel.primary(), sentinel.replica()]
+        .into_iter()
+        .chain(sentinel.sentinels())
+    {
+        let refused = anonymous(server.port()).unwrap_err();
+        assert_eq!(refused.code(), Some("NOAUTH"), "{refused}");
+        assert!(server.url().starts_with("redis://:"), "{}", server.url());
+        let pong: String = server.cmd(&["PING"]);
+        assert_eq!(pong, "PONG");
+    }
+    assert!(sentinel
+        .sentinel_urls()
+        .iter()
+        .all(|u| u.starts_with("redis://:sentinelpw@")));
+    assert!(sentinel.primary().url().starts_with("redis://:datapw@"));
+    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    assert_eq!(acked, 1, "replication with masterauth");
+    sentinel.break_replication().unwrap();
+    sentinel.restore_replication().unwrap();
+    sentinel.kill_primary();
+    let promoted = sentinel.wait_for_failover(Duration::from_secs(10)).unwrap();
+    assert_eq!(promoted, sentinel.replica().port());
+    let before: Option<String> = sentinel.master().cmd(&["GET", "before"]);
+    assert_eq!(before.as_deref(), Some("1"));
+    assert!(!format!("{passwords:?}").contains("datapw"));
+    let err = RedisSentinel::start_with_passwords(
+        "auth",
+        &SentinelPasswords {
+            data: "with space".into(),
+            sentinels: "x".into(),
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+}
+
+/// A server's directory is made fresh for it, private (mode 0700) and under a random name:
+/// another user of the machine can neither predict it nor plant it (or a symlink in its
+/// place) beforehand to have the server's files (config, TLS keys, logs, snapshots) written
+/// where they choose. Before, it was `/tmp/lock-testkit-<pid>-<port>`, accepted when it existed.
+#[test]
+fn server_directories_are_fresh_private_and_unpredictable() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let server = RedisServer::start().unwrap();
+    let dir = server.dir().to_path_buf();
+    let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+    let predictable = format!("{}-{}", std::process::id(), server.port());
+    assert!(
+        !name.contains(&predictable) && !name.contains(&server.port().to_string()),
+        "a predictable directory: {}",
+        dir.display()
+    );
+    let meta = std::fs::symlink_metadata(&dir).unwrap();
+    assert!(meta.is_dir() && !meta.file_type().is_symlink());
+    assert_eq!(
+        meta.permissions().mode() & 0o777,
+        0o700,
+        "{} is readable by others",
+        dir.display()
+    );
+    let own: u32 = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(meta.uid(), own);
+    let other = RedisServer::start().unwrap();
+    assert_ne!(other.dir(), server.dir());
+    drop((server, other));
+    assert!(!dir.exists(), "{} survived the drop", dir.display());
 }
 
 #[test]

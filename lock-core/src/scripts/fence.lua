@@ -3,26 +3,41 @@
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fence key (the last fencing token issued for this lock key)
 -- ARGV[1]  the holder's token
--- ARGV[2]  how long the fence key outlives this issue, in milliseconds (>= 1)
+-- ARGV[2]  the window: how long the fence key outlives both the lock and its own token, in
+--          milliseconds (>= 1)
 --
 -- Returns the token (> 0), or -1 when the lock is not held by ARGV[1] (expired, deleted, taken
 -- over, or a key of another type): a holder that lost its lock gets no token.
 --
 -- The token is the server's clock in microseconds, or last + 1 when that is not larger, so
 -- tokens strictly increase in the order of the holders (each gets its token while it holds, so
--- after every earlier holder got theirs) while the fence key lives, stay increasing after it
--- expired as long as the server clock did not step back by more than the retention, and keep
--- growing with the clock after a failover that lost the last counter writes. SET .. GET writes
--- the common case and reads the previous token in one command.
+-- after every earlier holder got theirs) while the fence key lives. The fence key expires at
+-- an absolute time of the server's clock, max(the lock's end, the token) + the window, and
+-- never earlier than it already would: Redis deletes it only once its clock has read past the
+-- token, so the clock term of any later token is larger, whatever the clock did meanwhile. Only
+-- a backward step of the clock after that (larger than the window plus the key's idle time)
+-- can issue a smaller token. Renewals carry the fence key along with the lock (renew.lua).
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if not ok or current ~= ARGV[1] then
   return -1
 end
+local window = tonumber(ARGV[2])
+if not window or window < 1 then
+  return redis.error_reply('ERR fence window must be at least 1 ms')
+end
 local now = redis.call('TIME')
-local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local last = tonumber(redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[2], 'GET') or '0') or 0
+local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local now_ms = math.floor(now_us / 1000)
+local fence = now_us
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if fence <= last then
   fence = last + 1
-  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[2])
 end
+local lock_ttl = math.max(redis.call('PTTL', KEYS[1]), 0)
+local expires = math.max(now_ms + lock_ttl, math.ceil(fence / 1000)) + window
+local fence_ttl = redis.call('PTTL', KEYS[2])
+if fence_ttl > 0 then
+  expires = math.max(expires, now_ms + fence_ttl)
+end
+redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PXAT', string.format('%.0f', expires))
 return fence

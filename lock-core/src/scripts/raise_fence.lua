@@ -2,16 +2,36 @@
 -- largest token issued by any node is written back to every node of the quorum, so the next
 -- quorum, which shares at least one node with this one, issues a larger token).
 --
--- KEYS[1]  the fence key
+-- KEYS[1]  the lock key (its TTL is the least the fence key lives)
+-- KEYS[2]  the fence key
 -- ARGV[1]  the token to raise the counter to
--- ARGV[2]  how long the fence key lives, in milliseconds (>= 1)
+-- ARGV[2]  the window: how long the fence key outlives both the lock and the token, in
+--          milliseconds (>= 1)
 --
 -- Returns 1.
-local current = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+--
+-- The fence key expires at an absolute time of this node's clock, max(the lock's end, the
+-- counter) + the window (see fence.lua), and never earlier than it already would: a token
+-- issued by a node whose clock runs ahead keeps this node's counter until this node's clock
+-- passed it, so this node's later tokens are larger.
+local window = tonumber(ARGV[2])
+if not window or window < 1 then
+  return redis.error_reply('ERR fence window must be at least 1 ms')
+end
+local now = redis.call('TIME')
+local now_ms = math.floor((tonumber(now[1]) * 1000000 + tonumber(now[2])) / 1000)
+local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local wanted = tonumber(ARGV[1])
+local counter = math.max(current, wanted)
+local lock_ttl = math.max(redis.call('PTTL', KEYS[1]), 0)
+local expires = math.max(now_ms + lock_ttl, math.ceil(counter / 1000)) + window
+local fence_ttl = redis.call('PTTL', KEYS[2])
+if fence_ttl > 0 then
+  expires = math.max(expires, now_ms + fence_ttl)
+end
 if wanted > current then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[1], 'PXAT', string.format('%.0f', expires))
 else
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIREAT', KEYS[2], string.format('%.0f', expires))
 end
 return 1

@@ -18,7 +18,7 @@ pub(crate) use reply::{AcquireReply, Gone, ReleaseReply, Renewal};
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
-use crate::key::RedisKeys;
+use crate::key::{RedisKeys, ShownKey};
 use crate::metrics;
 
 /// Most keys renewed by one script call.
@@ -175,7 +175,7 @@ impl Store {
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) {
         let done = join_all(self.nodes().iter().map(|node| node.withdraw(keys, token))).await;
         for error in done.into_iter().filter_map(Result::err) {
-            tracing::debug!(%error, lock = %keys.lock, "withdrawing a waiting writer failed; its entry ends on its own");
+            tracing::debug!(%error, lock = %ShownKey(&keys.lock), "withdrawing a waiting writer failed; its entry ends on its own");
         }
     }
 
@@ -191,17 +191,17 @@ impl Store {
         }
     }
 
-    /// Issues the next fencing token of the lock held by `token`, keeping the counter for
-    /// `retention`; `None` when the lock is no longer held by `token`.
+    /// Issues the next fencing token of the lock held by `token` (the counter then lives as
+    /// long as the lock plus the fence window); `None` when the lock is no longer held by
+    /// `token`.
     pub(crate) async fn issue_fence(
         &self,
         keys: &RedisKeys,
         token: &str,
-        retention: Duration,
     ) -> Result<Option<u64>, BackendError> {
         match self {
-            Self::Single(store) => store.node.issue_fence(keys, token, retention).await,
-            Self::RedLock(store) => store.issue_fence(keys, token, retention).await,
+            Self::Single(store) => store.node.issue_fence(keys, token).await,
+            Self::RedLock(store) => store.issue_fence(keys, token).await,
         }
     }
 

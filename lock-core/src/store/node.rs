@@ -23,6 +23,8 @@ pub(crate) struct Node {
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
+    /// How long a fence key outlives its lock and its last token (see `scripts/fence.lua`).
+    pub(crate) fence_window: Duration,
 }
 
 impl Node {
@@ -169,13 +171,12 @@ impl Node {
         &self,
         keys: &RedisKeys,
         token: &str,
-        retention: Duration,
     ) -> Result<Option<u64>, BackendError> {
         scripts::FENCE
             .key(&keys.lock)
             .key(keys.fence())
             .arg(token)
-            .arg(lease_ms(retention))
+            .arg(lease_ms(self.fence_window))
             .invoke_async::<FenceReply>(&mut self.conn.clone())
             .await
             .map(|FenceReply(fence)| fence)
@@ -372,11 +373,18 @@ impl Node {
             invocation
                 .arg(lease_ms(lease.lease()))
                 .arg(u8::from(matches!(lease, NewLease::Exactly(_))));
+            // The groups are of one kind: exclusive locks carry their fence keys along.
+            let fenced = chunk.iter().any(|(keys, _)| keys.access.is_exclusive());
+            if fenced {
+                invocation.arg(lease_ms(self.fence_window));
+            }
             for (keys, token) in chunk {
                 invocation.key(&keys.lock).arg(*token);
                 if keys.access == Access::Shared {
                     // Declared, as every name a script touches (see `scripts/read_renew.lua`).
                     invocation.key(keys.readers());
+                } else if fenced {
+                    invocation.key(keys.fence());
                 }
             }
             // Renewal is idempotent: retried at once after a dropped connection rather than at
@@ -409,12 +417,12 @@ impl Node {
         &self,
         keys: &RedisKeys,
         fence: u64,
-        retention: Duration,
     ) -> Result<(), BackendError> {
         scripts::RAISE_FENCE
+            .key(&keys.lock)
             .key(keys.fence())
             .arg(fence)
-            .arg(lease_ms(retention))
+            .arg(lease_ms(self.fence_window))
             .invoke_async::<i64>(&mut self.conn.clone())
             .await
             .map(drop)
@@ -443,17 +451,22 @@ impl Node {
     }
 
     /// Warns when the server may evict lock keys (`maxmemory-policy` other than `noeviction`):
-    /// an evicted lock is a silent loss, noticed only at the next renewal. Servers that refuse
-    /// `CONFIG GET` (ACL) are not checked.
+    /// an evicted lock is a silent loss, noticed only at the next renewal. The policy is read
+    /// from `INFO memory` (`maxmemory_policy`), which the minimal ACL allows: `CONFIG GET`
+    /// would also hand out `requirepass` and `masterauth`. In a cluster every primary answers.
+    /// Servers that refuse `INFO` are not checked.
     pub(crate) async fn warn_on_eviction_policy(&self) {
-        let reply: RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("maxmemory-policy")
+        let reply: RedisResult<Value> = redis::cmd("INFO")
+            .arg("memory")
             .query_async(&mut self.conn.clone())
             .await;
         match reply {
-            Ok(pair) => {
-                if let Some(policy) = pair.get(1).filter(|p| p.as_str() != "noeviction") {
+            Ok(reply) => {
+                let mut policies = Vec::new();
+                eviction_policies(&reply, &mut policies);
+                policies.sort();
+                policies.dedup();
+                for policy in policies.iter().filter(|p| p.as_str() != "noeviction") {
                     tracing::warn!(
                         %policy,
                         "redis may evict lock keys under memory pressure; set maxmemory-policy noeviction"
@@ -462,10 +475,38 @@ impl Node {
             }
             Err(error) => tracing::debug!(
                 %error,
-                "cannot read maxmemory-policy (grant +config|get to check it); not checked"
+                "cannot read maxmemory_policy (grant +info to check it); not checked"
             ),
         }
     }
+}
+
+/// The `maxmemory_policy` fields of an `INFO memory` reply: one text, or a cluster's map of
+/// node to text.
+fn eviction_policies(reply: &Value, policies: &mut Vec<String>) {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::SimpleString(text) => text.clone(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::Map(pairs) => {
+            for (_, value) in pairs {
+                eviction_policies(value, policies);
+            }
+            return;
+        }
+        Value::Array(values) => {
+            for value in values {
+                eviction_policies(value, policies);
+            }
+            return;
+        }
+        _ => return,
+    };
+    policies.extend(
+        text.lines()
+            .filter_map(|line| line.strip_prefix("maxmemory_policy:"))
+            .map(|policy| policy.trim().to_owned()),
+    );
 }
 
 /// `uptime_in_seconds` of an `INFO server` reply.
@@ -552,6 +593,28 @@ async fn with_wait(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_policies_are_read_from_one_server_and_from_every_cluster_node() {
+        let info = |policy: &str| {
+            Value::BulkString(
+                format!("# Memory\r\nused_memory:1\r\nmaxmemory_policy:{policy}\r\n").into_bytes(),
+            )
+        };
+        let mut policies = Vec::new();
+        eviction_policies(&info("volatile-ttl"), &mut policies);
+        assert_eq!(policies, ["volatile-ttl"]);
+        let cluster = Value::Map(vec![
+            (Value::SimpleString("a:1".into()), info("noeviction")),
+            (Value::SimpleString("b:2".into()), info("allkeys-lru")),
+        ]);
+        let mut policies = Vec::new();
+        eviction_policies(&cluster, &mut policies);
+        assert_eq!(policies, ["noeviction", "allkeys-lru"]);
+        let mut none = Vec::new();
+        eviction_policies(&Value::Nil, &mut none);
+        assert!(none.is_empty());
+    }
 
     #[test]
     fn uptime_is_read_from_info() {

@@ -190,11 +190,10 @@ impl RedLockStore {
         &self,
         keys: &RedisKeys,
         token: &str,
-        retention: Duration,
     ) -> Result<Option<u64>, BackendError> {
         let quorum = self.quorum();
         let issued = join_all(self.nodes.iter().map(|node| async move {
-            let issue = node.issue_fence(keys, token, retention);
+            let issue = node.issue_fence(keys, token);
             let reply = tokio::time::timeout(self.timeout, issue)
                 .await
                 .unwrap_or_else(|_| {
@@ -225,7 +224,7 @@ impl RedLockStore {
         let raised = join_all(
             holding
                 .iter()
-                .map(|(node, _)| node.raise_fence(keys, fence, retention)),
+                .map(|(node, _)| node.raise_fence(keys, fence)),
         )
         .await;
         if quorum.carried(raised.iter().filter(|r| r.is_ok()).count()) {

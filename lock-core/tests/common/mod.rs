@@ -39,6 +39,39 @@ pub fn lost_reason(error: LockError) -> LostReason {
     }
 }
 
+/// The documented minimal ACL (`lock-core/src/acl.md`, which the crate docs include): the user
+/// name and its rules, exactly as written there.
+pub fn documented_acl() -> (String, Vec<String>) {
+    let doc = include_str!("../../src/acl.md");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("user "))
+        .expect("a `user ..` line in acl.md");
+    let mut words = line.split_whitespace().skip(1).map(str::to_owned);
+    let name = words.next().expect("a user name");
+    (name, words.collect())
+}
+
+/// Creates the documented ACL user on `server` (as its `default` user), with its rules less
+/// those `keep` refuses.
+pub fn create_documented_user(server: &RedisServer, keep: impl Fn(&str) -> bool) -> String {
+    let (name, rules) = documented_acl();
+    let mut args = vec!["ACL", "SETUSER", name.as_str()];
+    args.extend(rules.iter().map(String::as_str).filter(|r| keep(r)));
+    let _: () = server.cmd(&args);
+    name
+}
+
+/// The documented user's URL for `server` (the password of the documented rules).
+pub fn documented_user_url(port: u16) -> String {
+    let (name, rules) = documented_acl();
+    let password = rules
+        .iter()
+        .find_map(|r| r.strip_prefix('>'))
+        .expect("a `>password` rule");
+    format!("redis://{name}:{password}@127.0.0.1:{port}/")
+}
+
 /// Every Redis key under `prefix`.
 pub fn keys(server: &RedisServer, prefix: &str) -> Vec<String> {
     server.cmd(&["KEYS", &format!("{prefix}*")])
