@@ -1118,7 +1118,9 @@ fn chaos_soak() {
         lock_keys = soak.lock_server.keys(&lock_pattern);
     }
     let all_pattern = format!("{PREFIX}*");
-    let all_deadline = Instant::now() + LEASE * 2 + Duration::from_secs(1);
+    // A fence key lives until its lock's last end plus the fence window (two leases here):
+    // an extended section (up to six leases) released early leaves its fence key that long.
+    let all_deadline = Instant::now() + LEASE * 8 + Duration::from_secs(1);
     // Release latches and waiting flags expire by themselves (seconds), and the restart
     // guard's epoch key (`<prefix>node-epoch`) has no expiry by design; everything else the
     // kit writes must be gone.
