@@ -462,8 +462,26 @@ impl LocalLocks {
     /// Applies a renewal's answer for `token`, sent at `sent_at` with `lease`, to whoever
     /// holds that token now (a local handoff may have passed it on since it was sent; a
     /// release may have ended it, and then the answer concerns nobody).
-    pub(crate) fn renewed(&self, token: &str, sent_at: Instant, lease: Duration, answer: Renewal) {
+    ///
+    /// `renewed` is the record the renewal was sent for: when nobody holds its token now and
+    /// Redis no longer has it, a handoff of it still waiting in the slot is withdrawn, so the
+    /// next local acquirer goes to Redis instead of entering a lock another holder has.
+    pub(crate) fn renewed(
+        &self,
+        renewed: &HeldLock,
+        sent_at: Instant,
+        lease: Duration,
+        answer: Renewal,
+    ) {
+        let token = renewed.token();
         let Some(held) = self.held.lock().get(token).cloned() else {
+            if let Renewal::NotOurs(_) = answer {
+                if renewed.slot().withdraw_baton(token).is_some() {
+                    tracing::debug!(
+                        "a lock handed over locally was lost before its next holder took it"
+                    );
+                }
+            }
             return;
         };
         metrics::renewed(held.keys().access, answer);

@@ -110,6 +110,17 @@ impl<H> Slot<H> {
         self.baton.lock().take().map(|baton| *baton)
     }
 
+    /// Takes the lock handed over under `token` out of the slot if nobody took it yet (Redis
+    /// said it is no longer ours: the next local acquirer must go to Redis instead).
+    pub(crate) fn withdraw_baton(&self, token: &str) -> Option<Baton> {
+        let mut baton = self.baton.lock();
+        if baton.as_ref().is_some_and(|b| b.token == token) {
+            baton.take().map(|baton| *baton)
+        } else {
+            None
+        }
+    }
+
     /// Takes back the lock of handoff `id` if nobody took it.
     pub(crate) fn reclaim_baton(&self, id: u64) -> Option<Baton> {
         let mut baton = self.baton.lock();

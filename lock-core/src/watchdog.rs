@@ -90,7 +90,7 @@ async fn tick(local: &LocalLocks) {
             let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
             let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
             for (held, answer) in locks.iter().zip(answers) {
-                local.renewed(held.token(), sent_at, lease, answer);
+                local.renewed(held, sent_at, lease, answer);
             }
         }
     });

@@ -260,7 +260,13 @@ async fn with_lock_stops_at_a_loss_before_the_body_steps_again() {
 async fn a_fair_acquire_keeps_to_its_wait_after_the_grant() {
     let server = server();
     let a = locker_with_lease(&server, Duration::from_secs(30)).await;
-    let holder = a.fair_lock("f").await.unwrap();
+    // A fixed lease: no renewal can tell the holder of the deletion (the watchdog's first tick
+    // could, on a loaded machine, and free the place early).
+    let holder = a
+        .fair_lock("f")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(a.force_unlock("f").await.unwrap());
     let started = Instant::now();
     let waiter = {
