@@ -110,9 +110,12 @@ impl Acquire {
         self
     }
 
-    /// Stop watchdog renewal after the lock has been held this long (overrides the locker's
-    /// `max_hold`). Any value: zero stops the renewal at the watchdog's first tick, and a
-    /// `max_hold` beyond 100 years is no limit (so `Duration::MAX` lifts the locker's).
+    /// The longest a watchdog lock is held (overrides the locker's `max_hold`): the watchdog's
+    /// last renewals are cut so that the key ends in Redis when the hold does, even if the
+    /// holder hangs and never releases, and the guard then reports
+    /// [`LostReason::MaxHold`](crate::LostReason::MaxHold). Any value: zero ends the lock at
+    /// once (a 1 ms lease), and a `max_hold` beyond 100 years is no limit (so `Duration::MAX`
+    /// lifts the locker's). A fixed [`lease`](Self::lease) ignores it.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -297,9 +300,16 @@ impl Acquire {
         key::validate(&self.key)?;
         let inner = &self.locker.inner;
         let settings = &inner.settings;
+        // Saturated here, where every max_hold arrives: the watchdog adds it to an `Instant`.
+        let max_hold = self
+            .max_hold
+            .or(settings.max_hold)
+            .and_then(limits::max_hold);
         let mode = match self.lease {
             Some(lease) => LeaseMode::Fixed(limits::check_lease(DurationSetting::Lease, lease)?),
-            None => LeaseMode::Watchdog(settings.watchdog_lease),
+            // A watchdog lease never outlives the max_hold: the key ends in Redis when the hold
+            // does, even if the holder is stuck and never releases.
+            None => LeaseMode::Watchdog(limits::lease_within(settings.watchdog_lease, max_hold)),
         };
         let wait = self.wait.unwrap_or(settings.default_wait);
         let deadline = limits::wait(wait).and_then(|wait| started.checked_add(wait));
@@ -330,12 +340,7 @@ impl Acquire {
         let terms = Terms {
             owner,
             mode,
-            // Saturated here, where every max_hold arrives: the watchdog adds it to an
-            // `Instant`.
-            max_hold: self
-                .max_hold
-                .or(settings.max_hold)
-                .and_then(limits::max_hold),
+            max_hold,
         };
         let held = HeldLock::new(
             inner.next_id(),

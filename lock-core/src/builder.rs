@@ -307,11 +307,12 @@ impl LockerBuilder {
         self
     }
 
-    /// Stop renewing a watchdog lock after it has been held this long (the guard then reports
-    /// lost when its last lease ends), so a hung holder cannot keep a key forever. Off by
-    /// default; `.max_hold(..)` on an acquire overrides it. Any value: zero stops the renewal
-    /// at the first tick, and a `max_hold` beyond 100 years is no limit (so
-    /// `Duration::MAX` means none).
+    /// The longest a watchdog lock is held, so a hung holder cannot keep a key forever: the
+    /// key ends in Redis when the hold does (the last renewals are cut to it) and the guard
+    /// reports [`LostReason::MaxHold`](crate::LostReason::MaxHold). Off by default;
+    /// `.max_hold(..)` on an acquire overrides it. Any value: zero ends each lock at once (a
+    /// 1 ms lease), and a `max_hold` beyond 100 years is no limit (so `Duration::MAX` means
+    /// none).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.settings.max_hold = Some(max);
         self
@@ -511,6 +512,33 @@ mod tests {
         );
         assert_eq!(redact("redis://:hunter2@db"), "redis://:***@db");
         assert_eq!(redact("redis://db:6379"), "redis://db:6379");
+        // Every shape of URL a user may type, passwords with unencoded separators included:
+        // the password never survives, the host and database always do.
+        for (url, shown) in [
+            ("redis://app@db", "redis://app:***@db"),
+            ("redis://:hun/ter2@db:6379/0", "redis://:***@db:6379/0"),
+            ("redis://app:hun/ter2@db/0", "redis://app:***@db/0"),
+            ("redis://app:hu@nt@er2@db", "redis://app:***@db"),
+            ("redis://app:hu:nter2@db", "redis://app:***@db"),
+            ("redis://app:hunter%2F2@db", "redis://app:***@db"),
+            ("redis://app:hun?ter2@db", "redis://app:***@db"),
+            ("redis://app:hun#ter2@db", "redis://app:***@db"),
+            (
+                "rediss://app:hunter2@db:6380/#insecure",
+                "rediss://app:***@db:6380/#insecure",
+            ),
+            (
+                "redis+unix:///tmp/r.sock?db=1&pass=hunter2",
+                "redis+unix:///tmp/r.sock?db=1&pass=***",
+            ),
+            (
+                "redis+unix:///tmp/r.sock?password=hunter2#x",
+                "redis+unix:///tmp/r.sock?password=***#x",
+            ),
+            ("app:hunter2@db", "app:***@db"),
+        ] {
+            assert_eq!(redact(url), shown, "{url}");
+        }
         let builder = Locker::builder().url("redis://app:hunter2@db:6379/0");
         assert!(!format!("{builder:?}").contains("hunter2"));
         let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);

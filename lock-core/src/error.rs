@@ -161,8 +161,8 @@ pub enum LostReason {
     /// The Redis server restarted while the lock was held and came back without it (no
     /// persistence, or an older snapshot): the server's uptime is shorter than the hold.
     ServerRestarted,
-    /// The lock was held longer than its `max_hold`, so the watchdog stopped renewing it and
-    /// its lease ran out.
+    /// The lock reached its `max_hold`: the watchdog cut its last renewals so that its lease
+    /// ended there.
     MaxHold,
     /// The kit cannot tell why: the lock is not held by this holder any more (a fencing token
     /// was refused, RedLock nodes disagreed on the cause).

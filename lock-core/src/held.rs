@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
 use crate::key::{RedisKeys, ShownKey};
+use crate::limits::MIN_LEASE;
 use crate::owner::Owner;
 use crate::slot::SlotRef;
 use crate::store::Gone;
@@ -242,11 +243,16 @@ impl HeldLock {
         LostReason::from_code(self.lost.load(Ordering::Acquire))
     }
 
-    /// Why a lock whose validity ran out is lost: `max_hold` stopped its renewals, or its lease
-    /// ended before a renewal confirmed it.
+    /// Why a lock whose validity ran out is lost: it reached its `max_hold` (the renewals end
+    /// the lease there, less the safety margin that every validity keeps), or its lease ended
+    /// before a renewal confirmed it.
     fn clock_reason(&self) -> LostReason {
-        match (self.terms.mode, self.terms.max_hold) {
-            (LeaseMode::Watchdog(_), Some(max)) if self.held_for() >= max => LostReason::MaxHold,
+        match (self.terms.mode, self.hold_ends()) {
+            (LeaseMode::Watchdog(lease), Some(end))
+                if Instant::now() + safety_margin(lease) >= end =>
+            {
+                LostReason::MaxHold
+            }
             _ => LostReason::Expired,
         }
     }
@@ -371,24 +377,28 @@ impl HeldLock {
         }
     }
 
-    /// The lease the watchdog should renew it with now, if any.
+    /// The lease the watchdog should renew it with now, if any: the lock's lease, cut to what
+    /// is left of its `max_hold`, so that the key ends in Redis when the hold does (renewals
+    /// never shorten a lease, so the last full one already ends before that).
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
         match self.terms.mode {
-            LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.terms.max_hold {
-                // A `max_hold` beyond the clock's range never ends.
-                Some(max)
-                    if self
-                        .grant
-                        .sent_at
-                        .checked_add(max)
-                        .is_some_and(|end| now >= end) =>
-                {
-                    None
+            LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.hold_ends() {
+                Some(end) => {
+                    let left = end.saturating_duration_since(now);
+                    (left >= MIN_LEASE).then(|| lease.min(left))
                 }
-                _ => Some(lease),
+                None => Some(lease),
             },
             _ => None,
         }
+    }
+
+    /// When the `max_hold` of this lock ends, if it has one (a `max_hold` beyond the clock's
+    /// range never ends).
+    pub(crate) fn hold_ends(&self) -> Option<Instant> {
+        self.terms
+            .max_hold
+            .and_then(|max| self.grant.sent_at.checked_add(max))
     }
 
     /// Gives the local queue place back (once).

@@ -330,6 +330,7 @@ pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
 pub use tls::TlsConfig;
+pub use topology::redact as redact_url;
 pub use with_lock::OnLost;
 
 /// Protects an async fn with a distributed lock (one key, its read lock, or several keys); see

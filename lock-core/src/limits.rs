@@ -108,6 +108,13 @@ pub(crate) fn max_hold(max: Duration) -> Option<Duration> {
     (max <= MAX_HOLD).then_some(max)
 }
 
+/// The watchdog lease of a lock held at most `max_hold`: the locker's lease, shortened to the
+/// max_hold when that is shorter (at least [`MIN_LEASE`], so a zero max_hold ends the lock at
+/// once rather than leaving it for a lease).
+pub(crate) fn lease_within(lease: Duration, max_hold: Option<Duration>) -> Duration {
+    max_hold.map_or(lease, |max| lease.min(max).max(MIN_LEASE))
+}
+
 /// A duration in whole milliseconds for a script argument, at least 1 (`PEXPIRE 0` would delete
 /// the key).
 pub(crate) fn lease_ms(lease: Duration) -> u64 {

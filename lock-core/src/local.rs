@@ -414,7 +414,11 @@ impl LocalLocks {
                 return Some(Err(baton));
             }
         }
-        if !worth_handing_over(baton.valid_until, lease) {
+        // Too little left to be worth it, or more than this acquire may hold: a lease cut to a
+        // short max_hold must not inherit a longer one, which would outlive the hold in Redis.
+        if !worth_handing_over(baton.valid_until, lease)
+            || baton.valid_until > Instant::now() + lease
+        {
             return Some(Err(baton));
         }
         Some(Ok(Grant {

@@ -317,18 +317,56 @@ fn redact_all(urls: &[String]) -> String {
         .join(", ")
 }
 
-/// `redis://user:secret@host/` becomes `redis://user:***@host/`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
+/// The form of a Redis URL to print: `redis://user:secret@host/` becomes
+/// `redis://user:***@host/`, and a `pass` or `password` query value
+/// (`redis+unix:///sock?pass=secret`) becomes `***`. The kit prints URLs only in this form
+/// (`Debug`, errors, logs); use it for yours.
+///
+/// ```
+/// assert_eq!(
+///     lock_core::redact_url("redis://app:hunter2@db:6379/0"),
+///     "redis://app:***@db:6379/0"
+/// );
+/// ```
+///
+/// Written for URLs as users type them, which a URL parser may refuse: a password can hold an
+/// unencoded `/`, `@`, `:`, `?` or `#`. So the credentials end at the *last* `@` (a host has
+/// none), and the user name is what comes before the first `:`. Where that over-reaches (an `@`
+/// in a query) it hides more, never less.
+pub fn redact(url: &str) -> String {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => url.split_at(i + 3),
+        None => ("", url),
     };
-    let rest = &url[scheme_end..];
-    let host_start = rest.find('/').unwrap_or(rest.len());
-    match rest[..host_start].rfind('@') {
+    let (credentials, address) = match rest.rfind('@') {
         Some(at) => {
             let user = rest[..at].split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme_end], &rest[at..])
+            // Without a `:` the part before `@` is a user name only; one holding `/` is no
+            // user name at all (a password with a `/` and no user).
+            let user = if user.contains('/') { "" } else { user };
+            (format!("{user}:***@"), &rest[at + 1..])
         }
-        None => url.to_owned(),
-    }
+        None => (String::new(), rest),
+    };
+    format!("{scheme}{credentials}{}", redact_query(address))
+}
+
+/// `host/0?db=1&pass=secret` becomes `host/0?db=1&pass=***`.
+fn redact_query(address: &str) -> String {
+    let Some((before, query)) = address.split_once('?') else {
+        return address.to_owned();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if matches!(name, "pass" | "password") => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
+    format!("{before}?{}{fragment}", query.join("&"))
 }

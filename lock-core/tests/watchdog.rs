@@ -211,6 +211,43 @@ async fn max_hold_stops_renewal_and_reports_lost() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
+/// A stuck holder keeps a key no longer than its `max_hold`: the key ends in Redis then, not a
+/// lease later (the watchdog cuts its last renewals to what is left of the hold, and a hold
+/// shorter than the lease is the first lease). Both a hold shorter than the locker's lease and
+/// one several leases long.
+#[tokio::test]
+async fn the_key_ends_in_redis_when_the_max_hold_does() {
+    let server = server();
+    for (lease, max_hold) in [
+        (Duration::from_secs(30), Duration::from_millis(400)),
+        (LEASE, Duration::from_millis(1_000)),
+    ] {
+        let holder = locker_with_lease(&server, lease).await;
+        let other = locker(&server).await;
+        let acquired = Instant::now();
+        let guard = holder.lock("k").max_hold(max_hold).await.unwrap();
+        let pttl: i64 = server.cmd(&["PTTL", &lock_key(&server, "k")]);
+        assert!(
+            pttl > 0 && pttl as u128 <= max_hold.as_millis(),
+            "the first lease ends within the hold: PTTL {pttl} ms, max_hold {max_hold:?}"
+        );
+        // Another locker gets the key once the hold is over (plus the wait's polling), never
+        // a lease later.
+        let taken = other.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+        let waited = acquired.elapsed();
+        assert!(
+            waited >= max_hold - Duration::from_millis(50)
+                && waited < max_hold + Duration::from_millis(450),
+            "taken by another {waited:?} after the grant; max_hold {max_hold:?}, lease {lease:?}"
+        );
+        assert!(!guard.is_held());
+        assert_eq!(guard.lost_reason(), Some(LostReason::MaxHold));
+        assert!(guard.release().await.unwrap_err().is_lost());
+        taken.release().await.unwrap();
+        common::assert_nothing_left(&server, &[&holder, &other]).await;
+    }
+}
+
 #[tokio::test]
 async fn extend_and_remaining() {
     let server = server();

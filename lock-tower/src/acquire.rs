@@ -80,9 +80,7 @@ impl Acquiring {
                 if let Some(lease) = settings.lease {
                     acquire = acquire.lease(lease);
                 }
-                if let Some(max) = settings.max_hold {
-                    acquire = acquire.max_hold(max);
-                }
+                acquire = acquire.max_hold(settings.max_hold);
                 (Self::One(acquire.into_future()), mode)
             }
             Err(keys) => {
@@ -90,9 +88,7 @@ impl Acquiring {
                 if let Some(lease) = settings.lease {
                     acquire = acquire.lease(lease);
                 }
-                if let Some(max) = settings.max_hold {
-                    acquire = acquire.max_hold(max);
-                }
+                acquire = acquire.max_hold(settings.max_hold);
                 (Self::All(acquire.into_future()), Mode::Exclusive)
             }
         }

@@ -8,7 +8,7 @@ use std::task::{ready, Context, Poll};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use crate::release::{Held, Release, Watched};
+use crate::release::{Release, Watched};
 
 /// The error of a [`LockedBody`]: the inner body's error, or the lock-lost error.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -69,10 +69,10 @@ impl<D> BodyLock<D> {
 }
 
 impl<B: Body> LockedBody<B> {
-    pub(crate) fn new(inner: B, held: Held) -> Self {
+    pub(crate) fn new(inner: B, held: Watched) -> Self {
         Self {
             inner,
-            lock: BodyLock::Held(held.watched()),
+            lock: BodyLock::Held(held),
         }
     }
 
@@ -120,7 +120,8 @@ where
                 BodyLock::Held(held) => {
                     // Checked before every frame: once the lock is gone, what follows would
                     // be sent unlocked. Dropping the guard lets lock-core finish it.
-                    if let Poll::Ready(error) = held.poll_lost(cx) {
+                    if let Poll::Ready(error) = held.poll_lost(cx, "the body ends with this error")
+                    {
                         *this.lock = BodyLock::Done;
                         return Poll::Ready(Some(Err(error.into())));
                     }

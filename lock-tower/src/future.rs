@@ -9,7 +9,7 @@ use std::task::{ready, Context, Poll};
 
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
-use lock_core::LockError;
+use lock_core::{LockError, OnLost};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 use tracing::Span;
@@ -20,7 +20,7 @@ use crate::extension::{HeldLock, HeldLocks};
 use crate::layer::{HoldUntil, Settings};
 use crate::mode::Mode;
 use crate::reject::{Reject, Rejection, RetryAfter};
-use crate::release::{Held, Release};
+use crate::release::{Held, Release, Watched};
 
 pin_project! {
     /// The response future of [`DistributedLockService`](crate::DistributedLockService).
@@ -32,7 +32,10 @@ pin_project! {
     /// confirmed the release (with [`HoldUntil::BodyEnd`], the guard moves into the
     /// [`LockedBody`] instead, unless the response has no body to send). When this future is
     /// dropped early (client gone, timeout, panic in the handler), the guard is dropped with
-    /// it and releases in the background.
+    /// it and releases in the background. When the lock is lost while the inner future runs
+    /// (its `max_hold` reached, say) and the layer's `on_lost` is
+    /// [`OnLost::Abort`], the inner future is dropped and the answer is the
+    /// [lost](Rejection::Lost) rejection.
     ///
     /// # Panics
     ///
@@ -59,6 +62,8 @@ pin_project! {
             #[pin]
             future: S::Future,
             lock: Lock,
+            // Builds the answer when the lock is lost and the call is aborted.
+            reject: Arc<R>,
         },
         // Every other state: nothing in it is pinned, so a poll takes it by value.
         Unpinned {
@@ -74,10 +79,12 @@ enum Lock {
     /// Released here when the response is in, or moved into the body (`HoldUntil::BodyEnd`)
     /// when it has one to send.
     Held {
-        held: Held,
+        held: Watched,
         until: HoldUntil,
         /// The request is a `HEAD`: its response sends no body.
         head: bool,
+        /// Stop the call when the lock is lost ([`OnLost::Abort`]).
+        abort: bool,
     },
 }
 
@@ -114,6 +121,7 @@ struct PendingCall<S, ReqBody, R> {
     retry_after: RetryAfter,
     fail_open: bool,
     hold_until: HoldUntil,
+    on_lost: OnLost,
     /// The request's lock is a permit of a concurrency limit: a busy answer means full.
     limit: bool,
 }
@@ -126,7 +134,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
         self,
         acquired: Result<Guard, LockError>,
         span: &Span,
-    ) -> Result<(S::Future, Lock), Response<ResBody>>
+    ) -> Result<State<S, ReqBody, R>, Response<ResBody>>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
         R: Reject<ResBody>,
@@ -138,6 +146,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
             retry_after,
             fail_open,
             hold_until,
+            on_lost,
             limit,
         } = self;
         let lock = match acquired {
@@ -150,9 +159,10 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                 }
                 request.extensions_mut().insert(HeldLocks::new(&guard));
                 Lock::Held {
-                    held: Held::new(guard, span.clone()),
+                    held: Held::new(guard, span.clone()).watched(),
                     until: hold_until,
                     head: request.method() == Method::HEAD,
+                    abort: on_lost == OnLost::Abort,
                 }
             }
             Err(error) if error.is_backend() && fail_open => {
@@ -169,7 +179,11 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                 return Err(reject.reject(rejection));
             }
         };
-        Ok((service.call(request), lock))
+        Ok(State::Calling {
+            future: service.call(request),
+            lock,
+            reject,
+        })
     }
 }
 
@@ -195,16 +209,18 @@ where
             retry_after,
             fail_open: settings.fail_open,
             hold_until: settings.hold_until,
+            on_lost: settings.on_lost,
             limit: matches!(mode, Mode::Limit(_)),
         };
         Self::new(Step::Acquiring { acquire, call }, span)
     }
 
-    pub(crate) fn unlocked(future: S::Future) -> Self {
+    pub(crate) fn unlocked(future: S::Future, reject: Arc<R>) -> Self {
         Self {
             state: State::Calling {
                 future,
                 lock: Lock::Unlocked,
+                reject,
             },
             span: Span::none(),
         }
@@ -235,7 +251,29 @@ where
         let _entered = this.span.enter();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Calling { future, lock } => {
+                StateProj::Calling {
+                    future,
+                    lock,
+                    reject,
+                } => {
+                    if let Lock::Held {
+                        held, abort: true, ..
+                    } = lock
+                    {
+                        // Checked before the call goes on: what it does after the loss would
+                        // run unlocked.
+                        let then = "the handler is stopped and the request answered as lost";
+                        if let Poll::Ready(error) = held.poll_lost(cx, then) {
+                            let reject = reject.clone();
+                            // Drops the inner future, then the guard (released in the
+                            // background).
+                            this.state.set(State::Unpinned { step: Step::Done });
+                            let rejection = Rejection::Lost(error);
+                            trace_rejection(this.span, &rejection);
+                            let response = reject.reject(rejection);
+                            return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
+                        }
+                    }
                     let result = ready!(future.poll(cx));
                     let lock = mem::replace(lock, Lock::Unlocked);
                     // The inner future is done: drop it now.
@@ -247,6 +285,7 @@ where
                                 held,
                                 until: HoldUntil::BodyEnd,
                                 head,
+                                ..
                             },
                         ) if sends_a_body(&response, head) => {
                             let response = response.map(|body| LockedBody::new(body, held));
@@ -273,7 +312,7 @@ where
                             return Poll::Pending;
                         };
                         match call.start(acquired, this.span) {
-                            Ok((future, lock)) => this.state.set(State::Calling { future, lock }),
+                            Ok(calling) => this.state.set(calling),
                             Err(rejected) => {
                                 return Poll::Ready(Ok(rejected.map(LockedBody::unlocked)));
                             }
@@ -405,7 +444,10 @@ mod tests {
 
     #[test]
     fn an_unlocked_request_is_passed_through() {
-        let mut future = EchoFuture::unlocked(Echo.call(Request::new("hi".to_owned())));
+        let mut future = EchoFuture::unlocked(
+            Echo.call(Request::new("hi".to_owned())),
+            Arc::new(DefaultReject),
+        );
         assert_eq!(state(&future), "calling (unlocked)");
         let Poll::Ready(Ok(response)) = poll(&mut future) else {
             panic!("the inner future is ready");

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{ConfigError, Locker};
+use lock_core::{ConfigError, Locker, OnLost};
 use tower_layer::Layer;
 
 use crate::mode::ByMethod;
@@ -65,12 +65,23 @@ pub enum HoldUntil {
     BodyEnd,
 }
 
+/// The longest a request holds its lock unless the layer says otherwise
+/// ([`DistributedLockLayer::max_hold`]): one minute.
+///
+/// The lock is taken before the handler reads the request body, so without a bound a client
+/// that sends its headers and then nothing (or, under [`HoldUntil::BodyEnd`], stops reading
+/// the response) would keep the key locked for as long as its connection stays open. Put
+/// body and response timeouts in front of the layer as well (tower-http's
+/// `RequestBodyTimeoutLayer` and `TimeoutLayer`); this bound is the last line.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
 /// Settings shared by the layer, the service and each response future.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
     pub(crate) wait: Duration,
     pub(crate) lease: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
+    pub(crate) max_hold: Duration,
+    pub(crate) on_lost: OnLost,
     pub(crate) missing_key: MissingKey,
     pub(crate) fail_open: bool,
     pub(crate) hold_until: HoldUntil,
@@ -81,7 +92,8 @@ impl Default for Settings {
         Self {
             wait: Duration::ZERO,
             lease: None,
-            max_hold: None,
+            max_hold: DEFAULT_MAX_HOLD,
+            on_lost: OnLost::Abort,
             missing_key: MissingKey::Reject,
             fail_open: false,
             hold_until: HoldUntil::Response,
@@ -102,7 +114,8 @@ impl Default for Settings {
 /// | [`mode`](Self::mode) | [`ByMethod`]: `GET`, `HEAD`, `OPTIONS`, `TRACE` take the read lock, other methods the exclusive lock (several keys: always exclusive) |
 /// | [`wait`](Self::wait) | zero: try once and answer `409` when busy |
 /// | [`lease`](Self::lease) | none: the locker's watchdog lease, renewed while held |
-/// | [`max_hold`](Self::max_hold) | the locker's |
+/// | [`max_hold`](Self::max_hold) | [`DEFAULT_MAX_HOLD`]: one minute, then the lock ends in Redis and the request is answered [lost](crate::Rejection::Lost) |
+/// | [`on_lost`](Self::on_lost) | [`OnLost::Abort`]: a lock lost while the handler runs stops the handler |
 /// | [`on_missing_key`](Self::on_missing_key) | [`MissingKey::Reject`]: `400`, or `500` for a path parameter the route lacks |
 /// | [`fail_open`](Self::fail_open) | off: `503` when Redis is unavailable |
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
@@ -235,11 +248,42 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
         self
     }
 
-    /// Stops the watchdog renewal after the lock has been held this long, so a stuck handler
-    /// cannot hold a key forever (see `lock_core::Acquire::max_hold`). Any value; beyond 100
-    /// years, no limit.
+    /// The longest a request holds its lock: [`DEFAULT_MAX_HOLD`] (one minute) unless set
+    /// here. The lock's key then ends in Redis whatever the request is doing (see
+    /// `lock_core::Acquire::max_hold`), so a silent client, a client that stops reading a
+    /// [`BodyEnd`](HoldUntil::BodyEnd) response, or a stuck handler cannot keep a key locked.
+    /// The request learns it as a lost lock: under [`OnLost::Abort`] (the default) the
+    /// handler is stopped and the request answered with
+    /// [`Rejection::Lost`](crate::Rejection::Lost); a streaming body ends with the lock-lost
+    /// error. Any value: zero ends every lock at once, beyond 100 years (`Duration::MAX`) is
+    /// no limit. Ignored with a fixed [`lease`](Self::lease), which ends the lock by itself.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// # fn layer(locker: lock_core::Locker) {
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    ///
+    /// // A report takes minutes: allow ten.
+    /// let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("report"))
+    ///     .max_hold(Duration::from_secs(600));
+    /// # let _ = layer;
+    /// # }
+    /// ```
     pub fn max_hold(mut self, max: Duration) -> Self {
-        self.settings.max_hold = Some(max);
+        self.settings.max_hold = max;
+        self
+    }
+
+    /// What happens when the lock is lost while the handler runs (it reached its
+    /// [`max_hold`](Self::max_hold), a fixed lease ran out, Redis lost the key).
+    /// [`OnLost::Abort`] (the default, as the `#[distributed_lock]` macro's): the handler's
+    /// future is dropped at once and the request is answered with
+    /// [`Rejection::Lost`](crate::Rejection::Lost) (`503`), so nothing it does after the loss
+    /// runs unlocked. [`OnLost::Continue`]: the handler finishes and its response is sent; a
+    /// handler can still watch [`HeldLock`](crate::HeldLock) itself. Either way a body held
+    /// until its end ([`HoldUntil::BodyEnd`]) ends with the lock-lost error.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.settings.on_lost = on_lost;
         self
     }
 

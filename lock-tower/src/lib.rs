@@ -70,7 +70,11 @@
 //! - **Acquire.** The lock is taken in `call` (the key is only known with the request), with
 //!   the configured [`wait`](DistributedLockLayer::wait) (default zero: one attempt) and either
 //!   a fixed [`lease`](DistributedLockLayer::lease) or the locker's watchdog (default), which
-//!   renews the lock however long the handler runs. `poll_ready` is the inner service's.
+//!   renews the lock while the request holds it, up to the layer's
+//!   [`max_hold`](DistributedLockLayer::max_hold) ([`DEFAULT_MAX_HOLD`], one minute). The lock
+//!   is taken before the handler reads the request body, so the bound is what keeps a client
+//!   that sends its headers and then nothing from holding a key for as long as its
+//!   connection lives. `poll_ready` is the inner service's.
 //! - **Rejections.** Every lock failure becomes a response, never an error, so the service
 //!   keeps the inner service's error type and works under axum's `Infallible` routers. By
 //!   default (see [`Rejection`]): contended, `409 Conflict` with a short, jittered
@@ -91,14 +95,18 @@
 //!   body ends (a response with no body to send, such as a `204` or the answer to a `HEAD`,
 //!   is released before it is passed on), and ends the body with the lock-lost error if the
 //!   lock is lost while it streams.
+//! - **Loss.** The lock is watched while the handler runs: when it is lost (its `max_hold`
+//!   reached, Redis lost the key), the handler is stopped at once and the request answered
+//!   with [`Rejection::Lost`] (`503`), unless the layer says
+//!   [`on_lost(OnLost::Continue)`](DistributedLockLayer::on_lost).
 //! - **Release.** At the end of the hold the layer releases the lock and waits for Redis to
 //!   confirm before it passes the response head (or the end of the body) on, so a client that
 //!   gets its response and at once sends the next request for the same key finds the key free.
 //!   That costs one Redis round trip per locked response; if Redis fails during the release,
 //!   the response still goes out (after the locker's `command_timeout` at worst) and the lock
-//!   expires with its lease. The release runs in a task of its own, so it completes even if
-//!   the response is dropped while waiting for it. A lock lost while the request held it is
-//!   logged as a warning.
+//!   expires with its lease. The release is cancel safe: if the response is dropped while it
+//!   waits for it, `lock_core` finishes it in the background. A lock lost while the request
+//!   held it is logged as a warning.
 //!   When the response future or the body is dropped early (the client disconnected, an outer
 //!   timeout fired, the handler panicked), the guard is dropped with it and `lock_core`
 //!   releases it in the background at once. If the process dies, the lock expires after one
@@ -159,7 +167,7 @@ pub use body::LockedBody;
 pub use extension::MissingHeldLock;
 pub use extension::{HeldLock, HeldLocks};
 pub use key::{KeyAbsence, KeyExtractor, KeyFrom, LockKeys};
-pub use layer::{DistributedLockLayer, HoldUntil, MissingKey};
+pub use layer::{DistributedLockLayer, HoldUntil, MissingKey, DEFAULT_MAX_HOLD};
 pub use mode::{ByMethod, ChooseMode, Mode};
 pub use reject::{BusyInfo, DefaultReject, Reject, Rejection, RetryAfter, MAX_RETRY_AFTER_SECS};
 pub use service::DistributedLockService;

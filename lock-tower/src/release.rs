@@ -7,8 +7,9 @@
 //!   is free.
 //! - Dropped early (response future or body dropped, an error frame), `Held` drops the guard,
 //!   and `lock_core` releases it in the background at once.
-//! - Held by a body ([`Watched`]), the lock is also watched for a loss, so the body can stop
-//!   instead of streaming on without it.
+//! - Watched ([`Watched`]), while the handler runs and while a body holds it, the lock's loss
+//!   is seen at once, so the handler can be stopped and the body broken off instead of going
+//!   on without it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -59,7 +60,8 @@ impl Held {
     }
 }
 
-/// The lock(s) of a request held until its body ends, watched for a loss.
+/// The lock(s) of a request, watched for a loss while the handler runs and while a body holds
+/// them.
 ///
 /// The guard is shared with the watch (which borrows it while it waits), and taken back
 /// for the release once the watch is dropped.
@@ -71,7 +73,7 @@ pub(crate) struct Watched {
 }
 
 impl Held {
-    /// Watches the lock for a loss while a body holds it.
+    /// Watches the lock for a loss.
     pub(crate) fn watched(self) -> Watched {
         let Self { guard, span } = self;
         let guard = Arc::new(guard);
@@ -85,14 +87,12 @@ impl Held {
 }
 
 impl Watched {
-    /// Ready with the lock-lost error once the lock is lost (logged as a warning).
-    pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>) -> Poll<LockError> {
+    /// Ready with the lock-lost error once the lock is lost, logged as a warning that says
+    /// what follows (`then`).
+    pub(crate) fn poll_lost(&mut self, cx: &mut Context<'_>, then: &str) -> Poll<LockError> {
         let error = std::task::ready!(self.lost.as_mut().poll(cx));
         self.span.in_scope(|| {
-            tracing::warn!(
-                %error,
-                "the lock was lost while the body streamed: the body ends with this error"
-            );
+            tracing::warn!(%error, "the lock was lost before the request was done: {then}");
         });
         Poll::Ready(error)
     }

@@ -117,7 +117,7 @@ where
                 }
                 (MissingKey::Pass, _) => {
                     tracing::debug!("request has no lock key: passing it through unlocked");
-                    ResponseFuture::unlocked(self.inner.call(request))
+                    ResponseFuture::unlocked(self.inner.call(request), self.reject.clone())
                 }
                 (MissingKey::Reject, KeyAbsence::Route) => {
                     if self.misconfigured.first_time(&request) {

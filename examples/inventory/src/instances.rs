@@ -78,7 +78,12 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        // Only the URL chosen here, never one inherited by accident.
+        .env_remove("REDIS_URL");
+    if let Some((name, url)) = args.redis_url_env() {
+        command.env(name, url);
+    }
     if std::env::var_os("RUST_LOG").is_none() {
         // Keep the progress bar clean; RUST_LOG=info shows what the instances do.
         command.env("RUST_LOG", "error");

@@ -68,7 +68,10 @@ fn millis(d: Duration) -> u64 {
 }
 
 impl ServeArgs {
-    /// The command-line arguments after `serve` that reproduce these options.
+    /// The command-line arguments after `serve` that reproduce these options, but for the
+    /// Redis URL, which may carry a password and so goes in the environment
+    /// ([`redis_url_env`](Self::redis_url_env)): a command line is visible to every user of
+    /// the machine (`ps`).
     pub fn to_args(&self) -> Vec<String> {
         let mut args = vec![
             "--host".to_owned(),
@@ -86,9 +89,6 @@ impl ServeArgs {
             "--wait-ms".to_owned(),
             self.wait_ms.to_string(),
         ];
-        if let Some(url) = &self.redis_url {
-            args.extend(["--redis-url".to_owned(), url.clone()]);
-        }
         if let Some(instance) = &self.instance {
             args.extend(["--instance".to_owned(), instance.clone()]);
         }
@@ -96,6 +96,11 @@ impl ServeArgs {
             args.push("--watch-stdin".to_owned());
         }
         args
+    }
+
+    /// The `REDIS_URL` a `serve` child process gets (`None`: it starts its own redis-server).
+    pub fn redis_url_env(&self) -> Option<(&'static str, &str)> {
+        self.redis_url.as_deref().map(|url| ("REDIS_URL", url))
     }
 }
 

@@ -29,6 +29,7 @@ use axum::{Json, Router};
 use lock_core::{distributed_lock, LockError, LockGuard, Locker};
 use lock_tower::{DistributedLockLayer, HeldLock, KeyFrom, Rejection};
 use serde::{Deserialize, Serialize};
+use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
 
 use crate::db::{ClaimOutcome, Db, DbError, NewOrder, SkuStatus, WriteOutcome};
 use crate::trace::{self, Attempt, TraceLog};
@@ -422,6 +423,16 @@ fn lock_response(rejection: Rejection) -> Response {
     response
 }
 
+/// How long a client may take to send a request body.
+const REQUEST_BODY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a request may run once it has its lock (on top of the lock wait): a purchase is
+/// a few SQLite statements, stalled at most [`MAX_PAUSE`] by the chaos plan.
+const REQUEST_WORK_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The longest stall `PUT /debug/chaos` accepts.
+pub const MAX_PAUSE: Duration = Duration::from_secs(10);
+
 /// The router of one instance. Split out of `serve` so tests can call it with
 /// `tower::ServiceExt::oneshot`.
 pub fn app(state: AppState) -> Router {
@@ -469,6 +480,16 @@ pub fn app(state: AppState) -> Router {
         )
         .merge(layered)
         .merge(fail_fast)
+        // In front of every lock: a client that stops sending its body, or a request that
+        // runs far past its lock wait, is cut off and its lock released, instead of holding
+        // the SKU until the layer's `max_hold`.
+        .layer((
+            RequestBodyTimeoutLayer::new(REQUEST_BODY_TIMEOUT),
+            TimeoutLayer::with_status_code(
+                StatusCode::REQUEST_TIMEOUT,
+                state.config.wait.saturating_add(REQUEST_WORK_TIMEOUT),
+            ),
+        ))
         // Outermost, so a recorded attempt starts before any lock layer waits.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -621,10 +642,25 @@ impl Chaos {
     }
 }
 
-async fn arm_chaos(State(inventory): State<AppState>, Json(plan): Json<ChaosPlan>) -> StatusCode {
+/// Arms the plan; a pause longer than [`MAX_PAUSE`] is refused (`400`): a debug endpoint
+/// must not let anyone stall this instance's writes, and the locks they hold, at will.
+async fn arm_chaos(
+    State(inventory): State<AppState>,
+    Json(plan): Json<ChaosPlan>,
+) -> Result<StatusCode, (StatusCode, String)> {
+    if Duration::from_millis(plan.pause_ms) > MAX_PAUSE {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!(
+                "pause_ms {} is longer than the {} ms this endpoint allows\n",
+                plan.pause_ms,
+                MAX_PAUSE.as_millis()
+            ),
+        ));
+    }
     tracing::info!(?plan, "chaos armed");
     inventory.chaos.arm(Some(plan));
-    StatusCode::NO_CONTENT
+    Ok(StatusCode::NO_CONTENT)
 }
 
 async fn disarm_chaos(State(inventory): State<AppState>) -> StatusCode {

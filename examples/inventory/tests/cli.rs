@@ -125,3 +125,45 @@ fn serve_without_redis_url_starts_its_own_redis_server() {
     assert!(status.success(), "{status}: {stderr}");
     assert!(stderr.contains("started redis-server on :"), "{stderr}");
 }
+
+/// A password in `REDIS_URL` never reaches the output: the error that Redis cannot be reached
+/// names the URL redacted.
+#[test]
+fn the_redis_password_is_never_printed() {
+    let output = inventory()
+        .env("REDIS_URL", "redis://app:hun/ter2@127.0.0.1:1/")
+        .arg("--quiet")
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(printed.contains("cannot reach Redis at"), "{printed}");
+    assert!(
+        !printed.contains("ter2"),
+        "the password was printed: {printed}"
+    );
+    assert!(
+        printed.contains("redis://app:***@127.0.0.1:1/"),
+        "{printed}"
+    );
+}
+
+/// The `serve` children get the Redis URL in their environment, never on their command line
+/// (which `ps` shows to every user of the machine).
+#[test]
+fn the_redis_url_is_not_on_a_childs_command_line() {
+    let args = inventory::server::ServeArgs {
+        redis_url: Some("redis://app:hunter2@db:6379/".to_owned()),
+        ..inventory::server::ServeArgs::default()
+    };
+    let line = args.to_args().join(" ");
+    assert!(!line.contains("hunter2"), "{line}");
+    assert_eq!(
+        args.redis_url_env(),
+        Some(("REDIS_URL", "redis://app:hunter2@db:6379/"))
+    );
+}

@@ -237,3 +237,29 @@ async fn the_layer_variant_writes_with_its_fencing_token() {
     let status = db.status(8).await.expect("status").expect("sku 8");
     assert_eq!((status.stock, status.sold), (5, 0), "nothing written");
 }
+
+/// The chaos endpoint stalls writes (and the locks held over them) only as long as it allows:
+/// a longer pause is refused, and nothing is armed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chaos_pause_is_bounded() {
+    let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
+    let dir = TempDir(std::env::temp_dir().join(format!("inventory-chaos-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).expect("temp dir");
+    let db = Db::open(dir.0.join("inventory.db")).expect("db");
+    let locker = Locker::connect(&redis.url()).await.expect("locker");
+    let app = app(Inventory::new(locker, db, ServiceConfig::default()));
+    let max = inventory::service::MAX_PAUSE.as_millis();
+    for (pause_ms, expected) in [
+        (0, StatusCode::NO_CONTENT),
+        (max, StatusCode::NO_CONTENT),
+        (max + 1, StatusCode::BAD_REQUEST),
+        (u128::from(u64::MAX), StatusCode::BAD_REQUEST),
+    ] {
+        let plan = format!(r#"{{"pause_ms":{pause_ms},"every":1,"max":1}}"#);
+        let (status, body) = call(&app, Method::PUT, "/debug/chaos", &plan).await;
+        assert_eq!(status, expected, "pause_ms {pause_ms}: {body}");
+        if expected == StatusCode::BAD_REQUEST {
+            assert!(body.contains("longer than"), "{body}");
+        }
+    }
+}

@@ -149,6 +149,18 @@ pub async fn time_until_unlocked(locker: &Locker, key: &str, limit: Duration) ->
     None
 }
 
+/// Polls `locker.is_locked(key)` until it is true; `false` if it never was within `limit`.
+pub async fn time_until_locked(locker: &Locker, key: &str, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if locker.is_locked(key).await.expect("is_locked") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    false
+}
+
 /// The end state every test must reach: `locker` holds, queues, renews and subscribes
 /// nothing, and the server has no lock key, no key without an expiry and no subscribed
 /// channel under `lock:`. Polls, since releases run in the background and subscriptions

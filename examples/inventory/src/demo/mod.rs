@@ -13,7 +13,7 @@ use hyper::{Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use indicatif::{ProgressBar, ProgressStyle};
-use lock_core::{LockError, Locker};
+use lock_core::{redact_url, LockError, Locker};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
@@ -129,7 +129,7 @@ pub enum DemoError {
     /// The Redis at the URL does not answer.
     #[error("cannot reach Redis at {url}: {reason}")]
     RedisUnreachable {
-        /// The URL.
+        /// The URL, its password redacted.
         url: String,
         /// What the Redis client reported.
         reason: String,
@@ -424,7 +424,8 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
         return Err(DemoError::Config("--stock must not be negative".to_owned()));
     }
     let (redis_url, redis_label, _redis_server) = match &config.redis_url {
-        Some(url) => (url.clone(), format!("Redis at {url}"), None),
+        // The URL may carry a password: only its redacted form is printed or reported.
+        Some(url) => (url.clone(), format!("Redis at {}", redact_url(url)), None),
         None => {
             let server = start_redis().await?;
             let url = server.url();
@@ -439,7 +440,7 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
         .build()
         .await
         .map_err(|error| DemoError::RedisUnreachable {
-            url: redis_url.clone(),
+            url: redact_url(&redis_url),
             reason: redis_reason(&error),
         })?;
 
