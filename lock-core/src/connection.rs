@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use parking_lot::RwLock;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -145,7 +147,8 @@ impl ConnectionLike for Connection {
 
 /// The current primary of a Sentinel-monitored deployment.
 pub(crate) struct SentinelPrimary {
-    sentinel: tokio::sync::Mutex<SentinelClient>,
+    /// The Sentinel client, and when it was last asked for the primary.
+    sentinel: tokio::sync::Mutex<(SentinelClient, Option<Instant>)>,
     current: RwLock<Primary>,
     timeouts: Timeouts,
 }
@@ -161,6 +164,10 @@ struct Primary {
 
 /// How often Sentinel is asked whether the primary moved.
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+/// After an error, Sentinel is asked again only if it was not asked this recently: every
+/// command failing at once (a slow or unreachable primary) makes one question, not one each.
+const SENTINEL_RECHECK: Duration = Duration::from_millis(200);
 
 fn address(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
@@ -182,7 +189,7 @@ impl SentinelPrimary {
             .await
             .map_err(BackendError::redis)?;
         let primary = Arc::new(Self {
-            sentinel: tokio::sync::Mutex::new(sentinel),
+            sentinel: tokio::sync::Mutex::new((sentinel, Some(Instant::now()))),
             current: RwLock::new(Primary {
                 conn,
                 generation: 0,
@@ -206,7 +213,13 @@ impl SentinelPrimary {
         self.current.read().generation
     }
 
-    /// After an error that suggests a failover, asks Sentinel for the primary again.
+    /// After an error that suggests a failover, asks Sentinel whether the primary moved
+    /// (unless it was asked within [`SENTINEL_RECHECK`]).
+    ///
+    /// The connection is rebuilt only when Sentinel names another primary: a timeout or a
+    /// dropped connection to a primary that did not move is the connection manager's to
+    /// mend, and a rebuild would make the pub/sub connection resubscribe every channel and
+    /// wake every waiter for nothing (each of them asking Redis at once).
     async fn check<T>(&self, result: &RedisResult<T>) {
         let Err(error) = result else { return };
         let failover_sign = error.is_io_error()
@@ -215,39 +228,42 @@ impl SentinelPrimary {
             || error.is_timeout()
             || matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
         if failover_sign {
-            self.refresh().await;
+            self.switch(Some(SENTINEL_RECHECK)).await;
         }
     }
 
     /// A client for the current primary (for the pub/sub connection).
     pub(crate) async fn client(&self) -> Result<redis::Client, BackendError> {
         let mut sentinel = self.sentinel.lock().await;
-        tokio::time::timeout(self.timeouts.connect, sentinel.async_get_client())
+        tokio::time::timeout(self.timeouts.connect, sentinel.0.async_get_client())
             .await
             .map_err(|_| BackendError::timed_out("asking Sentinel for the primary"))?
             .map_err(BackendError::redis)
     }
 
-    async fn refresh(&self) {
-        self.switch(false).await;
-    }
-
-    /// Asks Sentinel for the primary and connects to it: always (`if_moved == false`, after an
-    /// error), or only when its address changed (the periodic check).
-    async fn switch(&self, if_moved: bool) {
+    /// Asks Sentinel for the primary, and connects to it if it moved. `unless_asked_within`:
+    /// skip the question if Sentinel was asked that recently (after errors); `None` asks
+    /// anyway (the periodic check).
+    async fn switch(&self, unless_asked_within: Option<Duration>) {
         let seen = self.generation();
         let mut sentinel = self.sentinel.lock().await;
         if self.generation() != seen {
             return; // another caller already switched
         }
+        let (sentinel, asked_at) = &mut *sentinel;
+        if let (Some(within), Some(at)) = (unless_asked_within, *asked_at) {
+            if at.elapsed() < within {
+                return;
+            }
+        }
+        *asked_at = Some(Instant::now());
         let client =
             match tokio::time::timeout(self.timeouts.connect, sentinel.async_get_client()).await {
                 Ok(Ok(client)) => client,
                 _ => return,
             };
         let addr = address(&client);
-        let moved = self.current.read().addr != addr;
-        if if_moved && !moved {
+        if self.current.read().addr == addr {
             return;
         }
         match ConnectionManager::new_with_config(client, self.timeouts.manager_config()).await {
@@ -273,7 +289,7 @@ impl SentinelPrimary {
             let Some(primary) = primary.upgrade() else {
                 return;
             };
-            primary.switch(true).await;
+            primary.switch(None).await;
         }
     }
 }

@@ -648,3 +648,86 @@ async fn sentinel_manual_failover_is_followed_before_the_lease_runs_out() {
     assert!(keys.is_empty(), "release reached the new primary");
     common::assert_nothing_left(sentinel.master(), &[&holder]).await;
 }
+
+/// Timeouts on a primary that did not move do not rebuild the connection: the locker's
+/// connections to the primary (commands and pub/sub) are the same ones after the stalls, so
+/// no channel was resubscribed and no waiter woken for nothing. Five stalls of the primary
+/// (`DEBUG SLEEP`, shorter than Sentinel's down-after), each met by a burst of commands that
+/// time out; a waiter subscribed all along.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_timeouts_on_an_unmoved_primary_do_not_rebuild_the_connection() {
+    let sentinel = RedisSentinel::start("locks").unwrap();
+    let locker = Locker::builder()
+        .sentinel(sentinel.master_name(), sentinel.sentinel_urls())
+        .command_timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let holder = locker.lock("held").await.unwrap();
+    // A waiter of another task, subscribed to the key's channel all along.
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("held").wait(Duration::from_secs(60)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The primary's long-lived client connections that are not the sentinels' or this
+    // query's own: the locker's (the replica's link has the `S` flag).
+    let lockers_connections = || -> HashSet<String> {
+        let list: String = sentinel.master().cmd(&["CLIENT", "LIST"]);
+        list.lines()
+            .filter(|l| l.contains(" name= ") && !l.contains("cmd=client|list"))
+            .filter(|l| !l.contains(" flags=S "))
+            .filter_map(|l| l.split(' ').find(|f| f.starts_with("id=")))
+            .map(str::to_owned)
+            .collect()
+    };
+    let before = lockers_connections();
+    assert!(
+        before.len() >= 2,
+        "the locker's command and pub/sub connections: {before:?}"
+    );
+    let mut timeouts = 0;
+    for _ in 0..5 {
+        let url = sentinel.master().url();
+        let stall = std::thread::spawn(move || {
+            let client = redis::Client::open(url).unwrap();
+            let mut conn = client.get_connection().unwrap();
+            let _: () = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg("0.4")
+                .query(&mut conn)
+                .unwrap();
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let tries = (0..20).map(|i| {
+            let locker = locker.clone();
+            async move { locker.is_locked(&format!("other-{i}")).await }
+        });
+        for result in futures_util::future::join_all(tries).await {
+            timeouts += usize::from(result.is_err());
+        }
+        stall.join().unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let after = lockers_connections();
+    let new: Vec<_> = after.difference(&before).collect();
+    lock_testkit::figure(&format!(
+        "sentinel, 5 stalls of an unmoved primary, {timeouts} command timeouts: {} new locker connections, {} of {} kept",
+        new.len(),
+        before.intersection(&after).count(),
+        before.len()
+    ));
+    assert!(
+        timeouts >= 50,
+        "the stalls timed out only {timeouts} commands"
+    );
+    assert!(
+        new.is_empty() && after == before,
+        "the locker rebuilt its connections to a primary that did not move: before {before:?}, after {after:?}"
+    );
+    assert!(holder.is_held());
+    holder.release().await.unwrap();
+    let woken = waiter.await.unwrap().unwrap();
+    woken.release().await.unwrap();
+    common::assert_nothing_left(sentinel.master(), &[&locker]).await;
+}

@@ -21,6 +21,7 @@ use crate::layer::{HoldUntil, Settings};
 use crate::mode::Mode;
 use crate::reject::{Reject, Rejection, RetryAfter};
 use crate::release::{Held, Release, Watched};
+use crate::warn_limit::WarnLimit;
 
 pin_project! {
     /// The response future of [`DistributedLockService`](crate::DistributedLockService).
@@ -167,7 +168,15 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
             }
             Err(error) if error.is_backend() && fail_open => {
                 span.record("outcome", "fail_open");
-                tracing::warn!(%error, "redis unavailable: passing the request through unlocked (fail open)");
+                static FAIL_OPEN: WarnLimit = WarnLimit::new();
+                match FAIL_OPEN.admit() {
+                    Some(left_out) => tracing::warn!(
+                        %error,
+                        left_out,
+                        "redis unavailable: passing the request through unlocked (fail open)"
+                    ),
+                    None => tracing::debug!(%error, "redis unavailable: passed through unlocked"),
+                }
                 Lock::Unlocked
             }
             Err(error) => {
@@ -354,14 +363,28 @@ fn sends_a_body<B: Body>(response: &Response<B>, head: bool) -> bool {
         || body.size_hint().exact() == Some(0))
 }
 
+/// Records the outcome and logs it: an outage or a failure at warn or error level, at most
+/// once a second of each (with the number left out since: `left_out`), so a Redis outage
+/// writes a line a second rather than one per request; the rest at debug level.
 fn trace_rejection(span: &Span, rejection: &Rejection) {
+    static UNAVAILABLE: WarnLimit = WarnLimit::new();
+    static FAILED: WarnLimit = WarnLimit::new();
     span.record("outcome", rejection.kind());
     let error = rejection.error().map(tracing::field::display);
-    match rejection {
-        Rejection::Unavailable(_) => {
-            tracing::warn!(error, "redis unavailable: request rejected (fail closed)")
+    let admitted = match rejection {
+        Rejection::Unavailable(_) => UNAVAILABLE.admit(),
+        Rejection::Failed(_) => FAILED.admit(),
+        _ => None,
+    };
+    match (rejection, admitted) {
+        (Rejection::Unavailable(_), Some(left_out)) => tracing::warn!(
+            error,
+            left_out,
+            "redis unavailable: request rejected (fail closed)"
+        ),
+        (Rejection::Failed(_), Some(left_out)) => {
+            tracing::error!(error, left_out, "lock failed: request rejected")
         }
-        Rejection::Failed(_) => tracing::error!(error, "lock failed: request rejected"),
         _ => tracing::debug!(error, "request rejected"),
     }
 }

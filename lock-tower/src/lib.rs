@@ -161,6 +161,7 @@ mod mode;
 mod reject;
 mod release;
 mod service;
+mod warn_limit;
 
 pub use body::LockedBody;
 #[cfg(feature = "axum")]

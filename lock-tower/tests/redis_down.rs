@@ -86,3 +86,45 @@ async fn a_live_server_locks_as_usual() {
     assert_eq!(reply.body, "locked inventory:42");
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// During an outage the layer writes its warning about once a second with the number left out,
+/// not one line per rejected request.
+#[tokio::test]
+async fn an_outage_is_logged_once_a_second_not_per_request() {
+    let (logs, _capture) = lock_testkit::LogBuffer::capture(tracing::Level::WARN);
+    let (_server, locker) = dead_locker().await;
+    let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku").prefix("inventory:"));
+    let addr = serve(app(layer)).await;
+    logs.refresh();
+    let client = client();
+    let started = Instant::now();
+    let requests = 300;
+    // In waves of 50 at once: each rejection waits for the connect timeout.
+    for wave in 0..requests / 50 {
+        let replies = (0..50).map(|i| {
+            let client = client.clone();
+            async move {
+                let url = format!("http://{addr}/skus/{}/purchase", wave * 50 + i);
+                post_to(&client, &url).await
+            }
+        });
+        for reply in futures_util::future::join_all(replies).await {
+            assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+        }
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let text = logs.text();
+    let lines = text.matches("request rejected (fail closed)").count();
+    lock_testkit::figure(&format!(
+        "outage: {requests} requests rejected in {:?}, {lines} warning lines",
+        started.elapsed()
+    ));
+    assert!(lines >= 1, "the outage was not logged: {text}");
+    assert!(
+        u64::try_from(lines).unwrap() <= seconds + 1,
+        "{lines} warning lines for {requests} requests in {seconds} s"
+    );
+    if lines > 1 {
+        assert!(text.contains("left_out="), "{text}");
+    }
+}
