@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::connection::Timeouts;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::key;
-use crate::limits::{self, DEFAULT_FENCE_RETENTION, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::limits::{
+    self, DEFAULT_FENCE_RETENTION, DEFAULT_RELEASE_RETRY_WINDOW, MAX_LEASE, MIN_WATCHDOG_LEASE,
+};
 use crate::locker::{Locker, Settings};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
@@ -24,6 +26,7 @@ use crate::topology::{connect, redact, Credentials, Topology};
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
+/// | [`release_retry_window`](Self::release_retry_window) | 1 s | 1 ms to 1 hour |
 /// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
@@ -103,6 +106,7 @@ impl Default for LockerBuilder {
                 fence_retention: DEFAULT_FENCE_RETENTION,
                 fallback_retry: Duration::from_secs(1),
                 command_timeout: Duration::from_secs(3),
+                release_retry_window: DEFAULT_RELEASE_RETRY_WINDOW,
                 trace_holds: false,
             },
             connect_timeout: Duration::from_secs(5),
@@ -395,10 +399,25 @@ impl LockerBuilder {
         self
     }
 
-    /// Limit for one Redis command's reply. From 1 ms to 1 hour (a release's latch lives four
-    /// of them).
+    /// Limit for one Redis command's reply. From 1 ms to 1 hour.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.settings.command_timeout = timeout;
+        self
+    }
+
+    /// How long a release may be retried and still learn for sure whether its first try ran.
+    /// Default 1 s; from 1 ms to 1 hour.
+    ///
+    /// A release whose connection dropped is sent again, and its first try may or may not have
+    /// deleted the key. So each release leaves a small latch key that lives this long, for a
+    /// retry to find; nothing a release writes outlives it. A retry answered within the window
+    /// is told the truth (`Ok` when the first try released the lock); one answered later, if
+    /// it finds the key gone, cannot tell and reports the lock lost
+    /// ([`LostReason::Unknown`](crate::LostReason::Unknown)), never a release it cannot
+    /// prove. Redis memory: about one latch (some 100 bytes) per release of the last window,
+    /// so releases per second × window keys at any time.
+    pub fn release_retry_window(mut self, window: Duration) -> Self {
+        self.settings.release_retry_window = window;
         self
     }
 
@@ -442,6 +461,7 @@ impl LockerBuilder {
         let timeouts = Timeouts {
             connect: connect_timeout,
             command: settings.command_timeout,
+            release_retry: settings.release_retry_window,
         };
         let restart_guard = match restart_guard {
             None => None,
@@ -494,6 +514,10 @@ fn check_durations(
     )?;
     limits::check_timeout(DurationSetting::ConnectTimeout, connect_timeout)?;
     limits::check_timeout(DurationSetting::CommandTimeout, settings.command_timeout)?;
+    limits::check_timeout(
+        DurationSetting::ReleaseRetryWindow,
+        settings.release_retry_window,
+    )?;
     if let Some(min) = min_replicas {
         limits::check_timeout(DurationSetting::ReplicaTimeout, min.timeout)?;
     }

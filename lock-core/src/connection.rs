@@ -20,6 +20,9 @@ use crate::backend_error::BackendError;
 pub(crate) struct Timeouts {
     pub(crate) connect: Duration,
     pub(crate) command: Duration,
+    /// How long a release's latch lives: the window in which a retried release learns
+    /// whether its first try ran.
+    pub(crate) release_retry: Duration,
 }
 
 impl Timeouts {

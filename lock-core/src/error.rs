@@ -367,6 +367,8 @@ pub enum DurationSetting {
     FallbackRetry,
     /// [`LockerBuilder::fence_retention`](crate::LockerBuilder::fence_retention).
     FenceRetention,
+    /// [`LockerBuilder::release_retry_window`](crate::LockerBuilder::release_retry_window).
+    ReleaseRetryWindow,
 }
 
 impl fmt::Display for DurationSetting {
@@ -381,6 +383,7 @@ impl fmt::Display for DurationSetting {
             Self::ReplicaTimeout => "min_replicas timeout",
             Self::FallbackRetry => "fallback retry",
             Self::FenceRetention => "fence retention",
+            Self::ReleaseRetryWindow => "release retry window",
         })
     }
 }

@@ -4,8 +4,7 @@
 //! is a [`ConfigError::OutOfRange`] naming the setting and the range) or saturates where a
 //! larger value has a natural meaning (a wait or a `max_hold` beyond a century is no bound).
 //! The bounds keep every computation on a user duration far from overflow: `Instant`
-//! arithmetic, `Duration` sums and multiples (a latch lives four command timeouts, a waiting
-//! flag three fallback retries), and millisecond arguments of Redis commands and Lua scripts,
+//! arithmetic, `Duration` sums and multiples (a waiting flag lives three fallback retries), and millisecond arguments of Redis commands and Lua scripts,
 //! which must fit Redis's `long long` after adding the server's clock, and stay exact in a Lua
 //! double (below 2^53).
 
@@ -38,8 +37,8 @@ pub(crate) const MAX_HOLD: Duration = WAIT_FOREVER;
 /// milliseconds, and a shorter limit fails every call.
 pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 
-/// The longest command, connect and `min_replicas` timeout: a reply later than an hour is no
-/// reply, and the latch of a release lives four command timeouts.
+/// The longest command, connect and `min_replicas` timeout and release retry window: a reply
+/// later than an hour is no reply.
 pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The shortest fallback retry: below it a waiter that misses the release messages asks Redis
@@ -62,6 +61,11 @@ pub(crate) const MAX_FENCE_RETENTION: Duration = Duration::from_secs(10 * 365 * 
 /// its 128 ms threshold); short enough that the keys fenced in the last window, not the last
 /// hour, stay in Redis.
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(10);
+
+/// How long a release's latch lives unless the builder says otherwise: the retries of a release
+/// come within milliseconds (5 ms and 50 ms after a dropped connection), so a second covers
+/// them with room to spare, and what releases leave in Redis is a second's worth of latches.
+pub(crate) const DEFAULT_RELEASE_RETRY_WINDOW: Duration = Duration::from_secs(1);
 
 /// `value` if it lies in `min..=max`, else the error that names the setting and its range.
 pub(crate) fn check(

@@ -69,6 +69,8 @@ pub(crate) struct Settings {
     pub(crate) fence_retention: Duration,
     pub(crate) fallback_retry: Duration,
     pub(crate) command_timeout: Duration,
+    /// How long a release's latch lives (see `LockerBuilder::release_retry_window`).
+    pub(crate) release_retry_window: Duration,
     /// The `lock.hold` span at info level instead of debug.
     pub(crate) trace_holds: bool,
 }

@@ -11,9 +11,7 @@ use redis::RedisConnectionInfo;
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, SentinelPrimary, Timeouts};
 use crate::error::{ConfigError, LockError};
-use crate::store::{
-    latch_ttl, MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store,
-};
+use crate::store::{MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store};
 use crate::tls::{self, TlsConfig};
 use crate::waiters::PubSubSource;
 
@@ -210,7 +208,7 @@ pub(crate) async fn connect(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend(None, e);
-    let latch = latch_ttl(timeouts.command);
+    let latch = timeouts.release_retry;
     let node = |conn, restart_guard| Node {
         conn,
         restart_guard,

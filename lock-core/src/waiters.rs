@@ -573,6 +573,7 @@ mod tests {
         let timeouts = Timeouts {
             connect: LIMIT,
             command: LIMIT,
+            release_retry: LIMIT,
         };
         let waiters = Waiters::start(
             PubSubSource::Nodes(vec![client]),

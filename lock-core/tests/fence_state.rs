@@ -1,4 +1,4 @@
-//! What fencing keeps in Redis, and that its tokens still increase.
+//! What fencing and releases keep in Redis, and that fencing tokens still increase.
 //!
 //! A key whose holder asked for a fencing token has a fence key (its last token). It lives as
 //! long as the lock plus the fence window (`fence_retention`, 10 s by default), and until the
@@ -24,6 +24,67 @@ fn server_clock_us(server: &RedisServer) -> u64 {
     let secs: u64 = time[0].parse().unwrap();
     let micros: u64 = time[1].parse().unwrap();
     secs * 1_000_000 + micros
+}
+
+/// What releases leave: 32 tasks lock and release fresh keys as fast as they can for a
+/// second; a release's latch (the proof a retried release looks for) lives the release retry
+/// window (1 s by default), so once it passed nothing is left. Before, each release left a
+/// latch for 10 s (four command timeouts, at least 10 s): every key released in the last 10 s,
+/// hundreds of thousands at full speed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_leave_nothing_once_the_retry_window_passed() {
+    let server = server();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..32)
+        .map(|task| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let mut cycles = 0_u64;
+                while started.elapsed() < Duration::from_secs(1) {
+                    let guard = locker.lock(format!("fresh-{task}-{cycles}")).await.unwrap();
+                    guard.release().await.unwrap();
+                    cycles += 1;
+                }
+                cycles
+            })
+        })
+        .collect();
+    let mut cycles = 0;
+    for task in tasks {
+        cycles += task.await.unwrap();
+    }
+    let ended = Instant::now();
+    let used_memory = || -> i64 {
+        let info: String = server.cmd(&["INFO", "memory"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("used_memory")
+    };
+    let memory_right_after = used_memory();
+    let right_after = server.keys("lock:*").len();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let left = server.keys("lock:*");
+    let freed = memory_right_after - used_memory();
+    lock_testkit::figure(&format!(
+        "releases of fresh keys: {cycles} in 1 s, {right_after} keys right after ({freed} bytes, {} bytes a latch), {} keys {:?} after",
+        freed / i64::try_from(right_after.max(1)).unwrap(),
+        left.len(),
+        ended.elapsed()
+    ));
+    assert!(cycles > 100, "only {cycles} cycles");
+    assert!(
+        right_after > 0,
+        "the latches are there right after the releases"
+    );
+    assert!(
+        left.is_empty(),
+        "{} of {cycles} releases left keys 1.5 s after: {:?}",
+        left.len(),
+        &left[..left.len().min(3)]
+    );
+    assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// Many distinct keys fenced and released, then silence: with the default retention their

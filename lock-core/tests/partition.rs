@@ -271,10 +271,13 @@ async fn f8_connection_resets_do_not_lose_the_lock() {
     common::assert_nothing_left(&server, &[&holder, &waiting]).await;
 }
 
+/// A locker behind `proxy`. Its releases' retry window is 10 s, well past the delays these
+/// tests put in: a retried release then always finds its first try's latch.
 async fn proxied_locker(proxy: &FaultProxy, lease: Duration) -> Locker {
     Locker::builder()
         .url(proxy.url())
         .watchdog_lease(lease)
+        .release_retry_window(Duration::from_secs(10))
         .build()
         .await
         .unwrap()
@@ -383,6 +386,47 @@ async fn release_with_reply_in_flight(
         "the release ran on the server"
     );
     (holder, release)
+}
+
+/// A release whose reply is lost after it ran, retried only once the release retry window
+/// passed: its first try's latch is gone, so the retry cannot tell its own delete from a loss.
+/// It reports the lock lost for an unknown reason, never `Ok` on a proof it no longer has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_retried_past_its_window_reports_an_unknown_loss_not_ok() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = Locker::builder()
+        .url(proxy.url())
+        .release_retry_window(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    holder.lock("warm").await.unwrap().release().await.unwrap();
+    let guard = holder
+        .lock("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .await;
+    let release = tokio::spawn(async move { guard.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock_key(&server, "r").is_none(),
+        "the release ran on the server"
+    );
+    // Its reply is lost; the retry goes through the proxy's 200 ms delay, so it runs once the
+    // first try's 100 ms latch is gone.
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = release.await.unwrap();
+    match released {
+        Err(lock_core::LockError::Lost { reason, .. }) => {
+            assert_eq!(reason, lock_core::LostReason::Unknown);
+        }
+        other => panic!("a release retried past its window: {other:?}"),
+    }
+    common::assert_nothing_left(&server, &[&holder]).await;
 }
 
 /// A reader's release whose reply is lost after it ran, then a writer takes the lock before

@@ -11,7 +11,8 @@
 -- ARGV[2]  the release channel of the semaphore (a channel, not a key); the message is the
 --          holder name of the first waiter in line, the only one that needs to try (see
 --          permit_acquire.lua)
--- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
+-- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
+--          after it does not trust a missing latch, see `Node::release`)
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see

@@ -13,7 +13,8 @@
 -- KEYS[4]  the readers set of the lock key
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of the lock key (a channel, not a key)
--- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
+-- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
+--          after it does not trust a missing latch, see `Node::release`)
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see

@@ -18,7 +18,8 @@
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of this lock key (a channel, not a key); the message is '1'
 --          (every waiter may try), or for a fair lock the token of the first waiter in line
--- ARGV[3]  how long the latch lives, in milliseconds (longer than any retry of this release)
+-- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
+--          after it does not trust a missing latch, see `Node::release`)
 --
 -- KEYS[2] to KEYS[6] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
 -- although they usually do not exist. Inside a script a Redis Cluster checks each command's

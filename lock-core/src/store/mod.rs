@@ -91,12 +91,6 @@ pub(crate) struct RestartGuard {
     pub(crate) guard: Duration,
 }
 
-/// How long a release's latch lives for a given command timeout: past every retry of the
-/// release (at most three tries of one command timeout each, plus the pauses between them).
-pub(crate) fn latch_ttl(command_timeout: Duration) -> Duration {
-    (command_timeout * 4).max(Duration::from_secs(10))
-}
-
 /// Where locks live, and how they are taken, released and renewed there.
 #[derive(Debug)]
 pub(crate) enum Store {

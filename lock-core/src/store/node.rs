@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
@@ -220,12 +222,37 @@ impl Node {
         call.arg(token)
             .arg(keys.channel())
             .arg(lease_ms(self.latch));
-        retry_dropped(|| {
-            let mut conn = self.conn.clone();
-            let call = &call;
-            async move { call.invoke(&mut conn).await.map_err(BackendError::redis) }
-        })
-        .await
+        let first_sent = Instant::now();
+        // Whether an earlier try may have run: its connection dropped after it was sent (a
+        // cluster's refusal comes before the script runs).
+        let mut earlier_may_have_run = false;
+        let reply: Result<ReleaseReply, BackendError> = retry_dropped_noting(
+            || {
+                let mut conn = self.conn.clone();
+                let call = &call;
+                async move { call.invoke(&mut conn).await.map_err(BackendError::redis) }
+            },
+            |error| earlier_may_have_run |= error.is_dropped_connection(),
+        )
+        .await;
+        match reply {
+            // A retry that found the key gone (or taken) and no latch proves that no earlier
+            // try released it only while that try's latch would still live: the try ran, if
+            // at all, after `first_sent`, and its latch lives `self.latch` from then. Answered
+            // later than that (less a tenth, for the two clocks' rates), it cannot tell.
+            Ok(found)
+                if earlier_may_have_run
+                    && !found.ours
+                    && first_sent.elapsed() >= self.latch - self.latch / 10 =>
+            {
+                Ok(ReleaseReply {
+                    ours: false,
+                    gone: Some(Gone::Unknown),
+                    others_waiting: false,
+                })
+            }
+            reply => reply,
+        }
     }
 
     /// Undoes this node's grant to a RedLock try that did not win a majority: deletes the lock
@@ -520,7 +547,19 @@ fn parse_uptime(info: &str) -> Option<Duration> {
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
 /// connection, or a cluster refused it before it ran (a slot that moved or is migrating, whose
 /// end the cluster client's own retries did not see); for idempotent calls only.
-async fn retry_dropped<T, F, Fut>(mut call: F) -> Result<T, BackendError>
+async fn retry_dropped<T, F, Fut>(call: F) -> Result<T, BackendError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, BackendError>>,
+{
+    retry_dropped_noting(call, |_| ()).await
+}
+
+/// [`retry_dropped`], telling `retrying_after` each error it retries after.
+async fn retry_dropped_noting<T, F, Fut>(
+    mut call: F,
+    mut retrying_after: impl FnMut(&BackendError),
+) -> Result<T, BackendError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, BackendError>>,
@@ -529,6 +568,7 @@ where
     for delay in [5, 50] {
         match &result {
             Err(e) if e.is_dropped_connection() || e.is_cluster_refusal() => {
+                retrying_after(e);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 result = call().await;
             }
