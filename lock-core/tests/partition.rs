@@ -369,6 +369,19 @@ async fn release_with_reply_in_flight(
     tokio::task::JoinHandle<Result<(), lock_core::LockError>>,
 ) {
     let holder = proxied_locker(proxy, Duration::from_secs(5)).await;
+    let release = release_in_flight(&holder, server, proxy, Duration::from_millis(200)).await;
+    (holder, release)
+}
+
+/// [`release_with_reply_in_flight`] for a given holder behind `proxy`, which delays
+/// everything by `delay` each way: returns `delay / 2` after the release ran on the server,
+/// with its reply `delay / 2` from arriving.
+async fn release_in_flight(
+    holder: &Locker,
+    server: &lock_testkit::RedisServer,
+    proxy: &FaultProxy,
+    delay: Duration,
+) -> tokio::task::JoinHandle<Result<(), lock_core::LockError>> {
     // Load the scripts first, so that the release is one EVALSHA.
     holder.lock("warm").await.unwrap().release().await.unwrap();
     let guard = holder
@@ -376,16 +389,14 @@ async fn release_with_reply_in_flight(
         .lease(Duration::from_secs(5))
         .await
         .unwrap();
-    proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
-        .await;
+    proxy.set_mode(ProxyMode::Delay(delay)).await;
     let release = tokio::spawn(async move { guard.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(delay + delay / 2).await;
     assert!(
         lock_key(server, "r").is_none(),
         "the release ran on the server"
     );
-    (holder, release)
+    release
 }
 
 /// A release whose reply is lost after it ran, retried only once the release retry window
@@ -397,27 +408,14 @@ async fn a_release_retried_past_its_window_reports_an_unknown_loss_not_ok() {
     let proxy = FaultProxy::start(server.port()).await.unwrap();
     let holder = Locker::builder()
         .url(proxy.url())
-        .release_retry_window(Duration::from_millis(100))
+        .release_retry_window(Duration::from_millis(20))
         .build()
         .await
         .unwrap();
-    holder.lock("warm").await.unwrap().release().await.unwrap();
-    let guard = holder
-        .lock("r")
-        .lease(Duration::from_secs(5))
-        .await
-        .unwrap();
-    proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
-        .await;
-    let release = tokio::spawn(async move { guard.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        lock_key(&server, "r").is_none(),
-        "the release ran on the server"
-    );
-    // Its reply is lost; the retry goes through the proxy's 200 ms delay, so it runs once the
-    // first try's 100 ms latch is gone.
+    // The first try runs 1 s after it was sent; its reply would come 1 s later still.
+    let release = release_in_flight(&holder, &server, &proxy, Duration::from_secs(1)).await;
+    // Its reply is lost half a second after the first try ran: the retry runs long after the
+    // first try's 20 ms latch is gone.
     proxy.set_mode(ProxyMode::Reset).await;
     let released = release.await.unwrap();
     match released {

@@ -51,6 +51,33 @@ async fn admitted_after(url: &str, since: Instant, limit: Duration) -> (Option<D
     (None, busy)
 }
 
+/// Waits until `key` is locked (by the quiet client's request), then asks for `url` until it
+/// is admitted: asserts that the quiet request held the key (requests were refused) and that
+/// the key was free again at the hold's end, not before and not a lease later.
+async fn assert_held_until_the_max_hold(
+    locker: &lock_core::Locker,
+    key: &str,
+    url: &str,
+    started: Instant,
+    what: &str,
+) {
+    assert!(
+        common::time_until_locked(locker, key, Duration::from_secs(2)).await,
+        "{what}: the request never took the lock"
+    );
+    let (admitted, busy) = admitted_after(url, started, MAX_HOLD * 4).await;
+    let admitted = admitted.unwrap_or_else(|| panic!("{what}: the key stayed locked"));
+    lock_testkit::figure(&format!(
+        "{what}, max_hold {MAX_HOLD:?}: key free again after {admitted:?} ({busy} requests refused before)"
+    ));
+    assert!(busy > 0, "{what}: the request did not hold the key");
+    assert!(
+        admitted >= MAX_HOLD - Duration::from_millis(100)
+            && admitted < MAX_HOLD + Duration::from_millis(900),
+        "{what}: admitted {admitted:?} after; max_hold {MAX_HOLD:?}"
+    );
+}
+
 #[test]
 fn the_default_hold_is_at_most_a_minute() {
     assert!(DEFAULT_MAX_HOLD > Duration::ZERO && DEFAULT_MAX_HOLD <= Duration::from_secs(60));
@@ -76,23 +103,14 @@ async fn a_silent_client_holds_the_key_no_longer_than_the_max_hold() {
         "POST /orders/42 HTTP/1.1\r\nhost: test\r\ncontent-length: 1000\r\n\r\nA",
     )
     .await;
-    // The silent request holds the lock once the layer has it.
-    assert!(
-        common::time_until_locked(&locker, "42", Duration::from_secs(2)).await,
-        "the silent request never took the lock"
-    );
-    let (admitted, busy) =
-        admitted_after(&format!("http://{addr}/orders/42"), started, MAX_HOLD * 4).await;
-    let admitted = admitted.expect("the key stayed locked by a silent client");
-    lock_testkit::figure(&format!(
-        "silent client, max_hold {MAX_HOLD:?}: key free again after {admitted:?} ({busy} requests refused before)"
-    ));
-    assert!(busy > 0, "the silent request did not hold the key");
-    assert!(
-        admitted >= MAX_HOLD - Duration::from_millis(100)
-            && admitted < MAX_HOLD + Duration::from_millis(900),
-        "admitted {admitted:?} after the silent request; max_hold {MAX_HOLD:?}"
-    );
+    assert_held_until_the_max_hold(
+        &locker,
+        "42",
+        &format!("http://{addr}/orders/42"),
+        started,
+        "silent client",
+    )
+    .await;
     // The silent request itself is answered: lock lost, 503, its handler stopped.
     let mut answer = vec![0; 64];
     let read = tokio::time::timeout(Duration::from_secs(2), silent.read(&mut answer))
@@ -130,22 +148,14 @@ async fn a_client_that_stops_reading_a_body_end_response_loses_the_key_at_the_ma
         "POST /export/7 HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n",
     )
     .await;
-    assert!(
-        common::time_until_locked(&locker, "7", Duration::from_secs(2)).await,
-        "the export never took the lock"
-    );
-    let (admitted, busy) =
-        admitted_after(&format!("http://{addr}/orders/7"), started, MAX_HOLD * 4).await;
-    let admitted = admitted.expect("the key stayed locked by a client that stopped reading");
-    lock_testkit::figure(&format!(
-        "non-reading client under BodyEnd, max_hold {MAX_HOLD:?}: key free again after {admitted:?} ({busy} refused before)"
-    ));
-    assert!(busy > 0, "the export did not hold the key");
-    assert!(
-        admitted >= MAX_HOLD - Duration::from_millis(100)
-            && admitted < MAX_HOLD + Duration::from_millis(900),
-        "admitted {admitted:?} after the export; max_hold {MAX_HOLD:?}"
-    );
+    assert_held_until_the_max_hold(
+        &locker,
+        "7",
+        &format!("http://{addr}/orders/7"),
+        started,
+        "non-reading client under BodyEnd",
+    )
+    .await;
     drop(reader);
     common::assert_nothing_left(&server, &[&locker]).await;
 }
