@@ -9,8 +9,8 @@
 //! | `POST /skus/{sku}/purchase/{variant}` | buys one: `200` with the order, or `409`/`404`/`503` with `{"error", "message"}` |
 //! | `PUT /debug/chaos` | `{"pause_ms", "every", "max"}`: stalls every `every`-th write of this instance (at most `max` times) for `pause_ms`, right before it writes |
 //! | `DELETE /debug/chaos` | stops stalling |
-//! | `PUT /debug/trace` | starts recording the purchases that carry an `x-purchase-id` header ([`trace`](crate::trace)) |
-//! | `GET /debug/trace` | the [`Attempt`](crate::trace::Attempt)s recorded since the last `GET`, as JSON |
+//! | `PUT /debug/trace` | starts recording the purchases that carry an `x-purchase-id` header (the [`crate::trace`] module) |
+//! | `GET /debug/trace` | the [`crate::trace::Attempt`] values recorded since the last `GET`, as JSON |
 //! | `DELETE /debug/trace` | stops recording |
 //!
 //! Every purchase variant does the same read-check-write: read the stock, answer `409

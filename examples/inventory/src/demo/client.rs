@@ -28,7 +28,7 @@ pub enum Answer {
     Sold,
     /// `409 sold_out`.
     SoldOut,
-    /// `409 busy` on every try (the layer that does not wait, [`MAX_TRIES`] times).
+    /// `409 busy` on every try (the layer that does not wait, `MAX_TRIES` times).
     Busy,
     /// `409 stale_fence`: the fencing token refused the write.
     Stale,
