@@ -68,6 +68,12 @@ impl Fence {
     /// is still ours); every later call, and every nested guard of the acquisition, gets the
     /// same token without a round trip.
     ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the lock as it was. Redis may still have issued a token
+    /// that nobody receives: the next call asks again and gets a larger one (tokens only need
+    /// to increase).
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock is no longer ours before the token was issued (a holder

@@ -84,6 +84,12 @@ impl LockGuard {
     /// lock is still ours); later calls and nested guards share it. An acquire whose token is
     /// never asked for costs no fencing at all.
     ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the lock as it was. Redis may still have issued a token
+    /// that nobody receives: the next call asks again and gets a larger one (tokens only need
+    /// to increase).
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock was lost before the token was issued;
@@ -148,6 +154,13 @@ impl LockGuard {
     /// lock the watchdog takes over again at its next tick; its renewals never shorten a
     /// longer extension (an extension past `max_hold` stands, too).
     ///
+    /// # Cancel safety
+    ///
+    /// Redis may apply the extension even if this future is dropped, or fails, before the
+    /// answer: so an extension that shortens the lease counts from when it was sent (the guard
+    /// reports the lock lost when that shorter lease ends, unless a later renewal or extension
+    /// confirms more), and one that lengthens it counts only once confirmed.
+    ///
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock is no longer ours, [`LockError::Config`] for a
@@ -159,6 +172,9 @@ impl LockGuard {
             return Err(self.held.lost_error());
         }
         let sent_at = Instant::now();
+        // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
+        // or left without an answer, the extension may have run all the same.
+        self.held.expect_extension(sent_at, by);
         let pair = [(self.held.keys(), self.held.token())];
         match self
             .local

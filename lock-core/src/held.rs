@@ -293,6 +293,19 @@ impl HeldLock {
         validity.until = validity.until.max(confirmed_until(sent_at, lease));
     }
 
+    /// Before an explicit extension is sent: Redis may apply it without this process hearing
+    /// back (the call is cancelled, the reply is lost), so a validity it would shorten is
+    /// shortened now, and renewals sent before it no longer count (they may run before it in
+    /// Redis and be overwritten). A longer extension changes nothing until it is confirmed.
+    pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration) {
+        let mut validity = self.validity.lock();
+        if validity.extended_at.is_some_and(|at| sent_at < at) {
+            return;
+        }
+        validity.until = validity.until.min(confirmed_until(sent_at, by));
+        validity.extended_at = Some(sent_at);
+    }
+
     /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
     /// unless a later extension was recorded already.
     pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration) {

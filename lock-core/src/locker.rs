@@ -256,6 +256,10 @@ impl Locker {
     /// Whether anyone (any process) holds `key` right now: a mutex, write or fair lock, or
     /// read locks. One `EXISTS`. (Semaphores are not locks: their names are separate.)
     ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only reads.
+    ///
     /// # Errors
     ///
     /// [`LockError::InvalidKey`], or [`LockError::Backend`] when Redis fails.
@@ -271,6 +275,11 @@ impl Locker {
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for
     /// a holder that is known to be gone. The holder, if alive, learns the loss at its next
     /// renewal. Returns whether a lock was deleted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropped after it was sent, the deletion may or may not have happened: call it again
+    /// (it is idempotent) to know.
     ///
     /// # Errors
     ///

@@ -297,3 +297,59 @@ async fn a_fair_acquire_keeps_to_its_wait_after_the_grant() {
     );
     assert_nothing_left(&server, &[&a]).await;
 }
+
+/// An extension that shortens the lease, dropped (or failing) after it was sent but before
+/// its answer: Redis applied it, so the key ends early. The guard must not go on saying
+/// "held" until its old lease ends while another locker holds the key. Both a cancelled call
+/// and one whose reply is lost (the connection cut, its retries refused) are tried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shortening_extension_without_its_answer_still_counts() {
+    use lock_testkit::{FaultProxy, ProxyMode};
+
+    for cancelled in [true, false] {
+        let server = server();
+        let proxy = FaultProxy::start(server.port()).await.unwrap();
+        let holder = Locker::builder()
+            .url(proxy.url())
+            .command_timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .unwrap();
+        let other = locker(&server).await;
+        let guard = holder
+            .lock("k")
+            .lease(Duration::from_secs(30))
+            .await
+            .unwrap();
+        // Loads the extension's script, so that the extension below is one call.
+        guard.extend(Duration::from_secs(30)).await.unwrap();
+        proxy
+            .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+            .await;
+        let by = Duration::from_millis(300);
+        if cancelled {
+            // Dropped 100 ms in: the command is on its way and runs 100 ms later.
+            let extend = tokio::time::timeout(Duration::from_millis(100), guard.extend(by)).await;
+            assert!(extend.is_err(), "the extension was cut off: {extend:?}");
+        } else {
+            let reset = async {
+                // After the extension ran (200 ms in), before its reply (400 ms): the
+                // connection dies and the retries find no server.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                proxy.set_mode(ProxyMode::Refuse).await;
+            };
+            let (extended, ()) = tokio::join!(guard.extend(by), reset);
+            assert!(extended.is_err(), "no answer: {extended:?}");
+        }
+        proxy.set_mode(ProxyMode::Pass).await;
+        // Another locker takes the key as soon as the shortened lease ends in Redis.
+        let taken = other.lock("k").wait(Duration::from_secs(5)).await.unwrap();
+        assert!(
+            !guard.is_held(),
+            "cancelled={cancelled}: the guard says held while another locker holds the key"
+        );
+        assert!(guard.release().await.unwrap_err().is_lost());
+        taken.release().await.unwrap();
+        assert_nothing_left(&server, &[&holder, &other]).await;
+    }
+}

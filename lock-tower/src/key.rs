@@ -644,33 +644,14 @@ fn query_param(query: &str, name: &str) -> Result<String, KeyAbsence> {
 }
 
 /// Decodes one `application/x-www-form-urlencoded` component; `None` when the bytes are not
-/// UTF-8. A `%` not followed by two hex digits stays as it is.
+/// UTF-8 (a lossy decoding would lock a different key than the one the client sent). A `%` not
+/// followed by two hex digits stays as it is. A `+` is a space; an encoded one (`%2B`) is not.
 fn form_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => match (
-                bytes.get(i + 1).copied().and_then(hex),
-                bytes.get(i + 2).copied().and_then(hex),
-            ) {
-                (Some(hi), Some(lo)) => {
-                    out.push(hi << 4 | lo);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).ok()
-}
-
-fn hex(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
+    let spaced = s.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .ok()
+        .map(std::borrow::Cow::into_owned)
 }
 
 #[cfg(test)]
@@ -725,6 +706,15 @@ mod tests {
         assert_eq!(
             KeyFrom::query_param("k").extract_key(&req("/?k=%C3%A9")),
             Some("é".to_owned())
+        );
+        // Every spelling of `+7` a client can send: a literal `+` is a space, `%2B` a plus.
+        assert_eq!(
+            KeyFrom::query_param("k").extract_key(&req("/?k=%2B7")),
+            Some("+7".to_owned())
+        );
+        assert_eq!(
+            KeyFrom::query_param("k").extract_key(&req("/?k=+7")),
+            Some(" 7".to_owned())
         );
         // Not UTF-8 once decoded.
         assert_eq!(KeyFrom::query_param("k").extract_key(&req("/?k=%FF")), None);
