@@ -249,7 +249,7 @@ impl fmt::Debug for ShownKey<'_> {
 
 /// Characters that change how the text around them looks without being seen: bidirectional
 /// marks and overrides, zero-width characters, line and paragraph separators.
-fn is_invisible(c: char) -> bool {
+pub(crate) fn is_invisible(c: char) -> bool {
     matches!(
         c,
         '\u{061c}'

@@ -33,9 +33,10 @@
 -- acquire.lua).
 --
 -- Returns {1, 0} when the holder now has its permits (also when it already had them: a retry
--- is idempotent and re-applies the lease), {0, ms} when too few are free or another waiter is
--- first in line (ms until the first held lease ends, or until the first waiter stops counting
--- as alive: a bound for the caller's fallback wake-up), {2, ms} inside the restart guard. A
+-- is idempotent and re-applies the lease), {0, ms, holder} when too few are free (ms until the
+-- first held lease ends, and that holder's stored value, which names it), {0, ms} when another
+-- waiter is first in line (ms until it stops counting as alive: a bound for the caller's
+-- fallback wake-up), {2, ms} inside the restart guard. A
 -- key of another type fails with WRONGTYPE and is never overwritten.
 --
 -- The count comes with each call, so callers that disagree (a rolling change of the count)
@@ -100,7 +101,7 @@ if stay > 0 then
   head = head or ARGV[1]
 end
 if used + wanted > limit then
-  return {0, math.max(tonumber(holders[2]) - now, 1)}
+  return {0, math.max(tonumber(holders[2]) - now, 1), holders[1]}
 end
 -- Free, but another waiter is first: it has until its liveness ends to take them.
 local first = tonumber(redis.call('ZSCORE', KEYS[3], head) or '') or now
