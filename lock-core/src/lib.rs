@@ -148,7 +148,8 @@
 //! # Redis data model (for ACLs)
 //!
 //! For a user key `k`, with `h` the first 16 hex digits of SHA-1(`k`) and `p` the prefix
-//! (`lock:` by default): `p{h}:lock:k` (string, the holder's token), `p{h}:fence:k` (string,
+//! (`lock:` by default): `p{h}:lock:k` (string, the holder's token and holder name,
+//! `<token>|<holder>`, see [`LockerBuilder::holder_name`]), `p{h}:fence:k` (string,
 //! the last fencing token), `p{h}:waiters:k` (sorted set with a TTL: the tokens of other lockers' waiting exclusive acquirers),
 //! `p{h}:unlocked:<token>` (string with a TTL of a few seconds: the release latch that tells a
 //! retried release that its first try ran), `pnode-epoch` (with

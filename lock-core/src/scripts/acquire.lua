@@ -17,7 +17,8 @@
 --          stays until the set's TTL ends)
 -- KEYS[3]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
 --          which is prepended to this script)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder
+--          name (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: its entry in the waiting writers
 --          lives that long (0: the caller will not wait and does not join)

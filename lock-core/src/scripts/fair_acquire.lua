@@ -15,7 +15,8 @@
 -- KEYS[3]  the line (sorted set: token -> arrival, us)
 -- KEYS[4]  the line's liveness (sorted set: token -> alive until, ms)
 -- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>|fair`, >= 128 random bits in hex, the
+--          holder name and the fair mark (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes the lock only if nobody is in line)

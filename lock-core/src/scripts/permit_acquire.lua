@@ -2,7 +2,7 @@
 -- the line (once: the first arrival keeps its place) and tell the caller how long to wait.
 -- guard.lua and line.lua are prepended to this script.
 --
--- Layout: one sorted set per semaphore; each holder is one member, `<token>:<permits>`, scored
+-- Layout: one sorted set per semaphore; each holder is one member, `<token>|<holder>:<permits>`, scored
 -- by the end of its lease (server clock, ms). Members whose lease ended are dropped by the next
 -- call, so a crashed holder's permits come back when its lease ends. The set expires with its
 -- longest lease, so an idle semaphore leaves nothing behind.
@@ -20,7 +20,8 @@
 -- KEYS[2]  the line (sorted set: holder -> arrival, us)
 -- KEYS[3]  the line's liveness (sorted set: holder -> alive until, ms)
 -- KEYS[4]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the holder: `<token>:<permits>` (token >= 128 random bits, hex; permits >= 1)
+-- ARGV[1]  the holder: `<token>|<holder>:<permits>` (token >= 128 random bits,
+--          hex; the holder name, see holder.rs; permits >= 1)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes permits only if nobody is in line)

@@ -17,7 +17,8 @@
 --          writers). A flag of its own: if a writer's hold ends without its release (its lease
 --          ran out, a force unlock), a reader's flag must not keep the other readers out
 -- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder
+--          name (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: the waiting flag lives at least that
 --          long (0: the caller will not wait)
