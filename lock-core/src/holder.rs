@@ -208,6 +208,27 @@ mod tests {
         assert_eq!(parse_permit(&format!("{token}:2")), (None, 2));
     }
 
+    /// A release message names the first waiter in line by its stored value: the longest
+    /// must pass the listener's size limit, or that waiter would sleep until its fallback
+    /// retry.
+    #[test]
+    fn the_longest_stored_value_fits_in_a_release_message() {
+        let token = crate::acquire::new_token();
+        let name = "x".repeat(MAX_HOLDER_NAME_LEN);
+        for kind in [
+            StoredKind::Plain,
+            StoredKind::Fair,
+            StoredKind::Permits(u32::MAX),
+        ] {
+            let value = stored_value(&token, &name, kind);
+            assert!(
+                value.len() <= crate::waiters::MAX_MESSAGE,
+                "{}",
+                value.len()
+            );
+        }
+    }
+
     #[test]
     fn names_are_refused_with_a_reason() {
         let reason = |name: &str| match validate(name) {
