@@ -15,6 +15,7 @@ use crate::backend_error::BackendError;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, HeldLock, LeaseMode, Terms};
+use crate::holder::{self, StoredKind};
 use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::limits;
 use crate::local::LocalLocks;
@@ -244,7 +245,16 @@ struct When {
 /// The outcome of one acquire try in Redis (after its retries).
 enum Try {
     Won,
-    Busy { ttl: Option<Duration> },
+    Busy(Seen),
+}
+
+/// What a try that found the lock taken learned of its holder, for a `Busy` answer.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The holder's remaining lease, when Redis reported one.
+    ttl: Option<Duration>,
+    /// The holder's name, when its stored value carries one.
+    holder: Option<String>,
 }
 
 /// Where an acquire may take over a lock a local holder hands over, and what it takes.
@@ -443,7 +453,7 @@ impl Acquire {
         }
         let permit = queue_for(&slot.queue, self.permits, when, Some(slot)).await;
         let Some(permit) = permit else {
-            return Err(self.busy(when.started, self.local_holder_ttl(slot)));
+            return Err(self.busy(when.started, self.local_holder(slot)));
         };
         let handoff = Handoff {
             slot,
@@ -479,7 +489,7 @@ impl Acquire {
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
         let _waiting = (!when.try_once).then(|| slot.queued());
         let Some(place) = queue_for(&slot.queue, self.permits, when, None).await else {
-            return Err(self.busy(when.started, None));
+            return Err(self.busy(when.started, Seen::default()));
         };
         if when.try_once {
             let grant = self
@@ -489,7 +499,7 @@ impl Acquire {
         }
         let turn = self.locker.inner.local.semaphore_turn(&self.key, limit);
         let Some(_turn) = queue_for(&turn.queue, 1, when, None).await else {
-            return Err(self.busy(when.started, None));
+            return Err(self.busy(when.started, Seen::default()));
         };
         let handoff = Handoff {
             slot,
@@ -506,11 +516,15 @@ impl Acquire {
         Ok((place, grant))
     }
 
-    /// How long the local holder of `slot` still holds, if one does (for a `Busy` answer).
-    fn local_holder_ttl(&self, slot: &SlotRef<HeldLock>) -> Option<Duration> {
+    /// The local holder of `slot`, if one holds it (for a `Busy` answer): how long it still
+    /// holds, and its name, this locker's.
+    fn local_holder(&self, slot: &SlotRef<HeldLock>) -> Seen {
         slot.holder()
             .upgrade()
-            .map(|h| h.valid_until().saturating_duration_since(Instant::now()))
+            .map_or_else(Seen::default, |h| Seen {
+                ttl: Some(h.valid_until().saturating_duration_since(Instant::now())),
+                holder: Some(self.locker.inner.settings.holder.clone()),
+            })
     }
 
     /// The lock the last local holder handed over, if one waits in the slot and fits this
@@ -589,7 +603,7 @@ impl Acquire {
                     BackendError::undecided("the renewal of a fair grant got no decisive answer"),
                 ),
                 // The wait ran out, or the grant was lost while waiting for the local place.
-                _ => self.busy(when.started, None),
+                _ => self.busy(when.started, Seen::default()),
             });
         };
         on_drop.disarm();
@@ -618,23 +632,37 @@ impl Acquire {
         on_drop.disarm();
     }
 
-    /// A fresh token for a try; a semaphore holder's names its permits (`<token>:<permits>`),
-    /// which the scripts count.
+    /// A fresh stored value for a try: a new token with the locker's holder name; a fair
+    /// lock's is marked, a semaphore holder's names its permits, which the scripts count (see
+    /// `holder.rs`).
     fn new_token(&self) -> String {
-        match self.access {
-            Access::Permits { .. } => format!("{}:{}", new_token(), self.permits),
-            Access::Exclusive | Access::Fair | Access::Shared => new_token(),
-        }
+        let kind = match self.access {
+            Access::Permits { .. } => StoredKind::Permits(self.permits),
+            Access::Fair => StoredKind::Fair,
+            Access::Exclusive | Access::Shared => StoredKind::Plain,
+        };
+        holder::stored_value(&new_token(), &self.locker.inner.settings.holder, kind)
     }
 
-    fn busy(&self, started: Instant, holder_ttl: Option<Duration>) -> LockError {
+    fn busy(&self, started: Instant, seen: Seen) -> LockError {
         let waited = started.elapsed();
         tracing::debug!(?waited, "lock busy");
         LockError::Busy {
             key: self.key.clone(),
             waited,
-            holder_ttl,
+            holder_ttl: seen.ttl,
+            holder: seen.holder,
         }
+    }
+
+    /// The holder name in a stored value this acquire found (see `holder.rs`): a semaphore's
+    /// holders name their permits, a lock's may be a fair one's.
+    fn holder_in(&self, value: &str) -> Option<String> {
+        let name = match self.access {
+            Access::Permits { .. } => holder::parse_permit(value).0,
+            Access::Exclusive | Access::Fair | Access::Shared => holder::parse_lock(value).holder,
+        };
+        name.map(str::to_owned)
     }
 
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
@@ -687,14 +715,14 @@ impl Acquire {
         } else {
             inner.waiters.subscribed(&keys.channel())
         };
-        // The holder's TTL at the last try that found the lock held, once one did.
-        let mut seen_busy: Option<Option<Duration>> = None;
+        // The holder at the last try that found the lock held, once one did.
+        let mut seen_busy: Option<Seen> = None;
         loop {
-            if let Some(ttl) = seen_busy {
+            if let Some(seen) = &seen_busy {
                 // The last sleep ended at the deadline: a try now would have no time left. The
                 // answer is what the last try found.
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(self.busy(started, ttl));
+                    return Err(self.busy(started, seen.clone()));
                 }
             }
             let notify = subscription.as_ref().map(|s| s.notify.clone());
@@ -735,7 +763,7 @@ impl Acquire {
                 // Cut at the deadline after the lock was found held: the wait ran out while
                 // asking again, which is contention, not a Redis failure.
                 Err(LockError::Backend { source, .. }) if source.is_deadline() => match seen_busy {
-                    Some(ttl) => return Err(self.busy(started, ttl)),
+                    Some(seen) => return Err(self.busy(started, seen)),
                     None => return Err(LockError::backend(Some(&self.key), source)),
                 },
                 tried => tried?,
@@ -746,7 +774,7 @@ impl Acquire {
             if !matches!(self.access, Access::Fair | Access::Permits { .. }) || try_once {
                 on_drop.disarm();
             }
-            let ttl = match tried {
+            let seen = match tried {
                 Try::Won => {
                     on_drop.disarm();
                     if on_drop.target.token == waiter {
@@ -773,18 +801,19 @@ impl Acquire {
                         handed_over: None,
                     });
                 }
-                Try::Busy { ttl } => ttl,
+                Try::Busy(seen) => seen,
             };
+            let ttl = seen.ttl;
             if !flag.is_zero() && self.access == Access::Exclusive {
                 waiting.target.token.clone_from(&waiter);
                 waiting.arm();
             }
-            seen_busy = Some(ttl);
             let now = Instant::now();
             let remaining = deadline.map(|d| d.saturating_duration_since(now));
             if try_once || remaining.is_some_and(|r| r.is_zero()) {
-                return Err(self.busy(started, ttl));
+                return Err(self.busy(started, seen));
             }
+            seen_busy = Some(seen);
             if inner.store.is_redlock() {
                 // A failed quorum try is undone in the background under its token.
                 on_drop.target.renew_token(self.new_token());
@@ -884,7 +913,10 @@ impl Acquire {
             };
             match reply {
                 Ok(Outcome::Acquired) => return Ok(Try::Won),
-                Ok(Outcome::Busy { ttl }) => return Ok(Try::Busy { ttl }),
+                Ok(Outcome::Busy { ttl, holder }) => {
+                    let holder = holder.and_then(|value| self.holder_in(&value));
+                    return Ok(Try::Busy(Seen { ttl, holder }));
+                }
                 Ok(Outcome::NotReplicated { acked }) => {
                     return Err(LockError::NotReplicated {
                         key: self.key.clone(),

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::backend_error::BackendError;
+use crate::holder::HolderNameReason;
 use crate::key::{RedisKeys, ShownKey};
 
 /// Why a lock operation failed.
@@ -16,9 +17,10 @@ use crate::key::{RedisKeys, ShownKey};
 pub enum LockError {
     /// The lock was held by another owner for the whole `wait`.
     #[error(
-        "lock `{}` is busy (waited {}{})",
+        "lock `{}` is busy (waited {}{}{})",
         ShownKey(key),
         Approx(*waited),
+        HeldBy(holder),
         HolderTtl(*holder_ttl)
     )]
     Busy {
@@ -28,6 +30,14 @@ pub enum LockError {
         waited: Duration,
         /// The holder's remaining lease at the last attempt, when Redis reported one.
         holder_ttl: Option<Duration>,
+        /// The holder's name (see
+        /// [`LockerBuilder::holder_name`](crate::LockerBuilder::holder_name)) at the last
+        /// attempt, when it was known: read by the acquire script that refused (no extra
+        /// command), or this locker's own name when a task of this process holds the lock.
+        /// `None` for a holder of an older version of the kit, when read locks (many
+        /// holders) or waiting writers kept the acquire out, and for a fair lock or semaphore
+        /// that is free but kept for an earlier waiter.
+        holder: Option<String>,
     },
     /// The lock is no longer ours: its lease ran out, another owner took it over, its key was
     /// deleted, ... ([`LostReason`] says which, as far as the kit can tell).
@@ -343,6 +353,15 @@ pub enum ConfigError {
          in their urls"
     )]
     DataCredentialsWithoutSentinel,
+    /// [`LockerBuilder::holder_name`](crate::LockerBuilder::holder_name) got a name that cannot
+    /// be stored with a lock or shown safely.
+    #[error("invalid holder name `{name}`: {reason}")]
+    HolderName {
+        /// The refused name, escaped and cut as keys are in messages.
+        name: String,
+        /// What is wrong with it.
+        reason: HolderNameReason,
+    },
 }
 
 /// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].
@@ -408,6 +427,19 @@ impl fmt::Display for Approx {
         match tenths % 10 {
             0 => write!(f, "{}s", tenths / 10),
             tenth => write!(f, "{}.{tenth}s", tenths / 10),
+        }
+    }
+}
+
+/// `, held by `web-1:4711`` when the holder's name is known; escaped like keys (the name was
+/// read from Redis, where anyone may have written it).
+struct HeldBy<'a>(&'a Option<String>);
+
+impl fmt::Display for HeldBy<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(holder) => write!(f, ", held by `{}`", ShownKey(holder)),
+            None => Ok(()),
         }
     }
 }
@@ -604,8 +636,31 @@ mod tests {
             key: "inventory:42".into(),
             waited,
             holder_ttl,
+            holder: None,
         }
         .to_string()
+    }
+
+    #[test]
+    fn busy_names_the_holder_escaped() {
+        let busy = |holder: &str| {
+            LockError::Busy {
+                key: "k".into(),
+                waited: Duration::from_secs(1),
+                holder_ttl: Some(Duration::from_secs(2)),
+                holder: Some(holder.into()),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            busy("web-1:4711"),
+            "lock `k` is busy (waited 1s, held by `web-1:4711`, the holder's lease ends in 2s)"
+        );
+        // A stored value anyone could have written: no raw control characters get through.
+        assert_eq!(
+            busy("evil\n\u{1b}[31m"),
+            "lock `k` is busy (waited 1s, held by `evil\\n\\u{1b}[31m`, the holder's lease ends in 2s)"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! | what | Redis name | type |
 //! |---|---|---|
-//! | the lock | `p{h}:lock:k` | string: the holder's token, with the lease as TTL |
+//! | the lock | `p{h}:lock:k` | string: the holder's token and name (`<token>\|<holder>`, a fair lock's `<token>\|<holder>\|fair`, see `holder.rs`), with the lease as TTL |
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring with the lock plus the fence window (and not before the server's clock passed the token plus the window) |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
@@ -12,8 +12,8 @@
 //! | readers' waiting flag | `p{h}:readers-waiting:k` | string, set with a TTL by a reader of another locker that waits for a writer |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |
-//! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>:<permits>`), scored by the end of their lease (ms) |
-//! | its line | `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` | sorted sets: waiting holders (`<token>:<permits>`) by arrival (us), and by when each stops counting as alive (ms) |
+//! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>\|<holder>:<permits>`), scored by the end of their lease (ms) |
+//! | its line | `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` | sorted sets: waiting holders (`<token>\|<holder>:<permits>`) by arrival (us), and by when each stops counting as alive (ms) |
 //! | its channel, latch | `p{h}:semaphore-released:k`, `p{h}:unlocked:<token>` | as the lock's; a release message names the first waiter in line |
 //!
 //! The kit writes the `{h}` hash tag itself, so all of them share one cluster slot whatever
@@ -249,7 +249,7 @@ impl fmt::Debug for ShownKey<'_> {
 
 /// Characters that change how the text around them looks without being seen: bidirectional
 /// marks and overrides, zero-width characters, line and paragraph separators.
-fn is_invisible(c: char) -> bool {
+pub(crate) fn is_invisible(c: char) -> bool {
     matches!(
         c,
         '\u{061c}'

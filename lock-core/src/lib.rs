@@ -148,7 +148,8 @@
 //! # Redis data model (for ACLs)
 //!
 //! For a user key `k`, with `h` the first 16 hex digits of SHA-1(`k`) and `p` the prefix
-//! (`lock:` by default): `p{h}:lock:k` (string, the holder's token), `p{h}:fence:k` (string,
+//! (`lock:` by default): `p{h}:lock:k` (string, the holder's token and holder name,
+//! `<token>|<holder>`, see [`LockerBuilder::holder_name`]), `p{h}:fence:k` (string,
 //! the last fencing token), `p{h}:waiters:k` (sorted set with a TTL: the tokens of other lockers' waiting exclusive acquirers),
 //! `p{h}:unlocked:<token>` (string that lives the release retry window, 1 s by default: the
 //! release latch that tells a retried release that its first try ran), `pnode-epoch` (with
@@ -296,6 +297,8 @@ mod error;
 mod fence;
 mod guard;
 mod held;
+mod holder;
+mod inspect;
 mod key;
 mod limits;
 mod local;
@@ -324,6 +327,8 @@ pub use builder::LockerBuilder;
 pub use error::{ConfigError, DurationSetting, InvalidKeyReason, LockError, LostReason};
 pub use fence::Fence;
 pub use guard::LockGuard;
+pub use holder::{HolderNameReason, MAX_HOLDER_NAME_LEN};
+pub use inspect::{LockInfo, LockKind};
 pub use key::MAX_KEY_LEN;
 pub use limits::MAX_LEASE;
 pub use locker::{Locker, LockerStats};

@@ -407,7 +407,7 @@ impl LocalLocks {
             return Some(Err(baton));
         };
         if let Access::Permits { .. } = baton.keys.access {
-            // A semaphore holder's token names its permits (`<token>:<permits>`): an
+            // A semaphore holder's token names its permits (`<token>|<holder>:<permits>`): an
             // acquire of another count cannot take it over.
             let count = baton.token.rsplit(':').next();
             if count.and_then(|c| c.parse::<u32>().ok()) != Some(permits) {

@@ -10,6 +10,7 @@ use crate::acquire::Acquire;
 use crate::builder::LockerBuilder;
 use crate::connection::Timeouts;
 use crate::error::LockError;
+use crate::inspect::LockInfo;
 use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
@@ -73,6 +74,8 @@ pub(crate) struct Settings {
     pub(crate) release_retry_window: Duration,
     /// The `lock.hold` span at info level instead of debug.
     pub(crate) trace_holds: bool,
+    /// The holder name every stored value carries (see `holder.rs`).
+    pub(crate) holder: String,
 }
 
 pub(crate) struct Inner {
@@ -270,6 +273,58 @@ impl Locker {
             metrics::backend_error(Operation::IsLocked, &e);
             LockError::backend_on(&keys, key, e)
         })
+    }
+
+    /// Who holds `key`, how long its lease still runs, and how many wait: one script call,
+    /// which writes nothing, whatever the kind (a mutex, write, read or fair lock, or a
+    /// semaphore of that name; a lock and a semaphore of one name are separate, and the lock
+    /// is reported when both are held). `None` when nothing holds it.
+    ///
+    /// The holder is named by the name its locker was built with
+    /// ([`LockerBuilder::holder_name`]), which travels in the lock's stored value. The answer
+    /// is a snapshot for operators and logs: the lock may change hands right after it.
+    ///
+    /// On a Cluster the call goes to the node of the key's slot. On RedLock the answer is
+    /// the majority's: the holder whose value a majority of nodes hold, with the shortest
+    /// remaining lease among them; `None` when no holder has a majority.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// if let Some(info) = locker.inspect("inventory:42").await? {
+    ///     println!(
+    ///         "held by {} for {:?} more, {} waiting",
+    ///         info.holder().unwrap_or("an unnamed holder"),
+    ///         info.remaining(),
+    ///         info.waiters()
+    ///     );
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::InvalidKey`], [`LockError::WrongType`] when a Redis name of the key holds
+    /// a foreign value, [`LockError::Backend`] when Redis fails (for RedLock: when fewer than
+    /// a majority of nodes answer).
+    ///
+    /// [`LockerBuilder::holder_name`]: crate::LockerBuilder::holder_name
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        key::validate(key)?;
+        let lock = self.inner.keys(key);
+        let semaphore = RedisKeys::semaphore(&self.inner.settings.prefix, key, 1);
+        let found = self
+            .inner
+            .store
+            .inspect(&lock, &semaphore)
+            .await
+            .map_err(|e| {
+                metrics::backend_error(Operation::Inspect, &e);
+                LockError::backend_on(&lock, key, e)
+            })?;
+        Ok(found.map(LockInfo::from_inspected))
     }
 
     /// Deletes the lock on `key` whoever holds it, and wakes its waiters: an operator's tool for

@@ -13,7 +13,7 @@
 //! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by how they ended: `acquired` (in Redis, or handed over by the previous local holder), `reentered` (a nested guard of a lock the task holds), `busy` (the wait ran out), `cancelled` (the acquire future was dropped), or the error: `backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost` (a nested acquire of a lost lock), `invalid_key`, `config`, `write_inside_read`, `other` |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | how long an acquire took from its start to that outcome: the wait, local queue included (`reentered` is not recorded: it never waits) |
 //! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | the latency of one acquire call to Redis (a try: `SET NX` or the acquire script, its retries on one node, or a RedLock quorum round), by its answer: `acquired`, `busy`, `not_replicated`, `cancelled` (cut at the acquire's deadline or dropped), or the error `backend`, `timeout`, `tls`, `wrong_type`. A waiting acquire makes several |
-//! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of the calls other than acquire, release and renewal (those count theirs above): `operation` `fence` (issuing a fencing token), `extend`, `is_locked`, `force_unlock`; `outcome` `backend`, `timeout`, `tls`, `wrong_type` |
+//! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of the calls other than acquire, release and renewal (those count theirs above): `operation` `fence` (issuing a fencing token), `extend`, `is_locked`, `inspect`, `force_unlock`; `outcome` `backend`, `timeout`, `tls`, `wrong_type` |
 //! | `lock_waiters` | gauge | `kind` | acquires of this process under way right now (queued locally or waiting in Redis) |
 //! | `lock_held` | gauge | `kind` | locks this process holds right now: acquisitions whose outermost guard is alive (a lost lock counts until its guard is released or dropped; nested guards do not count) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | how long a lock was held, from its grant to its release, by the release's `outcome` (as `lock_releases_total`) |
@@ -103,6 +103,7 @@ pub(crate) enum Operation {
     Fence,
     Extend,
     IsLocked,
+    Inspect,
     ForceUnlock,
 }
 
@@ -113,6 +114,7 @@ impl Operation {
             Self::Fence => "fence",
             Self::Extend => "extend",
             Self::IsLocked => "is_locked",
+            Self::Inspect => "inspect",
             Self::ForceUnlock => "force_unlock",
         }
     }

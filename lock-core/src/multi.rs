@@ -206,11 +206,15 @@ fn is_transient(error: &LockError) -> bool {
 fn waited_since(error: LockError, started: Instant) -> LockError {
     match error {
         LockError::Busy {
-            key, holder_ttl, ..
+            key,
+            holder_ttl,
+            holder,
+            ..
         } => LockError::Busy {
             key,
             waited: started.elapsed(),
             holder_ttl,
+            holder,
         },
         other => other,
     }

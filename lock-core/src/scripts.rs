@@ -95,6 +95,11 @@ pub(crate) static RENEW: LazyLock<Script> =
 pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
 
+/// `scripts/inspect.lua`: read who holds a key (a lock or a semaphore of that name), for how
+/// long, and how many wait; writes nothing.
+pub(crate) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+
 /// `scripts/raise_fence.lua`: raise a fence counter to a token (RedLock write-back).
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));

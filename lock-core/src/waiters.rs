@@ -52,9 +52,10 @@ impl PubSubSource {
     }
 }
 
-/// The longest release message kept. The kit's are a token (32 hex digits), with a permit
-/// count for a semaphore, or empty; anything much longer was not published by a locker.
-const MAX_MESSAGE: usize = 256;
+/// The longest release message kept. The kit's are `1`, empty, or a waiter's token (32 hex
+/// digits, its holder name of at most 64 bytes, a fair mark or a permit count: at most 108
+/// bytes, see `holder.rs`); anything much longer was not published by a locker.
+pub(crate) const MAX_MESSAGE: usize = 256;
 
 /// How long an unused subscription is kept before UNSUBSCRIBE.
 pub(crate) const LINGER: Duration = Duration::from_millis(500);

@@ -29,7 +29,7 @@ fn assert_no_denials(server: &RedisServer) {
 
 /// Under the documented rules: a mutex (fencing, renewals, an extension, a waiter woken by the
 /// release message), read and write locks, a semaphore, a fair lock, `lock_all`, `is_locked`,
-/// `force_unlock`, the restart guard (`INFO` in the scripts, the epoch key), `WAIT`, and a
+/// `inspect` of every kind, `force_unlock`, the restart guard (`INFO` in the scripts, the epoch key), `WAIT`, and a
 /// script cache flushed behind the locker (`SCRIPT LOAD`). `CONFIG GET` is refused: it
 /// returned `requirepass` and `masterauth` in clear text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,6 +63,8 @@ async fn the_documented_acl_runs_every_lock_kind_and_reads_no_password() {
     assert!(guard.is_held(), "renewed under the ACL");
     guard.extend(Duration::from_secs(2)).await.unwrap();
     assert!(waiter.is_locked("k").await.unwrap());
+    let inspected = waiter.inspect("k").await.unwrap().unwrap();
+    assert_eq!(inspected.kind(), lock_core::LockKind::Exclusive);
     let (woken, token) =
         common::wake_up_after_release(guard, &waiter, || !server.pubsub_channels().is_empty())
             .await;
@@ -70,6 +72,7 @@ async fn the_documented_acl_runs_every_lock_kind_and_reads_no_password() {
     assert!(token > first);
 
     let reader = holder.read("r").await.unwrap();
+    assert_eq!(waiter.inspect("r").await.unwrap().unwrap().readers(), 1);
     assert!(waiter
         .write("r")
         .wait(Duration::ZERO)
@@ -92,11 +95,19 @@ async fn the_documented_acl_runs_every_lock_kind_and_reads_no_password() {
         .await
         .unwrap_err()
         .is_busy());
+    assert_eq!(
+        waiter.inspect("s").await.unwrap().unwrap().permits_in_use(),
+        2
+    );
     for permit in permits {
         permit.release().await.unwrap();
     }
 
     let fair = holder.fair_lock("f").await.unwrap();
+    assert_eq!(
+        waiter.inspect("f").await.unwrap().unwrap().kind(),
+        lock_core::LockKind::Fair
+    );
     assert!(fair.fencing_token().await.unwrap() > 0);
     fair.release().await.unwrap();
     let both = holder.lock_all(["a", "b"]).await.unwrap();

@@ -149,7 +149,9 @@ async fn a_handoff_of_a_lock_redis_holds_is_ok_and_refreshes_the_lease() {
     );
     // Handed over (same token), and released by the successor.
     assert!(server.keys(&name).is_empty());
-    assert_eq!(token.len(), 32);
+    // The stored value: the 32-hex-digit token, then the holder name.
+    let (token, holder) = token.split_once('|').unwrap();
+    assert_eq!((token.len(), holder.is_empty()), (32, false));
     assert_nothing_left(&server, &[&a]).await;
 }
 

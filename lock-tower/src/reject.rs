@@ -402,6 +402,7 @@ mod tests {
             key: "k".into(),
             waited: Duration::ZERO,
             holder_ttl,
+            holder: None,
         }
     }
 
@@ -465,6 +466,7 @@ mod tests {
             key: "k".into(),
             waited: Duration::from_secs(2),
             holder_ttl: Some(Duration::from_millis(2500)),
+            holder: None,
         };
         let rejection = Rejection::from_error(error, &policy);
         assert_eq!(rejection.retry_after_secs(), Some(5));
@@ -566,7 +568,7 @@ mod tests {
                 RetryAfter::from_fn(move |_| base),
             ] {
                 let chosen = policy.choose(&info);
-                let error = LockError::Busy { key: "k".into(), waited, holder_ttl: ttl };
+                let error = LockError::Busy { key: "k".into(), waited, holder_ttl: ttl, holder: None };
                 let rejection = Rejection::from_error(error, &policy);
                 let Rejection::Busy { retry_after, .. } = &rejection else {
                     panic!("{rejection:?}");

@@ -727,6 +727,7 @@ mod tests {
             key: key.into(),
             waited: Duration::from_secs(1),
             holder_ttl: None,
+            holder: None,
         };
         let cases = [
             (
@@ -797,6 +798,7 @@ mod tests {
             key: "inventory:1".into(),
             waited: Duration::from_secs(10),
             holder_ttl: Some(Duration::from_secs(25)),
+            holder: Some("web-1:4711".into()),
         })
         .into_response();
         assert_eq!(busy.status(), StatusCode::CONFLICT);

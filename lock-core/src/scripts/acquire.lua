@@ -17,7 +17,8 @@
 --          stays until the set's TTL ends)
 -- KEYS[3]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
 --          which is prepended to this script)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder
+--          name (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: its entry in the waiting writers
 --          lives that long (0: the caller will not wait and does not join)
@@ -35,8 +36,10 @@
 -- nothing was written.
 --
 -- Returns {1, 0} when the lock is now held by ARGV[1] (also when it already was: a retried
--- acquire with the same token is idempotent, and re-applies the lease), or {0, pttl} when
--- another token holds it (pttl = -1 when the holder's key has no expiry), or {2, ms} when the
+-- acquire with the same token is idempotent, and re-applies the lease), or {0, pttl, value}
+-- when another token holds it (pttl = -1 when the holder's key has no expiry; value: what the
+-- lock key holds, the holder's token with its holder name, or the readers' marker, read anyway
+-- by the comparison below, so naming the holder costs nothing), or {2, ms} when the
 -- node's data set is younger than the guard: a node that lost its data (a restart without
 -- persistence or from an older snapshot, a flush) may have forgotten locks it granted, so it
 -- grants nothing until they have surely expired.
@@ -59,7 +62,8 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
   redis.call('ZREM', KEYS[2], ARGV[4])
   return {1, 0}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local current = redis.call('GET', KEYS[1])
+if current == ARGV[1] then
   -- A retry of our own acquire (its first reply was lost). Re-applying the lease is a write on
   -- this connection, so a WAIT that follows counts replicas of it (and of everything before
   -- it, the first grant included), not of nothing.
@@ -77,4 +81,4 @@ if flag > 0 then
     redis.call('PEXPIRE', KEYS[2], flag)
   end
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0, redis.call('PTTL', KEYS[1]), current}

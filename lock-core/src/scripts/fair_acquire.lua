@@ -15,7 +15,8 @@
 -- KEYS[3]  the line (sorted set: token -> arrival, us)
 -- KEYS[4]  the line's liveness (sorted set: token -> alive until, ms)
 -- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>|fair`, >= 128 random bits in hex, the
+--          holder name and the fair mark (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes the lock only if nobody is in line)
@@ -26,9 +27,10 @@
 -- acquire.lua).
 --
 -- Returns {1, 0} when the lock is now held by ARGV[1] (also when it already was: a retry is
--- idempotent and re-applies the lease), {0, ms} when the caller must wait (the holder's
--- remaining lease, or while the lock is free but another waiter is first, how long that one
--- stays in line without trying), {2, ms} inside the restart guard. A key of another type fails
+-- idempotent and re-applies the lease), {0, ms, value} when the caller must wait behind a
+-- holder (its remaining lease and its stored value, which names it), {0, ms} while the lock is
+-- free but another waiter is first (how long that one stays in line without trying), {2, ms}
+-- inside the restart guard. A key of another type fails
 -- with WRONGTYPE and is never overwritten.
 local lease = tonumber(ARGV[2])
 if not lease or lease < 1 then
@@ -67,7 +69,7 @@ if stay > 0 then
   end
 end
 if current then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), current}
 end
 -- Free, but another waiter is first: it has until its liveness ends to take it.
 local first = tonumber(redis.call('ZSCORE', KEYS[4], head) or '') or now_ms

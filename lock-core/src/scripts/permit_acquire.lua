@@ -2,7 +2,7 @@
 -- the line (once: the first arrival keeps its place) and tell the caller how long to wait.
 -- guard.lua and line.lua are prepended to this script.
 --
--- Layout: one sorted set per semaphore; each holder is one member, `<token>:<permits>`, scored
+-- Layout: one sorted set per semaphore; each holder is one member, `<token>|<holder>:<permits>`, scored
 -- by the end of its lease (server clock, ms). Members whose lease ended are dropped by the next
 -- call, so a crashed holder's permits come back when its lease ends. The set expires with its
 -- longest lease, so an idle semaphore leaves nothing behind.
@@ -20,7 +20,8 @@
 -- KEYS[2]  the line (sorted set: holder -> arrival, us)
 -- KEYS[3]  the line's liveness (sorted set: holder -> alive until, ms)
 -- KEYS[4]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the holder: `<token>:<permits>` (token >= 128 random bits, hex; permits >= 1)
+-- ARGV[1]  the holder: `<token>|<holder>:<permits>` (token >= 128 random bits,
+--          hex; the holder name, see holder.rs; permits >= 1)
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller stays in line without trying again, in milliseconds (0: the
 --          caller will not wait; it takes permits only if nobody is in line)
@@ -33,9 +34,10 @@
 -- acquire.lua).
 --
 -- Returns {1, 0} when the holder now has its permits (also when it already had them: a retry
--- is idempotent and re-applies the lease), {0, ms} when too few are free or another waiter is
--- first in line (ms until the first held lease ends, or until the first waiter stops counting
--- as alive: a bound for the caller's fallback wake-up), {2, ms} inside the restart guard. A
+-- is idempotent and re-applies the lease), {0, ms, holder} when too few are free (ms until the
+-- first held lease ends, and that holder's stored value, which names it), {0, ms} when another
+-- waiter is first in line (ms until it stops counting as alive: a bound for the caller's
+-- fallback wake-up), {2, ms} inside the restart guard. A
 -- key of another type fails with WRONGTYPE and is never overwritten.
 --
 -- The count comes with each call, so callers that disagree (a rolling change of the count)
@@ -100,7 +102,7 @@ if stay > 0 then
   head = head or ARGV[1]
 end
 if used + wanted > limit then
-  return {0, math.max(tonumber(holders[2]) - now, 1)}
+  return {0, math.max(tonumber(holders[2]) - now, 1), holders[1]}
 end
 -- Free, but another waiter is first: it has until its liveness ends to take them.
 local first = tonumber(redis.call('ZSCORE', KEYS[3], head) or '') or now

@@ -7,7 +7,7 @@
 -- KEYS[2]  the release latch of this holder
 -- KEYS[3]  the line of waiters (sorted set: holder -> arrival, us)
 -- KEYS[4]  the line's liveness (sorted set: holder -> alive until, ms)
--- ARGV[1]  the holder: `<token>:<permits>`
+-- ARGV[1]  the holder: `<token>|<holder>:<permits>`
 -- ARGV[2]  the release channel of the semaphore (a channel, not a key); the message is the
 --          holder name of the first waiter in line, the only one that needs to try (see
 --          permit_acquire.lua)

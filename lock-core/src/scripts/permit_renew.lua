@@ -4,7 +4,7 @@
 -- ARGV[1]   the new lease in milliseconds (>= 1)
 -- ARGV[2]   '1': set the holder's lease exactly (an explicit extension, which may shorten it);
 --           '0': only where it grows (a watchdog renewal never cuts back an extension)
--- ARGV[i+2] the holder in KEYS[i]: `<token>:<permits>`
+-- ARGV[i+2] the holder in KEYS[i]: `<token>|<holder>:<permits>`
 --
 -- Returns an array with one entry per key:
 --   1  renewed

@@ -17,7 +17,8 @@
 --          writers). A flag of its own: if a writer's hold ends without its release (its lease
 --          ran out, a force unlock), a reader's flag must not keep the other readers out
 -- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
--- ARGV[1]  the caller's token (>= 128 random bits, hex)
+-- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder
+--          name (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
 -- ARGV[3]  how long the caller may wait, in milliseconds: the waiting flag lives at least that
 --          long (0: the caller will not wait)
@@ -28,8 +29,9 @@
 -- acquire.lua).
 --
 -- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
--- same token is idempotent and re-applies the lease), {0, pttl} when a writer holds the lock
--- (its remaining lease; the readers' waiting flag is set so the writer's release tells it), or
+-- same token is idempotent and re-applies the lease), {0, pttl, value} when a writer holds the
+-- lock (its remaining lease and its stored value, which names it; the readers' waiting flag is
+-- set so the writer's release tells it), or
 -- when a writer waits (the waiting writers' remaining life: readers let the
 -- writer go first, so a stream of readers cannot starve it), or {2, ms} inside the restart
 -- guard. A lock key of another type fails with WRONGTYPE and is never overwritten.
@@ -51,7 +53,7 @@ if current and current ~= 'readers' then
   if flag > 0 and redis.call('PTTL', KEYS[4]) < flag then
     redis.call('SET', KEYS[4], '1', 'PX', flag)
   end
-  return {0, redis.call('PTTL', KEYS[1])}
+  return {0, redis.call('PTTL', KEYS[1]), current}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -14,7 +14,7 @@ use futures_util::future::join_all;
 
 pub(crate) use node::Node;
 pub(crate) use redlock::{Quorum, RedLockStore};
-pub(crate) use reply::{AcquireReply, Gone, ReleaseReply, Renewal};
+pub(crate) use reply::{AcquireReply, Gone, HeldAs, Inspected, ReleaseReply, Renewal};
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
@@ -25,12 +25,16 @@ use crate::metrics;
 pub(crate) const BATCH: usize = 500;
 
 /// The answer to one acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {
     /// The lock is ours.
     Acquired,
-    /// Someone else holds it (or the node grants nothing yet); how long that lasts if known.
-    Busy { ttl: Option<Duration> },
+    /// Someone else holds it (or the node grants nothing yet); how long that lasts if known,
+    /// and the holder's stored value when Redis told it.
+    Busy {
+        ttl: Option<Duration>,
+        holder: Option<String>,
+    },
     /// Acquired, but fewer than the required replicas acknowledged; the lock was released again.
     NotReplicated { acked: u64 },
 }
@@ -39,8 +43,11 @@ impl From<AcquireReply> for Outcome {
     fn from(reply: AcquireReply) -> Self {
         match reply {
             AcquireReply::Acquired => Self::Acquired,
-            AcquireReply::Busy { ttl } => Self::Busy { ttl },
-            AcquireReply::Guarded { for_ms } => Self::Busy { ttl: Some(for_ms) },
+            AcquireReply::Busy { ttl, holder } => Self::Busy { ttl, holder },
+            AcquireReply::Guarded { for_ms } => Self::Busy {
+                ttl: Some(for_ms),
+                holder: None,
+            },
         }
     }
 }
@@ -204,6 +211,19 @@ impl Store {
         match self {
             Self::Single(store) => store.exists(lock_key).await,
             Self::RedLock(store) => store.exists(lock_key).await,
+        }
+    }
+
+    /// Who holds the lock or the semaphore of one user key (see `scripts/inspect.lua`; for
+    /// RedLock, what a majority holds).
+    pub(crate) async fn inspect(
+        &self,
+        lock: &RedisKeys,
+        semaphore: &RedisKeys,
+    ) -> Result<Option<Inspected>, BackendError> {
+        match self {
+            Self::Single(store) => store.inspect(lock, semaphore).await,
+            Self::RedLock(store) => store.inspect(lock, semaphore).await,
         }
     }
 

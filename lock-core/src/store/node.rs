@@ -10,13 +10,19 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 
-use super::reply::{AcquireReply, FenceReply, Gone, ReleaseReply, RenewReply, Renewal};
+use super::reply::{
+    AcquireReply, FenceReply, Gone, InspectReply, Inspected, ReleaseReply, RenewReply, Renewal,
+};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::Connection;
 use crate::key::{Access, RedisKeys};
 use crate::limits::lease_ms;
 use crate::scripts::{self, ScriptCall};
+
+/// The most holders' names an inspection reads (a semaphore's or a read lock's holders may be
+/// many).
+pub(crate) const MAX_HOLDERS_SHOWN: u32 = 32;
 
 /// One Redis endpoint and the settings its calls need.
 #[derive(Debug, Clone)]
@@ -462,6 +468,29 @@ impl Node {
             .arg(lock_key)
             .query_async(&mut self.conn.clone())
             .await
+            .map_err(BackendError::redis)
+    }
+
+    /// Who holds the lock `lock` or the semaphore `semaphore` (the names of one user key), read
+    /// in one call (see `scripts/inspect.lua`).
+    pub(crate) async fn inspect(
+        &self,
+        lock: &RedisKeys,
+        semaphore: &RedisKeys,
+    ) -> Result<Option<Inspected>, BackendError> {
+        scripts::INSPECT
+            .key(&lock.lock)
+            .key(lock.waiting())
+            .key(lock.readers())
+            .key(lock.line())
+            .key(lock.line_alive())
+            .key(&semaphore.lock)
+            .key(semaphore.line())
+            .key(semaphore.line_alive())
+            .arg(MAX_HOLDERS_SHOWN)
+            .invoke_async::<InspectReply>(&mut self.conn.clone())
+            .await
+            .map(|InspectReply(found)| found)
             .map_err(BackendError::redis)
     }
 

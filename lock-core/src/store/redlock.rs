@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::node::Node;
-use super::reply::{AcquireReply, Gone, ReleaseReply, Renewal};
+use super::reply::{AcquireReply, Gone, HeldAs, Inspected, ReleaseReply, Renewal};
 use super::{AcquireArgs, NewLease, Outcome};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
@@ -140,14 +140,20 @@ impl RedLockStore {
         .await;
         let mut won = Vec::new();
         let mut ttl: Option<Duration> = None;
+        let mut holder: Option<String> = None;
         let mut refused = false;
         let mut first_error = None;
         for (node, reply) in replies {
             match reply {
                 Ok(AcquireReply::Acquired) => won.push(node),
-                Ok(AcquireReply::Busy { ttl: t }) => {
+                Ok(AcquireReply::Busy {
+                    ttl: t,
+                    holder: seen,
+                }) => {
                     refused = true;
                     ttl = ttl.max(t);
+                    // Any node's holder will do for a message: nodes that refuse mostly agree.
+                    holder = holder.or(seen);
                 }
                 Ok(AcquireReply::Guarded { for_ms }) => {
                     refused = true;
@@ -178,7 +184,7 @@ impl RedLockStore {
         join_all(self.nodes.iter().map(|node| node.undo(keys, token))).await;
         match first_error {
             Some(error) if !refused => Err(error),
-            _ => Ok(Outcome::Busy { ttl }),
+            _ => Ok(Outcome::Busy { ttl, holder }),
         }
     }
 
@@ -355,6 +361,54 @@ impl RedLockStore {
             }
         }
         Ok(self.quorum().carried(yes))
+    }
+
+    /// What a majority of the nodes hold for the key: the same holder's value (or read locks)
+    /// on a majority, with the shortest remaining lease among them and the most waiters any
+    /// of them counts; `None` when no holder has a majority (free, or an acquire or release
+    /// under way). An error when too few nodes answered to tell.
+    pub(crate) async fn inspect(
+        &self,
+        lock: &RedisKeys,
+        semaphore: &RedisKeys,
+    ) -> Result<Option<Inspected>, BackendError> {
+        let replies = join_all(self.nodes.iter().map(|node| node.inspect(lock, semaphore))).await;
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        if !self.quorum().carried(answered) {
+            if let Some(Err(e)) = replies.into_iter().find(Result::is_err) {
+                return Err(e);
+            }
+            return Ok(None);
+        }
+        // Who holds it, as one node sees it: the holder's value, or read locks as a whole
+        // (their readers may differ between nodes).
+        let holder = |found: &Inspected| match found.what {
+            HeldAs::Readers => None,
+            HeldAs::Lock | HeldAs::Semaphore => found.values.first().cloned(),
+        };
+        let held: Vec<Inspected> = replies
+            .into_iter()
+            .filter_map(|r| r.ok().flatten())
+            .collect();
+        for candidate in &held {
+            let same: Vec<&Inspected> = held
+                .iter()
+                .filter(|other| other.what == candidate.what && holder(other) == holder(candidate))
+                .collect();
+            if self.quorum().carried(same.len()) {
+                let mut merged = candidate.clone();
+                for other in same {
+                    merged.remaining = match (merged.remaining, other.remaining) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    merged.waiting_writers = merged.waiting_writers.max(other.waiting_writers);
+                    merged.in_line = merged.in_line.max(other.in_line);
+                }
+                return Ok(Some(merged));
+            }
+        }
+        Ok(None)
     }
 
     /// Deletes the lock on every node; `true` if any had it.

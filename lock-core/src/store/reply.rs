@@ -6,13 +6,16 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Value};
 
 /// `scripts/acquire.lua`'s reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// `{1, 0}`: the lock is held by the caller's token.
     Acquired,
-    /// `{0, pttl}`: another token holds it; its remaining lease (none when the key has no
-    /// expiry).
-    Busy { ttl: Option<Duration> },
+    /// `{0, pttl}` or `{0, pttl, value}`: another token holds it; its remaining lease (none
+    /// when the key has no expiry), and the holder's stored value when the script read it.
+    Busy {
+        ttl: Option<Duration>,
+        holder: Option<String>,
+    },
     /// `{2, ms}`: the node's data set is younger than the restart guard; it grants nothing for
     /// another `ms`.
     Guarded { for_ms: Duration },
@@ -20,18 +23,99 @@ pub(crate) enum AcquireReply {
 
 impl FromRedisValue for AcquireReply {
     fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
-        let (answer, value): (i64, i64) = FromRedisValue::from_redis_value(value)?;
+        let mut items: Vec<Value> = FromRedisValue::from_redis_value(value)?;
+        let holder: Option<String> = match items.len() {
+            2 => None,
+            3 => items
+                .pop()
+                .map(FromRedisValue::from_redis_value)
+                .transpose()?,
+            n => return Err(format!("acquire script answered {n} values, expected 2 or 3").into()),
+        };
+        let (answer, value): (i64, i64) = FromRedisValue::from_redis_value(Value::Array(items))?;
         let duration = || u64::try_from(value).ok().map(Duration::from_millis);
         Ok(match answer {
             1 => Self::Acquired,
             2 => Self::Guarded {
                 for_ms: duration().unwrap_or_default(),
             },
-            0 => Self::Busy { ttl: duration() },
+            0 => Self::Busy {
+                ttl: duration(),
+                holder,
+            },
             other => {
                 return Err(format!("acquire script answered {other}, expected 0, 1 or 2").into())
             }
         })
+    }
+}
+
+/// `scripts/inspect.lua`'s reply: `None` when nothing holds the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct InspectReply(pub(crate) Option<Inspected>);
+
+/// A held key, as `scripts/inspect.lua` found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    pub(crate) what: HeldAs,
+    /// The remaining lease; `None` when the key has no expiry.
+    pub(crate) remaining: Option<Duration>,
+    /// Entries in the lock key's waiting writers.
+    pub(crate) waiting_writers: u32,
+    /// Live waiters in the line (a fair lock's, or the semaphore's).
+    pub(crate) in_line: u32,
+    /// 1 for a lock key holding a value, the live readers, or the permits held.
+    pub(crate) count: u32,
+    /// The holders' stored values, the lease that ends last first.
+    pub(crate) values: Vec<String>,
+}
+
+/// What holds a key, as `scripts/inspect.lua` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldAs {
+    /// The lock key holds a holder's value (a mutex, write or fair lock).
+    Lock,
+    Readers,
+    Semaphore,
+}
+
+impl FromRedisValue for InspectReply {
+    fn from_redis_value(value: Value) -> Result<Self, ParsingError> {
+        let items: Vec<Value> = FromRedisValue::from_redis_value(value)?;
+        let mut items = items.into_iter();
+        let mut int = |what: &str| -> Result<i64, ParsingError> {
+            let item = items
+                .next()
+                .ok_or_else(|| format!("inspect script answered no {what}"))?;
+            FromRedisValue::from_redis_value(item)
+        };
+        let what = match int("kind")? {
+            0 => return Ok(Self(None)),
+            1 => HeldAs::Lock,
+            2 => HeldAs::Readers,
+            3 => HeldAs::Semaphore,
+            other => {
+                return Err(format!("inspect script answered kind {other}, expected 0 to 3").into())
+            }
+        };
+        let remaining = u64::try_from(int("remaining lease")?)
+            .ok()
+            .map(Duration::from_millis);
+        let count = |n: i64| u32::try_from(n).unwrap_or(u32::MAX);
+        let waiting_writers = count(int("waiting writers")?);
+        let in_line = count(int("line")?);
+        let held = count(int("count")?);
+        let values = items
+            .map(FromRedisValue::from_redis_value)
+            .collect::<Result<Vec<String>, _>>()?;
+        Ok(Self(Some(Inspected {
+            what,
+            remaining,
+            waiting_writers,
+            in_line,
+            count: held,
+            values,
+        })))
     }
 }
 
@@ -155,10 +239,29 @@ mod tests {
         assert_eq!(
             decode(0, 250).unwrap(),
             AcquireReply::Busy {
-                ttl: Some(Duration::from_millis(250))
+                ttl: Some(Duration::from_millis(250)),
+                holder: None
             }
         );
-        assert_eq!(decode(0, -1).unwrap(), AcquireReply::Busy { ttl: None });
+        assert_eq!(
+            decode(0, -1).unwrap(),
+            AcquireReply::Busy {
+                ttl: None,
+                holder: None
+            }
+        );
+        let named = AcquireReply::from_redis_value(Value::Array(vec![
+            int(0),
+            int(90),
+            Value::BulkString(b"t0k|web-1".to_vec()),
+        ]));
+        assert_eq!(
+            named.unwrap(),
+            AcquireReply::Busy {
+                ttl: Some(Duration::from_millis(90)),
+                holder: Some("t0k|web-1".to_owned())
+            }
+        );
         assert_eq!(
             decode(2, 900).unwrap(),
             AcquireReply::Guarded {

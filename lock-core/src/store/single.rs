@@ -2,7 +2,7 @@
 //! optionally with `WAIT` for replicas after each acquire.
 
 use super::node::Node;
-use super::reply::{AcquireReply, ReleaseReply, Renewal};
+use super::reply::{AcquireReply, Inspected, ReleaseReply, Renewal};
 use super::{AcquireArgs, MinReplicas, NewLease, Outcome};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
@@ -61,6 +61,14 @@ impl SingleStore {
 
     pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
         self.node.exists(lock_key).await
+    }
+
+    pub(crate) async fn inspect(
+        &self,
+        lock: &RedisKeys,
+        semaphore: &RedisKeys,
+    ) -> Result<Option<Inspected>, BackendError> {
+        self.node.inspect(lock, semaphore).await
     }
 
     pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
