@@ -297,3 +297,45 @@ async fn a_fair_acquire_keeps_to_its_wait_after_the_grant() {
     );
     assert_nothing_left(&server, &[&a]).await;
 }
+
+/// A `LockWatch` handed to another task sees what the guard sees: the key deleted behind the
+/// holder is a loss (with its reason); a release ends the hold without a loss.
+#[tokio::test]
+async fn a_watch_outside_the_guard_sees_the_loss_and_the_release() {
+    let server = server();
+    let holder = locker_with_lease(&server, Duration::from_millis(600)).await;
+    let admin = locker(&server).await;
+    let guard = holder.lock("watched").await.unwrap();
+    let watch = guard.watch();
+    assert!(watch.is_held() && watch.lost_reason().is_none());
+    let watcher = {
+        let watch = watch.clone();
+        tokio::spawn(async move {
+            watch.lost().await;
+            (watch.is_held(), watch.lost_reason())
+        })
+    };
+    delete_behind(Behind::ForceUnlock, &server, &admin, "watched").await;
+    let seen = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the watch saw the loss")
+        .unwrap();
+    assert_eq!(seen, (false, Some(LostReason::Deleted)));
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    // A watch keeps the lock's local record (not the lock) while it lives.
+    drop(watch);
+
+    let guard = holder.lock("watched").await.unwrap();
+    let watch = guard.watch();
+    let watcher = tokio::spawn(async move {
+        watch.lost().await;
+        (watch.is_held(), watch.lost_reason())
+    });
+    guard.release().await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the watch saw the release")
+        .unwrap();
+    assert_eq!(seen, (false, None));
+    assert_nothing_left(&server, &[&holder, &admin]).await;
+}
