@@ -338,8 +338,8 @@ use proc_macro2::TokenStream;
 ///
 /// Besides the body's own errors, the fn returns (converted with `From`):
 /// `LockError::Busy` when the lock (any of `keys`) stayed held by another owner for the whole
-/// `wait` (not with `on_busy = "skip"`: the fn is skipped), `LockError::WriteInsideRead` when the task holds the key's read lock and the fn
-/// takes its write lock,
+/// `wait` (not with `on_busy = "skip"`: the fn is skipped), `LockError::WriteInsideRead` when
+/// the task holds the key's read lock and the fn takes its write lock,
 /// `LockError::Lost` when it was lost while the body ran (with `on_lost = "abort"`),
 /// `LockError::NotConfigured` when no `locker` is given and `Locker::set_global` was never
 /// called, `LockError::InvalidKey` for a formatted key that is empty or too long,

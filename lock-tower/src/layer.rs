@@ -284,8 +284,9 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
     /// [`OnLost::Abort`] (the default, as the `#[distributed_lock]` macro's): the handler's
     /// future is dropped at once and the request is answered with
     /// [`Rejection::Lost`](crate::Rejection::Lost) (`503`), so nothing it does after the loss
-    /// runs unlocked. [`OnLost::Continue`]: the handler finishes and its response is sent; a
-    /// handler can still watch [`HeldLock`](crate::HeldLock) itself. Either way a body held
+    /// runs unlocked. [`OnLost::Continue`]: the handler finishes and its response is sent; it
+    /// can watch the lock itself with [`HeldLock::is_held`](crate::HeldLock::is_held) and
+    /// [`HeldLock::lost`](crate::HeldLock::lost). Either way a body held
     /// until its end ([`HoldUntil::BodyEnd`]) ends with the lock-lost error.
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.settings.on_lost = on_lost;
