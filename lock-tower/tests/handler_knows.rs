@@ -1,6 +1,7 @@
 //! The handler knows what the layer knows: `HeldLock::is_held` and `HeldLock::lost` (and the
 //! same on `HeldLocks`) see a lock lost behind the request under `OnLost::Continue`; busy
-//! answers carry `Retry-After` with whatever status the layer gives them.
+//! answers carry `Retry-After` with whatever status the layer gives them, and a `Reject` that
+//! builds its own busy answer keeps its status.
 
 mod common;
 
@@ -120,6 +121,46 @@ async fn busy_answers_carry_retry_after_with_the_status_the_layer_gives_them() {
         assert_eq!(reply.status, status, "{reply:?}");
         assert!(matches!(reply.retry_after(), Some(1 | 2)), "{reply:?}");
         assert!(reply.body.contains("locked"), "{reply:?}");
+    }
+    held.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker, &holder]).await;
+}
+
+/// `busy_status` changes only busy answers that keep the default status: a `Reject` that
+/// passes busy rejections on to the default response gets it, one that builds its own busy
+/// answer keeps its own status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_status_leaves_a_custom_busy_answer_alone() {
+    use axum::response::{IntoResponse, Response};
+    use lock_tower::Rejection;
+
+    let server = server();
+    let locker = locker(&server).await;
+    let holder = common::locker(&server).await;
+    let held = holder.lock("sku:1").await.unwrap();
+    let own = |rejection: Rejection| -> Response {
+        match rejection {
+            Rejection::Busy { .. } => (StatusCode::LOCKED, "locked\n").into_response(),
+            other => other.into_response(),
+        }
+    };
+    let passed_on = |rejection: Rejection| -> Response { rejection.into_response() };
+    for (name, expected) in [
+        ("own", StatusCode::LOCKED),
+        ("passed_on", StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let layer =
+            DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("sku").prefix("sku:"))
+                .busy_status(StatusCode::SERVICE_UNAVAILABLE);
+        let route = Router::new().route("/skus/{sku}/purchase", post(|| async { "bought" }));
+        let app = if name == "own" {
+            route.route_layer(layer.reject_with(own))
+        } else {
+            route.route_layer(layer.reject_with(passed_on))
+        };
+        let addr = serve(app).await;
+        let reply = post_to(&client(), &format!("http://{addr}/skus/1/purchase")).await;
+        assert_eq!(reply.status, expected, "{name}: {reply:?}");
     }
     held.release().await.unwrap();
     common::assert_nothing_left(&server, &[&locker, &holder]).await;
