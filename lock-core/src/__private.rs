@@ -44,3 +44,89 @@ pub fn fences<const N: usize>(
     // One fence per key was found above, so the lengths match.
     <[Fence; N]>::try_from(in_order).map_err(|_| not_held(keys.first().map_or("", String::as_str)))
 }
+
+/// A return type of a fn with `on_busy = "skip"`: what it returns when the fn is skipped, and
+/// when the lock fails otherwise.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs a fn that returns `Option<T>`, `Result<Option<T>, E>`, `()` or `Result<(), E>`, not `{Self}`",
+    label = "cannot say that the fn was skipped",
+    note = "a skipped fn returns `None`, `Ok(None)`, `()` or `Ok(())`; with a `Result`, `E: From<LockError>` reports the other lock errors"
+)]
+pub trait Skippable: Sized {
+    /// The value of a skipped fn (the lock was busy).
+    fn skipped() -> Self;
+
+    /// The value of a fn whose lock failed otherwise (Redis unavailable, an invalid key, the
+    /// lock lost under the body).
+    fn failed(error: LockError) -> Self;
+
+    /// The fn's value from what `SkipIfBusy::with_lock` answered.
+    fn finish(outcome: Result<Option<Self>, LockError>) -> Self {
+        match outcome {
+            Ok(Some(value)) => value,
+            Ok(None) => Self::skipped(),
+            Err(error) => Self::failed(error),
+        }
+    }
+}
+
+/// The `Ok` value of a skipped fn that returns a `Result`.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs `Ok` to say that the fn was skipped: `Option<T>` or `()`, not `{Self}`",
+    label = "cannot say that the fn was skipped",
+    note = "return `Result<Option<T>, E>` (skipped: `Ok(None)`) or `Result<(), E>` (`Ok(())`)"
+)]
+pub trait SkippedValue {
+    /// `None` or `()`.
+    fn skipped() -> Self;
+}
+
+impl SkippedValue for () {
+    fn skipped() -> Self {}
+}
+
+impl<T> SkippedValue for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
+}
+
+impl<T: SkippedValue, E: From<LockError>> Skippable for Result<T, E> {
+    fn skipped() -> Self {
+        Ok(T::skipped())
+    }
+
+    fn failed(error: LockError) -> Self {
+        Err(E::from(error))
+    }
+}
+
+impl Skippable for () {
+    fn skipped() -> Self {}
+
+    fn failed(error: LockError) {
+        not_run(&error);
+    }
+}
+
+impl<T> Skippable for Option<T> {
+    fn skipped() -> Self {
+        None
+    }
+
+    fn failed(error: LockError) -> Self {
+        not_run(&error);
+        None
+    }
+}
+
+/// Logs a lock failure that a return type without an error cannot report: a Redis outage or
+/// a loss at warn level (the kit logs their details too), anything else (a bug of the caller:
+/// an invalid key, no locker) at error level.
+fn not_run(error: &LockError) {
+    if error.is_backend() || matches!(error, LockError::Lost { .. }) {
+        tracing::warn!(%error, "the locked fn did not run to its end: its lock failed");
+    } else {
+        tracing::error!(%error, "the locked fn did not run: its lock failed");
+    }
+}

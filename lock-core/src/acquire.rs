@@ -72,6 +72,8 @@ pub struct Acquire {
     max_hold: Option<Duration>,
     /// What [`with_lock`](Self::with_lock) does on a loss.
     on_lost: OnLost,
+    /// Started by [`skip_if_busy`](Self::skip_if_busy): a busy answer is counted as a skip.
+    skip: bool,
 }
 
 impl Acquire {
@@ -85,6 +87,7 @@ impl Acquire {
             lease: None,
             max_hold: None,
             on_lost: OnLost::Abort,
+            skip: false,
         }
     }
 
@@ -131,6 +134,14 @@ impl Acquire {
 
     pub(crate) fn on_lost_policy(&self) -> OnLost {
         self.on_lost
+    }
+
+    /// Marks the acquire as one whose busy answer is a skip (its metric and span outcome say
+    /// `skipped`, not `busy`), and makes its wait zero unless one was set.
+    pub(crate) fn skipping(mut self) -> Self {
+        self.wait.get_or_insert(Duration::ZERO);
+        self.skip = true;
+        self
     }
 
     pub(crate) fn locker(&self) -> &Locker {
@@ -281,7 +292,11 @@ impl Acquire {
         let mut metric = metrics::Acquisition::start(self.access, started);
         let mut reentered = false;
         let result = self.take(started, &mut metric, &mut reentered).await;
-        let label = metrics::acquire_outcome(&result, reentered);
+        let label = match metrics::acquire_outcome(&result, reentered) {
+            // Expected, not contention: kept apart so that `busy` still measures contention.
+            "busy" if self.skip => "skipped",
+            label => label,
+        };
         metric.finish(label, reentered);
         outcome.record(label);
         if let (Ok(guard), false) = (&result, reentered) {

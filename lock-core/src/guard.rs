@@ -13,6 +13,7 @@ use crate::limits;
 use crate::local::{Leave, LocalLocks};
 use crate::metrics::{self, Operation};
 use crate::store::{NewLease, Renewal};
+use crate::watch::LockWatch;
 
 /// A held lock. Release it with [`release`](Self::release); dropping it releases in the
 /// background.
@@ -104,6 +105,30 @@ impl LockGuard {
     pub fn fence(&self) -> Fence {
         self.held.touched();
         Fence::new(self.local.clone(), self.held.clone())
+    }
+
+    /// A cheap, cloneable handle that tells whether this lock is still held, for code that
+    /// does not hold the guard (a task the work is handed to, a handler behind the tower
+    /// layer). Unlike a [`Fence`], it never delays a local handoff of the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+    /// let guard = locker.lock("import:42").await?;
+    /// let watch = guard.watch();
+    /// let worker = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         () = watch.lost() => { /* stop: the lock is gone */ }
+    ///         () = async { /* the work */ } => {}
+    ///     }
+    /// });
+    /// # let _ = worker.await;
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn watch(&self) -> LockWatch {
+        self.held.touched();
+        LockWatch::new(self.held.clone())
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its

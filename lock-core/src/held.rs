@@ -80,6 +80,10 @@ pub(crate) struct HeldLock {
     /// tasks waiting in [`lost`](Self::lost).
     lost: AtomicU8,
     lost_signal: Notify,
+    /// The outermost guard has left: the hold is over (released, dropped or handed over).
+    /// Wakes [`lost`](Self::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives
+    /// the guard; the validity clock says nothing after this.
+    ended: AtomicBool,
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps the key's slot registered while the lock lives.
@@ -136,6 +140,7 @@ impl HeldLock {
             escaped: AtomicBool::new(false),
             lost: AtomicU8::new(0),
             lost_signal: Notify::new(),
+            ended: AtomicBool::new(false),
             permit: Mutex::new(Some(permit)),
             slot,
             hold_span: Mutex::new(None),
@@ -367,20 +372,38 @@ impl HeldLock {
         }
     }
 
-    /// Resolves when the lock is lost: marked so, or its confirmed validity ran out.
+    /// Marks the hold over (the outermost guard left) and wakes the tasks waiting in
+    /// [`lost`](Self::lost).
+    pub(crate) fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            self.lost_signal.notify_waiters();
+        }
+    }
+
+    /// Whether the outermost guard has left.
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// Resolves when the lock is lost (marked so, or its confirmed validity ran out), or when
+    /// the hold ended (only a [`LockWatch`](crate::LockWatch) sees that: no guard is left).
     pub(crate) async fn lost(&self) {
         loop {
             // Registered before the check, so a mark in between still wakes this task.
             let marked = self.lost_signal.notified();
             let mut marked = std::pin::pin!(marked);
             marked.as_mut().enable();
-            if self.marked_lost() {
+            if self.marked_lost() || self.is_ended() {
                 return;
             }
             let until = self.valid_until();
             tokio::select! {
                 _ = marked => return,
                 _ = tokio::time::sleep_until(until) => {
+                    // After the hold ended the clock is stale: no loss to report.
+                    if self.is_ended() {
+                        return;
+                    }
                     if Instant::now() >= self.valid_until() {
                         self.mark_lost(self.clock_reason());
                         return;

@@ -27,6 +27,11 @@
 //! "account:<to>"]`, see [`Locker::lock_all`]). For axum and tower services: the `lock-tower`
 //! crate.
 //!
+//! For work that should run in one instance only (a scheduled job every instance starts),
+//! [`Acquire::skip_if_busy`] turns a busy lock into a quiet `Ok(None)` (macro: `on_busy =
+//! "skip"`). Code that does not hold the guard (a task the work is handed to) watches the lock
+//! with [`LockGuard::watch`].
+//!
 //! # Lock kinds
 //!
 //! Every kind is built on the same machinery (store, topologies, watchdog, pub/sub waiting,
@@ -243,7 +248,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `skipped` (busy under `skip_if_busy`), `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
 //! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | latency of one acquire call to Redis (a try) by its answer: `acquired`, `busy`, `not_replicated`, `cancelled`, or the error |
 //! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of `fence`, `extend`, `is_locked`, `force_unlock` calls, by error (`backend`, `timeout`, `tls`, `wrong_type`) |
@@ -309,12 +314,14 @@ mod owner;
 mod release;
 mod scripts;
 mod semaphore;
+mod skip;
 mod slot;
 mod store;
 mod template;
 mod tls;
 mod topology;
 mod waiters;
+mod watch;
 mod watchdog;
 mod with_lock;
 
@@ -334,8 +341,10 @@ pub use limits::MAX_LEASE;
 pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
+pub use skip::{SkipIfBusy, SkipIfBusyFuture};
 pub use tls::TlsConfig;
 pub use topology::redact as redact_url;
+pub use watch::LockWatch;
 pub use with_lock::OnLost;
 
 /// Protects an async fn with a distributed lock (one key, its read lock, or several keys); see
@@ -366,5 +375,8 @@ mod bounds {
         is_send::<Semaphore>();
         is_sync::<Semaphore>();
         is_sync::<LockError>();
+        is_send::<SkipIfBusyFuture<AcquireFuture>>();
+        is_send::<LockWatch>();
+        is_sync::<LockWatch>();
     }
 }

@@ -227,6 +227,7 @@ impl LocalLocks {
         }
         drop(holder);
         self.unregister(held);
+        held.end();
         metrics::unheld(held.keys().access);
         Leave::Outermost
     }

@@ -54,6 +54,9 @@ pub struct AcquireAll {
     max_hold: Option<Duration>,
     /// What [`with_lock`](Self::with_lock) does on a loss.
     on_lost: OnLost,
+    /// Started by [`skip_if_busy`](Self::skip_if_busy): each key's busy answer is counted as
+    /// a skip.
+    skip: bool,
 }
 
 impl AcquireAll {
@@ -65,6 +68,7 @@ impl AcquireAll {
             lease: None,
             max_hold: None,
             on_lost: OnLost::Abort,
+            skip: false,
         }
     }
 
@@ -99,6 +103,14 @@ impl AcquireAll {
 
     pub(crate) fn on_lost_policy(&self) -> OnLost {
         self.on_lost
+    }
+
+    /// As [`Acquire::skipping`](crate::Acquire): a zero wait unless one was set, and busy keys
+    /// counted as skips.
+    pub(crate) fn skipping(mut self) -> Self {
+        self.wait.get_or_insert(Duration::ZERO);
+        self.skip = true;
+        self
     }
 
     pub(crate) fn locker(&self) -> &Locker {
@@ -191,6 +203,9 @@ impl AcquireAll {
         }
         if let Some(max) = self.max_hold {
             acquire = acquire.max_hold(max);
+        }
+        if self.skip {
+            acquire = acquire.skipping();
         }
         acquire.into_future()
     }

@@ -159,7 +159,7 @@ impl AcquireAll {
 }
 
 /// What the runner needs of a guard: one lock or several.
-trait Section: Send + Sync + Sized {
+pub(crate) trait Section: Send + Sync + Sized {
     /// Resolves when the lock (any of the locks) is lost.
     fn lost(&self) -> impl Future<Output = ()> + Send + '_;
     /// The error that reports the loss.
@@ -199,7 +199,7 @@ impl Section for MultiLockGuard {
 /// Runs the body under the guard, then releases the lock. A failed release is logged, not
 /// returned: the body's result stands (the key expires with its lease). A panic or a dropped
 /// future leaves the release to the guard's drop.
-async fn run<G, T, E, F>(guard: G, on_lost: OnLost, body: F) -> Result<T, E>
+pub(crate) async fn run<G, T, E, F>(guard: G, on_lost: OnLost, body: F) -> Result<T, E>
 where
     G: Section,
     F: Future<Output = Result<T, E>>,

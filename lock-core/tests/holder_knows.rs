@@ -355,3 +355,88 @@ async fn a_shortening_extension_without_its_answer_still_counts() {
         assert_nothing_left(&server, &[&holder, &other]).await;
     }
 }
+
+/// A `LockWatch` handed to another task sees what the guard sees: the key deleted behind the
+/// holder is a loss (with its reason); a release ends the hold without a loss.
+#[tokio::test]
+async fn a_watch_outside_the_guard_sees_the_loss_and_the_release() {
+    let server = server();
+    let holder = locker_with_lease(&server, Duration::from_millis(600)).await;
+    let admin = locker(&server).await;
+    let guard = holder.lock("watched").await.unwrap();
+    let watch = guard.watch();
+    assert!(watch.is_held() && watch.lost_reason().is_none());
+    let watcher = {
+        let watch = watch.clone();
+        tokio::spawn(async move {
+            watch.lost().await;
+            (watch.is_held(), watch.lost_reason())
+        })
+    };
+    delete_behind(Behind::ForceUnlock, &server, &admin, "watched").await;
+    let seen = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the watch saw the loss")
+        .unwrap();
+    assert_eq!(seen, (false, Some(LostReason::Deleted)));
+    assert!(matches!(guard.release().await, Err(LockError::Lost { .. })));
+    // A watch keeps the lock's local record (not the lock) while it lives.
+    drop(watch);
+
+    let guard = holder.lock("watched").await.unwrap();
+    let watch = guard.watch();
+    let watcher = tokio::spawn(async move {
+        watch.lost().await;
+        (watch.is_held(), watch.lost_reason())
+    });
+    guard.release().await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the watch saw the release")
+        .unwrap();
+    assert_eq!(seen, (false, None));
+    assert_nothing_left(&server, &[&holder, &admin]).await;
+}
+
+/// A watch, unlike a fence, does not keep a lock from being handed to the next task of the
+/// process (the handoff keeps the Redis token; a release in Redis and a new acquire do not),
+/// and it then says the old hold is over, without a loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_does_not_keep_the_lock_from_being_handed_over() {
+    let server = server();
+    let a = locker_with_lease(&server, Duration::from_secs(3)).await;
+    for keep_a_fence in [false, true] {
+        let guard = a.lock("k").await.unwrap();
+        let name = lock_key(&server, "k");
+        let watch = guard.watch();
+        let fence = keep_a_fence.then(|| guard.fence());
+        let before: String = server.cmd(&["GET", &name]);
+        let (acquired, got_it) = tokio::sync::oneshot::channel();
+        let (done, release) = tokio::sync::oneshot::channel::<()>();
+        let successor = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let guard = a.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+                acquired.send(()).unwrap();
+                release.await.unwrap();
+                guard.release().await.unwrap();
+            })
+        };
+        // The successor queues locally.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        guard.release().await.unwrap();
+        got_it.await.unwrap();
+        let after: String = server.cmd(&["GET", &name]);
+        assert_eq!(
+            before == after,
+            !keep_a_fence,
+            "handed over (same token) unless a fence was alive"
+        );
+        assert!(!watch.is_held());
+        assert_eq!(watch.lost_reason(), None);
+        done.send(()).unwrap();
+        successor.await.unwrap();
+        drop((watch, fence));
+    }
+    assert_nothing_left(&server, &[&a]).await;
+}

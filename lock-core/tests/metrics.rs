@@ -241,6 +241,17 @@ async fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
     assert!(busy_calls.len() >= 2, "{busy_calls:?}");
     assert!(busy_calls.iter().all(|s| *s < 0.2), "{busy_calls:?}");
 
+    // A skip is counted apart from contention: `skipped`, not `busy`.
+    assert!(b.lock("k").skip_if_busy().await.unwrap().is_none());
+    assert_eq!(
+        m.count("lock_acquisitions_total{kind=mutex,outcome=skipped}"),
+        1
+    );
+    assert_eq!(
+        m.count("lock_acquisitions_total{kind=mutex,outcome=busy}"),
+        2
+    );
+
     // A wait given up by its caller (the future dropped) is cancelled, and no waiter stays.
     let gave_up = tokio::time::timeout(Duration::from_millis(50), b.lock("k")).await;
     assert!(gave_up.is_err());

@@ -1,6 +1,7 @@
 //! `Locker::with_lock`, `Acquire::with_lock` and `AcquireAll::with_lock`: the closure runs under
 //! the lock, lock failures and loss become its error (or, with `OnLost::Continue`, a loss lets
-//! the body finish), and the lock is released on every path, a panic included.
+//! the body finish), and the lock is released on every path, a panic included; with
+//! `skip_if_busy`, a busy lock is `Ok(None)` and the body does not run.
 
 mod common;
 
@@ -179,4 +180,122 @@ async fn several_keys_abort_on_a_loss_by_default_and_continue_when_asked() {
     // The fences come in lock order.
     assert_eq!(finished, ["account:1", "account:2"]);
     common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// A job every instance starts and one runs: `skip_if_busy` turns a busy lock into `Ok(None)`
+/// without running the body, and runs it once the lock is free.
+#[tokio::test]
+async fn skip_if_busy_skips_the_body_while_another_holds_the_lock_and_runs_it_when_free() {
+    let server = server();
+    let locker = locker(&server).await;
+    let other = common::locker(&server).await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let job = |ran: Arc<AtomicBool>| {
+        move |_| async move {
+            ran.store(true, Ordering::SeqCst);
+            Ok::<_, AppError>("ran")
+        }
+    };
+    let held = other.lock("report:daily").await.unwrap();
+    let skipped = locker
+        .lock("report:daily")
+        .skip_if_busy()
+        .with_lock(job(ran.clone()))
+        .await;
+    assert!(matches!(skipped, Ok(None)), "{skipped:?}");
+    assert!(!ran.load(Ordering::SeqCst), "a skipped body must not run");
+    // The guard form says the same.
+    let guard = locker.lock("report:daily").skip_if_busy().await;
+    assert!(matches!(guard, Ok(None)), "{guard:?}");
+    held.release().await.unwrap();
+    let done = locker
+        .lock("report:daily")
+        .skip_if_busy()
+        .with_lock(job(ran.clone()))
+        .await;
+    assert!(matches!(done, Ok(Some("ran"))), "{done:?}");
+    assert!(ran.load(Ordering::SeqCst));
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// Only `Busy` is a skip: any other lock failure is still an error.
+#[tokio::test]
+async fn skip_if_busy_still_reports_the_other_lock_errors() {
+    let server = server();
+    let locker = locker(&server).await;
+    let invalid = locker
+        .lock("")
+        .skip_if_busy()
+        .with_lock(|_| async { Ok::<_, LockError>(()) })
+        .await;
+    assert!(
+        matches!(invalid, Err(LockError::InvalidKey { .. })),
+        "{invalid:?}"
+    );
+    // A lock lost under the body is the body's error (`OnLost::Abort`), not a skip.
+    let lost = locker
+        .lock("report:lost")
+        .lease(Duration::from_millis(200))
+        .skip_if_busy()
+        .with_lock(|_| async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok::<_, AppError>(())
+        })
+        .await;
+    assert!(
+        matches!(lost, Err(AppError::Lock(LockError::Lost { .. }))),
+        "{lost:?}"
+    );
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// Without `wait` a skip tries once (the locker's default wait does not apply); with `wait`
+/// it tries that long before skipping.
+#[tokio::test]
+async fn skip_if_busy_tries_once_unless_a_wait_is_given() {
+    let server = server();
+    let locker = common::locker(&server).await;
+    let other = common::locker(&server).await;
+    let held = other.lock("report:wait").await.unwrap();
+    let started = Instant::now();
+    let skipped = locker.lock("report:wait").skip_if_busy().await.unwrap();
+    assert!(skipped.is_none());
+    assert!(started.elapsed() < Duration::from_secs(1), "tried once");
+    let release_soon = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        held.release().await.unwrap();
+    });
+    let taken = locker
+        .lock("report:wait")
+        .wait(Duration::from_secs(5))
+        .skip_if_busy()
+        .with_lock(|_| async { Ok::<_, LockError>(7) })
+        .await;
+    assert!(matches!(taken, Ok(Some(7))), "{taken:?}");
+    release_soon.await.unwrap();
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+#[tokio::test]
+async fn skip_if_busy_of_several_keys_skips_when_any_is_busy() {
+    let server = server();
+    let locker = locker(&server).await;
+    let other = common::locker(&server).await;
+    let held = other.lock("account:2").await.unwrap();
+    let skipped = locker
+        .lock_all(["account:1", "account:2"])
+        .skip_if_busy()
+        .with_lock(|_| async { Ok::<_, LockError>(()) })
+        .await;
+    assert!(matches!(skipped, Ok(None)), "{skipped:?}");
+    held.release().await.unwrap();
+    let guard = locker
+        .lock_all(["account:1", "account:2"])
+        .skip_if_busy()
+        .await
+        .unwrap();
+    let guard = guard.expect("free keys are taken");
+    assert_eq!(guard.keys().collect::<Vec<_>>(), ["account:1", "account:2"]);
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker, &other]).await;
 }

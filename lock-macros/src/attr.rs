@@ -20,12 +20,13 @@ mod kw {
     syn::custom_keyword!(lease);
     syn::custom_keyword!(locker);
     syn::custom_keyword!(on_lost);
+    syn::custom_keyword!(on_busy);
     syn::custom_keyword!(fence);
 }
 
 /// The options in the order the docs list them, for "expected one of" messages.
 const OPTIONS: &str =
-    "`key`, `keys`, `mode`, `wait`, `lease`, `locker`, `on_lost`, `fence`, `crate`";
+    "`key`, `keys`, `mode`, `wait`, `lease`, `locker`, `on_lost`, `on_busy`, `fence`, `crate`";
 
 /// The options of one `#[distributed_lock(..)]`, each as written (`None`: left out).
 pub(crate) struct Args {
@@ -36,6 +37,7 @@ pub(crate) struct Args {
     pub(crate) lease: Option<LitStr>,
     pub(crate) locker: Option<Expr>,
     pub(crate) on_lost: Option<LitStr>,
+    pub(crate) on_busy: Option<LitStr>,
     /// `fence = <name>`: the value as written, checked to be a plain name in `valid.rs` (parsed
     /// as an expression so that `fence = self` or `fence = "f"` get a message of ours).
     pub(crate) fence: Option<Expr>,
@@ -52,6 +54,7 @@ impl Parse for Args {
             lease: None,
             locker: None,
             on_lost: None,
+            on_busy: None,
             fence: None,
             krate: None,
         };
@@ -92,6 +95,10 @@ impl Parse for Args {
                 let kw = input.parse::<kw::on_lost>()?;
                 let lit = string_value(&kw, input, "on_lost = \"abort\"")?;
                 set_once(&mut args.on_lost, &kw, lit)?;
+            } else if input.peek(kw::on_busy) {
+                let kw = input.parse::<kw::on_busy>()?;
+                let lit = string_value(&kw, input, "on_busy = \"skip\"")?;
+                set_once(&mut args.on_busy, &kw, lit)?;
             } else if input.peek(kw::fence) {
                 let kw = input.parse::<kw::fence>()?;
                 expect_eq(&kw, input, "fence = fence")?;
@@ -250,6 +257,12 @@ fn unknown_option(input: ParseStream<'_>) -> syn::Error {
                 "read" | "shared" | "readonly" => " (did you mean `mode = \"read\"`?)",
                 "write" | "exclusive" => " (did you mean `mode = \"write\"`?)",
                 "on_lose" | "lost" | "onlost" => " (did you mean `on_lost`?)",
+                "onbusy" | "on_contention" | "on_locked" | "if_busy" | "when_busy" | "busy" => {
+                    " (did you mean `on_busy`?)"
+                }
+                "skip" | "skip_if_busy" | "skip_busy" | "try_once" | "try_lock" | "single" => {
+                    " (did you mean `on_busy = \"skip\"`?)"
+                }
                 "guard" | "token" | "fencing_token" | "fencing" | "fence_token" => {
                     " (did you mean `fence = <name>`? it binds the lock's `Fence` in the body)"
                 }

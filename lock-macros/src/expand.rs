@@ -9,7 +9,7 @@ use syn::{Ident, Index, LitChar, LitStr, Type};
 use crate::item::{BoxedAsync, ItemFn};
 use crate::key::{Field, Part, Root, Template};
 use crate::ty::{erase_impl_trait, error_type_span};
-use crate::valid::{Body, Locked, Locks, Mode, OnLost, Options};
+use crate::valid::{Body, Locked, Locks, Mode, OnBusy, OnLost, Options};
 
 /// The fn with its body run under the lock.
 pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
@@ -29,6 +29,7 @@ pub(crate) fn locked_fn(locked: &Locked<'_>) -> TokenStream {
     } = item;
     let body = match body {
         Body::AsyncFn { ret } => {
+            let ret: &Type = ret;
             let anchor = return_anchor(ret);
             let user_body = quote_spanned!(brace.span.join()=> { #(#stmts)* });
             locked_body(
@@ -107,10 +108,32 @@ fn locked_body(
             let #locker = #private::locker::<#private::Locker>(::core::option::Option::None);
         },
     };
-    let bail = quote_spanned! {error_span=>
-        ::core::result::Result::Err(#error) => {
-            return ::core::result::Result::Err(::core::convert::From::from(#error));
+    let skip = options.on_busy == OnBusy::Skip;
+    // A lock failure before the acquire: the fn's error, or (skipping) what the fn's return
+    // type makes of it.
+    let bail = if skip {
+        let failed = respan(quote!(#private::Skippable::failed), error_span);
+        quote_spanned! {error_span=>
+            ::core::result::Result::Err(#error) => {
+                return #failed(#error);
+            }
         }
+    } else {
+        quote_spanned! {error_span=>
+            ::core::result::Result::Err(#error) => {
+                return ::core::result::Result::Err(::core::convert::From::from(#error));
+            }
+        }
+    };
+    // Inside the closure, whose error type is `LockError` when skipping.
+    let bail_in_body = if skip {
+        quote! {
+            ::core::result::Result::Err(#error) => {
+                return ::core::result::Result::Err(#error);
+            }
+        }
+    } else {
+        bail.clone()
     };
     let on_lost = match options.on_lost {
         OnLost::Abort => quote!(#krate::OnLost::Abort),
@@ -164,7 +187,7 @@ fn locked_body(
                         #[allow(clippy::useless_conversion)]
                         let #name: [#krate::Fence; #count] = match #private::fences(&#fences, &#key_var) {
                             ::core::result::Result::Ok(#value) => #value,
-                            #bail
+                            #bail_in_body
                         };
                     }),
                 ),
@@ -189,10 +212,29 @@ fn locked_body(
     let acquire = quote!(#builder::on_lost(#acquire, #on_lost));
     // The whole call is spanned on the return type, so that an error type without
     // `From<LockError>` or a body that is no `Result` is reported there.
-    let with_lock = respan(quote!(#builder::with_lock), error_span);
-    let body_block = quote_spanned!(error_span=> async move { #fence #body });
-    let run_call =
-        quote_spanned!(error_span=> #with_lock(#acquire, move |#param| #body_block).await);
+    let run_call = if skip {
+        // The body's value, whatever its type, is the closure's `Ok`; a skip and the lock's
+        // errors become that type through `Skippable`, whose bound explains a type that
+        // cannot say "skipped".
+        let with_lock = respan(
+            quote!(#krate::SkipIfBusy::<#builder>::with_lock),
+            error_span,
+        );
+        let finish = respan(quote!(#private::Skippable::finish), error_span);
+        let body_block = quote_spanned! {error_span=>
+            async move {
+                #fence
+                ::core::result::Result::Ok::<_, #private::LockError>(async move { #body }.await)
+            }
+        };
+        quote_spanned! {error_span=>
+            #finish(#with_lock(#builder::skip_if_busy(#acquire), move |#param| #body_block).await)
+        }
+    } else {
+        let with_lock = respan(quote!(#builder::with_lock), error_span);
+        let body_block = quote_spanned!(error_span=> async move { #fence #body });
+        quote_spanned!(error_span=> #with_lock(#acquire, move |#param| #body_block).await)
+    };
     quote! {
         #find_locker
         // `From::from` is the identity when the fn's error type is `LockError` itself.

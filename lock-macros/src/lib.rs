@@ -70,10 +70,11 @@ use proc_macro2::TokenStream;
 /// | `key = "inventory:<sku_id>"` | the key template (below) | `key` or `keys` is required |
 /// | `keys = ["account:<from>", "account:<to>"]` | several key templates: the fn runs holding all of them ([Several keys](#several-keys-keys)) | |
 /// | `mode = "read"` or `"write"` | with `key`: the read lock (shared with other readers) or the write lock ([Read locks](#read-locks-mode--read)) | `"write"`: exclusive |
-/// | `wait = "3s"` | how long to wait for the lock; `"0s"` tries once | the locker's `default_wait` (30 s) |
+/// | `wait = "3s"` | how long to wait for the lock; `"0s"` tries once | the locker's `default_wait` (30 s); with `on_busy = "skip"`: zero, one try |
 /// | `lease = "10s"` | a fixed lease, at least `1ms`: the lock expires after it and is never renewed | watchdog lease, renewed while the body runs |
 /// | `locker = <expr>` | the `Locker` to use: any expression of type `Locker`, `&Locker` or `Arc<Locker>` (anything `AsRef<Locker>`), e.g. `self.locker` or `state.locker` | `Locker::global()` |
 /// | `on_lost = "abort"` or `"continue"` | what happens when the lock is lost while the body runs (below) | `"abort"` |
+/// | `on_busy = "skip"` or `"error"` | what happens when another holder has the lock: skip the fn quietly (it returns `None`, `Ok(None)`, `()` or `Ok(())`), or return `LockError::Busy` ([Skip when busy](#skip-when-busy-on_busy--skip)) | `"error"` |
 /// | `fence = <name>` | binds the lock's `Fence` to `<name>` in the body, for its fencing token (`[Fence; N]` with `keys`) ([The fencing token](#the-fencing-token-fence)) | no binding |
 /// | `crate = "path"` | the path of lock-core, when it is renamed in `Cargo.toml` | `::lock_core` |
 ///
@@ -192,6 +193,49 @@ use proc_macro2::TokenStream;
 /// `fence` rather than the guard itself: the macro owns the guard (it watches it for loss and
 /// releases it on every path), and a guard the body could release or move would undo that.
 ///
+/// # Skip when busy: `on_busy = "skip"`
+///
+/// For work that should run in one instance only (a scheduled job every instance starts):
+/// try the lock once and, if another holder has it, return at once without running the body,
+/// quietly (a debug-level log, and the acquire counted as `skipped` in the metrics). The fn
+/// says it was skipped through its return type, which must be able to:
+///
+/// | return type | skipped | other lock failures |
+/// |---|---|---|
+/// | `Option<T>` | `None` | `None`, logged (warn: Redis unavailable or the lock lost; error: anything else) |
+/// | `()` (or none) | `()` | `()`, logged as above |
+/// | `Result<Option<T>, E>` | `Ok(None)` | `Err(E::from(error))`, with `E: From<LockError>` |
+/// | `Result<(), E>` | `Ok(())` | `Err(E::from(error))` |
+///
+/// Prefer a `Result` where the caller must hear that Redis was unavailable: with `Option` or
+/// `()` that is only in the log.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, LockError, Locker};
+///
+/// struct Reports {
+///     locker: Locker,
+/// }
+///
+/// impl Reports {
+///     /// Every instance calls this at midnight; one sends the report.
+///     #[distributed_lock(key = "report:<day>", on_busy = "skip", locker = self.locker)]
+///     async fn send_daily(&self, day: u32) -> Result<Option<usize>, LockError> {
+///         let recipients = 3; // build and send it
+///         let _ = day;
+///         Ok(Some(recipients))
+///     }
+/// }
+/// ```
+///
+/// The wait is zero unless `wait` is given, then it is how long the fn tries before it skips.
+/// Keep it zero for work that must run once per schedule: with a wait, an instance that
+/// starts a little late gets the lock after the first one finished and runs the work again.
+/// Without the macro it is `locker.lock(key).skip_if_busy().with_lock(..)`
+/// (`lock_core::SkipIfBusy`). `on_busy = "error"` (the default) returns `LockError::Busy`
+/// through the fn's error. A return type that cannot say "skipped" (`-> u32`,
+/// `-> Result<u32, E>`) is a compile error.
+///
 /// # The key template
 ///
 /// Literal text with placeholders: `<name>` is a parameter of the fn, `<name.field.sub>` a
@@ -236,7 +280,8 @@ use proc_macro2::TokenStream;
 /// - It is `async` (or an `#[async_trait]` method: put `#[distributed_lock]` on the method
 ///   inside the `#[async_trait] impl`).
 /// - It returns `Result<T, E>` (or an alias of it) where `E: From<LockError>`
-///   (`anyhow::Error` qualifies).
+///   (`anyhow::Error` qualifies); with `on_busy = "skip"`, one of the return types
+///   [above](#skip-when-busy-on_busy--skip).
 ///
 /// It works on free fns, `&self` / `&mut self` / `self` methods, trait impl methods, generic
 /// fns, fns with `impl Trait` arguments and lifetimes. Docs, attributes, visibility and `where`
@@ -293,8 +338,8 @@ use proc_macro2::TokenStream;
 ///
 /// Besides the body's own errors, the fn returns (converted with `From`):
 /// `LockError::Busy` when the lock (any of `keys`) stayed held by another owner for the whole
-/// `wait`, `LockError::WriteInsideRead` when the task holds the key's read lock and the fn
-/// takes its write lock,
+/// `wait` (not with `on_busy = "skip"`: the fn is skipped), `LockError::WriteInsideRead` when
+/// the task holds the key's read lock and the fn takes its write lock,
 /// `LockError::Lost` when it was lost while the body ran (with `on_lost = "abort"`),
 /// `LockError::NotConfigured` when no `locker` is given and `Locker::set_global` was never
 /// called, `LockError::InvalidKey` for a formatted key that is empty or too long,

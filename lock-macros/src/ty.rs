@@ -52,6 +52,92 @@ pub(crate) fn is_surely_not_result(ty: &Type) -> bool {
     }
 }
 
+/// Whether a return type can say "skipped" (`on_busy = "skip"`), as far as it can be read.
+pub(crate) enum SkipShape<'a> {
+    /// `()`, `Option<T>`, `Result<(), E>`, `Result<Option<T>, E>` (or a one-argument alias
+    /// named `Result`).
+    Fits,
+    /// Surely not: `at` is the part that cannot say it, `instead` the type to write.
+    Refused { at: &'a Type, instead: String },
+    /// An alias or a generic parameter: left to the type checker.
+    Unknown,
+}
+
+/// Reads `ty` as the return type of a fn that may be skipped.
+pub(crate) fn skip_shape(ty: &Type) -> SkipShape<'_> {
+    match ty {
+        Type::Paren(paren) => return skip_shape(&paren.elem),
+        Type::Group(group) => return skip_shape(&group.elem),
+        _ => {}
+    }
+    if can_say_skipped(ty) {
+        return SkipShape::Fits;
+    }
+    if let Some((ok, _)) = result_args(ty) {
+        return match ok {
+            Some(ok) if can_say_skipped(ok) => SkipShape::Fits,
+            Some(ok) if is_surely_not_skip_value(ok) => SkipShape::Refused {
+                at: ok,
+                instead: pretty(ty).replacen(&pretty(ok), &format!("Option<{}>", pretty(ok)), 1),
+            },
+            _ => SkipShape::Unknown,
+        };
+    }
+    if is_surely_not_skip_value(ty) {
+        let instead = match ty {
+            Type::Never(_) => "()".to_owned(),
+            _ => format!("Option<{}>", pretty(&erase_impl_trait(ty))),
+        };
+        return SkipShape::Refused { at: ty, instead };
+    }
+    SkipShape::Unknown
+}
+
+/// `()` or `Option<..>`: a value that can be the skip.
+fn can_say_skipped(ty: &Type) -> bool {
+    match ty {
+        Type::Tuple(tuple) => tuple.elems.is_empty(),
+        Type::Path(path) => {
+            path.qself.is_none()
+                && path
+                    .path
+                    .segments
+                    .last()
+                    .is_some_and(|last| last.ident == "Option")
+        }
+        Type::Paren(paren) => can_say_skipped(&paren.elem),
+        _ => false,
+    }
+}
+
+/// Types that surely cannot be the skip (`u32`, `String`, `Result<..>`, a tuple of values).
+fn is_surely_not_skip_value(ty: &Type) -> bool {
+    if can_say_skipped(ty) {
+        return false;
+    }
+    is_surely_not_result(ty) || result_args(ty).is_some()
+}
+
+/// The `Ok` type (if written) and the error type (if written) of a path named `Result` with
+/// angle-bracketed arguments.
+fn result_args(ty: &Type) -> Option<(Option<&Type>, Option<&Type>)> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
+    });
+    Some((types.next(), types.next()))
+}
+
 /// Where errors about the fn's return type are reported: on `E` of a `Result<T, E>` (a missing
 /// `From<LockError>` is its fault), else on the return type (not a `Result` at all).
 pub(crate) fn error_type_span(ty: &Type) -> Span {
@@ -153,6 +239,45 @@ mod tests {
         ];
         for ty in &maybe {
             assert!(!is_surely_not_result(ty), "{}", pretty(ty));
+        }
+    }
+
+    #[test]
+    fn tells_return_types_that_can_say_skipped() {
+        let fits: [Type; 6] = [
+            parse_quote!(()),
+            parse_quote!(Option<u32>),
+            parse_quote!(Result<(), E>),
+            parse_quote!(Result<Option<u32>, E>),
+            parse_quote!(anyhow::Result<()>),
+            parse_quote!((Option<u8>)),
+        ];
+        for ty in &fits {
+            assert!(matches!(skip_shape(ty), SkipShape::Fits), "{}", pretty(ty));
+        }
+        let refused: [(Type, &str); 4] = [
+            (parse_quote!(u32), "Option<u32>"),
+            (parse_quote!(Result<u32, E>), "Result<Option<u32>, E>"),
+            (parse_quote!(Vec<u8>), "Option<Vec<u8>>"),
+            (parse_quote!((u8, u8)), "Option<(u8, u8)>"),
+        ];
+        for (ty, expected) in &refused {
+            match skip_shape(ty) {
+                SkipShape::Refused { instead, .. } => assert_eq!(instead, *expected),
+                _ => panic!("{} is refused", pretty(ty)),
+            }
+        }
+        let unknown: [Type; 3] = [
+            parse_quote!(AppResult<u32>),
+            parse_quote!(T),
+            parse_quote!(Result<T, E>),
+        ];
+        for ty in &unknown {
+            assert!(
+                matches!(skip_shape(ty), SkipShape::Unknown),
+                "{}",
+                pretty(ty)
+            );
         }
     }
 

@@ -2,6 +2,7 @@
 //! written into what the expansion needs ([`Options`], [`Locked`]), so the expansion has
 //! nothing left to check and cannot fail.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use proc_macro2::Span;
@@ -10,7 +11,7 @@ use syn::{Expr, ExprLit, ExprPath, Ident, Lit, LitStr, Path, ReturnType, Type};
 use crate::attr::{Args, KeyList};
 use crate::item::{BoxedAsync, ItemFn};
 use crate::key::Template;
-use crate::ty::{future_output, is_surely_not_result, pretty};
+use crate::ty::{future_output, is_surely_not_result, pretty, skip_shape, SkipShape};
 
 /// Longest lease lock-core accepts (`lock_core::MAX_LEASE`, 365 days): a longer one is refused at
 /// run time, so it is refused here already.
@@ -21,6 +22,15 @@ const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 pub(crate) enum OnLost {
     Abort,
     Continue,
+}
+
+/// What the fn does when the lock is busy for the whole wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// `on_busy = "error"` (the default): return `LockError::Busy` through the fn's error.
+    Error,
+    /// `on_busy = "skip"`: do not run the body; return `None`, `Ok(None)`, `()` or `Ok(())`.
+    Skip,
 }
 
 /// How the one key of `key = ".."` is locked.
@@ -54,6 +64,7 @@ pub(crate) struct Options {
     pub(crate) lease: Option<Duration>,
     pub(crate) locker: Option<Expr>,
     pub(crate) on_lost: OnLost,
+    pub(crate) on_busy: OnBusy,
     /// `fence = <name>`: the name the body sees the lock's `Fence` (`[Fence; N]` for `keys`)
     /// under. Never set with `mode = "read"`, and checked against the fn's parameters by
     /// [`locked_fn`].
@@ -74,8 +85,8 @@ pub(crate) struct Locked<'a> {
 pub(crate) enum Body<'a> {
     /// `async fn f(..) -> R { body }`.
     AsyncFn {
-        /// The declared return type.
-        ret: &'a Type,
+        /// The declared return type (`()` when none is written).
+        ret: Cow<'a, Type>,
     },
     /// What `#[async_trait]` makes of an `async fn`: `fn f(..) -> Pin<Box<dyn Future<Output =
     /// R> + ..>> { ..; Box::pin(async move { body }) }`.
@@ -94,6 +105,7 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
     let wait = args.wait.map(|lit| duration(&lit, "wait")).transpose()?;
     let lease = args.lease.map(|lit| lease(&lit)).transpose()?;
     let on_lost = args.on_lost.map(|lit| on_lost(&lit)).transpose()?;
+    let on_busy = args.on_busy.map(|lit| on_busy(&lit)).transpose()?;
     let krate = args.krate.map(|lit| crate_path(&lit)).transpose()?;
     let fence = args.fence.map(|expr| fence_name(&expr)).transpose()?;
     let mode = args
@@ -147,6 +159,7 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
         lease,
         locker: args.locker,
         on_lost: on_lost.unwrap_or(OnLost::Abort),
+        on_busy: on_busy.unwrap_or(OnBusy::Error),
         fence,
         krate: krate.unwrap_or_else(|| syn::parse_quote!(::lock_core)),
     })
@@ -155,7 +168,7 @@ pub(crate) fn options(args: Args) -> syn::Result<Options> {
 /// Checks that the fn can be locked (async, returns a value) and that the key template names
 /// its parameters.
 pub(crate) fn locked_fn(options: Options, item: &ItemFn) -> syn::Result<Locked<'_>> {
-    let body = body(item)?;
+    let body = body(item, options.on_busy)?;
     let scope = item.scope();
     if let Some(name) = &options.fence {
         // The binding is made after the key is formatted, so it would work, but the body
@@ -267,6 +280,32 @@ fn on_lost(lit: &LitStr) -> syn::Result<OnLost> {
     }
 }
 
+fn on_busy(lit: &LitStr) -> syn::Result<OnBusy> {
+    match lit.value().as_str() {
+        "error" => Ok(OnBusy::Error),
+        "skip" => Ok(OnBusy::Skip),
+        other => {
+            let hint = match other.trim().to_ascii_lowercase().as_str() {
+                "skip" | "skipped" | "skips" | "ignore" | "none" | "quiet" | "silent"
+                | "return" => " (did you mean `on_busy = \"skip\"`?)",
+                "error" | "err" | "fail" | "reject" | "busy" => {
+                    " (did you mean `on_busy = \"error\"`?)"
+                }
+                _ => "",
+            };
+            Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "unknown `on_busy` value {other:?}{hint}: write `on_busy = \"skip\"` (do not \
+                     run the fn when another holder has the lock: it returns `None`, `Ok(None)`, \
+                     `()` or `Ok(())`) or `on_busy = \"error\"` (return `LockError::Busy` \
+                     through the fn's error, the default)"
+                ),
+            ))
+        }
+    }
+}
+
 fn mode(lit: &LitStr) -> syn::Result<Mode> {
     match lit.value().as_str() {
         "write" => Ok(Mode::Write),
@@ -365,16 +404,17 @@ fn crate_path(lit: &LitStr) -> syn::Result<Path> {
     })
 }
 
-/// The fn is async (or the `#[async_trait]` shape) and returns a value that can be a `Result`.
-fn body(item: &ItemFn) -> syn::Result<Body<'_>> {
+/// The fn is async (or the `#[async_trait]` shape) and returns a value that can be a `Result`
+/// (with `on_busy = "skip"`: a value that can say the fn was skipped).
+fn body(item: &ItemFn, on_busy: OnBusy) -> syn::Result<Body<'_>> {
     let sig = &item.sig;
     if sig.asyncness.is_none() {
         if let (Some(boxed), ReturnType::Type(_, ret)) = (item.boxed_async(), &sig.output) {
-            return Ok(Body::AsyncTrait {
-                boxed,
-                output: future_output(ret),
-                ret,
-            });
+            let output = future_output(ret);
+            if let (OnBusy::Skip, Some(output)) = (on_busy, output) {
+                can_skip(output)?;
+            }
+            return Ok(Body::AsyncTrait { boxed, output, ret });
         }
         return Err(syn::Error::new(
             sig.fn_token.span,
@@ -384,24 +424,64 @@ fn body(item: &ItemFn) -> syn::Result<Body<'_>> {
             ),
         ));
     }
+    if on_busy == OnBusy::Skip {
+        return Ok(Body::AsyncFn {
+            ret: match &sig.output {
+                ReturnType::Type(_, ty) => {
+                    can_skip(ty)?;
+                    Cow::Borrowed(&**ty)
+                }
+                ReturnType::Default => Cow::Owned(syn::parse_quote_spanned!(sig.ident.span()=> ())),
+            },
+        });
+    }
+    // `Option` and `()` can say "skipped": the fn may have wanted that.
+    let skip_hint = "; or, to skip the fn quietly while another holder has the lock, add \
+                     `on_busy = \"skip\"`";
     match &sig.output {
         ReturnType::Type(_, ty) if is_surely_not_result(ty) => {
+            let hint = match skip_shape(ty) {
+                SkipShape::Fits => skip_hint,
+                _ => "",
+            };
             let ty = pretty(ty);
             Err(syn::Error::new_spanned(
                 &sig.output,
                 format!(
                     "`#[distributed_lock]` needs a fn that returns `Result<T, E>` with \
                      `E: From<LockError>` (the lock can fail), not `{ty}`: return e.g. \
-                     `Result<{ty}, AppError>`"
+                     `Result<{ty}, AppError>`{hint}"
                 ),
             ))
         }
-        ReturnType::Type(_, ty) => Ok(Body::AsyncFn { ret: ty }),
+        ReturnType::Type(_, ty) => Ok(Body::AsyncFn {
+            ret: Cow::Borrowed(&**ty),
+        }),
         ReturnType::Default => Err(syn::Error::new(
             sig.ident.span(),
-            "`#[distributed_lock]` needs a fn that returns `Result<T, E>` with \
-             `E: From<LockError>` (the lock can fail): add a return type such as \
-             `-> Result<(), AppError>`",
+            format!(
+                "`#[distributed_lock]` needs a fn that returns `Result<T, E>` with \
+                 `E: From<LockError>` (the lock can fail): add a return type such as \
+                 `-> Result<(), AppError>`{skip_hint}"
+            ),
+        )),
+    }
+}
+
+/// With `on_busy = "skip"`: the return type can say the fn was skipped, as far as the macro
+/// can read it (an alias is left to the type checker, which lock-core's `Skippable` bound
+/// explains).
+fn can_skip(ty: &Type) -> syn::Result<()> {
+    match skip_shape(ty) {
+        SkipShape::Fits | SkipShape::Unknown => Ok(()),
+        SkipShape::Refused { at, instead } => Err(syn::Error::new_spanned(
+            at,
+            format!(
+                "`on_busy = \"skip\"` needs a return type that can say the fn was skipped: \
+                 `Option<T>` (skipped: `None`), `Result<Option<T>, E>` (`Ok(None)`), `()` or \
+                 `Result<(), E>` (`Ok(())`), not `{}`: return `{instead}`",
+                pretty(ty)
+            ),
         )),
     }
 }

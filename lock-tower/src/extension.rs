@@ -1,8 +1,11 @@
 //! [`HeldLock`] and [`HeldLocks`]: what the handler learns about the lock(s) its request holds.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
-use lock_core::{Fence, LockError, LockGuard};
+use lock_core::{Fence, LockError, LockGuard, LockWatch, LostReason};
 
 use crate::acquire::Guard;
 
@@ -35,10 +38,28 @@ use crate::acquire::Guard;
 /// ```
 ///
 /// In any tower service it is `request.extensions().get::<HeldLock>()`.
+///
+/// Under [`OnLost::Continue`](lock_core::OnLost::Continue) the handler runs on when the lock
+/// is lost; it learns of the loss with [`is_held`](Self::is_held) and [`lost`](Self::lost):
+///
+/// ```
+/// # #[cfg(feature = "axum")] {
+/// use lock_tower::HeldLock;
+///
+/// async fn import(lock: HeldLock) -> Result<&'static str, String> {
+///     tokio::select! {
+///         () = lock.lost() => Err(format!("lock lost: {:?}", lock.lost_reason())),
+///         () = async { /* the import, in steps */ } => Ok("imported"),
+///     }
+/// }
+/// # let _: axum::Router = axum::Router::new().route("/", axum::routing::post(import));
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct HeldLock {
     key: Arc<str>,
     fence: Fence,
+    watch: LockWatch,
     shared: bool,
 }
 
@@ -47,8 +68,35 @@ impl HeldLock {
         Self {
             key: guard.key().into(),
             fence: guard.fence(),
+            watch: guard.watch(),
             shared: guard.is_shared(),
         }
+    }
+
+    /// Whether the lock is still held as far as this process knows: not lost (a renewal
+    /// found another owner or no key, the lease ran out, the layer's
+    /// [`max_hold`](crate::DistributedLockLayer::max_hold) passed) and not yet released by
+    /// the layer. No Redis round trip (see [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.watch.is_held()
+    }
+
+    /// Resolves when the lock is lost, or once the layer released it (the response is done):
+    /// the hold is over either way. For a handler that runs on after a loss
+    /// ([`OnLost::Continue`](lock_core::OnLost::Continue)), or work it hands to another task
+    /// that may outlive the request.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn lost(&self) {
+        self.watch.lost().await;
+    }
+
+    /// Why the lock was lost, once it is; `None` while it is held (and after a release of a
+    /// lock that was not lost).
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.watch.lost_reason()
     }
 
     /// Whether this is a read lock, shared with other readers ([`Mode::Read`](crate::Mode::Read)).
@@ -135,6 +183,43 @@ impl HeldLocks {
     /// Always false: a request holds at least one lock when this is present.
     pub fn is_empty(&self) -> bool {
         self.locks.is_empty()
+    }
+
+    /// Whether every lock is still held (see [`HeldLock::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.locks.iter().all(HeldLock::is_held)
+    }
+
+    /// Resolves when any of the locks is lost, or once the layer released them (see
+    /// [`HeldLock::lost`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it only observes.
+    pub async fn lost(&self) {
+        let mut each: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = self
+            .locks
+            .iter()
+            .map(|lock| Box::pin(lock.lost()) as Pin<Box<dyn Future<Output = ()> + Send + '_>>)
+            .collect();
+        std::future::poll_fn(|cx| {
+            // Every one is polled, so each registers its wake-up.
+            let mut any = false;
+            for lost in &mut each {
+                any |= lost.as_mut().poll(cx).is_ready();
+            }
+            if any {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// The first lock found lost (in lock order), if any.
+    pub fn lost_lock(&self) -> Option<&HeldLock> {
+        self.locks.iter().find(|lock| !lock.is_held())
     }
 
     /// The fencing token of `key` (see [`HeldLock::fencing_token`]).

@@ -123,6 +123,7 @@ struct PendingCall<S, ReqBody, R> {
     fail_open: bool,
     hold_until: HoldUntil,
     on_lost: OnLost,
+    busy_status: StatusCode,
     /// The request's lock is a permit of a concurrency limit: a busy answer means full.
     limit: bool,
 }
@@ -148,6 +149,7 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
             fail_open,
             hold_until,
             on_lost,
+            busy_status,
             limit,
         } = self;
         let lock = match acquired {
@@ -185,7 +187,14 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                     rejection = rejection.under_limit();
                 }
                 trace_rejection(span, &rejection);
-                return Err(reject.reject(rejection));
+                let busy = matches!(rejection, Rejection::Busy { .. });
+                let mut response = reject.reject(rejection);
+                // Only an answer with the default busy status: a `Reject` that chose its own
+                // status keeps it.
+                if busy && response.status() == StatusCode::CONFLICT {
+                    *response.status_mut() = busy_status;
+                }
+                return Err(response);
             }
         };
         Ok(State::Calling {
@@ -219,6 +228,7 @@ where
             fail_open: settings.fail_open,
             hold_until: settings.hold_until,
             on_lost: settings.on_lost,
+            busy_status: settings.busy_status,
             limit: matches!(mode, Mode::Limit(_)),
         };
         Self::new(Step::Acquiring { acquire, call }, span)

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::StatusCode;
 use lock_core::{ConfigError, Locker, OnLost};
 use tower_layer::Layer;
 
@@ -85,6 +86,8 @@ pub(crate) struct Settings {
     pub(crate) missing_key: MissingKey,
     pub(crate) fail_open: bool,
     pub(crate) hold_until: HoldUntil,
+    /// The status of a busy answer built with the default `409`.
+    pub(crate) busy_status: StatusCode,
 }
 
 impl Default for Settings {
@@ -97,6 +100,7 @@ impl Default for Settings {
             missing_key: MissingKey::Reject,
             fail_open: false,
             hold_until: HoldUntil::Response,
+            busy_status: StatusCode::CONFLICT,
         }
     }
 }
@@ -121,6 +125,7 @@ impl Default for Settings {
 /// | [`hold_until`](Self::hold_until) | [`HoldUntil::Response`] |
 /// | [`reject_with`](Self::reject_with) | [`DefaultReject`] |
 /// | [`retry_after`](Self::retry_after) | 0.5 to 1.5 s, random, at most the holder's lease ([`RetryAfter::default`]) |
+/// | [`busy_status`](Self::busy_status) | `409 Conflict` |
 pub struct DistributedLockLayer<K, R = DefaultReject, M = ByMethod> {
     pub(crate) locker: Locker,
     pub(crate) key: Arc<K>,
@@ -279,8 +284,9 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
     /// [`OnLost::Abort`] (the default, as the `#[distributed_lock]` macro's): the handler's
     /// future is dropped at once and the request is answered with
     /// [`Rejection::Lost`](crate::Rejection::Lost) (`503`), so nothing it does after the loss
-    /// runs unlocked. [`OnLost::Continue`]: the handler finishes and its response is sent; a
-    /// handler can still watch [`HeldLock`](crate::HeldLock) itself. Either way a body held
+    /// runs unlocked. [`OnLost::Continue`]: the handler finishes and its response is sent; it
+    /// can watch the lock itself with [`HeldLock::is_held`](crate::HeldLock::is_held) and
+    /// [`HeldLock::lost`](crate::HeldLock::lost). Either way a body held
     /// until its end ([`HoldUntil::BodyEnd`]) ends with the lock-lost error.
     pub fn on_lost(mut self, on_lost: OnLost) -> Self {
         self.settings.on_lost = on_lost;
@@ -329,6 +335,36 @@ impl<K, R, M> DistributedLockLayer<K, R, M> {
         F: Fn(&BusyInfo) -> Duration + Send + Sync + 'static,
     {
         self.retry_after = RetryAfter::from_fn(choose);
+        self
+    }
+
+    /// The status of [busy](crate::Rejection::Busy) answers, `409 Conflict` by default. They
+    /// carry `Retry-After` whatever the status.
+    ///
+    /// `409` says what happened (another request holds the resource), but many clients' retry
+    /// middleware retries only `429 Too Many Requests` and `503 Service Unavailable`, honouring
+    /// `Retry-After`: choose one of those for them. `429` reads as "slow down", `503` as "the
+    /// service cannot serve it now", which is the better fit when the answer is about a shared
+    /// job rather than the client's own rate.
+    ///
+    /// It applies to busy answers built with the default status: those of
+    /// [`DefaultReject`], and of a [`reject_with`](Self::reject_with) function that passes
+    /// busy rejections on to [`Rejection::default_response`](crate::Rejection::default_response)
+    /// (or `into_response`). A function that builds its own busy answer with another status
+    /// keeps it. A [concurrency limit](Self::concurrency_limit)'s full answer stays `429`.
+    ///
+    /// ```
+    /// # fn layer(locker: lock_core::Locker) {
+    /// use http::StatusCode;
+    /// use lock_tower::{DistributedLockLayer, KeyFrom};
+    ///
+    /// let layer = DistributedLockLayer::new(locker, KeyFrom::path_param("sku"))
+    ///     .busy_status(StatusCode::TOO_MANY_REQUESTS);
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn busy_status(mut self, status: StatusCode) -> Self {
+        self.settings.busy_status = status;
         self
     }
 

@@ -79,9 +79,11 @@
 //!   keeps the inner service's error type and works under axum's `Infallible` routers. By
 //!   default (see [`Rejection`]): contended, `409 Conflict` with a short, jittered
 //!   `Retry-After` (1 or 2 s; [`RetryAfter`], set with
-//!   [`retry_after`](DistributedLockLayer::retry_after)); Redis unavailable,
-//!   `503 Service Unavailable` (fail closed), or the request passes unlocked with a warning
-//!   under [`fail_open`](DistributedLockLayer::fail_open); invalid or missing key,
+//!   [`retry_after`](DistributedLockLayer::retry_after); another status with
+//!   [`busy_status`](DistributedLockLayer::busy_status), e.g. `429` or `503` for clients
+//!   whose retry middleware retries only those); Redis unavailable,
+//!   `503 Service Unavailable` with `Retry-After` (fail closed), or the request passes
+//!   unlocked with a warning under [`fail_open`](DistributedLockLayer::fail_open); invalid or missing key,
 //!   `400 Bad Request` (`500` for a path parameter the route lacks; `400` for a typed key that
 //!   does not parse); any other lock error,
 //!   `500`. Replace any of them with
@@ -98,7 +100,8 @@
 //! - **Loss.** The lock is watched while the handler runs: when it is lost (its `max_hold`
 //!   reached, Redis lost the key), the handler is stopped at once and the request answered
 //!   with [`Rejection::Lost`] (`503`), unless the layer says
-//!   [`on_lost(OnLost::Continue)`](DistributedLockLayer::on_lost).
+//!   [`on_lost(OnLost::Continue)`](DistributedLockLayer::on_lost): then the handler finishes,
+//!   and learns of the loss from [`HeldLock::is_held`] or [`HeldLock::lost`].
 //! - **Release.** At the end of the hold the layer releases the lock and waits for Redis to
 //!   confirm before it passes the response head (or the end of the body) on, so a client that
 //!   gets its response and at once sends the next request for the same key finds the key free.
@@ -111,8 +114,8 @@
 //!   timeout fired, the handler panicked), the guard is dropped with it and `lock_core`
 //!   releases it in the background at once. If the process dies, the lock expires after one
 //!   lease.
-//! - **In the handler.** A [`HeldLock`] (the key, whether it is a read lock, and the fencing
-//!   token on request; read locks have none) is inserted into the request extensions of a
+//! - **In the handler.** A [`HeldLock`] (the key, whether it is a read lock, the fencing
+//!   token on request (read locks have none), and whether the lock is still held) is inserted into the request extensions of a
 //!   request locked on one key, and [`HeldLocks`] (every lock, each with its own fencing token)
 //!   into those of every locked request; with axum both are extractors (also as `Option<..>`).
 //!   A handler that extracts `HeldLock` on a route of several keys gets a `500` that says to

@@ -22,15 +22,16 @@ use rand::Rng;
 /// |---|---|---|---|
 /// | [`Busy`](Self::Busy) | [`LockError::Busy`] | `409 Conflict` | `Retry-After` (see [`RetryAfter`]) |
 /// | [`Full`](Self::Full) | [`LockError::Busy`] under [`Mode::Limit`](crate::Mode::Limit) | `429 Too Many Requests` | `Retry-After` |
-/// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | |
-/// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | |
+/// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | `Retry-After`: 1 or 2, at random |
+/// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | `Retry-After`: 1 or 2, at random |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
 /// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)), or cannot be read: not UTF-8, a query parameter given twice ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable)) | `400 Bad Request` | |
 /// | [`MalformedKey`](Self::MalformedKey) | a typed extractor's value does not parse ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) | `400 Bad Request` | |
 /// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
 /// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
-/// each with a one-line `text/plain` body that does not reveal the lock key.
+/// each with a one-line `text/plain` body that does not reveal the lock key. The layer's
+/// [`busy_status`](crate::DistributedLockLayer::busy_status) changes the status of `Busy`.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Rejection {
@@ -160,13 +161,26 @@ impl Rejection {
         }
     }
 
-    /// For [`Busy`](Self::Busy) and [`Full`](Self::Full): the value of the `Retry-After`
-    /// header, the chosen delay in whole seconds, rounded up, at least 1 (the header has no
-    /// finer unit) and at most [`MAX_RETRY_AFTER_SECS`]. `None` for the other variants.
+    /// The value of the `Retry-After` header. For [`Busy`](Self::Busy) and
+    /// [`Full`](Self::Full): the chosen delay in whole seconds, rounded up, at least 1 (the
+    /// header has no finer unit) and at most [`MAX_RETRY_AFTER_SECS`]. For the `503` answers,
+    /// [`Unavailable`](Self::Unavailable) and [`Lost`](Self::Lost): 1 or 2, drawn at random on
+    /// each call, so that clients refused together by an outage do not all come back in the
+    /// same second (and retry middleware that waits for a `Retry-After` retries at all).
+    /// `None` for the other variants: retrying them does not help.
     pub fn retry_after_secs(&self) -> Option<u64> {
         match self {
             Self::Busy { retry_after, .. } | Self::Full { retry_after, .. } => {
                 Some(ceil_secs(*retry_after))
+            }
+            Self::Unavailable(_) | Self::Lost(_) => {
+                let unknown = BusyInfo {
+                    holder_ttl: None,
+                    waited: Duration::ZERO,
+                };
+                Some(ceil_secs(
+                    RetryAfter::jittered(RETRY_AFTER_UNAVAILABLE).choose(&unknown),
+                ))
             }
             _ => None,
         }
@@ -190,8 +204,9 @@ impl Rejection {
         }
     }
 
-    /// Sets the `Retry-After` header of [`Busy`](Self::Busy) on `response`; for responses of
-    /// your own (a JSON error body) that keep the default statuses and headers.
+    /// Sets the `Retry-After` header ([`retry_after_secs`](Self::retry_after_secs)) on
+    /// `response`; for responses of your own (a JSON error body) that keep the default
+    /// statuses and headers.
     pub fn set_headers<B>(&self, response: &mut Response<B>) {
         if let Some(secs) = self.retry_after_secs() {
             response
@@ -218,6 +233,10 @@ impl Rejection {
         response
     }
 }
+
+/// The base of the `Retry-After` of a `503` answer, jittered by half either way: Redis comes
+/// back from a blip or a failover within seconds, and a client's own backoff does the rest.
+const RETRY_AFTER_UNAVAILABLE: Duration = Duration::from_secs(1);
 
 /// The largest `Retry-After` the layer sends, in seconds: 2^31 (about 68 years), the value
 /// RFC 9111 (section 1.2.2) tells caches to use for any delta-seconds too large for them,
@@ -488,6 +507,35 @@ mod tests {
             let response: Response<String> = rejection.default_response();
             assert_eq!(response.headers()[header::RETRY_AFTER], "2147483648");
         }
+    }
+
+    #[test]
+    fn unavailable_and_lost_answers_carry_a_short_retry_after() {
+        let unavailable = || {
+            Rejection::from(LockError::NotReplicated {
+                key: "k".into(),
+                acked: 0,
+                wanted: 1,
+            })
+        };
+        let lost = || {
+            Rejection::from(LockError::Lost {
+                key: "k".into(),
+                reason: lock_core::LostReason::Deleted,
+            })
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..100 {
+            for rejection in [unavailable(), lost()] {
+                let response: Response<String> = rejection.default_response();
+                assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+                let header = response.headers().get(header::RETRY_AFTER);
+                let value = header.map(|v| v.to_str().unwrap().to_owned());
+                assert!(matches!(value.as_deref(), Some("1" | "2")), "{value:?}");
+                seen.extend(value);
+            }
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["1", "2"], "jittered");
     }
 
     #[test]

@@ -49,6 +49,8 @@ async fn fails_closed_with_503_by_default() {
     let reply = post_to(&client(), &format!("http://{addr}/skus/42/purchase")).await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
     assert!(reply.body.contains("unavailable"), "{}", reply.body);
+    // A retrying client is told when to come back, a second or two, jittered.
+    assert!(matches!(reply.retry_after(), Some(1 | 2)), "{reply:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",
