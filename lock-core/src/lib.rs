@@ -242,7 +242,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `shut_down`, `other`) |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
 //! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | latency of one acquire call to Redis (a try) by its answer: `acquired`, `busy`, `not_replicated`, `cancelled`, or the error |
 //! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of `fence`, `extend`, `is_locked`, `force_unlock` calls, by error (`backend`, `timeout`, `tls`, `wrong_type`) |
@@ -250,7 +250,7 @@
 //! | `lock_held` | gauge | `kind` | locks held (outermost guards alive) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | time from grant to release, by release outcome |
 //! | `lock_releases_total` | counter | `kind`, `outcome` | releases: `released`, `handed_over`, `lost`, `failed` |
-//! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown` |
+//! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown`, `renewal_stopped`, `shutdown` |
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals per lock: `renewed`, `lost`, `failed` |
 //! | `lock_renewal_calls_total` | counter | | renewal script calls (one per batch, not per lock) |
 //!
@@ -296,6 +296,7 @@ mod error;
 mod fence;
 mod guard;
 mod held;
+mod in_flight;
 mod key;
 mod limits;
 mod local;
