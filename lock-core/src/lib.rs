@@ -280,6 +280,32 @@
 //!
 //! A span no subscriber wants costs no formatting and no allocation.
 //!
+//! # Operating it
+//!
+//! - **Starting before Redis.** [`Locker::connect_lazy`] and [`LockerBuilder::build_lazy`]
+//!   check the configuration and connect on first use: acquires fail with
+//!   [`LockError::Backend`] until Redis answers, then work, without rebuilding the locker
+//!   (a single server and RedLock; Cluster and Sentinel are refused with
+//!   [`ConfigError::LazyTopology`]).
+//! - **Stopping.** [`Locker::shutdown`] gives back in Redis, at once, every lock, read lock
+//!   and semaphore permit the process holds (their guards' [`LockGuard::lost`] fires with
+//!   [`LostReason::Shutdown`]), waits for the releases running in the background, stops the
+//!   watchdog and the release listener, and fails every acquire from then on with
+//!   [`LockError::ShutDown`]. Call it on SIGTERM, after the requests drained: the next
+//!   instance of a rolling restart takes the keys at once instead of a lease later.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::Locker;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), lock_core::LockError> {
+//! let locker = Locker::connect_lazy("redis://127.0.0.1:6379")?; // Redis may be down now
+//! // ... serve ...
+//! locker.shutdown(Duration::from_secs(5)).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What a Redis lock does not protect against
 //!
 //! A primary that fails over before the lock key replicated can grant the lock twice; a

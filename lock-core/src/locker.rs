@@ -30,7 +30,7 @@ static GLOBAL: OnceLock<Locker> = OnceLock::new();
 /// owns one multiplexed command connection (reconnecting by itself), one pub/sub connection for
 /// release notifications, the watchdog task that renews held locks, and the registry that makes
 /// locks reentrant per task. Background tasks stop when the last clone and the last guard are
-/// dropped.
+/// dropped, or at [`shutdown`](Self::shutdown), which also gives back every lock it holds.
 ///
 /// # Examples
 ///
