@@ -450,3 +450,39 @@ async fn a_restarted_instance_finds_its_keys_free_at_once() {
     taken.release().await.unwrap();
     assert_nothing_left(&server, &[&a, &b]).await;
 }
+
+/// The start-up check `build` runs (a warning when the server may evict lock keys) runs for a
+/// lazy locker once Redis first answered an acquire, once.
+#[tokio::test]
+async fn a_lazy_locker_checks_the_eviction_policy_on_first_use() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "volatile-ttl"]).unwrap();
+    let (logs, _guard) = lock_testkit::LogBuffer::capture(tracing::Level::WARN);
+    logs.refresh();
+    let lazy = Locker::builder().url(server.url()).build_lazy().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !logs.text().contains("maxmemory"),
+        "checked before first use: {}",
+        logs.text()
+    );
+    for _ in 0..3 {
+        lazy.lock("evict:k").await.unwrap().release().await.unwrap();
+    }
+    let warned = common::eventually(Duration::from_secs(5), || {
+        logs.text().contains("volatile-ttl")
+    })
+    .await;
+    assert!(
+        warned,
+        "no eviction warning after first use: {}",
+        logs.text()
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        logs.text().matches("maxmemory-policy noeviction").count(),
+        1,
+        "{}",
+        logs.text()
+    );
+    assert_nothing_left(&server, &[&lazy]).await;
+}
