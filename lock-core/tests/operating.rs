@@ -338,6 +338,16 @@ async fn shutdown_releases_everything_and_refuses_acquires() {
         matches!(waited, Err(LockError::ShutDown)),
         "the waiting acquire: {waited:?}"
     );
+    // The release listener stopped with its connection: the waiter's channel is gone at once,
+    // not after the 500 ms a subscription lingers.
+    assert!(
+        common::eventually(Duration::from_millis(200), || server
+            .pubsub_channels()
+            .is_empty())
+        .await,
+        "still subscribed after the shutdown: {:?}",
+        server.pubsub_channels()
+    );
     for acquire in [
         clone
             .lock("shut:new")
