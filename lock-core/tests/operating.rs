@@ -496,3 +496,67 @@ async fn a_lazy_locker_checks_the_eviction_policy_on_first_use() {
     );
     assert_nothing_left(&server, &[&lazy]).await;
 }
+
+/// Shutdown in the middle of a storm (24 tasks taking mutexes, read locks and semaphore
+/// permits of 3 keys in a loop, handing them over locally, releasing or dropping them): every
+/// task ends with `ShutDown`, and when `shutdown` returns nothing of the locker's is left in
+/// Redis, whatever each task was doing at that moment (an acquire granted in Redis, a handoff
+/// parked in a slot, a release under way, a waiter in a semaphore's line).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_in_a_storm_of_acquires_leaves_nothing_behind() {
+    let server = server();
+    for round in 0..6u64 {
+        let locker = locker(&server).await;
+        let tasks: Vec<_> = (0..24usize)
+            .map(|i| {
+                let locker = locker.clone();
+                tokio::spawn(async move {
+                    let key = format!("storm:{}", i % 3);
+                    let mut taken = 0u32;
+                    loop {
+                        let acquire = match i % 4 {
+                            0 => locker.read(key.as_str()),
+                            1 => locker.semaphore(key.as_str(), 2).acquire(),
+                            _ => locker.lock(key.as_str()),
+                        };
+                        match acquire.wait(Duration::from_secs(10)).await {
+                            Ok(guard) => {
+                                taken += 1;
+                                tokio::task::yield_now().await;
+                                if i % 2 == 0 {
+                                    drop(guard);
+                                } else {
+                                    let _ = guard.release().await;
+                                }
+                            }
+                            Err(LockError::ShutDown) => return taken,
+                            Err(other) => panic!("task {i}: {other}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(10 + 15 * round)).await;
+        locker
+            .shutdown(Duration::from_secs(10))
+            .await
+            .expect("a clean shutdown");
+        assert_eq!(
+            held_keys(&server, "no such key"),
+            Vec::<String>::new(),
+            "round {round}: left in redis when shutdown returned"
+        );
+        let mut taken = 0;
+        for task in tasks {
+            taken += tokio::time::timeout(Duration::from_secs(5), task)
+                .await
+                .expect("every task ends after the shutdown")
+                .expect("no task panicked");
+        }
+        assert!(
+            taken > 0,
+            "round {round}: no lock was taken before the shutdown"
+        );
+        assert_nothing_left(&server, &[&locker]).await;
+    }
+}
