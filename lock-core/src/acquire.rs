@@ -51,8 +51,9 @@ use crate::with_lock::OnLost;
 /// [`LockError::Busy`] when the wait ran out, [`LockError::InvalidKey`],
 /// [`LockError::Config`] for a lease outside 1 ms to 365 days, [`LockError::WrongType`],
 /// [`LockError::Backend`] when Redis failed (the wait is not used up retrying a dead server
-/// beyond the deadline), and [`LockError::Lost`] for a reentrant acquire of a lock this task
-/// holds but has lost.
+/// beyond the deadline), [`LockError::Lost`] for a reentrant acquire of a lock this task
+/// holds but has lost, and [`LockError::ShutDown`] once the locker was shut down (an acquire
+/// waiting then ends at once).
 ///
 /// # Cancel safety
 ///
@@ -291,7 +292,23 @@ impl Acquire {
         let started = Instant::now();
         let mut metric = metrics::Acquisition::start(self.access, started);
         let mut reentered = false;
-        let result = self.take(started, &mut metric, &mut reentered).await;
+        let local = &self.locker.inner.local;
+        // Counted until it ends, so that a shutdown waits for what it leaves behind.
+        let _working = local.in_flight.enter();
+        let result = tokio::select! {
+            biased;
+            () = local.closed() => Err(LockError::ShutDown),
+            result = self.take(started, &mut metric, &mut reentered) => result,
+        };
+        let result = match result {
+            Ok(guard) if local.is_closed() => {
+                // Granted while the locker shut down: given back at once (the shutdown may
+                // have listed the held locks before this one was registered).
+                drop(guard.release().await);
+                Err(LockError::ShutDown)
+            }
+            result => result,
+        };
         let label = match metrics::acquire_outcome(&result, reentered) {
             // Expected, not contention: kept apart so that `busy` still measures contention.
             "busy" if self.skip => "skipped",
@@ -926,6 +943,9 @@ impl Acquire {
                     .unwrap_or_else(|_| Err(BackendError::deadline())),
                 None => call.await,
             };
+            if reply.is_ok() {
+                inner.answered();
+            }
             match reply {
                 Ok(Outcome::Acquired) => return Ok(Try::Won),
                 Ok(Outcome::Busy { ttl, holder }) => {

@@ -9,10 +9,10 @@ use crate::key;
 use crate::limits::{
     self, DEFAULT_FENCE_RETENTION, DEFAULT_RELEASE_RETRY_WINDOW, MAX_LEASE, MIN_WATCHDOG_LEASE,
 };
-use crate::locker::{Locker, Settings};
+use crate::locker::{Locker, Settings, Startup};
 use crate::store::{MinReplicas, RestartGuard};
 use crate::tls::TlsConfig;
-use crate::topology::{connect, redact, Credentials, Topology};
+use crate::topology::{connect, connect_lazy, redact, Credentials, Topology};
 
 /// Configures and connects a [`Locker`].
 ///
@@ -471,6 +471,93 @@ impl LockerBuilder {
     /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
     /// certificate, refused client certificate).
     pub async fn build(self) -> Result<Locker, LockError> {
+        let checked = self.check()?;
+        let (store, pubsub) = connect(
+            checked.topology,
+            checked.timeouts,
+            checked.settings.fence_retention,
+            checked.min_replicas,
+            checked.restart_guard,
+            checked.tls.as_ref(),
+        )
+        .await?;
+        store.warn_on_eviction_policy().await;
+        Ok(Locker::start(
+            store,
+            pubsub,
+            checked.settings,
+            checked.timeouts,
+            Startup::Done,
+        ))
+    }
+
+    /// Validates the settings and starts the locker without connecting: for a service that
+    /// must start while Redis is down (or not yet up). Each connection is made on first use
+    /// and made again after failures; until Redis answers, acquires fail with
+    /// [`LockError::Backend`] (after the command timeout at the latest, or the acquire's wait
+    /// if it is longer), and once it answers they work, without rebuilding the locker. The
+    /// start-up check of `maxmemory_policy` runs after the first acquire Redis answered; the
+    /// release listener connects in the background, retrying with a growing pause (at most
+    /// 1 s), and waiters poll at the fallback retry until it is connected.
+    ///
+    /// A single server ([`url`](Self::url)) and [`redlock`](Self::redlock) (every node
+    /// lazily: acquires need a majority up) are supported. [`cluster`](Self::cluster) and
+    /// [`sentinel`](Self::sentinel) are not: they cannot route a command before a first answer
+    /// (the slot map, the primary's address), so they are refused with
+    /// [`ConfigError::LazyTopology`]; build those with [`build`](Self::build) and retry it.
+    ///
+    /// Needs a tokio runtime (it starts the background tasks), not an `.await`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::Locker;
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::builder()
+    ///     .url("redis://redis.internal:6379")
+    ///     .connect_timeout(Duration::from_secs(1))
+    ///     .build_lazy()?; // no connection yet: the service starts even if Redis is down
+    /// match locker.lock("inventory:42").await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(error) if error.is_backend() => { /* Redis not up yet: 503, retry later */ }
+    ///     Err(error) => return Err(error),
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`], as [`build`](Self::build) (nothing about the network is known
+    /// yet), plus [`ConfigError::LazyTopology`] for a cluster or Sentinel and
+    /// [`ConfigError::NoRuntime`] outside a tokio runtime.
+    pub fn build_lazy(self) -> Result<Locker, LockError> {
+        let checked = self.check()?;
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(ConfigError::NoRuntime.into());
+        }
+        let (store, pubsub) = connect_lazy(
+            checked.topology,
+            checked.timeouts,
+            checked.settings.fence_retention,
+            checked.min_replicas,
+            checked.restart_guard,
+            checked.tls.as_ref(),
+        )?;
+        Ok(Locker::start(
+            store,
+            pubsub,
+            checked.settings,
+            checked.timeouts,
+            Startup::OnFirstUse,
+        ))
+    }
+
+    /// Every check that needs no connection, shared by [`build`](Self::build) and
+    /// [`build_lazy`](Self::build_lazy).
+    fn check(self) -> Result<Checked, LockError> {
         let Self {
             topology,
             settings,
@@ -513,17 +600,25 @@ impl LockerBuilder {
                 guard: limits::check_lease(DurationSetting::RestartGuard, guard)?,
             }),
         };
-        let (store, pubsub) = connect(
+        Ok(Checked {
             topology,
+            settings,
             timeouts,
-            settings.fence_retention,
             min_replicas,
             restart_guard,
-            tls.as_ref(),
-        )
-        .await?;
-        Ok(Locker::start(store, pubsub, settings, timeouts).await)
+            tls,
+        })
     }
+}
+
+/// A configuration that passed every check made before connecting.
+struct Checked {
+    topology: Topology,
+    settings: Settings,
+    timeouts: Timeouts,
+    min_replicas: Option<MinReplicas>,
+    restart_guard: Option<RestartGuard>,
+    tls: Option<TlsConfig>,
 }
 
 /// Checks every bounded duration setting against its range (see [`limits`]); `default_wait`

@@ -67,7 +67,8 @@ impl Connection {
         Ok(Self::Server(manager))
     }
 
-    /// A connection that is established on first use (a RedLock node down at start-up).
+    /// A connection that is established on first use (a RedLock node down at start-up, a
+    /// lazy locker), and again after failures.
     pub(crate) fn lazy(client: redis::Client, timeouts: Timeouts) -> Result<Self, BackendError> {
         ConnectionManager::new_lazy_with_config(client, timeouts.manager_config())
             .map(Self::Server)

@@ -150,6 +150,10 @@ pub enum LockError {
     /// [`Locker::set_global`](crate::Locker::set_global).
     #[error("no locker configured: call Locker::set_global(..) at start-up or pass `locker = ..`")]
     NotConfigured,
+    /// The locker was shut down ([`Locker::shutdown`](crate::Locker::shutdown), by any of its
+    /// clones): it takes no new locks, and acquires that were waiting ended with this error.
+    #[error("the locker was shut down: it takes no new locks")]
+    ShutDown,
 }
 
 /// Why a lock was lost, as far as the kit can tell: carried by [`LockError::Lost`], shown in
@@ -180,11 +184,15 @@ pub enum LostReason {
     /// The locker's watchdog failed (a bug, logged as an error), so nothing renews the lock:
     /// it is reported lost at once instead of silently a lease later.
     RenewalStopped,
+    /// The locker was shut down ([`Locker::shutdown`](crate::Locker::shutdown)), which
+    /// released the lock in Redis while its guard was alive.
+    Shutdown,
 }
 
 impl LostReason {
     /// A short snake_case name: `expired`, `taken_over`, `deleted`, `server_restarted`,
-    /// `max_hold`, `unknown`, `renewal_stopped` (the `reason` field of the log and label of the metric).
+    /// `max_hold`, `unknown`, `renewal_stopped`, `shutdown` (the `reason` field of the log and
+    /// label of the metric).
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Expired => "expired",
@@ -194,6 +202,7 @@ impl LostReason {
             Self::MaxHold => "max_hold",
             Self::Unknown => "unknown",
             Self::RenewalStopped => "renewal_stopped",
+            Self::Shutdown => "shutdown",
         }
     }
 
@@ -207,6 +216,7 @@ impl LostReason {
             Self::MaxHold => 5,
             Self::Unknown => 6,
             Self::RenewalStopped => 7,
+            Self::Shutdown => 8,
         }
     }
 
@@ -219,6 +229,7 @@ impl LostReason {
             5 => Self::MaxHold,
             6 => Self::Unknown,
             7 => Self::RenewalStopped,
+            8 => Self::Shutdown,
             _ => return None,
         })
     }
@@ -234,6 +245,7 @@ impl fmt::Display for LostReason {
             Self::MaxHold => "it was held past its max_hold",
             Self::Unknown => "it is no longer held by this holder",
             Self::RenewalStopped => "the watchdog that renews it failed",
+            Self::Shutdown => "the locker was shut down and released it",
         })
     }
 }
@@ -362,6 +374,22 @@ pub enum ConfigError {
         /// What is wrong with it.
         reason: HolderNameReason,
     },
+    /// [`build_lazy`](crate::LockerBuilder::build_lazy) for a topology that cannot start
+    /// without an answer: a cluster (its slot map) or Sentinel (the primary's address). Use
+    /// [`build`](crate::LockerBuilder::build) for those, retried until it connects.
+    #[error(
+        "a {topology} locker cannot be built lazily: it needs an answer from redis to route \
+         any command; use .build().await (retried until it connects)"
+    )]
+    LazyTopology {
+        /// `"cluster"` or `"sentinel"`.
+        topology: &'static str,
+    },
+    /// A lazy locker ([`Locker::connect_lazy`](crate::Locker::connect_lazy),
+    /// [`build_lazy`](crate::LockerBuilder::build_lazy)) was built outside a tokio runtime:
+    /// there is nothing to run its background tasks (the watchdog, the release listener) on.
+    #[error("a locker needs a tokio runtime: build it inside one (e.g. in #[tokio::main])")]
+    NoRuntime,
 }
 
 /// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].
@@ -558,7 +586,7 @@ impl LockError {
             | Self::WriteInsideRead { key }
             | Self::NotExclusive { key } => Some(key),
             Self::Backend { key, .. } | Self::Tls { key, .. } => key.as_deref(),
-            Self::Config(_) | Self::NotConfigured | Self::NoKeys => None,
+            Self::Config(_) | Self::NotConfigured | Self::NoKeys | Self::ShutDown => None,
         }
     }
 

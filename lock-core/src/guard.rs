@@ -148,7 +148,8 @@ impl LockGuard {
     }
 
     /// Resolves when the lock is lost: a renewal found another owner or no key, renewals
-    /// failed until the lease ran out, a fixed lease expired, or `max_hold` passed. Use it in
+    /// failed until the lease ran out, a fixed lease expired, `max_hold` passed, or the
+    /// locker was shut down ([`Locker::shutdown`](crate::Locker::shutdown)). Use it in
     /// `tokio::select!` to stop work that must not continue without the lock.
     ///
     /// # Cancel safety
@@ -239,8 +240,9 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`LockError::Lost`] when the lock had been lost before the release (its key, if it
-    /// holds someone else's token, is left untouched); [`LockError::Backend`] when Redis
-    /// failed, in which case the key expires with its lease.
+    /// holds someone else's token, is left untouched), with [`LostReason::Shutdown`] when
+    /// [`Locker::shutdown`](crate::Locker::shutdown) released it already;
+    /// [`LockError::Backend`] when Redis failed, in which case the key expires with its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.held.touched();
         self.released = true;
@@ -249,6 +251,8 @@ impl LockGuard {
             Leave::Nested if self.held.is_lost() => Err(self.held.lost_error()),
             Leave::Nested => Ok(()),
             Leave::Outermost => self.local.finish_cancel_safe(&self.held).await,
+            // The shutdown released it already.
+            Leave::Finished => Err(self.held.lost_error()),
         }
     }
 }

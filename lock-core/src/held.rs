@@ -76,6 +76,9 @@ pub(crate) struct HeldLock {
     /// A guard of this lock was used by a task other than its owner: the lock is no longer
     /// reentrant for the owner (it may have been handed to that task, which may still be inside).
     escaped: AtomicBool,
+    /// Someone took on finishing the lock (its outermost guard leaving, or the locker's
+    /// shutdown): whoever sets it releases the lock, nobody else.
+    finishing: AtomicBool,
     /// Marked lost: the [`LostReason`]'s code, 0 while not marked; `lost_signal` wakes the
     /// tasks waiting in [`lost`](Self::lost).
     lost: AtomicU8,
@@ -138,6 +141,7 @@ impl HeldLock {
                 extended_at: None,
             }),
             escaped: AtomicBool::new(false),
+            finishing: AtomicBool::new(false),
             lost: AtomicU8::new(0),
             lost_signal: Notify::new(),
             ended: AtomicBool::new(false),
@@ -342,6 +346,12 @@ impl HeldLock {
         self.terms.owner == owner && !self.escaped.load(Ordering::Acquire)
     }
 
+    /// Takes on finishing the lock (releasing it in Redis); `false` when someone already
+    /// did: the outermost guard left, or the shutdown released it.
+    pub(crate) fn claim_finish(&self) -> bool {
+        !self.finishing.swap(true, Ordering::AcqRel)
+    }
+
     fn marked_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire) != 0
     }
@@ -359,13 +369,18 @@ impl HeldLock {
             self.lost
                 .compare_exchange(0, reason.code(), Ordering::AcqRel, Ordering::Acquire);
         if marked.is_ok() {
-            tracing::warn!(
-                key = %ShownKey(&self.key),
-                fence = self.fence(),
-                reason = reason.as_str(),
-                held_for = ?self.held_for(),
-                "lock lost: {reason}"
-            );
+            if reason == LostReason::Shutdown {
+                // Asked for: the shutdown logs once for all of them.
+                tracing::debug!(key = %ShownKey(&self.key), held_for = ?self.held_for(), "lock given back by the shutdown");
+            } else {
+                tracing::warn!(
+                    key = %ShownKey(&self.key),
+                    fence = self.fence(),
+                    reason = reason.as_str(),
+                    held_for = ?self.held_for(),
+                    "lock lost: {reason}"
+                );
+            }
             crate::metrics::lost(self.keys().access, reason);
             self.lost_signal.notify_waiters();
             self.give_back_place();

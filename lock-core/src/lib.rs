@@ -248,7 +248,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `skipped` (busy under `skip_if_busy`), `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `other`) |
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by outcome: `acquired`, `reentered`, `busy`, `skipped` (busy under `skip_if_busy`), `cancelled`, or the error (`backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost`, `invalid_key`, `config`, `write_inside_read`, `shut_down`, `other`) |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | time from the start of an acquire to its outcome (not for reentries) |
 //! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | latency of one acquire call to Redis (a try) by its answer: `acquired`, `busy`, `not_replicated`, `cancelled`, or the error |
 //! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of `fence`, `extend`, `is_locked`, `force_unlock` calls, by error (`backend`, `timeout`, `tls`, `wrong_type`) |
@@ -256,7 +256,7 @@
 //! | `lock_held` | gauge | `kind` | locks held (outermost guards alive) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | time from grant to release, by release outcome |
 //! | `lock_releases_total` | counter | `kind`, `outcome` | releases: `released`, `handed_over`, `lost`, `failed` |
-//! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown` |
+//! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown`, `renewal_stopped`, `shutdown` |
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals per lock: `renewed`, `lost`, `failed` |
 //! | `lock_renewal_calls_total` | counter | | renewal script calls (one per batch, not per lock) |
 //!
@@ -286,6 +286,32 @@
 //!
 //! A span no subscriber wants costs no formatting and no allocation.
 //!
+//! # Operating it
+//!
+//! - **Starting before Redis.** [`Locker::connect_lazy`] and [`LockerBuilder::build_lazy`]
+//!   check the configuration and connect on first use: acquires fail with
+//!   [`LockError::Backend`] until Redis answers, then work, without rebuilding the locker
+//!   (a single server and RedLock; Cluster and Sentinel are refused with
+//!   [`ConfigError::LazyTopology`]).
+//! - **Stopping.** [`Locker::shutdown`] gives back in Redis, at once, every lock, read lock
+//!   and semaphore permit the process holds (their guards' [`LockGuard::lost`] fires with
+//!   [`LostReason::Shutdown`]), waits for the releases running in the background, stops the
+//!   watchdog and the release listener, and fails every acquire from then on with
+//!   [`LockError::ShutDown`]. Call it on SIGTERM, after the requests drained: the next
+//!   instance of a rolling restart takes the keys at once instead of a lease later.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_core::Locker;
+//!
+//! # #[tokio::main] async fn main() -> Result<(), lock_core::LockError> {
+//! let locker = Locker::connect_lazy("redis://127.0.0.1:6379")?; // Redis may be down now
+//! // ... serve ...
+//! locker.shutdown(Duration::from_secs(5)).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # What a Redis lock does not protect against
 //!
 //! A primary that fails over before the lock key replicated can grant the lock twice; a
@@ -303,6 +329,7 @@ mod fence;
 mod guard;
 mod held;
 mod holder;
+mod in_flight;
 mod inspect;
 mod key;
 mod limits;

@@ -17,12 +17,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use parking_lot::Mutex;
 use tokio::time::Instant;
-use tokio_util::sync::DropGuard;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, HeldLock, LeaseMode};
+use crate::in_flight::InFlight;
 use crate::key::Access;
 use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
@@ -70,6 +72,11 @@ pub(crate) struct LocalLocks {
     pub(crate) releaser: Releaser,
     /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
     renew_calls: AtomicU64,
+    /// Work under way that ends in Redis: acquires, finishing locks, background jobs.
+    pub(crate) in_flight: InFlight,
+    /// Cancelled by [`Locker::shutdown`](crate::Locker::shutdown): acquires fail with
+    /// `ShutDown`, and the watchdog and the release listener stop.
+    closed: CancellationToken,
     /// Stops the watchdog and the release listener when the last locker and guard are gone.
     _shutdown: DropGuard,
 }
@@ -82,6 +89,8 @@ pub(crate) enum Leave {
     /// That was the outermost guard: the lock is unregistered and must now be finished
     /// ([`LocalLocks::finish`]).
     Outermost,
+    /// That was the outermost guard, and the shutdown has finished the lock already.
+    Finished,
 }
 
 /// What Redis said when asked to confirm a lock about to be handed over.
@@ -95,7 +104,12 @@ enum Confirmation {
 }
 
 impl LocalLocks {
-    pub(crate) fn new(store: Arc<Store>, releaser: Releaser, shutdown: DropGuard) -> Self {
+    pub(crate) fn new(
+        store: Arc<Store>,
+        releaser: Releaser,
+        in_flight: InFlight,
+        shutdown: CancellationToken,
+    ) -> Self {
         Self {
             slots: Slots::default(),
             fairs: Slots::default(),
@@ -105,8 +119,65 @@ impl LocalLocks {
             store,
             releaser,
             renew_calls: AtomicU64::new(0),
-            _shutdown: shutdown,
+            in_flight,
+            closed: shutdown.clone(),
+            _shutdown: shutdown.drop_guard(),
         }
+    }
+
+    /// Whether the locker was shut down.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.is_cancelled()
+    }
+
+    /// Resolves when the locker is shut down.
+    pub(crate) async fn closed(&self) {
+        self.closed.cancelled().await;
+    }
+
+    /// Shuts the locker down: acquires fail from now on, acquires waiting wake up and fail,
+    /// the watchdog and the release listener stop.
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// Gives back every lock held now (the shutdown): each is marked lost first, so that its
+    /// holder stops before another can take the key, then released in Redis, all at once.
+    /// Locks whose outermost guard is leaving already are left to that guard's release.
+    /// Returns the errors of the releases that failed (those keys end with their lease).
+    pub(crate) async fn give_back_all(&self) -> Vec<LockError> {
+        let records: Vec<Arc<HeldLock>> = self.held.lock().values().cloned().collect();
+        let releases =
+            records
+                .into_iter()
+                .filter(|held| held.claim_finish())
+                .map(|held| async move {
+                    let _working = self.in_flight.enter();
+                    if held.is_lost() {
+                        // Lost before (by its clock, say): keep that reason.
+                        drop(held.lost_error());
+                    } else {
+                        held.mark_lost(LostReason::Shutdown);
+                    }
+                    {
+                        let mut holder = held.slot().holder();
+                        if std::ptr::eq(holder.as_ptr(), Arc::as_ptr(&held)) {
+                            *holder = Weak::new();
+                        }
+                    }
+                    self.unregister(&held);
+                    metrics::unheld(held.keys().access);
+                    let released = release::release_held(&self.store, &held).await;
+                    Self::settle(&held, released.others_waiting);
+                    match released.result {
+                        Err(error @ (LockError::Backend { .. } | LockError::Tls { .. })) => {
+                            Some(error)
+                        }
+                        // Released, or lost before: nothing of ours is left.
+                        _ => None,
+                    }
+                });
+        join_all(releases).await.into_iter().flatten().collect()
     }
 
     /// The slot of `key`, created if needed.
@@ -222,6 +293,10 @@ impl LocalLocks {
         if !held.unnest() {
             return Leave::Nested;
         }
+        if !held.claim_finish() {
+            // The shutdown released it, and took it out of the slot and the records.
+            return Leave::Finished;
+        }
         if std::ptr::eq(holder.as_ptr(), Arc::as_ptr(held)) {
             *holder = Weak::new();
         }
@@ -250,6 +325,7 @@ impl LocalLocks {
     /// interrupted call is finished in the background: every step before the last Redis
     /// answer leaves nothing behind.
     pub(crate) async fn finish(&self, held: &Arc<HeldLock>) -> Result<(), LockError> {
+        let _working = self.in_flight.enter();
         if let Some(lease) = self.may_hand_over(held) {
             match self.confirm(held, lease).await {
                 Confirmation::Ours(valid_until) => {
@@ -278,7 +354,7 @@ impl LocalLocks {
     /// [`finish`](Self::finish) from a guard's `Drop` (which cannot await): the background
     /// releaser runs it. Never blocks, never panics, with or without a runtime.
     pub(crate) fn finish_in_background(self: &Arc<Self>, held: Arc<HeldLock>) {
-        let _ = self.releaser.send(ReleaseJob::Finish {
+        self.releaser.send(ReleaseJob::Finish {
             local: self.clone(),
             held,
         });
@@ -317,6 +393,7 @@ impl LocalLocks {
             && !held.has_fences()
             && held.streak() < MAX_STREAK
             && !held.is_lost()
+            && !self.is_closed()
             && tokio::runtime::Handle::try_current().is_ok();
         fits.then_some(lease)
     }
@@ -384,7 +461,9 @@ impl LocalLocks {
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let slot = slot.clone();
         let store = self.store.clone();
+        let working = self.in_flight.enter();
         runtime.spawn(async move {
+            let _working = working;
             tokio::time::sleep(PICKUP).await;
             if let Some(baton) = slot.reclaim_baton(id) {
                 if let Err(error) = store.release(&baton.keys, &baton.token).await {

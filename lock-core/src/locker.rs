@@ -1,16 +1,18 @@
 //! [`Locker`], the entry point: a handle to the locks of one Redis deployment.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::acquire::Acquire;
+use crate::backend_error::BackendError;
 use crate::builder::LockerBuilder;
 use crate::connection::Timeouts;
 use crate::error::LockError;
 use crate::inspect::LockInfo;
+use crate::in_flight::InFlight;
 use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
@@ -29,7 +31,7 @@ static GLOBAL: OnceLock<Locker> = OnceLock::new();
 /// owns one multiplexed command connection (reconnecting by itself), one pub/sub connection for
 /// release notifications, the watchdog task that renews held locks, and the registry that makes
 /// locks reentrant per task. Background tasks stop when the last clone and the last guard are
-/// dropped.
+/// dropped, or at [`shutdown`](Self::shutdown), which also gives back every lock it holds.
 ///
 /// # Examples
 ///
@@ -85,6 +87,9 @@ pub(crate) struct Inner {
     pub(crate) local: Arc<LocalLocks>,
     pub(crate) waiters: Waiters,
     next_id: AtomicU64,
+    /// A lazy locker has not checked the server's eviction policy yet (see
+    /// [`Inner::answered`]).
+    eviction_unchecked: AtomicBool,
 }
 
 impl Inner {
@@ -94,6 +99,17 @@ impl Inner {
 
     pub(crate) fn keys(&self, key: &str) -> RedisKeys {
         RedisKeys::new(&self.settings.prefix, key)
+    }
+
+    /// Redis answered an acquire: a lazy locker runs the start-up check that `build` runs
+    /// before it returns (the eviction policy), once, in the background.
+    pub(crate) fn answered(&self) {
+        if self.eviction_unchecked.load(Ordering::Relaxed)
+            && self.eviction_unchecked.swap(false, Ordering::AcqRel)
+        {
+            let store = self.store.clone();
+            tokio::spawn(async move { store.warn_on_eviction_policy().await });
+        }
     }
 }
 
@@ -107,6 +123,33 @@ impl Locker {
     /// handshake fails.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         Self::builder().url(url).build().await
+    }
+
+    /// A locker for one Redis server with default settings that connects on first use (see
+    /// [`LockerBuilder::build_lazy`]): only the URL is checked here, so a service can start
+    /// while Redis is down. Until Redis answers, acquires fail with [`LockError::Backend`];
+    /// then they work, without rebuilding the locker.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use lock_core::Locker;
+    ///
+    /// # #[tokio::main] async fn main() -> Result<(), lock_core::LockError> {
+    /// let locker = Locker::connect_lazy("redis://127.0.0.1:6379")?; // no round trip
+    /// let guard = locker.lock("inventory:42").await?; // connects here
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Config`] for a URL that does not parse or TLS settings that cannot be
+    /// used, and [`ConfigError::NoRuntime`](crate::ConfigError::NoRuntime) outside a tokio
+    /// runtime.
+    pub fn connect_lazy(url: &str) -> Result<Self, LockError> {
+        Self::builder().url(url).build_lazy()
     }
 
     /// Starts configuring a locker.
@@ -378,6 +421,89 @@ impl Locker {
         }
     }
 
+    /// Shuts the locker down, for a service that stops (SIGTERM, a rolling restart): gives
+    /// back in Redis every lock, read lock and semaphore permit this locker holds, so that
+    /// other instances get them at once rather than a lease later, and refuses every acquire
+    /// from then on.
+    ///
+    /// In order: acquires fail from now on with [`LockError::ShutDown`], those waiting at
+    /// once; the watchdog and the release listener stop; every lock held is marked lost
+    /// ([`LostReason::Shutdown`](crate::LostReason::Shutdown): [`LockGuard::lost`] fires, so
+    /// a holder stops before another instance can enter) and released in Redis, all at once;
+    /// then it waits until the releases and clean-ups running in the background (guards
+    /// dropped just before, acquires that were cancelled) are done. A guard still alive
+    /// afterwards releases nothing: its [`release`](crate::LockGuard::release) answers
+    /// [`LockError::Lost`] with that reason, and its drop does nothing.
+    ///
+    /// Clones of the locker share the shutdown. It is idempotent: a second call finds
+    /// nothing left to do (and waits for what is still running). Lock inspection
+    /// ([`is_locked`](Self::is_locked), [`force_unlock`](Self::force_unlock)) keeps working.
+    ///
+    /// `timeout` bounds the wait, any value from zero (do not wait) to `Duration::MAX` (wait
+    /// until done); the releases go on in the background after it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use lock_core::Locker;
+    ///
+    /// # async fn demo(locker: Locker) -> Result<(), lock_core::LockError> {
+    /// tokio::signal::ctrl_c().await.ok();
+    /// locker.shutdown(Duration::from_secs(5)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`LockError::Backend`] when a release failed (that key ends with its lease; the other
+    /// releases went on), or, with [`LockError::is_timeout`] true, when `timeout` passed
+    /// first.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the locker is shut down at the first poll, and the releases go on in the
+    /// background if the future is dropped.
+    ///
+    /// [`LockGuard::lost`]: crate::LockGuard::lost
+    pub async fn shutdown(&self, timeout: std::time::Duration) -> Result<(), LockError> {
+        let local = self.inner.local.clone();
+        let waiters = self.inner.waiters.clone();
+        local.close();
+        // On a task of its own: the releases go on when the timeout cuts the wait short.
+        let work = tokio::spawn(async move {
+            let failed = local.give_back_all().await;
+            local.in_flight.idle().await;
+            // The listener stopped: nothing sweeps the channels of the waiters that left.
+            waiters.clear();
+            failed
+        });
+        let finished = match tokio::time::Instant::now().checked_add(timeout) {
+            Some(deadline) => tokio::time::timeout_at(deadline, work).await.ok(),
+            None => Some(work.await),
+        };
+        match finished {
+            Some(Ok(failed)) => {
+                tracing::info!(
+                    failed = failed.len(),
+                    "locker shut down; every lock it held is given back"
+                );
+                failed.into_iter().next().map_or(Ok(()), Err)
+            }
+            // The task panicked (a bug): its locks end with their lease.
+            Some(Err(error)) => Err(LockError::backend(
+                None,
+                BackendError::undecided("the shutdown's releases did not complete")
+                    .context(error.to_string()),
+            )),
+            None => Err(LockError::backend(
+                None,
+                BackendError::timed_out("shutting down: releases still running"),
+            )),
+        }
+    }
+
     /// The key prefix of every Redis name the locker writes.
     pub fn prefix(&self) -> &str {
         &self.inner.settings.prefix
@@ -409,29 +535,40 @@ impl AsRef<Self> for Locker {
     }
 }
 
+/// What of the start-up work is left when a locker starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Startup {
+    /// Connected, and the eviction policy checked.
+    Done,
+    /// Nothing connected yet (a lazy locker): the check runs after Redis first answered.
+    OnFirstUse,
+}
+
 impl Locker {
-    /// Starts the background tasks of a locker on a connected store: the release listener,
-    /// the watchdog and the background releaser.
-    pub(crate) async fn start(
+    /// Starts the background tasks of a locker on its store: the release listener, the
+    /// watchdog and the background releaser.
+    pub(crate) fn start(
         store: Store,
         pubsub: PubSubSource,
         settings: Settings,
         timeouts: Timeouts,
+        startup: Startup,
     ) -> Self {
         let store = Arc::new(store);
-        store.warn_on_eviction_policy().await;
         crate::metrics::describe();
         let lease = settings.watchdog_lease;
         let shutdown = CancellationToken::new();
         let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());
-        let releaser = release::start(store.clone());
+        let in_flight = InFlight::new();
+        let releaser = release::start(store.clone(), in_flight.clone());
         let local = Arc::new(LocalLocks::new(
             store.clone(),
             releaser,
-            shutdown.clone().drop_guard(),
+            in_flight,
+            shutdown.clone(),
         ));
         watchdog::start(Arc::downgrade(&local), lease, shutdown);
-        tracing::debug!(prefix = %settings.prefix, ?lease, "locker connected");
+        tracing::debug!(prefix = %settings.prefix, ?lease, ?startup, "locker started");
         Self {
             inner: Arc::new(Inner {
                 store,
@@ -439,6 +576,7 @@ impl Locker {
                 local,
                 waiters,
                 next_id: AtomicU64::new(1),
+                eviction_unchecked: AtomicBool::new(startup == Startup::OnFirstUse),
             }),
         }
     }

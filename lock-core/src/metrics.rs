@@ -10,7 +10,7 @@
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
-//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by how they ended: `acquired` (in Redis, or handed over by the previous local holder), `reentered` (a nested guard of a lock the task holds), `busy` (the wait ran out), `skipped` (the wait ran out under [`skip_if_busy`](crate::Acquire::skip_if_busy): expected, not contention), `cancelled` (the acquire future was dropped), or the error: `backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost` (a nested acquire of a lost lock), `invalid_key`, `config`, `write_inside_read`, `other` |
+//! | `lock_acquisitions_total` | counter | `kind`, `outcome` | acquires by how they ended: `acquired` (in Redis, or handed over by the previous local holder), `reentered` (a nested guard of a lock the task holds), `busy` (the wait ran out), `skipped` (the wait ran out under [`skip_if_busy`](crate::Acquire::skip_if_busy): expected, not contention), `cancelled` (the acquire future was dropped), or the error: `backend`, `timeout`, `tls`, `wrong_type`, `not_replicated`, `lost` (a nested acquire of a lost lock), `invalid_key`, `config`, `write_inside_read`, `shut_down` (the locker was shut down), `other` |
 //! | `lock_acquire_wait_seconds` | histogram | `kind`, `outcome` | how long an acquire took from its start to that outcome: the wait, local queue included (`reentered` is not recorded: it never waits) |
 //! | `lock_acquire_call_seconds` | histogram | `kind`, `outcome` | the latency of one acquire call to Redis (a try: `SET NX` or the acquire script, its retries on one node, or a RedLock quorum round), by its answer: `acquired`, `busy`, `not_replicated`, `cancelled` (cut at the acquire's deadline or dropped), or the error `backend`, `timeout`, `tls`, `wrong_type`. A waiting acquire makes several |
 //! | `lock_backend_errors_total` | counter | `operation`, `outcome` | Redis failures of the calls other than acquire, release and renewal (those count theirs above): `operation` `fence` (issuing a fencing token), `extend`, `is_locked`, `inspect`, `force_unlock`; `outcome` `backend`, `timeout`, `tls`, `wrong_type` |
@@ -18,13 +18,13 @@
 //! | `lock_held` | gauge | `kind` | locks this process holds right now: acquisitions whose outermost guard is alive (a lost lock counts until its guard is released or dropped; nested guards do not count) |
 //! | `lock_hold_seconds` | histogram | `kind`, `outcome` | how long a lock was held, from its grant to its release, by the release's `outcome` (as `lock_releases_total`) |
 //! | `lock_releases_total` | counter | `kind`, `outcome` | releases of held locks (explicit, or of a dropped guard): `released` (deleted in Redis while ours), `handed_over` (to the next local waiter without a Redis round trip), `lost` (it had been lost), `failed` (Redis failed; the key expires with its lease) |
-//! | `lock_lost_total` | counter | `kind`, `reason` | locks lost, once per lock, by [`LostReason`](crate::LostReason): `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown` |
+//! | `lock_lost_total` | counter | `kind`, `reason` | locks lost, once per lock, by [`LostReason`](crate::LostReason): `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown`, `renewal_stopped`, `shutdown` (given back by [`Locker::shutdown`](crate::Locker::shutdown)) |
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals, one per lock and tick: `renewed`, `lost` (the renewal found the lock gone or taken), `failed` (no answer: Redis unreachable, no RedLock majority; the lock turns lost if this lasts until its lease ends) |
 //! | `lock_renewal_calls_total` | counter | | renewal script calls the watchdog sent: one per tick for up to 500 locks of one kind, not one per lock (as [`LockerStats::renewal_calls`](crate::LockerStats)) |
 //!
 //! Useful signals: a rising `busy` or `lock_acquire_wait_seconds` is contention; a rising
 //! `lock_acquire_call_seconds` is a slow Redis (or network), whatever the contention;
-//! `backend`/`timeout`, renewals that `failed` and `lock_backend_errors_total` are Redis trouble; any `lock_lost_total` is
+//! `backend`/`timeout`, renewals that `failed` and `lock_backend_errors_total` are Redis trouble; any `lock_lost_total` (but `shutdown`) is
 //! worth an alert (a holder ran without its lock; fencing tokens are the safety net);
 //! `lock_hold_seconds` shows critical sections longer than expected.
 //!
@@ -141,6 +141,7 @@ pub(crate) fn acquire_outcome(
             LockError::InvalidKey { .. } => "invalid_key",
             LockError::Config(_) => "config",
             LockError::WriteInsideRead { .. } => "write_inside_read",
+            LockError::ShutDown => "shut_down",
             _ => "other",
         },
     }

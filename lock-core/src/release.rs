@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::error::{LockError, LostReason};
 use crate::held::HeldLock;
+use crate::in_flight::{InFlight, Working};
 use crate::key::{RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, ReleaseOutcome};
@@ -38,8 +39,21 @@ pub(crate) enum ReleaseJob {
     Withdraw { keys: RedisKeys, token: String },
 }
 
-/// The sending side of the background releaser.
-pub(crate) type Releaser = mpsc::UnboundedSender<ReleaseJob>;
+/// The sending side of the background releaser. Every job counts as work under way
+/// ([`InFlight`]) from the moment it is sent until it has run.
+#[derive(Debug, Clone)]
+pub(crate) struct Releaser {
+    jobs: mpsc::UnboundedSender<(ReleaseJob, Working)>,
+    in_flight: InFlight,
+}
+
+impl Releaser {
+    /// Queues `job`. Never blocks, never panics; a job sent after the releaser stopped (no
+    /// runtime any more) is dropped, and its key expires with its lease.
+    pub(crate) fn send(&self, job: ReleaseJob) {
+        let _ = self.jobs.send((job, self.in_flight.enter()));
+    }
+}
 
 /// Releases in Redis a lock whose outermost guard has left (the last step of
 /// [`LocalLocks::finish`], which then settles it locally with `others_waiting`). `Ok` only
@@ -88,8 +102,9 @@ pub(crate) struct Released {
 
 /// The release in Redis and its logs.
 async fn release_in_redis(store: &Store, held: &HeldLock) -> Released {
-    // Includes the confirmed lease having run out.
-    let was_lost = held.is_lost();
+    // Includes the confirmed lease having run out. A lock the shutdown marked lost (to stop
+    // its holder before the key goes) is still ours until Redis says otherwise.
+    let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
     let result = store.release(held.keys(), held.token()).await;
     let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
     let released = match result {
@@ -219,19 +234,21 @@ impl<'a, P: Pending> ReleaseOnDrop<'a, P> {
 impl<P: Pending> Drop for ReleaseOnDrop<'_, P> {
     fn drop(&mut self) {
         if self.armed {
-            let _ = self.releaser.send(self.target.job());
+            self.releaser.send(self.target.job());
         }
     }
 }
 
 /// Starts the releaser task; it ends when every sender is gone (the locker was dropped).
-pub(crate) fn start(store: Arc<Store>) -> Releaser {
-    let (tx, mut rx) = mpsc::unbounded_channel::<ReleaseJob>();
+/// Its jobs count in `in_flight` until they have run.
+pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(ReleaseJob, Working)>();
     tokio::spawn(async move {
-        while let Some(job) = rx.recv().await {
+        while let Some((job, working)) = rx.recv().await {
             let store = store.clone();
             // Each release runs on its own so one slow call does not delay the others.
             tokio::spawn(async move {
+                let _working = working;
                 match job {
                     ReleaseJob::Finish { local, held } => match local.finish(&held).await {
                         Ok(()) => {}
@@ -260,5 +277,8 @@ pub(crate) fn start(store: Arc<Store>) -> Releaser {
             });
         }
     });
-    tx
+    Releaser {
+        jobs: tx,
+        in_flight,
+    }
 }

@@ -307,6 +307,72 @@ pub(crate) async fn connect(
     })
 }
 
+/// [`connect`] without connecting: every connection is made on first use (and made again
+/// after failures), for a single server and RedLock. A cluster and Sentinel need an answer
+/// before they can route a command (the slot map, the primary's address), so they are refused.
+pub(crate) fn connect_lazy(
+    topology: Topology,
+    timeouts: Timeouts,
+    fence_window: Duration,
+    min_replicas: Option<MinReplicas>,
+    restart_guard: Option<RestartGuard>,
+    tls: Option<&TlsConfig>,
+) -> Result<(Store, PubSubSource), LockError> {
+    let backend = |e| LockError::backend(None, e);
+    let node = |conn, restart_guard| Node {
+        conn,
+        restart_guard,
+        latch: latch_ttl(timeouts.command),
+        fence_window,
+    };
+    Ok(match topology {
+        Topology::Server(url) => {
+            let client = open(&url, tls)?;
+            let conn = Connection::lazy(client.clone(), timeouts).map_err(backend)?;
+            let store = Store::Single(SingleStore {
+                node: node(conn, restart_guard),
+                min_replicas,
+            });
+            (store, PubSubSource::Nodes(vec![client]))
+        }
+        Topology::RedLock(urls) => {
+            if urls.len() < 3 {
+                return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
+            }
+            if min_replicas.is_some() {
+                return Err(ConfigError::MinReplicasWithRedLock.into());
+            }
+            let clients = clients(&urls, tls)?;
+            let nodes = clients
+                .iter()
+                .map(|client| {
+                    Connection::lazy(client.clone(), timeouts)
+                        .map(|conn| node(conn, restart_guard.clone()))
+                        .map_err(backend)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let store = Store::RedLock(RedLockStore {
+                nodes,
+                timeout: timeouts.command,
+                in_flight: Default::default(),
+            });
+            (store, PubSubSource::Nodes(clients))
+        }
+        Topology::Cluster(_) => {
+            return Err(ConfigError::LazyTopology {
+                topology: "cluster",
+            }
+            .into())
+        }
+        Topology::Sentinel { .. } => {
+            return Err(ConfigError::LazyTopology {
+                topology: "sentinel",
+            }
+            .into())
+        }
+    })
+}
+
 /// The URLs, redacted, comma-separated.
 fn redact_all(urls: &[String]) -> String {
     urls.iter()

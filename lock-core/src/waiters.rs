@@ -242,6 +242,14 @@ impl Waiters {
         self.shared.live.load(Ordering::Relaxed) > 0
     }
 
+    /// Forgets every channel (the locker shut down, its listener stopped and its connection
+    /// with it): later unsubscriptions find nothing to do.
+    pub(crate) fn clear(&self) {
+        let mut channels = self.shared.channels();
+        channels.clear();
+        self.shared.live.store(0, Ordering::Relaxed);
+    }
+
     /// Number of channels this locker is subscribed to, lingering ones included.
     pub(crate) fn channel_count(&self) -> usize {
         self.shared.channels().len()

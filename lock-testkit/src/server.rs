@@ -197,6 +197,23 @@ impl RedisServer {
         Self::start_inner(&[], persistence)
     }
 
+    /// Starts a plain server on `port`, e.g. one taken from [`free_port`] earlier, for a test
+    /// whose client was configured before its Redis came up (a lazily connected locker).
+    ///
+    /// ```no_run
+    /// use lock_testkit::{free_port, RedisServer};
+    ///
+    /// let port = free_port(); // nothing listens here yet
+    /// // ... a client configured for `redis://127.0.0.1:{port}` fails ...
+    /// let server = RedisServer::start_on(port).unwrap();
+    /// assert_eq!(server.port(), port);
+    /// ```
+    pub fn start_on(port: u16) -> io::Result<Self> {
+        let mut server = Self::launch(port, &[], Persistence::None, |_| Ok(Kind::Server))?;
+        server.wait_ready(probe::READY_TIMEOUT)?;
+        Ok(server)
+    }
+
     fn start_inner(extra: &[&str], persistence: Persistence) -> io::Result<Self> {
         let mut server = Self::launch(free_port(), extra, persistence, |_| Ok(Kind::Server))?;
         server.wait_ready(probe::READY_TIMEOUT)?;

@@ -22,7 +22,7 @@ use rand::Rng;
 /// |---|---|---|---|
 /// | [`Busy`](Self::Busy) | [`LockError::Busy`] | `409 Conflict` | `Retry-After` (see [`RetryAfter`]) |
 /// | [`Full`](Self::Full) | [`LockError::Busy`] under [`Mode::Limit`](crate::Mode::Limit) | `429 Too Many Requests` | `Retry-After` |
-/// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`] | `503 Service Unavailable` | `Retry-After`: 1 or 2, at random |
+/// | [`Unavailable`](Self::Unavailable) | [`LockError::Backend`], [`LockError::Tls`], [`LockError::NotReplicated`], [`LockError::ShutDown`] (the instance is stopping) | `503 Service Unavailable` | `Retry-After`: 1 or 2, at random |
 /// | [`Lost`](Self::Lost) | [`LockError::Lost`] (a handler's lock ran out) | `503 Service Unavailable` | `Retry-After`: 1 or 2, at random |
 /// | [`InvalidKey`](Self::InvalidKey) | [`LockError::InvalidKey`] | `400 Bad Request` | |
 /// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)), or cannot be read: not UTF-8, a query parameter given twice ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable)) | `400 Bad Request` | |
@@ -53,7 +53,8 @@ pub enum Rejection {
     },
     /// Redis was unreachable, timed out or failed ([`LockError::Backend`], [`LockError::Tls`],
     /// [`LockError::NotReplicated`]) and the layer fails closed (the default; see
-    /// [`fail_open`](crate::DistributedLockLayer::fail_open)).
+    /// [`fail_open`](crate::DistributedLockLayer::fail_open)), or the locker was shut down
+    /// ([`LockError::ShutDown`]: the instance is stopping; another one serves the retry).
     Unavailable(LockError),
     /// The lock was lost while the work ran ([`LockError::Lost`]); only from handlers and
     /// locked methods, never from the layer's acquire.
@@ -103,7 +104,7 @@ impl Rejection {
             }
             LockError::Lost { .. } => Self::Lost(error),
             LockError::InvalidKey { .. } => Self::InvalidKey(error),
-            LockError::NotReplicated { .. } => Self::Unavailable(error),
+            LockError::NotReplicated { .. } | LockError::ShutDown => Self::Unavailable(error),
             _ if error.is_backend() => Self::Unavailable(error),
             _ => Self::Failed(error),
         }
@@ -558,6 +559,13 @@ mod tests {
             wanted: 1,
         });
         assert_eq!(unreplicated.status(), StatusCode::SERVICE_UNAVAILABLE);
+        // A stopping instance: the client retries, and another instance serves it.
+        let stopping = Rejection::from(LockError::ShutDown);
+        assert!(
+            matches!(stopping, Rejection::Unavailable(_)),
+            "{stopping:?}"
+        );
+        assert_eq!(stopping.status(), StatusCode::SERVICE_UNAVAILABLE);
         let unconfigured = Rejection::from(LockError::NotConfigured);
         assert!(matches!(unconfigured, Rejection::Failed(_)));
         assert_eq!(unconfigured.status(), StatusCode::INTERNAL_SERVER_ERROR);

@@ -1,5 +1,6 @@
 //! Running one instance of the service: `inventory serve`.
 
+use std::future::IntoFuture;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -40,6 +41,10 @@ pub struct ServeArgs {
     /// Milliseconds the `layer`, `fenced` and `locked-no-fence` variants wait for the lock.
     #[arg(long, default_value_t = 10_000)]
     pub wait_ms: u64,
+    /// Milliseconds that requests in flight get to finish after SIGTERM or Ctrl-C; then the
+    /// instance gives its locks back and exits anyway.
+    #[arg(long, default_value_t = 10_000)]
+    pub drain_ms: u64,
     /// Exit when standard input closes (the demo uses it, so instances die with it).
     #[arg(long, hide = true)]
     pub watch_stdin: bool,
@@ -58,6 +63,7 @@ impl Default for ServeArgs {
             think_ms: millis(config.think),
             lease_ms: millis(config.lease),
             wait_ms: millis(config.wait),
+            drain_ms: 10_000,
             watch_stdin: false,
         }
     }
@@ -88,6 +94,8 @@ impl ServeArgs {
             self.lease_ms.to_string(),
             "--wait-ms".to_owned(),
             self.wait_ms.to_string(),
+            "--drain-ms".to_owned(),
+            self.drain_ms.to_string(),
         ];
         if let Some(instance) = &self.instance {
             args.extend(["--instance".to_owned(), instance.clone()]);
@@ -147,8 +155,11 @@ pub enum ServeError {
     },
 }
 
-/// Runs one instance until Ctrl-C (or, with `--watch-stdin`, until standard input closes).
-/// Prints `listening on http://<addr>` on standard output once it accepts connections.
+/// Runs one instance until Ctrl-C or SIGTERM (or, with `--watch-stdin`, until standard input
+/// closes). Prints `listening on http://<addr>` on standard output once it accepts
+/// connections. Stopping, it lets the requests in flight finish (for at most `--drain-ms`),
+/// then gives back every lock it still holds ([`Locker::shutdown`]), so that the other
+/// instances get them at once.
 ///
 /// # Errors
 ///
@@ -199,17 +210,44 @@ pub async fn serve(args: ServeArgs) -> Result<(), ServeError> {
         wait: Duration::from_millis(args.wait_ms),
         lease: Duration::from_millis(args.lease_ms),
     };
-    let state = Inventory::new(locker, db, config);
+    let state = Inventory::new(locker.clone(), db, config);
     println!("listening on http://{local}");
     tracing::info!(%local, db = %args.db.display(), "serving");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown(args.watch_stdin))
-        .await
-        .map_err(|source| ServeError::Io { addr, source })
+    let (stopping, mut stop_asked) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        stop_signal(args.watch_stdin).await;
+        let _ = stopping.send(true);
+    };
+    let served = axum::serve(listener, app(state))
+        .with_graceful_shutdown(signal)
+        .into_future();
+    // Requests in flight get `drain` to finish; a hung one does not keep the instance up.
+    let drain = Duration::from_millis(args.drain_ms);
+    let drained = async {
+        let _ = stop_asked.wait_for(|asked| *asked).await;
+        tokio::time::sleep(drain).await;
+    };
+    let result = tokio::select! {
+        served = served => served.map_err(|source| ServeError::Io { addr, source }),
+        () = drained => {
+            tracing::warn!(?drain, "requests still running; stopping without them");
+            Ok(())
+        }
+    };
+    // Gives back every lock this instance holds (those of requests cut short, releases still
+    // in the background), so the other instances take them now rather than a lease later.
+    if let Err(error) = locker.shutdown(LOCKS_GIVEN_BACK_WITHIN).await {
+        tracing::warn!(%error, "not every lock was given back; those end with their lease");
+    }
+    result
 }
 
-/// Resolves on Ctrl-C, or when standard input reaches its end if `watch_stdin`.
-async fn shutdown(watch_stdin: bool) {
+/// How long the locker's shutdown may take (one release round trip, normally).
+const LOCKS_GIVEN_BACK_WITHIN: Duration = Duration::from_secs(5);
+
+/// Resolves on Ctrl-C or SIGTERM (what a rolling restart sends), or when standard input
+/// reaches its end if `watch_stdin`.
+async fn stop_signal(watch_stdin: bool) {
     let stdin_closed = async {
         if watch_stdin {
             let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut tokio::io::sink()).await;
@@ -219,6 +257,20 @@ async fn shutdown(watch_stdin: bool) {
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
+        () = terminated() => {}
         () = stdin_closed => {}
     }
+}
+
+/// Resolves on SIGTERM (never where there is no such signal).
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut sigterm) = signal(SignalKind::terminate()) {
+            sigterm.recv().await;
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
 }

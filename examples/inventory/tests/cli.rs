@@ -1,7 +1,9 @@
 //! The binary's command line: help, a clear error without Redis, a clear error for a port in
-//! use.
+//! use, and `serve` stopping gracefully (its locks given back at once on SIGTERM).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn inventory() -> Command {
     Command::new(env!("CARGO_BIN_EXE_inventory"))
@@ -166,4 +168,89 @@ fn the_redis_url_is_not_on_a_childs_command_line() {
         args.redis_url_env(),
         Some(("REDIS_URL", "redis://app:hunter2@db:6379/"))
     );
+}
+
+/// A rolling restart: SIGTERM reaches an instance while a purchase holds its lock (a watchdog
+/// lock, 30 s lease, in the middle of a 5 s "think"). The instance lets requests drain for
+/// `--drain-ms`, then shuts its locker down: the lock key is gone from Redis at once, the
+/// process exits cleanly, and the next instance takes the key without waiting, instead of a
+/// lease later.
+#[test]
+fn sigterm_gives_the_instances_locks_back_at_once() {
+    let redis = lock_testkit::RedisServer::start().expect("start redis-server");
+    let db = std::env::temp_dir().join(format!("inventory-sigterm-{}.db", std::process::id()));
+    let port = lock_testkit::free_port();
+    let mut instance = inventory()
+        .args(["serve", "--port", &port.to_string(), "--db"])
+        .arg(&db)
+        .args(["--think-ms", "5000", "--drain-ms", "200"])
+        .env("REDIS_URL", redis.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the instance");
+    let mut stdout = BufReader::new(instance.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read stdout");
+    assert!(line.starts_with("listening on"), "{line:?}");
+
+    // A purchase under the macro's lock, answered only after the think.
+    let purchase = std::thread::spawn(move || {
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        conn.write_all(
+            b"POST /skus/42/purchase/macro HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .expect("send");
+        let mut answer = String::new();
+        let _ = conn.read_to_string(&mut answer);
+        answer
+    });
+    let lock_keys = || redis.keys("lock:*:lock:inventory:42");
+    let start = Instant::now();
+    while lock_keys().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the purchase never locked"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let signalled = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &instance.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    while !lock_keys().is_empty() {
+        assert!(
+            signalled.elapsed() < Duration::from_secs(2),
+            "the lock key outlived the instance's SIGTERM by 2 s (think 5 s, lease 30 s)"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let freed = signalled.elapsed();
+    let status = instance.wait().expect("wait for the instance");
+    assert!(status.success(), "the instance exited with {status}");
+    let answer = purchase.join().expect("the purchase thread");
+    assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    // The next instance: the key is free now, not a lease later.
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        let next = lock_core::Locker::connect(&redis.url())
+            .await
+            .expect("connect");
+        let guard = next
+            .lock("inventory:42")
+            .wait(Duration::ZERO)
+            .await
+            .expect("the key is free at once");
+        guard.release().await.expect("release");
+    });
+    lock_testkit::figure(&format!(
+        "inventory serve: lock key gone {freed:?} after SIGTERM (drain 200 ms, think 5 s, lease 30 s)"
+    ));
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
 }
