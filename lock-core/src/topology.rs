@@ -322,7 +322,7 @@ pub(crate) fn connect_lazy(
     let node = |conn, restart_guard| Node {
         conn,
         restart_guard,
-        latch: latch_ttl(timeouts.command),
+        latch: timeouts.release_retry,
         fence_window,
     };
     Ok(match topology {

@@ -416,10 +416,11 @@ async fn a_cluster_waiter_subscribed_on_another_node_is_not_starved() {
         "cluster remote waiter behind 4 local tasks: passed over {passed_over:?} times, waits {waits:?}"
     ));
     // Up to 6 local handoffs, then a release through Redis that tells the waiter; on a loaded
-    // machine it may lose a few races to the local tasks' retries after their 1 ms pause.
-    // Without the flag it was passed over for its whole 5 s wait (hundreds of sections).
+    // machine it may lose a few races to the local tasks' retries after their 1 ms pause (30
+    // seen with a load average of 6). Without the flag it was passed over for its whole 5 s
+    // wait: about 2,000 sections of 2 ms.
     assert!(
-        passed_over.iter().all(|n| *n <= 20),
+        passed_over.iter().all(|n| *n <= 60),
         "the local tasks kept the lock from the remote waiter: passed over {passed_over:?} times"
     );
     common::assert_cluster_clean(&cluster, &[&hot, &waiter]).await;
