@@ -208,13 +208,7 @@ pub(crate) async fn connect(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend(None, e);
-    let latch = timeouts.release_retry;
-    let node = |conn, restart_guard| Node {
-        conn,
-        restart_guard,
-        latch,
-        fence_window,
-    };
+    let node = |conn, restart_guard| Node::new(conn, restart_guard, timeouts, fence_window);
     let single = |node| Store::Single(SingleStore { node, min_replicas });
     Ok(match topology {
         Topology::Server(url) => {
@@ -319,12 +313,7 @@ pub(crate) fn connect_lazy(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend(None, e);
-    let node = |conn, restart_guard| Node {
-        conn,
-        restart_guard,
-        latch: timeouts.release_retry,
-        fence_window,
-    };
+    let node = |conn, restart_guard| Node::new(conn, restart_guard, timeouts, fence_window);
     Ok(match topology {
         Topology::Server(url) => {
             let client = open(&url, tls)?;

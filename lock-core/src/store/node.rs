@@ -15,7 +15,7 @@ use super::reply::{
 };
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
-use crate::connection::Connection;
+use crate::connection::{Connection, Timeouts};
 use crate::key::{Access, RedisKeys};
 use crate::limits::lease_ms;
 use crate::scripts::{self, ScriptCall};
@@ -36,6 +36,21 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// A node on `conn`, its release latch living the locker's release retry window.
+    pub(crate) fn new(
+        conn: Connection,
+        restart_guard: Option<RestartGuard>,
+        timeouts: Timeouts,
+        fence_window: Duration,
+    ) -> Self {
+        Self {
+            conn,
+            restart_guard,
+            latch: timeouts.release_retry,
+            fence_window,
+        }
+    }
+
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
     /// server yet (otherwise only the script recognises a lock already ours), and no restart
     /// guard has to be checked first.
