@@ -209,7 +209,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             "",
             col(0, |l| l.per_sec),
             col(2, |l| l.per_sec),
-            Check::RatioAtLeast(0.95),
+            Check::RatioAtLeast(0.9),
         ),
         Row::new(
             &w,

@@ -36,6 +36,9 @@ pub(crate) enum Held {
     Floor(FloorGuard),
 }
 
+/// Sets the kit's release retry window in milliseconds (default: the kit's own, 1 s).
+pub(crate) const RELEASE_WINDOW_ENV: &str = "LOCK_BENCH_RELEASE_WINDOW_MS";
+
 /// Builds a kit locker with the benchmark's settings: its own key prefix, a short fence
 /// retention (fence keys of the many fresh keys expire soon after the run), defaults otherwise.
 pub(crate) async fn kit_locker(
@@ -50,7 +53,24 @@ pub(crate) async fn kit_locker(
     if let Some(lease) = watchdog_lease {
         builder = builder.watchdog_lease(lease);
     }
+    if let Some(window) = release_retry_window() {
+        builder = builder.release_retry_window(window);
+    }
     builder.build().await
+}
+
+/// The kit's release retry window when [`RELEASE_WINDOW_ENV`] sets one (milliseconds; `0`: no
+/// latch), for an A/B of what the latch costs. An environment variable, so that the worker
+/// processes the benchmark starts use the same.
+fn release_retry_window() -> Option<Duration> {
+    let ms = std::env::var(RELEASE_WINDOW_ENV).ok()?;
+    match ms.trim().parse() {
+        Ok(ms) => Some(Duration::from_millis(ms)),
+        Err(_) => {
+            eprintln!("lock-bench: ignoring {RELEASE_WINDOW_ENV}={ms:?} (not milliseconds)");
+            None
+        }
+    }
 }
 
 impl Lock {

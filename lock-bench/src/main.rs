@@ -25,6 +25,7 @@ mod params;
 mod redis_stats;
 mod reentrancy;
 mod report;
+mod residue;
 mod stats;
 mod sys;
 mod uncontended;
@@ -103,6 +104,8 @@ enum Workload {
     W10,
     /// Fair lock: one hot key, 4 processes x 4 tasks.
     W11,
+    /// Residue: keys and bytes that releases leave in Redis, at once and later.
+    W12,
 }
 
 /// Which side of a comparison runs.
@@ -296,6 +299,9 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
         if ctx.params.quick { "quick" } else { "full" },
         ctx.params.reps
     );
+    if let Ok(window) = std::env::var(lock::RELEASE_WINDOW_ENV) {
+        eprintln!("lock-bench: the kit's release retry window is {window} ms");
+    }
 
     let selected = |w: Workload| cli.only.is_empty() || cli.only.contains(&w);
     let clock = Instant::now();
@@ -340,6 +346,9 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
     }
     if selected(Workload::W11) {
         rows.extend(hot_key::fair(&ctx).await?);
+    }
+    if selected(Workload::W12) {
+        rows.extend(residue::run(&ctx).await?);
     }
     let elapsed = clock.elapsed().as_secs_f64();
 

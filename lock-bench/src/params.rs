@@ -105,4 +105,10 @@ params! {
     w10_hold_us: u64 = 1_000, 1_000;
     /// W10: seconds per contended run of each arm.
     w10_secs: f64 = 5.0, 1.0;
+    /// W12: tasks cycling on fresh keys.
+    w12_tasks: usize = 32, 32;
+    /// W12: seconds of cycling per run.
+    w12_secs: f64 = 3.0, 1.0;
+    /// W12: seconds after the run to count again (the kit's release retry window is 1 s).
+    w12_after_secs: f64 = 2.0, 2.0;
 }

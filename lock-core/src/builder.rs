@@ -28,7 +28,7 @@ use crate::topology::{connect, connect_lazy, redact, Credentials, Topology};
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
-/// | [`release_retry_window`](Self::release_retry_window) | 1 s | 1 ms to 1 hour |
+/// | [`release_retry_window`](Self::release_retry_window) | 1 s | 0 (no latch) to 1 hour |
 /// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
@@ -445,7 +445,7 @@ impl LockerBuilder {
     }
 
     /// How long a release may be retried and still learn for sure whether its first try ran.
-    /// Default 1 s; from 1 ms to 1 hour.
+    /// Default 1 s; from zero (no latch) to 1 hour.
     ///
     /// A release whose connection dropped is sent again, and its first try may or may not have
     /// deleted the key. So each release leaves a small latch key that lives this long, for a
@@ -453,8 +453,29 @@ impl LockerBuilder {
     /// is told the truth (`Ok` when the first try released the lock); one answered later, if
     /// it finds the key gone, cannot tell and reports the lock lost
     /// ([`LostReason::Unknown`](crate::LostReason::Unknown)), never a release it cannot
-    /// prove. Redis memory: about one latch (some 100 bytes) per release of the last window,
-    /// so releases per second × window keys at any time.
+    /// prove. Redis memory: one latch (about 150 bytes by `MEMORY USAGE`) per release of the
+    /// last window, so releases per second × window keys at any time; Redis CPU: one more
+    /// key written and expired per release.
+    ///
+    /// `Duration::ZERO` writes no latch: a release leaves nothing in Redis, and a release
+    /// retried after a dropped connection that finds the key gone reports it lost
+    /// ([`LostReason::Unknown`](crate::LostReason::Unknown)) even when its first try did
+    /// delete it.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), lock_core::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // Nothing left behind; a retried release may report a loss it cannot rule out.
+    /// let locker = lock_core::Locker::builder()
+    ///     .url("redis://127.0.0.1/")
+    ///     .release_retry_window(Duration::ZERO)
+    ///     .build()
+    ///     .await?;
+    /// # drop(locker);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn release_retry_window(mut self, window: Duration) -> Self {
         self.settings.release_retry_window = window;
         self
@@ -649,9 +670,12 @@ fn check_durations(
     )?;
     limits::check_timeout(DurationSetting::ConnectTimeout, connect_timeout)?;
     limits::check_timeout(DurationSetting::CommandTimeout, settings.command_timeout)?;
-    limits::check_timeout(
+    // Zero is allowed: no latch at all.
+    limits::check(
         DurationSetting::ReleaseRetryWindow,
         settings.release_retry_window,
+        Duration::ZERO,
+        limits::MAX_TIMEOUT,
     )?;
     if let Some(min) = min_replicas {
         limits::check_timeout(DurationSetting::ReplicaTimeout, min.timeout)?;

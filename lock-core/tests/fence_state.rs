@@ -87,6 +87,55 @@ async fn releases_leave_nothing_once_the_retry_window_passed() {
     assert_nothing_left(&server, &[&locker]).await;
 }
 
+/// A zero release retry window writes no latch: a release of each kind (lock, fair lock,
+/// read lock, semaphore permit) leaves no key at all, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_retry_window_leaves_nothing_at_all() {
+    let server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .release_retry_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    for round in 0..50 {
+        locker
+            .lock(format!("m{round}"))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        locker
+            .fair_lock(format!("f{round}"))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        locker
+            .read(format!("r{round}"))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        let permit = locker
+            .semaphore(format!("s{round}"), 2)
+            .acquire()
+            .await
+            .unwrap();
+        permit.release().await.unwrap();
+        let left = server.keys("*");
+        assert!(left.is_empty(), "round {round} left {left:?}");
+    }
+    // The control: the default window leaves a latch per release, for that window.
+    let control = Locker::connect(&server.url()).await.unwrap();
+    control.lock("m").await.unwrap().release().await.unwrap();
+    assert_eq!(server.keys("lock:*").len(), 1, "{:?}", server.keys("*"));
+    assert_nothing_left(&server, &[&locker, &control]).await;
+}
+
 /// Many distinct keys fenced and released, then silence: with the default retention their
 /// fence state is gone within the lease plus the 10 s window. Before, every key fenced left
 /// its fence key for an hour (at 1,000 new keys a second, GBs an hour; under `noeviction`

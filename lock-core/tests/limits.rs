@@ -49,9 +49,10 @@ enum Setting {
     CommandTimeout,
     ReplicaTimeout,
     RestartGuard,
+    ReleaseRetryWindow,
 }
 
-const SETTINGS: [Setting; 9] = [
+const SETTINGS: [Setting; 10] = [
     Setting::WatchdogLease,
     Setting::DefaultWait,
     Setting::MaxHold,
@@ -61,6 +62,7 @@ const SETTINGS: [Setting; 9] = [
     Setting::CommandTimeout,
     Setting::ReplicaTimeout,
     Setting::RestartGuard,
+    Setting::ReleaseRetryWindow,
 ];
 
 impl Setting {
@@ -76,6 +78,7 @@ impl Setting {
             Self::CommandTimeout => builder.command_timeout(value),
             Self::ReplicaTimeout => builder.min_replicas(0, value),
             Self::RestartGuard => builder.restart_guard(value),
+            Self::ReleaseRetryWindow => builder.release_retry_window(value),
         }
     }
 
@@ -91,6 +94,7 @@ impl Setting {
             Self::CommandTimeout => "command timeout",
             Self::ReplicaTimeout => "min_replicas timeout",
             Self::RestartGuard => "restart guard",
+            Self::ReleaseRetryWindow => "release retry window",
         }
     }
 
@@ -103,6 +107,8 @@ impl Setting {
             Self::FallbackRetry => Some((Duration::from_millis(10), Duration::from_secs(600))),
             Self::ConnectTimeout | Self::CommandTimeout | Self::ReplicaTimeout => Some((MS, HOUR)),
             Self::RestartGuard => Some((MS, YEAR)),
+            // Zero is a setting of its own: no latch.
+            Self::ReleaseRetryWindow => Some((Duration::ZERO, HOUR)),
         }
     }
 

@@ -427,6 +427,78 @@ async fn a_release_retried_past_its_window_reports_an_unknown_loss_not_ok() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
+/// With a zero retry window (no latch), a release whose reply is lost after it ran cannot
+/// prove on its retry that it deleted the key: it reports the lock lost for an unknown
+/// reason. The first try that never reached Redis is the next test: there the retry finds
+/// its token and releases for sure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_latch_a_release_whose_reply_is_lost_reports_an_unknown_loss() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = Locker::builder()
+        .url(proxy.url())
+        .release_retry_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let release = release_in_flight(&holder, &server, &proxy, Duration::from_millis(200)).await;
+    proxy.set_mode(ProxyMode::Reset).await;
+    match release.await.unwrap() {
+        Err(lock_core::LockError::Lost { reason, .. }) => {
+            assert_eq!(reason, lock_core::LostReason::Unknown);
+        }
+        other => panic!("a release without a latch, its reply lost: {other:?}"),
+    }
+    assert!(
+        server.keys("lock:*").is_empty(),
+        "no latch, no lock key: {:?}",
+        server.keys("lock:*")
+    );
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+/// With a zero retry window, a release whose first try never reached Redis (the connection
+/// reset under it) is sent again, finds its token, and releases: `Ok`, and the next holder
+/// gets the key at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_latch_a_release_that_never_reached_redis_is_retried_and_ok() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let holder = Locker::builder()
+        .url(proxy.url())
+        .release_retry_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let direct = Locker::builder()
+        .url(server.url())
+        .release_retry_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    let guard = holder
+        .lock("r")
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    proxy.set_mode(ProxyMode::Reset).await;
+    let released = guard.release().await;
+    assert!(
+        released.is_ok(),
+        "a release whose first try never ran: {released:?}"
+    );
+    assert!(lock_key(&server, "r").is_none(), "the key was deleted");
+    let next = direct.lock("r").wait(Duration::ZERO).await;
+    assert!(next.is_ok(), "the next holder: {next:?}");
+    next.unwrap().release().await.unwrap();
+    assert!(
+        server.keys("lock:*").is_empty(),
+        "{:?}",
+        server.keys("lock:*")
+    );
+    common::assert_nothing_left(&server, &[&holder, &direct]).await;
+}
+
 /// A reader's release whose reply is lost after it ran, then a writer takes the lock before
 /// the retry: the retry finds the writer's token where the marker was, and must still count
 /// the release as ours through the latch its first try left.

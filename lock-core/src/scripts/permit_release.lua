@@ -13,6 +13,7 @@
 --          permit_acquire.lua)
 -- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
 --          after it does not trust a missing latch, see `Node::release`)
+--          or 0: no latch (a retry that finds the key gone cannot tell, and says so)
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
@@ -36,7 +37,9 @@ if score then
   if score > now then
     local head = first_in_line(KEYS[3], KEYS[4], now)
     local waited = head and 1 or 0
-    redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
+    if ARGV[3] ~= '0' then
+      redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
+    end
     if head then
       redis.pcall('PUBLISH', ARGV[2], head)
     end

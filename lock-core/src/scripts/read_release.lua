@@ -15,6 +15,7 @@
 -- ARGV[2]  the release channel of the lock key (a channel, not a key)
 -- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
 --          after it does not trust a missing latch, see `Node::release`)
+--          or 0: no latch (a retry that finds the key gone cannot tell, and says so)
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
@@ -47,7 +48,9 @@ if ok and current == 'readers' and score and score > now then
       answer = 2
     end
   end
-  redis.call('SET', KEYS[2], tostring(answer), 'PX', ARGV[3])
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[2], tostring(answer), 'PX', ARGV[3])
+  end
   return answer
 end
 if score then

@@ -20,6 +20,7 @@
 --          (every waiter may try), or for a fair lock the token of the first waiter in line
 -- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
 --          after it does not trust a missing latch, see `Node::release`)
+--          or 0: no latch (a retry that finds the key gone cannot tell, and says so)
 --
 -- KEYS[2] to KEYS[6] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
 -- although they usually do not exist. Inside a script a Redis Cluster checks each command's
@@ -65,7 +66,9 @@ if ok and current == ARGV[1] then
   if head then
     waited = 1
   end
-  redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
+  if ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
+  end
   if waited == 1 then
     redis.pcall('PUBLISH', ARGV[2], head or '1')
   end

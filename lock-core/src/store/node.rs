@@ -240,9 +240,13 @@ impl Node {
                 call.key(keys.line()).key(keys.line_alive());
             }
         }
-        call.arg(token)
-            .arg(keys.channel())
-            .arg(lease_ms(self.latch));
+        // A zero window writes no latch (`lease_ms` would round it up to 1 ms).
+        let latch_ms = if self.latch.is_zero() {
+            0
+        } else {
+            lease_ms(self.latch)
+        };
+        call.arg(token).arg(keys.channel()).arg(latch_ms);
         let first_sent = Instant::now();
         // Whether an earlier try may have run: its connection dropped after it was sent (a
         // cluster's refusal comes before the script runs).
@@ -260,7 +264,8 @@ impl Node {
             // A retry that found the key gone (or taken) and no latch proves that no earlier
             // try released it only while that try's latch would still live: the try ran, if
             // at all, after `first_sent`, and its latch lives `self.latch` from then. Answered
-            // later than that (less a tenth, for the two clocks' rates), it cannot tell.
+            // later than that (less a tenth, for the two clocks' rates), it cannot tell; with a
+            // zero window (no latch) it never can.
             Ok(found)
                 if earlier_may_have_run
                     && !found.ours
