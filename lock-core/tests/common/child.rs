@@ -1,5 +1,5 @@
 //! A test binary re-executing itself as a worker process: the test named `child_worker` of the
-//! same file (ignored when run normally), told what to do by environment variables.
+//! same module (ignored when run normally), told what to do by environment variables.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -11,11 +11,21 @@ pub const URL: &str = "LOCK_CHILD_URL";
 /// The oracle's referee URL (empty when the mode needs none).
 pub const REFEREE: &str = "LOCK_CHILD_REFEREE";
 
-/// Starts this test binary's `child_worker` in `mode`, stdout piped for [`wait_for_line`].
-pub fn spawn_child(mode: &str, url: &str, referee: &str) -> Child {
+/// The name the test harness gives the test `test` of the module `module` (its
+/// `module_path!()`, which starts with the binary's name: the harness leaves that out).
+pub fn test_name(module: &str, test: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// Starts the `child_worker` test of `module` (the caller's `module_path!()`) in this test
+/// binary, in `mode`, stdout piped for [`wait_for_line`].
+pub fn spawn_child(module: &str, mode: &str, url: &str, referee: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
-            "child_worker",
+            test_name(module, "child_worker").as_str(),
             "--exact",
             "--ignored",
             "--nocapture",

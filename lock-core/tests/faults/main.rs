@@ -1,0 +1,13 @@
+//! Faults: connection resets, partitions, paused and killed processes, restarts, ACL refusals, and the chaos soak.
+//!
+//! One test binary of several modules (each links the whole dependency tree once).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod acl;
+mod faults;
+mod partition;
+mod processes;
+mod safety;
+mod soak;

@@ -1,0 +1,412 @@
+//! Watchdog renewal, loss detection and fencing tokens against a real redis-server.
+
+use crate::common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, lock_key, locker, locker_with_lease, lost_reason, server};
+use lock_core::{Locker, LostReason};
+use redis::AsyncCommands;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+#[tokio::test]
+async fn work_three_times_the_lease_stays_exclusive_and_frees_at_release() {
+    let server = server();
+    let holder = locker_with_lease(&server, LEASE).await;
+    let other = locker(&server).await;
+    let guard = holder.lock("k").await.unwrap();
+    let name = lock_key(&server, "k");
+    let started = Instant::now();
+    let mut tries = 0;
+    while started.elapsed() < LEASE * 3 {
+        let err = other.lock("k").wait(Duration::ZERO).await.unwrap_err();
+        assert!(err.is_busy(), "{err}");
+        let pttl: i64 = server.cmd(&["PTTL", &name]);
+        assert!(
+            pttl > 0,
+            "the key never runs out while the guard lives: {pttl}"
+        );
+        tries += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(tries > 20);
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    other
+        .lock("k")
+        .wait(Duration::ZERO)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    common::assert_nothing_left(&server, &[&holder, &other]).await;
+}
+
+#[tokio::test]
+async fn a_fixed_lease_is_never_renewed() {
+    let server = server();
+    let holder = locker_with_lease(&server, LEASE).await;
+    let guard = holder
+        .lock("k")
+        .lease(Duration::from_millis(400))
+        .await
+        .unwrap();
+    assert_eq!(holder.stats().watchdog_locks, 0);
+    tokio::time::timeout(Duration::from_millis(800), guard.lost())
+        .await
+        .expect("lost when the lease ends");
+    assert!(!guard.is_held());
+    // `lost` fires a safety margin before Redis expires the key, never after.
+    assert!(holder.is_locked("k").await.unwrap() || guard.remaining().is_zero());
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(!holder.is_locked("k").await.unwrap());
+    assert!(guard.release().await.unwrap_err().is_lost());
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_locks_are_renewed_in_batches_not_one_call_each() {
+    let server = server();
+    let holder = locker_with_lease(&server, Duration::from_millis(600)).await;
+    let mut guards = Vec::new();
+    for i in 0..1000 {
+        guards.push(holder.lock(format!("k{i}")).await.unwrap());
+    }
+    let calls_before = holder.stats().renewal_calls;
+    server.reset_stats();
+    // Three lease periods: without renewal every key would have expired.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let keys: Vec<String> = server.cmd(&["KEYS", "lock:*:lock:*"]);
+    assert_eq!(keys.len(), 1000, "all kept alive");
+    assert!(guards.iter().all(|g| g.is_held()));
+    let calls = holder.stats().renewal_calls - calls_before;
+    let evalsha = server.command_calls("evalsha");
+    // 1800 ms / (600 ms / 3) = 9 ticks, 2 batches of 500 each.
+    assert!(
+        calls <= 2 * 10,
+        "{calls} renewal calls for 1000 locks over 9 ticks"
+    );
+    assert!(evalsha <= 2 * 10 + 4, "{evalsha} EVALSHA on the server");
+    assert!(calls >= 2 * 7, "renewals happened: {calls}");
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn deleting_the_key_is_noticed_within_one_renewal_interval() {
+    let server = server();
+    let holder = locker_with_lease(&server, LEASE).await;
+    let guard = holder.lock("k").await.unwrap();
+    let name = lock_key(&server, "k");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _: () = server.cmd(&["DEL", &name]);
+    let deleted = Instant::now();
+    tokio::time::timeout(LEASE, guard.lost())
+        .await
+        .expect("lost within the lease");
+    let took = deleted.elapsed();
+    lock_testkit::figure(&format!(
+        "loss detection, key deleted behind the holder: {took:?} (lease {LEASE:?}, renewal every lease/3)"
+    ));
+    assert!(
+        took <= LEASE / 3 + Duration::from_millis(60),
+        "noticed after {took:?}"
+    );
+    assert!(!guard.is_held());
+    assert_eq!(guard.lost_reason(), Some(LostReason::Deleted));
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Deleted);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn a_foreign_token_is_noticed_and_left_alone() {
+    let server = server();
+    let holder = locker_with_lease(&server, LEASE).await;
+    let guard = holder.lock("k").await.unwrap();
+    let name = lock_key(&server, "k");
+    let _: () = server.cmd(&["SET", &name, "intruder", "PX", "60000"]);
+    tokio::time::timeout(LEASE, guard.lost())
+        .await
+        .expect("lost");
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::TakenOver);
+    let value: String = server.cmd(&["GET", &name]);
+    assert_eq!(value, "intruder");
+    // The intruder's key is this test's own: remove it, then nothing of the kit may be left.
+    let _: () = server.cmd(&["DEL", &name]);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn a_stopped_server_makes_the_lock_lost_by_the_end_of_the_lease() {
+    let server = server();
+    let holder = Locker::builder()
+        .url(server.url())
+        .watchdog_lease(LEASE)
+        .command_timeout(Duration::from_millis(100))
+        .build()
+        .await
+        .unwrap();
+    let guard = holder.lock("k").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.pause(); // SIGSTOP: no replies at all
+    let paused = Instant::now();
+    tokio::time::timeout(LEASE * 2, guard.lost())
+        .await
+        .expect("lost without any reply");
+    let took = paused.elapsed();
+    server.resume();
+    lock_testkit::figure(&format!(
+        "loss detection, server SIGSTOPped (no replies): {took:?} (lease {LEASE:?})"
+    ));
+    assert!(
+        took <= LEASE,
+        "reported lost {took:?} after the server stopped; lease {LEASE:?}"
+    );
+    assert!(!guard.is_held());
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(lost), LostReason::Expired);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn max_hold_stops_renewal_and_reports_lost() {
+    let server = server();
+    let holder = locker_with_lease(&server, LEASE).await;
+    let guard = holder
+        .lock("k")
+        .max_hold(Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert_eq!(guard.lost_reason(), None);
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(2), guard.lost())
+        .await
+        .expect("lost after max_hold");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(450) && took <= Duration::from_millis(500) + LEASE,
+        "{took:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(1), || !server
+            .cmd::<Vec<String>>(&["KEYS", "lock:*:lock:*"])
+            .iter()
+            .any(|_| true))
+        .await
+    );
+    let lost = guard.release().await.unwrap_err();
+    assert_eq!(
+        lost.to_string(),
+        "lock `k` was lost: it was held past its max_hold"
+    );
+    assert_eq!(lost_reason(lost), LostReason::MaxHold);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+/// A stuck holder keeps a key no longer than its `max_hold`: the key ends in Redis then, not a
+/// lease later (the watchdog cuts its last renewals to what is left of the hold, and a hold
+/// shorter than the lease is the first lease). Both a hold shorter than the locker's lease and
+/// one several leases long.
+#[tokio::test]
+async fn the_key_ends_in_redis_when_the_max_hold_does() {
+    let server = server();
+    for (lease, max_hold) in [
+        (Duration::from_secs(30), Duration::from_millis(400)),
+        (LEASE, Duration::from_millis(1_000)),
+    ] {
+        let holder = locker_with_lease(&server, lease).await;
+        let other = locker(&server).await;
+        let acquired = Instant::now();
+        let guard = holder.lock("k").max_hold(max_hold).await.unwrap();
+        let pttl: i64 = server.cmd(&["PTTL", &lock_key(&server, "k")]);
+        assert!(
+            pttl > 0 && pttl as u128 <= max_hold.as_millis(),
+            "the first lease ends within the hold: PTTL {pttl} ms, max_hold {max_hold:?}"
+        );
+        // Another locker gets the key once the hold is over (plus the wait's polling), never
+        // a lease later.
+        let taken = other.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+        let waited = acquired.elapsed();
+        assert!(
+            waited >= max_hold - Duration::from_millis(50)
+                && waited < max_hold + Duration::from_millis(450),
+            "taken by another {waited:?} after the grant; max_hold {max_hold:?}, lease {lease:?}"
+        );
+        assert!(!guard.is_held());
+        assert_eq!(guard.lost_reason(), Some(LostReason::MaxHold));
+        assert!(guard.release().await.unwrap_err().is_lost());
+        taken.release().await.unwrap();
+        common::assert_nothing_left(&server, &[&holder, &other]).await;
+    }
+}
+
+#[tokio::test]
+async fn extend_and_remaining() {
+    let server = server();
+    let holder = locker(&server).await;
+    let guard = holder
+        .lock("k")
+        .lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(guard.remaining() <= Duration::from_millis(500));
+    guard.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(guard.remaining() > Duration::from_secs(4));
+    let pttl: i64 = server.cmd(&["PTTL", &lock_key(&server, "k")]);
+    assert!(pttl > 4000, "{pttl}");
+    assert!(
+        guard.extend(Duration::ZERO).await.is_err(),
+        "never PEXPIRE 0"
+    );
+    assert!(
+        holder.is_locked("k").await.unwrap(),
+        "a zero extension did not delete the key"
+    );
+    guard.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn no_renewal_traffic_after_every_guard_is_gone() {
+    let server = server();
+    let holder = locker_with_lease(&server, Duration::from_millis(90)).await;
+    let a = holder.lock("a").await.unwrap();
+    let b = holder.lock("b").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(holder.stats().renewal_calls > 0);
+    a.release().await.unwrap();
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(1), || holder.stats().watchdog_locks
+            == 0)
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let calls = holder.stats().renewal_calls;
+    server.reset_stats();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(holder.stats().renewal_calls, calls);
+    assert_eq!(server.command_calls("evalsha"), 0);
+    assert_eq!(server.command_calls("eval"), 0);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_tokens_strictly_increase_across_ten_thousand_acquisitions() {
+    let server = server();
+    let lockers = [locker(&server).await, locker(&server).await];
+    let log = Arc::new(std::sync::Mutex::new(Vec::with_capacity(10_000)));
+    let mut handles = Vec::new();
+    for t in 0..16 {
+        let locker = lockers[t % 2].clone();
+        let log = log.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..625 {
+                let guard = locker
+                    .lock("fenced")
+                    .wait(Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                // Recorded while holding: the log order is the acquisition order.
+                let token = guard.fencing_token().await.unwrap();
+                log.lock().unwrap().push(token);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    {
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), 10_000);
+        assert!(
+            log.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing"
+        );
+    }
+    common::assert_nothing_left(&server, &[&lockers[0], &lockers[1]]).await;
+}
+
+#[tokio::test]
+async fn fencing_tokens_keep_increasing_after_expiry_and_idle_periods() {
+    let server = server();
+    let holder = Locker::builder()
+        .url(server.url())
+        .fence_retention(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = holder
+            .lock("k")
+            .lease(Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert!(guard.fencing_token().await.unwrap() > last);
+        last = guard.fencing_token().await.unwrap();
+        drop(guard);
+        // Let both the lock and the fence counter expire (retention is at least twice the lease).
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        let fence_keys: Vec<String> = server.cmd(&["KEYS", "lock:*:fence:*"]);
+        assert!(
+            fence_keys.is_empty(),
+            "idle keys leave no counter behind: {fence_keys:?}"
+        );
+    }
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+#[tokio::test]
+async fn a_stale_holder_is_rejected_by_a_fenced_write() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    // A fenced resource: accepts a write only with a token above the highest one seen.
+    let fenced = redis::Script::new(
+        "local seen = tonumber(redis.call('HGET', KEYS[1], 'fence') or '0')
+         if tonumber(ARGV[1]) <= seen then return 0 end
+         redis.call('HSET', KEYS[1], 'fence', ARGV[1], 'value', ARGV[2])
+         return 1",
+    );
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    // A pauses past its fixed lease; B takes over and writes.
+    let stale = a.lock("k").lease(Duration::from_millis(100)).await.unwrap();
+    let stale_token = stale.fencing_token().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let fresh = b.lock("k").wait(Duration::ZERO).await.unwrap();
+    assert!(fresh.fencing_token().await.unwrap() > stale_token);
+    let ok: i64 = fenced
+        .key("resource")
+        .arg(fresh.fencing_token().await.unwrap())
+        .arg("b")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 1);
+    // A wakes up and tries to write with its old token: rejected.
+    let ok: i64 = fenced
+        .key("resource")
+        .arg(stale_token)
+        .arg("a")
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ok, 0);
+    let value: String = conn.hget("resource", "value").await.unwrap();
+    assert_eq!(value, "b");
+    let _: HashMap<String, String> = conn.hgetall("resource").await.unwrap();
+    assert!(stale.release().await.unwrap_err().is_lost());
+    fresh.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}

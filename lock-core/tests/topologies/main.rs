@@ -1,0 +1,14 @@
+//! Topologies: Sentinel, Cluster (kinds, slot migration), RedLock, TLS, and the Sentinel soak.
+//!
+//! One test binary of several modules (each links the whole dependency tree once).
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod cluster_migration;
+mod kinds_cluster;
+mod redlock;
+mod sentinel_auth;
+mod soak_sentinel;
+mod tls;
+mod topologies;
