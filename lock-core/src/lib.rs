@@ -345,6 +345,7 @@ mod skip;
 mod slot;
 mod store;
 mod template;
+#[cfg(feature = "tls")]
 mod tls;
 mod topology;
 mod waiters;
@@ -369,6 +370,8 @@ pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
 pub use skip::{SkipIfBusy, SkipIfBusyFuture};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsConfig;
 pub use topology::redact as redact_url;
 pub use watch::LockWatch;
