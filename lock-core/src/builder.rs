@@ -120,7 +120,9 @@ impl Default for LockerBuilder {
 
 impl LockerBuilder {
     /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
-    /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
+    /// TLS `rediss://host:6380` (with the `tls` feature, a default one; see the crate docs,
+    /// "TLS"). Without the feature [`build`](Self::build) refuses a `rediss://` URL, here and
+    /// in every other topology, with [`ConfigError::FeatureDisabled`].
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Server(url.into()));
         self
@@ -136,6 +138,9 @@ impl LockerBuilder {
     /// its wait); a release is retried (by the cluster client, then by the kit) for a few
     /// seconds, then fails with a backend error having changed nothing (the lock ends with its
     /// lease).
+    ///
+    /// Needs the `cluster` feature (a default one); without it [`build`](Self::build) refuses
+    /// the topology with [`ConfigError::FeatureDisabled`].
     pub fn cluster<I, S>(mut self, seeds: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -163,6 +168,9 @@ impl LockerBuilder {
     /// take theirs from [`sentinel_data_password`](Self::sentinel_data_password) or
     /// [`sentinel_data_user`](Self::sentinel_data_user); without, every command to the
     /// primary fails with `NOAUTH`.
+    ///
+    /// Needs the `sentinel` feature (a default one); without it [`build`](Self::build) refuses
+    /// the topology with [`ConfigError::FeatureDisabled`].
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,

@@ -31,12 +31,17 @@ use crate::error::ConfigError;
 /// [`build`](crate::LockerBuilder::build), before any connection. Accepting any certificate
 /// turns TLS into encryption towards whoever answers.
 ///
+/// The handshakes use the process's default rustls `CryptoProvider`, which the application
+/// installs (the kit installs none; see the crate docs, "TLS").
+///
 /// # Examples
 ///
 /// ```no_run
 /// use lock_core::{Locker, TlsConfig};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // Once, at start-up: the process's rustls provider (the kit installs none).
+/// let _ = rustls::crypto::ring::default_provider().install_default();
 /// let tls = TlsConfig::new()
 ///     .root_certificate_pem(std::fs::read("/etc/redis/tls/ca.crt")?)
 ///     // Only when the server runs with `tls-auth-clients yes`:
