@@ -6,6 +6,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+#[cfg(feature = "tls")]
 use std::sync::Arc;
 
 /// A failure of the Redis backend: unreachable, timed out, or an error reply.
@@ -154,11 +155,18 @@ impl BackendError {
 
     /// Whether this is a TLS failure: a rejected certificate, a handshake alert, a peer that
     /// does not speak TLS, or a host name that cannot be checked.
+    #[cfg(feature = "tls")]
     pub(crate) fn is_tls(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => is_tls_cause(e),
             Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
         }
+    }
+
+    /// Without the `tls` feature no connection uses TLS, so no failure is a TLS one.
+    #[cfg(not(feature = "tls"))]
+    pub(crate) fn is_tls(&self) -> bool {
+        false
     }
 }
 
@@ -188,6 +196,7 @@ impl StdError for BackendError {
     }
 }
 
+#[cfg(feature = "tls")]
 fn is_tls_cause(error: &(dyn StdError + 'static)) -> bool {
     if error.is::<rustls::Error>() || error.is::<rustls::pki_types::InvalidDnsNameError>() {
         return true;

@@ -11,8 +11,9 @@ use crate::limits::{
 };
 use crate::locker::{Locker, Settings, Startup};
 use crate::store::{MinReplicas, RestartGuard};
-use crate::tls::TlsConfig;
-use crate::topology::{connect, connect_lazy, redact, Credentials, Topology};
+use crate::topology::{
+    check_features, connect, connect_lazy, redact, Credentials, TlsConfig, Topology,
+};
 
 /// Configures and connects a [`Locker`].
 ///
@@ -119,7 +120,9 @@ impl Default for LockerBuilder {
 
 impl LockerBuilder {
     /// One Redis server: `redis://127.0.0.1:6379`, `redis://user:pass@host:6379/0`, or over
-    /// TLS `rediss://host:6380` (see [`tls`](Self::tls)).
+    /// TLS `rediss://host:6380` (with the `tls` feature, a default one; see the crate docs,
+    /// "TLS"). Without the feature [`build`](Self::build) refuses a `rediss://` URL, here and
+    /// in every other topology, with [`ConfigError::FeatureDisabled`].
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.topology = Some(Topology::Server(url.into()));
         self
@@ -135,6 +138,9 @@ impl LockerBuilder {
     /// its wait); a release is retried (by the cluster client, then by the kit) for a few
     /// seconds, then fails with a backend error having changed nothing (the lock ends with its
     /// lease).
+    ///
+    /// Needs the `cluster` feature (a default one); without it [`build`](Self::build) refuses
+    /// the topology with [`ConfigError::FeatureDisabled`].
     pub fn cluster<I, S>(mut self, seeds: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -162,6 +168,9 @@ impl LockerBuilder {
     /// take theirs from [`sentinel_data_password`](Self::sentinel_data_password) or
     /// [`sentinel_data_user`](Self::sentinel_data_user); without, every command to the
     /// primary fails with `NOAUTH`.
+    ///
+    /// Needs the `sentinel` feature (a default one); without it [`build`](Self::build) refuses
+    /// the topology with [`ConfigError::FeatureDisabled`].
     pub fn sentinel<I, S>(mut self, master: impl Into<String>, sentinels: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -409,7 +418,10 @@ impl LockerBuilder {
     /// the connections to the sentinels and to the primary they name.
     ///
     /// `rediss://` URLs work without this (verified against the system trust store); with it,
-    /// every URL (sentinel URLs included) must be `rediss://`.
+    /// every URL (sentinel URLs included) must be `rediss://`. Either way the process needs a
+    /// default rustls `CryptoProvider`, which the application installs (see the crate docs,
+    /// "TLS"); without one, [`build`](Self::build) refuses `rediss://` URLs with
+    /// [`ConfigError::NoCryptoProvider`].
     ///
     /// # Examples
     ///
@@ -426,6 +438,8 @@ impl LockerBuilder {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls(mut self, config: TlsConfig) -> Self {
         self.tls = Some(config);
         self
@@ -589,12 +603,14 @@ impl LockerBuilder {
             sentinel_data,
         } = self;
         let mut topology = topology.ok_or(ConfigError::MissingUrl)?;
+        check_features(&topology)?;
         if let Some(credentials) = sentinel_data {
             match &mut topology {
                 Topology::Sentinel { data, .. } => *data = Some(credentials),
                 _ => return Err(ConfigError::DataCredentialsWithoutSentinel.into()),
             }
         }
+        #[cfg(feature = "tls")]
         if let Some(tls) = &tls {
             tls.validate()?;
         }
@@ -726,14 +742,105 @@ mod tests {
         assert!(!format!("{builder:?}").contains("hunter2"));
         let builder = Locker::builder().redlock(["redis://:s3cret@a", "redis://:s3cret@b"]);
         assert!(!format!("{builder:?}").contains("s3cret"));
-        let builder = Locker::builder()
-            .url("rediss://app:hunter2@db:6380/")
-            .tls(TlsConfig::new().client_identity_pem("CERT", "PRIVATE-KEY-TEXT"));
-        let debug = format!("{builder:?}");
-        assert!(
-            !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
-            "{debug}"
+        #[cfg(feature = "tls")]
+        {
+            let builder = Locker::builder()
+                .url("rediss://app:hunter2@db:6380/")
+                .tls(TlsConfig::new().client_identity_pem("CERT", "PRIVATE-KEY-TEXT"));
+            let debug = format!("{builder:?}");
+            assert!(
+                !debug.contains("hunter2") && !debug.contains("PRIVATE-KEY-TEXT"),
+                "{debug}"
+            );
+        }
+    }
+
+    /// The feature a refusal names, from `build_lazy` (which checks before it needs a
+    /// runtime) and from `build` (which refuses before it dials).
+    #[cfg(not(all(feature = "tls", feature = "cluster", feature = "sentinel")))]
+    fn refused_feature(builder: LockerBuilder) -> (&'static str, String) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let built = runtime.block_on(builder.clone().build());
+        let lazy = builder.build_lazy();
+        match (built, lazy) {
+            (
+                Err(LockError::Config(ConfigError::FeatureDisabled { feature, what })),
+                Err(LockError::Config(ConfigError::FeatureDisabled {
+                    feature: lazy_feature,
+                    ..
+                })),
+            ) => {
+                assert_eq!(feature, lazy_feature);
+                let message = ConfigError::FeatureDisabled {
+                    feature,
+                    what: what.clone(),
+                }
+                .to_string();
+                assert!(
+                    message.contains(&format!("`{feature}` feature")),
+                    "{message}"
+                );
+                (feature, what)
+            }
+            (built, lazy) => panic!(
+                "expected FeatureDisabled, got {:?} and {:?}",
+                built.err(),
+                lazy.err()
+            ),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_urls_need_the_tls_feature() {
+        for url in [
+            "rediss://127.0.0.1:6380/",
+            "REDISS://127.0.0.1:6380/",
+            " rediss://app:hunter2@db:6380/",
+            "valkeys://127.0.0.1:6380/",
+        ] {
+            let (feature, what) = refused_feature(Locker::builder().url(url));
+            assert_eq!(feature, "tls", "{url}");
+            assert!(!what.contains("hunter2"), "{what}");
+        }
+        // One TLS node among plaintext ones is enough.
+        let (feature, _) = refused_feature(Locker::builder().redlock([
+            "redis://a:6379",
+            "redis://b:6379",
+            "rediss://c:6380",
+        ]));
+        assert_eq!(feature, "tls");
+        // A plaintext URL is accepted (lazily: nothing is dialled).
+        let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+        let plain =
+            runtime.block_on(async { Locker::builder().url("redis://127.0.0.1:1/").build_lazy() });
+        assert!(plain.is_ok(), "{:?}", plain.err());
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    #[test]
+    fn a_cluster_needs_the_cluster_feature() {
+        let (feature, what) = refused_feature(Locker::builder().cluster(["redis://a:7000"]));
+        assert_eq!(feature, "cluster");
+        assert!(what.contains(".cluster("), "{what}");
+        // The topology is refused before its URLs are looked at.
+        let (feature, _) = refused_feature(Locker::builder().cluster(["rediss://a:7000"]));
+        assert_eq!(feature, "cluster");
+    }
+
+    #[cfg(not(feature = "sentinel"))]
+    #[test]
+    fn sentinel_needs_the_sentinel_feature() {
+        let (feature, what) = refused_feature(
+            Locker::builder()
+                .sentinel("locks", ["redis://a:26379"])
+                .sentinel_data_password("secret"),
         );
+        assert_eq!(feature, "sentinel");
+        assert!(what.contains("locks") && !what.contains("secret"), "{what}");
     }
 
     /// The bounded duration settings: how to set one, its name, its range.

@@ -1,17 +1,23 @@
 //! Connections to one logical Redis deployment (a single server, a cluster, or the primary
 //! that Sentinel names), behind one [`ConnectionLike`] so every script call is written once.
 
+#[cfg(feature = "sentinel")]
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "sentinel")]
+use parking_lot::RwLock;
+#[cfg(feature = "sentinel")]
 use tokio::time::Instant;
 
-use parking_lot::RwLock;
-
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "sentinel")]
 use redis::sentinel::SentinelClient;
-use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+#[cfg(feature = "sentinel")]
+use redis::RedisResult;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::backend_error::BackendError;
 
@@ -41,8 +47,10 @@ pub(crate) enum Connection {
     /// One server (or a fixed primary).
     Server(ConnectionManager),
     /// A Redis Cluster: commands are routed by their first key; MOVED/ASK are followed.
+    #[cfg(feature = "cluster")]
     Cluster(ClusterConnection),
     /// The primary that Sentinel names, re-resolved after connection errors and `READONLY`.
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelPrimary>),
 }
 
@@ -50,7 +58,9 @@ impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Server(_) => "Connection::Server",
+            #[cfg(feature = "cluster")]
             Self::Cluster(_) => "Connection::Cluster",
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(_) => "Connection::Sentinel",
         })
     }
@@ -75,18 +85,26 @@ impl Connection {
             .map_err(BackendError::redis)
     }
 
+    /// `certificates`: the TLS settings (always `None` without the `tls` feature).
+    #[cfg(feature = "cluster")]
     pub(crate) async fn cluster(
         urls: &[String],
         timeouts: Timeouts,
-        certificates: Option<redis::TlsCertificates>,
+        certificates: Option<Certificates>,
     ) -> Result<Self, BackendError> {
+        #[allow(unused_mut)] // without `tls` there is nothing to add
         let mut builder =
             redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
                 .connection_timeout(timeouts.connect)
                 .response_timeout(timeouts.command)
                 .retries(3);
         if let Some(certificates) = certificates {
-            builder = builder.certs(certificates);
+            #[cfg(feature = "tls")]
+            {
+                builder = builder.certs(certificates);
+            }
+            #[cfg(not(feature = "tls"))]
+            match certificates {}
         }
         let client = builder.build().map_err(BackendError::redis)?;
         let connection = tokio::time::timeout(timeouts.connect, client.get_async_connection())
@@ -97,8 +115,15 @@ impl Connection {
     }
 
     /// Whether multi-key scripts must stay within one hash slot.
+    #[cfg(feature = "cluster")]
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))
+    }
+
+    /// Whether multi-key scripts must stay within one hash slot: never without `cluster`.
+    #[cfg(not(feature = "cluster"))]
+    pub(crate) fn is_cluster(&self) -> bool {
+        false
     }
 }
 
@@ -106,7 +131,9 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Self::Server(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(p) => {
                 let primary = p.clone();
                 Box::pin(async move {
@@ -127,7 +154,9 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Self::Server(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(p) => {
                 let primary = p.clone();
                 Box::pin(async move {
@@ -143,13 +172,25 @@ impl ConnectionLike for Connection {
     fn get_db(&self) -> i64 {
         match self {
             Self::Server(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(p) => p.current().get_db(),
         }
     }
 }
 
+/// The TLS settings of a cluster's connections; without the `tls` feature there are none (a
+/// type without values).
+#[cfg(all(feature = "cluster", feature = "tls"))]
+pub(crate) type Certificates = redis::TlsCertificates;
+/// The TLS settings of a cluster's connections; without the `tls` feature there are none (a
+/// type without values).
+#[cfg(all(feature = "cluster", not(feature = "tls")))]
+pub(crate) enum Certificates {}
+
 /// The current primary of a Sentinel-monitored deployment.
+#[cfg(feature = "sentinel")]
 pub(crate) struct SentinelPrimary {
     /// The Sentinel client, and when it was last asked for the primary.
     sentinel: tokio::sync::Mutex<(SentinelClient, Option<Instant>)>,
@@ -158,6 +199,7 @@ pub(crate) struct SentinelPrimary {
 }
 
 /// The primary a [`SentinelPrimary`] is connected to now.
+#[cfg(feature = "sentinel")]
 struct Primary {
     conn: ConnectionManager,
     /// Counts the switches to a new primary.
@@ -167,16 +209,20 @@ struct Primary {
 }
 
 /// How often Sentinel is asked whether the primary moved.
+#[cfg(feature = "sentinel")]
 const SENTINEL_POLL: Duration = Duration::from_secs(1);
 
 /// After an error, Sentinel is asked again only if it was not asked this recently: every
 /// command failing at once (a slow or unreachable primary) makes one question, not one each.
+#[cfg(feature = "sentinel")]
 const SENTINEL_RECHECK: Duration = Duration::from_millis(200);
 
+#[cfg(feature = "sentinel")]
 fn address(client: &redis::Client) -> String {
     client.get_connection_info().addr().to_string()
 }
 
+#[cfg(feature = "sentinel")]
 impl SentinelPrimary {
     /// Connects to the primary that `sentinel` (a [`SentinelClient`] for a master) names, and
     /// follows it across failovers.
@@ -298,6 +344,7 @@ impl SentinelPrimary {
     }
 }
 
+#[cfg(feature = "sentinel")]
 impl std::fmt::Debug for SentinelPrimary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SentinelPrimary")

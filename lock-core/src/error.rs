@@ -299,6 +299,30 @@ pub enum ConfigError {
         /// Why. Never quotes key material.
         reason: String,
     },
+    /// The configuration needs a feature of lock-core that this build leaves out: a
+    /// `rediss://` URL without `tls`, [`cluster`](crate::LockerBuilder::cluster) without
+    /// `cluster`, [`sentinel`](crate::LockerBuilder::sentinel) without `sentinel`. All three are
+    /// default features; a build with `default-features = false` names the ones it needs.
+    #[error(
+        "{what} needs lock-core's `{feature}` feature, which this build leaves out: add \
+         \"{feature}\" to the `features` of the lock-core dependency in Cargo.toml"
+    )]
+    FeatureDisabled {
+        /// The feature to enable: `"tls"`, `"cluster"` or `"sentinel"`.
+        feature: &'static str,
+        /// What needs it: a URL (redacted) or the builder call.
+        what: String,
+    },
+    /// A `rediss://` URL while the process has no default rustls `CryptoProvider`. redis-rs
+    /// builds its TLS configuration with the process default, and the kit never installs one
+    /// (it is a process-wide choice): the application installs it once at start-up, before
+    /// building a TLS locker, e.g. `rustls::crypto::ring::default_provider().install_default()`.
+    #[error(
+        "TLS needs a process-wide rustls CryptoProvider and none is installed (lock-core \
+         installs none itself): call `rustls::crypto::ring::default_provider().install_default()` \
+         (or aws-lc-rs's) once at start-up, before building the locker"
+    )]
+    NoCryptoProvider,
     /// The key prefix contains `{` or `}` (it would pick the cluster hash slot) or is too long.
     #[error("invalid key prefix {prefix:?}: it must be at most 128 bytes without `{{` or `}}`")]
     Prefix {

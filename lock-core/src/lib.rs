@@ -200,7 +200,7 @@
 //!
 //! # TLS
 //!
-//! A `rediss://` URL connects over TLS (rustls with the `ring` provider). The server's
+//! A `rediss://` URL connects over TLS (rustls; feature `tls`). The server's
 //! certificate must chain to a trusted CA, be valid now, and name the URL's host in its subject
 //! alternative names: an IP address SAN for `rediss://10.0.0.5:6380`, a DNS SAN for
 //! `rediss://redis.internal:6380`. By default the system trust store is used; a private CA and,
@@ -213,14 +213,25 @@
 //! its servers and sentinels with `tls-port` and `tls-replication yes`, so that the sentinels
 //! report the primary's TLS port. A cluster is seeded with `rediss://` URLs and its nodes run
 //! with `tls-cluster yes`, so that they name each other's TLS ports (in `CLUSTER SLOTS` and in
-//! `MOVED`/`ASK` redirects) to TLS clients. When the process has no default
-//! rustls `CryptoProvider` yet, building a TLS locker installs `ring`'s as the default; an
-//! application that installed its own keeps it.
+//! `MOVED`/`ASK` redirects) to TLS clients.
+//!
+//! The kit never installs a process-wide rustls `CryptoProvider`: which cryptography the
+//! process uses is the application's choice. redis-rs builds its TLS configuration from the
+//! process's default provider (it takes no configuration of its own), so the application
+//! installs one once at start-up, before it builds a TLS locker:
+//! `rustls::crypto::ring::default_provider().install_default()` (rustls with its `ring`
+//! feature), or aws-lc-rs's. Without one, [`build`](LockerBuilder::build) and
+//! [`build_lazy`](LockerBuilder::build_lazy) refuse `rediss://` URLs with
+//! [`ConfigError::NoCryptoProvider`] before any connection (rustls would otherwise install the
+//! provider its crate features name as the process default itself, or panic when they name
+//! two). Plaintext lockers need no provider.
 //!
 //! ```no_run
 //! use lock_core::{Locker, TlsConfig};
 //!
 //! # async fn demo(ca_pem: Vec<u8>) -> Result<(), lock_core::LockError> {
+//! // Once, at start-up: the process's rustls provider (the kit installs none).
+//! let _ = rustls::crypto::ring::default_provider().install_default();
 //! let locker = Locker::builder()
 //!     .url("rediss://redis.internal:6380")
 //!     .tls(TlsConfig::new().root_certificate_pem(ca_pem))
@@ -238,6 +249,23 @@
 //! `#insecure` fragment (accept any certificate) is refused with [`ConfigError::Tls`] by
 //! [`build`](LockerBuilder::build), before any connection, whatever `redis` features the
 //! build enables.
+//!
+//! # Features
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `macros` | yes | the `#[distributed_lock]` re-export |
+//! | `tls` | yes | `rediss://` URLs, [`TlsConfig`] and [`LockerBuilder::tls`] (rustls, redis-rs's `tls-rustls`) |
+//! | `cluster` | yes | [`LockerBuilder::cluster`] working (redis-rs's `cluster-async`) |
+//! | `sentinel` | yes | [`LockerBuilder::sentinel`] working (redis-rs's `sentinel`) |
+//! | `metrics` | no | recording through the `metrics` facade (see below) |
+//!
+//! An application that talks to one plaintext server (or RedLock nodes) can leave out `tls`,
+//! `cluster` and `sentinel` (`default-features = false, features = ["macros"]`) and compile
+//! less. Without its feature, a `rediss://` URL, a cluster or a Sentinel topology is refused
+//! by [`build`](LockerBuilder::build) and [`build_lazy`](LockerBuilder::build_lazy) with
+//! [`ConfigError::FeatureDisabled`], which names the feature to enable; the builder methods
+//! exist in every build, so a topology read from configuration compiles either way.
 //!
 //! # Metrics
 //!
@@ -345,6 +373,7 @@ mod skip;
 mod slot;
 mod store;
 mod template;
+#[cfg(feature = "tls")]
 mod tls;
 mod topology;
 mod waiters;
@@ -369,6 +398,8 @@ pub use locker::{Locker, LockerStats};
 pub use multi::{AcquireAll, MultiLockGuard};
 pub use semaphore::Semaphore;
 pub use skip::{SkipIfBusy, SkipIfBusyFuture};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use tls::TlsConfig;
 pub use topology::redact as redact_url;
 pub use watch::LockWatch;

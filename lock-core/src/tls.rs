@@ -31,12 +31,17 @@ use crate::error::ConfigError;
 /// [`build`](crate::LockerBuilder::build), before any connection. Accepting any certificate
 /// turns TLS into encryption towards whoever answers.
 ///
+/// The handshakes use the process's default rustls `CryptoProvider`, which the application
+/// installs (the kit installs none; see the crate docs, "TLS").
+///
 /// # Examples
 ///
 /// ```no_run
 /// use lock_core::{Locker, TlsConfig};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// // Once, at start-up: the process's rustls provider (the kit installs none).
+/// let _ = rustls::crypto::ring::default_provider().install_default();
 /// let tls = TlsConfig::new()
 ///     .root_certificate_pem(std::fs::read("/etc/redis/tls/ca.crt")?)
 ///     // Only when the server runs with `tls-auth-clients yes`:
@@ -196,13 +201,18 @@ fn webpki_parse(cert: &CertificateDer<'_>) -> Result<(), String> {
     }
 }
 
-/// Makes sure rustls has a process-wide crypto provider before redis-rs builds a TLS client
-/// configuration: `ring`, unless the application installed one already. (rustls cannot pick
-/// one by itself when a dependency graph enables both `ring` and `aws-lc-rs`.)
-pub(crate) fn ensure_crypto_provider() {
-    if rustls::crypto::CryptoProvider::get_default().is_none() {
-        // Losing a race against another installer is fine: a provider is then installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+/// Refuses TLS unless the process has a default rustls `CryptoProvider`.
+///
+/// redis-rs builds its TLS client configuration with `rustls::ClientConfig::builder()`, which
+/// takes the process-wide default provider, and offers no way to hand it a configuration with
+/// an explicit one. Without a default, rustls would either install the provider its crate
+/// features name (a process-wide change the application did not ask for) or, when the build
+/// enables both `ring` and `aws-lc-rs`, panic; it offers no way to tell the two apart without
+/// doing either. So the kit asks the application to choose: it never installs a provider.
+pub(crate) fn check_crypto_provider() -> Result<(), ConfigError> {
+    match rustls::crypto::CryptoProvider::get_default() {
+        Some(_) => Ok(()),
+        None => Err(ConfigError::NoCryptoProvider),
     }
 }
 

@@ -3,17 +3,30 @@
 
 use std::time::Duration;
 
-use redis::sentinel::{
-    SentinelClient, SentinelClientBuilder, SentinelNodeConnectionInfo, SentinelServerType,
-};
+#[cfg(all(feature = "sentinel", feature = "tls"))]
+use redis::sentinel::SentinelClientBuilder;
+#[cfg(feature = "sentinel")]
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+#[cfg(feature = "sentinel")]
 use redis::RedisConnectionInfo;
 
 use crate::backend_error::BackendError;
-use crate::connection::{Connection, SentinelPrimary, Timeouts};
+#[cfg(feature = "sentinel")]
+use crate::connection::SentinelPrimary;
+use crate::connection::{Connection, Timeouts};
 use crate::error::{ConfigError, LockError};
 use crate::store::{MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store};
-use crate::tls::{self, TlsConfig};
+#[cfg(feature = "tls")]
+use crate::tls;
+#[cfg(feature = "tls")]
+pub(crate) use crate::tls::TlsConfig;
 use crate::waiters::PubSubSource;
+
+/// Without the `tls` feature there are no TLS settings: a stand-in that has no value, so that
+/// the code handing an `Option<&TlsConfig>` around is the same in both builds.
+#[cfg(not(feature = "tls"))]
+#[derive(Clone, Debug)]
+pub(crate) enum TlsConfig {}
 
 /// Where the locks live.
 #[derive(Clone)]
@@ -29,6 +42,68 @@ pub(crate) enum Topology {
         data: Option<Credentials>,
     },
     RedLock(Vec<String>),
+}
+
+impl Topology {
+    /// Every URL the topology names (for Sentinel: the sentinels').
+    #[cfg(any(not(feature = "tls"), test))]
+    fn urls(&self) -> &[String] {
+        match self {
+            Self::Server(url) => std::slice::from_ref(url),
+            Self::Cluster(urls) | Self::RedLock(urls) => urls,
+            Self::Sentinel { sentinels, .. } => sentinels,
+        }
+    }
+}
+
+/// Refuses a topology, or a `rediss://` URL, whose feature this build leaves out. Run before
+/// anything else looks at the URLs, so that the error names the feature to enable (redis-rs
+/// itself would only say that it cannot parse the URL or connect).
+pub(crate) fn check_features(topology: &Topology) -> Result<(), ConfigError> {
+    #[cfg(not(feature = "cluster"))]
+    if matches!(topology, Topology::Cluster(_)) {
+        return Err(cluster_disabled());
+    }
+    #[cfg(not(feature = "sentinel"))]
+    if let Topology::Sentinel { master, .. } = topology {
+        return Err(sentinel_disabled(master));
+    }
+    #[cfg(not(feature = "tls"))]
+    if let Some(url) = topology.urls().iter().find(|url| is_tls_scheme(url)) {
+        return Err(ConfigError::FeatureDisabled {
+            feature: "tls",
+            what: format!("the TLS url {}", redact(url)),
+        });
+    }
+    #[cfg(all(feature = "cluster", feature = "sentinel", feature = "tls"))]
+    let _ = topology;
+    Ok(())
+}
+
+#[cfg(not(feature = "cluster"))]
+fn cluster_disabled() -> ConfigError {
+    ConfigError::FeatureDisabled {
+        feature: "cluster",
+        what: "a Redis Cluster topology (`.cluster(..)`)".to_owned(),
+    }
+}
+
+#[cfg(not(feature = "sentinel"))]
+fn sentinel_disabled(master: &str) -> ConfigError {
+    ConfigError::FeatureDisabled {
+        feature: "sentinel",
+        what: format!("a Sentinel topology (`.sentinel({master:?}, ..)`)"),
+    }
+}
+
+/// Whether `url` asks for TLS (`rediss://`, or redis-rs's `valkeys://`), read as redis-rs's
+/// URL parser reads it (the scheme is case-insensitive, leading blanks are dropped).
+#[cfg(any(not(feature = "tls"), test))]
+fn is_tls_scheme(url: &str) -> bool {
+    let url = url.trim_start_matches(|c: char| c <= ' ');
+    url.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+    })
 }
 
 /// A username (none: the `default` user) and its password, for the data nodes behind Sentinel.
@@ -48,6 +123,7 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+#[cfg(feature = "sentinel")]
 impl Credentials {
     /// The connection settings redis-rs authenticates the data nodes' connections with.
     fn connection_info(&self) -> RedisConnectionInfo {
@@ -79,25 +155,36 @@ fn open(url: &str, tls: Option<&TlsConfig>) -> Result<redis::Client, ConfigError
             ),
         });
     }
-    let secure = is_tls_url(&client);
-    if secure {
-        tls::ensure_crypto_provider();
-    }
-    match tls {
-        None => Ok(client),
-        Some(_) if !secure => Err(ConfigError::Tls {
-            what: "url",
-            reason: format!("TLS settings need `rediss://` urls, got {}", redact(url)),
-        }),
-        Some(tls) => {
-            redis::Client::build_with_tls(url, tls.certificates()).map_err(|e| ConfigError::Tls {
-                what: "certificates",
-                reason: e.to_string(),
-            })
+    #[cfg(not(feature = "tls"))]
+    let _: Option<&TlsConfig> = tls; // no value exists without the feature
+    #[cfg(feature = "tls")]
+    {
+        let secure = is_tls_url(&client);
+        if secure {
+            tls::check_crypto_provider()?;
+        }
+        match tls {
+            None => {}
+            Some(_) if !secure => {
+                return Err(ConfigError::Tls {
+                    what: "url",
+                    reason: format!("TLS settings need `rediss://` urls, got {}", redact(url)),
+                })
+            }
+            Some(tls) => {
+                return redis::Client::build_with_tls(url, tls.certificates()).map_err(|e| {
+                    ConfigError::Tls {
+                        what: "certificates",
+                        reason: e.to_string(),
+                    }
+                })
+            }
         }
     }
+    Ok(client)
 }
 
+#[cfg(any(feature = "tls", feature = "sentinel"))]
 fn is_tls_url(client: &redis::Client) -> bool {
     matches!(
         client.get_connection_info().addr(),
@@ -117,6 +204,7 @@ fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client
 /// plaintext. The sentinels are asked with the credentials of their URLs, the data nodes
 /// they name are connected with `data` (both the command and the pub/sub connections come
 /// from this client).
+#[cfg(feature = "sentinel")]
 fn sentinel_client(
     master: &str,
     sentinels: &[String],
@@ -129,14 +217,6 @@ fn sentinel_client(
         .map(|url| open(url, tls))
         .collect::<Result<Vec<_>, _>>()?;
     let secure = opened.iter().filter(|c| is_tls_url(c)).count();
-    let unsupported = |reason: &str| ConfigError::Tls {
-        what: "topology",
-        reason: reason.to_owned(),
-    };
-    let build_error = |e: redis::RedisError| ConfigError::Tls {
-        what: "sentinel",
-        reason: e.to_string(),
-    };
     if secure == 0 {
         let data = data.map(|credentials| {
             SentinelNodeConnectionInfo::default()
@@ -144,17 +224,35 @@ fn sentinel_client(
         });
         return SentinelClient::build(
             sentinels.iter().map(String::as_str).collect(),
-            master,
+            // A `String` (redis-rs takes `impl AsRef<str>` only with its TLS feature).
+            String::from(master),
             data,
             SentinelServerType::Master,
         )
         .map_err(|e| ConfigError::Url(BackendError::redis(e)));
     }
     if secure != opened.len() {
-        return Err(unsupported(
-            "sentinel urls mix `redis://` and `rediss://`; use `rediss://` for all of them",
-        ));
+        return Err(ConfigError::Tls {
+            what: "topology",
+            reason: "sentinel urls mix `redis://` and `rediss://`; use `rediss://` for all of them"
+                .to_owned(),
+        });
     }
+    tls_sentinel_client(master, &opened, data, tls)
+}
+
+/// [`sentinel_client`] for `rediss://` sentinels (`opened`: their clients, all TLS).
+#[cfg(all(feature = "sentinel", feature = "tls"))]
+fn tls_sentinel_client(
+    master: &str,
+    opened: &[redis::Client],
+    data: Option<&Credentials>,
+    tls: Option<&TlsConfig>,
+) -> Result<SentinelClient, ConfigError> {
+    let build_error = |e: redis::RedisError| ConfigError::Tls {
+        what: "sentinel",
+        reason: e.to_string(),
+    };
     // The builder takes one set of credentials for all sentinels.
     let credentials = |c: &redis::Client| {
         let info = c.get_connection_info().redis_settings();
@@ -168,9 +266,12 @@ fn sentinel_client(
         .iter()
         .any(|c| credentials(c) != (username.clone(), password.clone()))
     {
-        return Err(unsupported(
-            "with `rediss://` sentinels, every sentinel url must carry the same username and password",
-        ));
+        return Err(ConfigError::Tls {
+            what: "topology",
+            reason: "with `rediss://` sentinels, every sentinel url must carry the same username \
+                     and password"
+                .to_owned(),
+        });
     }
     // Each address carries its TLS parameters (the certificates) from `open`.
     let addrs = opened
@@ -197,6 +298,21 @@ fn sentinel_client(
     builder.build().map_err(build_error)
 }
 
+/// Without the `tls` feature no sentinel URL opens as TLS ([`check_features`] refuses
+/// `rediss://` first); this answers the same should one get here.
+#[cfg(all(feature = "sentinel", not(feature = "tls")))]
+fn tls_sentinel_client(
+    _master: &str,
+    _opened: &[redis::Client],
+    _data: Option<&Credentials>,
+    _tls: Option<&TlsConfig>,
+) -> Result<SentinelClient, ConfigError> {
+    Err(ConfigError::FeatureDisabled {
+        feature: "tls",
+        what: "`rediss://` sentinel urls".to_owned(),
+    })
+}
+
 /// Connects the command side and describes where release notifications come from.
 /// `fence_window`: how long a fence key outlives its lock and its last token.
 pub(crate) async fn connect(
@@ -221,12 +337,17 @@ pub(crate) async fn connect(
                 PubSubSource::Nodes(vec![client]),
             )
         }
+        #[cfg(feature = "cluster")]
         Topology::Cluster(seeds) => {
             if seeds.is_empty() {
                 return Err(ConfigError::NoClusterSeeds.into());
             }
             let pubsub = PubSubSource::Nodes(clients(&seeds, tls)?);
-            let conn = Connection::cluster(&seeds, timeouts, tls.map(TlsConfig::certificates))
+            #[cfg(feature = "tls")]
+            let certificates = tls.map(TlsConfig::certificates);
+            #[cfg(not(feature = "tls"))]
+            let certificates = None;
+            let conn = Connection::cluster(&seeds, timeouts, certificates)
                 .await
                 .map_err(|e| {
                     let seeds = redact_all(&seeds);
@@ -235,6 +356,7 @@ pub(crate) async fn connect(
             // The builder refuses a restart guard for a cluster.
             (single(node(conn, None)), pubsub)
         }
+        #[cfg(feature = "sentinel")]
         Topology::Sentinel {
             master,
             sentinels,
@@ -258,6 +380,11 @@ pub(crate) async fn connect(
                 PubSubSource::Sentinel(primary),
             )
         }
+        // `check_features` refused these already; answered the same should one get here.
+        #[cfg(not(feature = "cluster"))]
+        Topology::Cluster(_) => return Err(cluster_disabled().into()),
+        #[cfg(not(feature = "sentinel"))]
+        Topology::Sentinel { master, .. } => return Err(sentinel_disabled(&master).into()),
         Topology::RedLock(urls) => {
             if urls.len() < 3 {
                 return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
@@ -363,6 +490,7 @@ pub(crate) fn connect_lazy(
 }
 
 /// The URLs, redacted, comma-separated.
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 fn redact_all(urls: &[String]) -> String {
     urls.iter()
         .map(|u| redact(u))
@@ -422,4 +550,36 @@ fn redact_query(address: &str) -> String {
         .collect();
     let fragment = fragment.map(|f| format!("#{f}")).unwrap_or_default();
     format!("{before}?{}{fragment}", query.join("&"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_schemes_are_read_as_redis_rs_reads_them() {
+        for url in [
+            "rediss://h",
+            "REDISS://h:6380/0",
+            "  rediss://h",
+            "valkeys://h",
+        ] {
+            assert!(is_tls_scheme(url), "{url}");
+        }
+        for url in [
+            "redis://h",
+            "redis+unix:///tmp/s",
+            "h:6379",
+            "rediss",
+            "xrediss://h",
+        ] {
+            assert!(!is_tls_scheme(url), "{url}");
+        }
+        let sentinel = Topology::Sentinel {
+            master: "m".to_owned(),
+            sentinels: vec!["redis://a".to_owned(), "rediss://b".to_owned()],
+            data: None,
+        };
+        assert!(sentinel.urls().iter().any(|u| is_tls_scheme(u)));
+    }
 }

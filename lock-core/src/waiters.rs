@@ -20,7 +20,9 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend_error::BackendError;
-use crate::connection::{SentinelPrimary, Timeouts};
+#[cfg(feature = "sentinel")]
+use crate::connection::SentinelPrimary;
+use crate::connection::Timeouts;
 
 /// Where the subscriber connection goes.
 #[derive(Debug)]
@@ -30,6 +32,7 @@ pub(crate) enum PubSubSource {
     /// every node).
     Nodes(Vec<redis::Client>),
     /// The current primary named by Sentinel.
+    #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelPrimary>),
 }
 
@@ -40,6 +43,7 @@ impl PubSubSource {
     fn generation(&self) -> u64 {
         match self {
             Self::Nodes(_) => 0,
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(primary) => primary.generation(),
         }
     }
@@ -47,6 +51,7 @@ impl PubSubSource {
     async fn client(&self, attempt: usize) -> Result<redis::Client, BackendError> {
         match self {
             Self::Nodes(clients) => Ok(clients[attempt % clients.len()].clone()),
+            #[cfg(feature = "sentinel")]
             Self::Sentinel(primary) => primary.client().await,
         }
     }

@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
+#[cfg(feature = "cluster")]
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 
@@ -643,14 +644,21 @@ async fn with_wait(
     loop {
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone()).add_command(wait.clone());
-        let values = match conn {
-            Connection::Cluster(cluster) => {
-                let route = Route::with_key(lock_key, SlotAddr::Master);
-                cluster
-                    .route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
-                    .await
-            }
-            _ => conn.req_packed_commands(&pipe, 0, 2).await,
+        // In a cluster, WAIT must reach the node that holds the key: the pipeline is routed
+        // by it (on its own, WAIT has no key and would go to any node).
+        #[cfg(feature = "cluster")]
+        let values = if let Connection::Cluster(cluster) = conn {
+            let route = Route::with_key(lock_key, SlotAddr::Master);
+            cluster
+                .route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
+                .await
+        } else {
+            conn.req_packed_commands(&pipe, 0, 2).await
+        };
+        #[cfg(not(feature = "cluster"))]
+        let values = {
+            let _ = lock_key; // one node: nothing to route
+            conn.req_packed_commands(&pipe, 0, 2).await
         };
         // An error comes back for the whole pipeline or as the command's own reply.
         let replies = values.and_then(|values| {

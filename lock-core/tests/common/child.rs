@@ -56,3 +56,36 @@ pub fn wait_for_line(child: &mut Child, line: &str) {
         }
     }
 }
+
+/// Set in a process that [`run_alone`] started.
+pub const ALONE: &str = "LOCK_TEST_ALONE";
+
+/// Runs the ignored test `test` of `module` (the caller's `module_path!()`) in a process of
+/// its own (this test binary again), for a test that sets process-wide state (a metrics
+/// recorder, rustls's default provider), and fails unless it ran and passed. The test returns
+/// at once when [`ALONE`] is not set, so that `--ignored` among the others does not run it.
+pub fn run_alone(module: &str, test: &str) {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            test_name(module, test).as_str(),
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ALONE, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{test} in a process of its own: {}\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Whether this process was started by [`run_alone`].
+pub fn alone() -> bool {
+    std::env::var_os(ALONE).is_some()
+}

@@ -31,6 +31,12 @@ pub async fn locker_with_lease(server: &RedisServer, lease: Duration) -> Locker 
         .expect("connect locker")
 }
 
+/// What an application that uses TLS does once at start-up: install the process's default
+/// rustls `CryptoProvider` (the kit never installs one). Later calls change nothing.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The reason of a [`LockError::Lost`]; panics on any other error.
 pub fn lost_reason(error: LockError) -> LostReason {
     match error {

@@ -146,35 +146,15 @@ impl Recorder for TestRecorder {
 
 const LEASE: Duration = Duration::from_millis(300);
 
-/// Set in the child process that runs [`recorded_in_a_process_of_its_own`].
-const CHILD: &str = "LOCK_METRICS_CHILD";
-
 #[test]
 fn acquisitions_waits_holds_losses_and_renewals_are_recorded() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            common::child::test_name(module_path!(), "recorded_in_a_process_of_its_own").as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "the metrics test in its own process: {}\n{stdout}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
+    common::child::run_alone(module_path!(), "recorded_in_a_process_of_its_own");
 }
 
 #[tokio::test]
 #[ignore = "run in a process of its own by acquisitions_waits_holds_losses_and_renewals_are_recorded"]
 async fn recorded_in_a_process_of_its_own() {
-    if std::env::var_os(CHILD).is_none() {
+    if !common::child::alone() {
         // Run by hand with `--ignored` among the other tests: their locks would be counted too.
         return;
     }

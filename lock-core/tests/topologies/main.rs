@@ -11,4 +11,5 @@ mod redlock;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
+mod tls_provider;
 mod topologies;

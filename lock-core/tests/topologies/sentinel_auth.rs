@@ -176,6 +176,7 @@ async fn an_acl_user_on_the_data_nodes_locks_through_sentinel() {
 /// The TLS path: `rediss://` sentinels with their password, data nodes with theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_protected_data_nodes_behind_tls_sentinels() {
+    common::install_crypto_provider();
     let ca = TestCa::new("lock-kit test CA");
     let cert = ca.server_cert(&["127.0.0.1"], Validity::Current);
     let sentinel = RedisSentinel::start_tls_with_passwords(

@@ -33,6 +33,7 @@ fn tls_server(auth_clients: bool) -> (TestCa, RedisServer) {
 }
 
 fn start(ca: &TestCa, cert: CertAndKey, auth_clients: bool) -> RedisServer {
+    common::install_crypto_provider();
     let mut config = TlsServerConfig::new(cert, ca);
     if auth_clients {
         config = config.require_client_certs();
@@ -41,6 +42,7 @@ fn start(ca: &TestCa, cert: CertAndKey, auth_clients: bool) -> RedisServer {
 }
 
 fn trusting(ca: &TestCa) -> TlsConfig {
+    common::install_crypto_provider();
     TlsConfig::new().root_certificate_pem(ca.cert_pem())
 }
 
