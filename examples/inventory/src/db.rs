@@ -1,18 +1,19 @@
 //! The inventory database: one SQLite file in WAL mode, shared by every instance.
 //!
-//! Two tables: `skus` (the stock of each SKU, and the highest fencing token that touched the
-//! row) and `orders` (one row per sale). There is deliberately no `CHECK (stock >= 0)` and no
-//! single-statement `UPDATE .. SET stock = stock - 1 WHERE stock > 0`: the service reads, checks
-//! and writes in separate statements, the way most services that call out to pricing, payment
-//! or fraud checks between the read and the write are built, so the race is real.
+//! `skus` holds the stock and the highest fencing token that touched each row; `orders` one
+//! row per sale. There is deliberately no `CHECK (stock >= 0)` and no single-statement
+//! `UPDATE .. SET stock = stock - 1 WHERE stock > 0`: the service reads, checks and writes in
+//! separate statements, as services that call out (pricing, payment) between read and write
+//! do, so only the lock and the fencing token keep two sales of the last unit apart.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use tracing::field::Empty;
 
-/// The SKU that the demo sells and that a new database is seeded with.
+/// The SKU a new database is seeded with (stock 100).
 pub const DEMO_SKU: i64 = 42;
 
 /// A failed database operation.
@@ -44,47 +45,42 @@ pub struct SkuStatus {
     pub sold: i64,
 }
 
-/// What a fenced write of "stock - 1 and one order" did.
+/// What a statement fenced by a token did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteOutcome {
-    /// The stock was written and the order inserted, with this order id.
-    Written {
-        /// The new order's id.
-        order_id: i64,
-    },
-    /// The fenced write was refused: a later lock holder has touched the row.
+pub enum Fenced<T> {
+    /// It ran, and found or made this.
+    Done(T),
+    /// Refused: a holder with a larger token has claimed the row.
     Stale,
 }
 
-/// A small pool of SQLite connections to one database file.
-///
-/// rusqlite is synchronous, so every call runs on tokio's blocking pool with a connection
-/// taken from the pool (or a new one) and put back afterwards.
+/// Who took an order, stored with it.
 #[derive(Debug, Clone)]
-pub struct Db {
-    inner: Arc<Inner>,
+pub struct NewOrder {
+    /// How the purchase was protected (`"macro"`, `"fenced"`, ...).
+    pub variant: &'static str,
+    /// The instance that served it.
+    pub instance: String,
 }
 
-#[derive(Debug)]
-struct Inner {
-    path: PathBuf,
-    idle: Mutex<Vec<Connection>>,
+/// A small pool of SQLite connections to one file. rusqlite is synchronous: every call runs
+/// on tokio's blocking pool.
+#[derive(Debug, Clone)]
+pub struct Db {
+    path: Arc<PathBuf>,
+    idle: Arc<Mutex<Vec<Connection>>>,
 }
 
 impl Db {
-    /// Opens (creating if needed) the database at `path`, switches it to WAL mode, creates the
-    /// tables and seeds [`DEMO_SKU`] with a stock of 100 when it does not exist.
+    /// Opens (creating) the database at `path` in WAL mode, with its tables and [`DEMO_SKU`].
     ///
     /// # Errors
     ///
-    /// [`DbError::Sqlite`] when the file cannot be opened or written, [`DbError::NotWal`]
-    /// when SQLite refuses WAL mode.
+    /// [`DbError::Sqlite`] when the file cannot be opened or written, [`DbError::NotWal`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DbError> {
         let db = Self {
-            inner: Arc::new(Inner {
-                path: path.as_ref().to_owned(),
-                idle: Mutex::new(Vec::new()),
-            }),
+            path: Arc::new(path.as_ref().to_owned()),
+            idle: Arc::default(),
         };
         let conn = db.checkout()?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
@@ -106,40 +102,39 @@ impl Db {
                  fence      INTEGER,
                  created_at TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
              );
-             CREATE INDEX IF NOT EXISTS orders_by_sku ON orders (sku_id);",
-        )?;
-        conn.execute(
-            "INSERT OR IGNORE INTO skus (id, name, stock) VALUES (?1, 'demo widget', 100)",
-            [DEMO_SKU],
+             CREATE INDEX IF NOT EXISTS orders_by_sku ON orders (sku_id);
+             INSERT OR IGNORE INTO skus (id, name, stock) VALUES (42, 'demo widget', 100);",
         )?;
         db.checkin(conn);
         Ok(db)
     }
 
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.inner.path
-    }
-
     fn checkout(&self) -> Result<Connection, DbError> {
-        if let Some(conn) = self.inner.idle.lock().expect("pool mutex").pop() {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        if let Some(conn) = idle {
             return Ok(conn);
         }
-        let conn = Connection::open(&self.inner.path)?;
+        let conn = Connection::open(self.path.as_ref())?;
         // Writers of all instances queue on SQLite's write lock instead of failing at once.
         conn.busy_timeout(Duration::from_secs(10))?;
-        // WAL with NORMAL: commits do not fsync (a power cut may lose the last commits, never
-        // corrupt the file); the usual setting for WAL.
+        // WAL with NORMAL: a power cut may lose the last commits, never corrupt the file.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         Ok(conn)
     }
 
     fn checkin(&self, conn: Connection) {
-        self.inner.idle.lock().expect("pool mutex").push(conn);
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
     }
 
-    /// Runs `f` with a pooled connection on the blocking pool.
+    /// Runs `f` with a pooled connection on the blocking pool, in the caller's `tracing` span.
     ///
     /// # Errors
     ///
@@ -149,124 +144,44 @@ impl Db {
         F: FnOnce(&mut Connection) -> Result<T, DbError> + Send + 'static,
         T: Send + 'static,
     {
-        let db = self.clone();
-        tokio::task::spawn_blocking(move || db.call_blocking(f)).await?
-    }
-
-    /// Runs `f` with a pooled connection on the current thread.
-    ///
-    /// # Errors
-    ///
-    /// What `f` returns.
-    pub fn call_blocking<T>(
-        &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, DbError>,
-    ) -> Result<T, DbError> {
-        let mut conn = self.checkout()?;
-        let result = f(&mut conn);
-        self.checkin(conn);
-        result
-    }
-
-    /// Sets the stock of `sku` (creating it), forgets its fencing token and deletes its
-    /// orders: a fresh start for one demo round. Blocking.
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`].
-    pub fn reset_blocking(&self, sku: i64, name: &str, stock: i64) -> Result<(), DbError> {
-        self.call_blocking(|conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.execute("DELETE FROM orders WHERE sku_id = ?1", [sku])?;
-            tx.execute(
-                "INSERT INTO skus (id, name, stock, last_fence) VALUES (?1, ?2, ?3, 0)
-                 ON CONFLICT (id) DO UPDATE SET name = ?2, stock = ?3, last_fence = 0",
-                (sku, name, stock),
-            )?;
-            tx.commit()?;
-            Ok(())
+        let (db, span) = (self.clone(), tracing::Span::current());
+        tokio::task::spawn_blocking(move || {
+            // The blocking thread has no span of its own: the statements belong to the request.
+            let _entered = span.enter();
+            let mut conn = db.checkout()?;
+            let result = f(&mut conn);
+            db.checkin(conn);
+            result
         })
-    }
-
-    /// Sets the stock of `sku`, creating it if needed (orders are kept).
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`].
-    pub async fn restock(&self, sku: i64, name: String, stock: i64) -> Result<(), DbError> {
-        self.call(move |conn| {
-            conn.execute(
-                "INSERT INTO skus (id, name, stock) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (id) DO UPDATE SET name = ?2, stock = ?3",
-                (sku, name, stock),
-            )?;
-            Ok(())
-        })
-        .await
+        .await?
     }
 
     /// The stock of `sku` and its number of orders, or `None` when it does not exist.
     ///
     /// # Errors
     ///
-    /// [`DbError::Sqlite`].
-    pub fn status_blocking(&self, sku: i64) -> Result<Option<SkuStatus>, DbError> {
-        self.call_blocking(|conn| status(conn, sku))
-    }
-
-    /// Async [`status_blocking`](Self::status_blocking).
-    ///
-    /// # Errors
-    ///
     /// [`DbError::Sqlite`], [`DbError::Task`].
     pub async fn status(&self, sku: i64) -> Result<Option<SkuStatus>, DbError> {
-        self.call(move |conn| status(conn, sku)).await
-    }
-
-    /// Reads the stock of `sku` (one autocommit `SELECT`).
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`].
-    pub async fn read_stock(&self, sku: i64) -> Result<Option<i64>, DbError> {
+        let sql = "SELECT stock, (SELECT COUNT(*) FROM orders WHERE sku_id = ?1)
+                   FROM skus WHERE id = ?1";
         self.call(move |conn| {
-            Ok(conn
-                .query_row("SELECT stock FROM skus WHERE id = ?1", [sku], |row| {
-                    row.get(0)
+            let status = conn.query_row(sql, [sku], |row| {
+                let (stock, sold) = (row.get(0)?, row.get(1)?);
+                Ok(SkuStatus {
+                    id: sku,
+                    stock,
+                    sold,
                 })
-                .optional()?)
+            });
+            Ok(status.optional()?)
         })
         .await
     }
 
-    /// Writes `new_stock` and inserts one order, in one transaction, unconditionally: whatever
-    /// happened since the stock was read is overwritten. Returns the order id.
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`].
-    pub async fn write_sale(
-        &self,
-        sku: i64,
-        new_stock: i64,
-        order: NewOrder,
-    ) -> Result<i64, DbError> {
-        self.call(move |conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.execute("UPDATE skus SET stock = ?1 WHERE id = ?2", (new_stock, sku))?;
-            let order_id = insert_order(&tx, sku, &order, None)?;
-            tx.commit()?;
-            Ok(order_id)
-        })
-        .await
-    }
-
-    /// Records that the holder of `fence` is working on `sku` and reads its stock, in one
-    /// transaction: `UPDATE skus SET last_fence = ?fence WHERE id = ?sku AND last_fence <
-    /// ?fence`, then `SELECT stock`.
-    ///
-    /// Returns `Ok(None)` for an unknown SKU and [`ClaimOutcome::Stale`] when a holder with a
-    /// larger token has already claimed the row.
+    /// Claims `sku` for the holder of `fence` and reads its stock, in one transaction (span
+    /// `claim_and_read`). The claim sets `last_fence` where it was smaller, so a holder that
+    /// stalled between its read and its write cannot write after ours: its token is smaller.
+    /// `Ok(None)`: no such SKU.
     ///
     /// # Errors
     ///
@@ -275,13 +190,16 @@ impl Db {
         &self,
         sku: i64,
         fence: u64,
-    ) -> Result<Option<ClaimOutcome>, DbError> {
-        let fence_sql = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
+    ) -> Result<Option<Fenced<i64>>, DbError> {
+        let token = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
         self.call(move |conn| {
+            let span =
+                tracing::debug_span!("claim_and_read", sku, fence, stock = Empty, stale = Empty);
+            let _entered = span.enter();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let claimed = tx.execute(
                 "UPDATE skus SET last_fence = ?1 WHERE id = ?2 AND last_fence < ?1",
-                (fence_sql, sku),
+                (token, sku),
             )?;
             let stock: Option<i64> = tx
                 .query_row("SELECT stock FROM skus WHERE id = ?1", [sku], |row| {
@@ -290,20 +208,20 @@ impl Db {
                 .optional()?;
             tx.commit()?;
             Ok(stock.map(|stock| {
-                if claimed == 1 {
-                    ClaimOutcome::Claimed { stock }
-                } else {
-                    ClaimOutcome::Stale
+                if claimed == 0 {
+                    span.record("stale", true);
+                    return Fenced::Stale;
                 }
+                span.record("stock", stock);
+                Fenced::Done(stock)
             }))
         })
         .await
     }
 
-    /// Writes `new_stock` and inserts one order only if the row is still claimed by `fence`:
-    /// `UPDATE skus SET stock = ?new WHERE id = ?sku AND last_fence = ?fence`. When a later
-    /// holder has claimed the row since, nothing is written and [`WriteOutcome::Stale`] is
-    /// returned.
+    /// Writes `new_stock` and inserts the order, in one transaction (span
+    /// `write_sale_fenced`), only while the row is still claimed by `fence`. Returns the
+    /// order id.
     ///
     /// # Errors
     ///
@@ -314,72 +232,36 @@ impl Db {
         new_stock: i64,
         fence: u64,
         order: NewOrder,
-    ) -> Result<WriteOutcome, DbError> {
-        let fence_sql = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
+    ) -> Result<Fenced<i64>, DbError> {
+        let token = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
         self.call(move |conn| {
+            let span = tracing::debug_span!(
+                "write_sale_fenced",
+                sku,
+                new_stock,
+                fence,
+                order_id = Empty,
+                stale = Empty
+            );
+            let _entered = span.enter();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let updated = tx.execute(
                 "UPDATE skus SET stock = ?1 WHERE id = ?2 AND last_fence = ?3",
-                (new_stock, sku, fence_sql),
+                (new_stock, sku, token),
             )?;
             if updated == 0 {
-                // Dropping the transaction rolls it back.
-                return Ok(WriteOutcome::Stale);
+                span.record("stale", true);
+                return Ok(Fenced::Stale); // dropping `tx` rolls it back
             }
-            let order_id = insert_order(&tx, sku, &order, Some(fence_sql))?;
+            tx.execute(
+                "INSERT INTO orders (sku_id, variant, instance, fence) VALUES (?1, ?2, ?3, ?4)",
+                (sku, order.variant, &order.instance, token),
+            )?;
+            let order_id = tx.last_insert_rowid();
             tx.commit()?;
-            Ok(WriteOutcome::Written { order_id })
+            span.record("order_id", order_id);
+            Ok(Fenced::Done(order_id))
         })
         .await
     }
-}
-
-/// What [`Db::claim_and_read`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClaimOutcome {
-    /// The row is ours (for this token), with this stock.
-    Claimed {
-        /// The stock read under the claim.
-        stock: i64,
-    },
-    /// A holder with a larger token has claimed the row: ours is stale.
-    Stale,
-}
-
-/// Who took an order, stored with it.
-#[derive(Debug, Clone)]
-pub struct NewOrder {
-    /// The purchase variant (`"unlocked"`, `"macro"`, ...).
-    pub variant: &'static str,
-    /// The instance that served it.
-    pub instance: String,
-}
-
-fn insert_order(
-    conn: &Connection,
-    sku: i64,
-    order: &NewOrder,
-    fence: Option<i64>,
-) -> Result<i64, DbError> {
-    conn.execute(
-        "INSERT INTO orders (sku_id, variant, instance, fence) VALUES (?1, ?2, ?3, ?4)",
-        (sku, order.variant, &order.instance, fence),
-    )?;
-    Ok(conn.last_insert_rowid())
-}
-
-fn status(conn: &Connection, sku: i64) -> Result<Option<SkuStatus>, DbError> {
-    Ok(conn
-        .query_row(
-            "SELECT stock, (SELECT COUNT(*) FROM orders WHERE sku_id = ?1) FROM skus WHERE id = ?1",
-            [sku],
-            |row| {
-                Ok(SkuStatus {
-                    id: sku,
-                    stock: row.get(0)?,
-                    sold: row.get(1)?,
-                })
-            },
-        )
-        .optional()?)
 }

@@ -10,8 +10,9 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
-use crate::service::{ErrorBody, ErrorCode};
-use crate::trace::{now_ns, PURCHASE_HEADER};
+use inventory::{ErrorBody, ErrorCode};
+
+use crate::recorder::{now_ns, PURCHASE_HEADER};
 
 /// The demo's HTTP client.
 pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;

@@ -1,5 +1,6 @@
-//! Service instances as child processes: `<exe> serve --port 0 ...`, each with its own
-//! `Locker`, all on one database file and one Redis.
+//! Service instances as child processes: `<exe> serve --port 0 ...` (the demo's own
+//! executable, [`instance`](crate::instance)), each with its own `Locker`, all on one database
+//! file and one Redis.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,8 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+use inventory::ServeArgs;
+
 use crate::demo::DemoError;
-use crate::server::ServeArgs;
 
 /// One running instance.
 #[derive(Debug)]
@@ -43,7 +45,6 @@ impl Instances {
             let mut args = args.clone();
             args.port = 0;
             args.instance = Some(name.clone());
-            args.watch_stdin = true;
             instances.list.push(start_one(exe, name, &args).await?);
         }
         Ok(instances)
@@ -74,16 +75,15 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
     let mut command = Command::new(exe);
     command
         .arg("serve")
-        .args(args.to_args())
+        .args(command_line(args))
+        .arg("--watch-stdin")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
-        // Only the URL chosen here, never one inherited by accident.
-        .env_remove("REDIS_URL");
-    if let Some((name, url)) = args.redis_url_env() {
-        command.env(name, url);
-    }
+        // A command line is visible to every user of the machine (`ps`); the URL may carry a
+        // password.
+        .env("REDIS_URL", &args.redis_url);
     if std::env::var_os("RUST_LOG").is_none() {
         // Keep the progress bar clean; RUST_LOG=info shows what the instances do.
         command.env("RUST_LOG", "error");
@@ -121,4 +121,57 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
         child,
         stdin,
     })
+}
+
+/// The arguments after `serve` that reproduce `args`, but for the Redis URL, which goes in the
+/// environment: a command line is visible to every user of the machine (`ps`).
+pub(crate) fn command_line(args: &ServeArgs) -> Vec<String> {
+    let mut line = vec![
+        "--host".to_owned(),
+        args.host.to_string(),
+        "--port".to_owned(),
+        args.port.to_string(),
+        "--db".to_owned(),
+        args.db.display().to_string(),
+        "--lock-prefix".to_owned(),
+        args.lock_prefix.clone(),
+        "--think-ms".to_owned(),
+        args.think_ms.to_string(),
+        "--lease-ms".to_owned(),
+        args.lease_ms.to_string(),
+        "--wait-ms".to_owned(),
+        args.wait_ms.to_string(),
+        "--drain-ms".to_owned(),
+        args.drain_ms.to_string(),
+    ];
+    if let Some(instance) = &args.instance {
+        line.extend(["--instance".to_owned(), instance.clone()]);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `serve` children get the Redis URL in their environment, never on their command
+    /// line.
+    #[test]
+    fn the_redis_url_is_not_on_a_childs_command_line() {
+        let args = ServeArgs {
+            host: std::net::Ipv4Addr::LOCALHOST.into(),
+            port: 0,
+            db: "inventory.db".into(),
+            redis_url: "redis://app:hunter2@db:6379/".to_owned(),
+            lock_prefix: "lock:".to_owned(),
+            instance: Some("i1".to_owned()),
+            think_ms: 5,
+            lease_ms: 200,
+            wait_ms: 10_000,
+            drain_ms: 10_000,
+        };
+        let line = command_line(&args).join(" ");
+        assert!(!line.contains("hunter2"), "{line}");
+        assert!(line.contains("--instance i1"), "{line}");
+    }
 }
