@@ -1,32 +1,49 @@
-//! The two purchases the service does not have and the demo needs, added to its router:
-//! `unlocked`, the bug a lock prevents (the control round, which shows the demo's checks catch
-//! an oversell), and `locked-no-fence`, a lock with a fixed lease but no fencing token, which
-//! oversells once a holder stalls past its lease (`--chaos`). Both use the service's steps,
-//! and write the stock unconditionally, in spans named like the service's (`read_stock`,
-//! `write_sale`) so the recorder draws them alike.
+//! The purchases the service does not have and the demo runs, added to its router:
+//!
+//! - `unlocked`, the bug a lock prevents (the control round, which shows that the demo's
+//!   checks catch an oversell);
+//! - `locked-no-fence`, a lock with a fixed lease but no fencing token, which oversells once
+//!   a holder stalls past its lease (`--chaos`);
+//! - `layer-fail-fast`, the service's `layer` purchase behind its lock layer as it comes,
+//!   without a wait: `409 busy` with `Retry-After` while the SKU is locked.
+//!
+//! The first two use the service's steps and write the stock unconditionally, in spans named
+//! like the service's (`read_stock`, `write_sale`), so the recorder draws them alike.
 
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
-use inventory::db::{Db, DbError, NewOrder};
+use inventory::db::{Db, DbError};
+use inventory::routes::{lock_layer, sell_under_layer};
 use inventory::service::{critical_section, lock_key, release};
 use inventory::{AppError, AppState, Sale};
 use lock_core::LockGuard;
+use lock_tower::HeldLock;
 use rusqlite::{OptionalExtension, TransactionBehavior};
 use tracing::field::Empty;
 use tracing::Instrument;
 
 use crate::variant::Variant;
 
-/// The routes of the two control purchases.
+/// The routes of the demo's purchases.
 pub fn routes(state: AppState) -> Router {
+    let fail_fast = post(purchase_layer_fail_fast).route_layer(lock_layer(&state));
     Router::new()
         .route(Variant::Unlocked.route(), post(purchase_unlocked))
         .route(
             Variant::LockedNoFence.route(),
             post(purchase_locked_no_fence),
         )
+        .route(Variant::LayerFailFast.route(), fail_fast)
         .with_state(state)
+}
+
+async fn purchase_layer_fail_fast(
+    State(inventory): State<AppState>,
+    Path(sku): Path<i64>,
+    lock: HeldLock,
+) -> Result<Json<Sale>, AppError> {
+    sell_under_layer(&inventory, sku, Variant::LayerFailFast.name(), &lock).await
 }
 
 async fn purchase_unlocked(
@@ -63,9 +80,8 @@ async fn sell_unfenced(
 ) -> Result<Sale, AppError> {
     let stock = read_stock(&inventory.db, sku).await?;
     let stock = inventory.check_and_think(sku, stock, guard).await?;
-    let order = inventory.order(variant.name());
-    let order_id = write_sale(&inventory.db, sku, stock - 1, order).await?;
-    Ok(inventory.sale(order_id, sku, stock - 1, variant.name(), None))
+    let sale = inventory.sale(sku, stock - 1, variant.name());
+    Ok(write_sale(&inventory.db, sale).await?)
 }
 
 async fn read_stock(db: &Db, sku: i64) -> Result<Option<i64>, DbError> {
@@ -85,8 +101,9 @@ async fn read_stock(db: &Db, sku: i64) -> Result<Option<i64>, DbError> {
     .await
 }
 
-/// Writes `new_stock` and the order, whatever happened since the stock was read.
-async fn write_sale(db: &Db, sku: i64, new_stock: i64, order: NewOrder) -> Result<i64, DbError> {
+/// Writes the stock `sale` left and its order, whatever happened since the stock was read.
+async fn write_sale(db: &Db, mut sale: Sale) -> Result<Sale, DbError> {
+    let (sku, new_stock) = (sale.sku, sale.stock_left);
     db.call(move |conn| {
         let span = tracing::debug_span!("write_sale", sku, new_stock, order_id = Empty);
         let _entered = span.enter();
@@ -94,12 +111,12 @@ async fn write_sale(db: &Db, sku: i64, new_stock: i64, order: NewOrder) -> Resul
         tx.execute("UPDATE skus SET stock = ?1 WHERE id = ?2", (new_stock, sku))?;
         tx.execute(
             "INSERT INTO orders (sku_id, variant, instance) VALUES (?1, ?2, ?3)",
-            (sku, order.variant, &order.instance),
+            (sku, &sale.variant, &sale.instance),
         )?;
-        let order_id = tx.last_insert_rowid();
+        sale.order_id = tx.last_insert_rowid();
         tx.commit()?;
-        span.record("order_id", order_id);
-        Ok(order_id)
+        span.record("order_id", sale.order_id);
+        Ok(sale)
     })
     .await
 }

@@ -44,7 +44,7 @@ impl Instances {
             let name = format!("i{i}");
             let mut args = args.clone();
             args.port = 0;
-            args.instance = Some(name.clone());
+            args.service.instance = name.clone();
             instances.list.push(start_one(exe, name, &args).await?);
         }
         Ok(instances)
@@ -126,32 +126,28 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
 /// The arguments after `serve` that reproduce `args`, but for the Redis URL, which goes in the
 /// environment: a command line is visible to every user of the machine (`ps`).
 pub(crate) fn command_line(args: &ServeArgs) -> Vec<String> {
-    let mut line = vec![
-        "--host".to_owned(),
-        args.host.to_string(),
-        "--port".to_owned(),
-        args.port.to_string(),
-        "--db".to_owned(),
-        args.db.display().to_string(),
-        "--lock-prefix".to_owned(),
-        args.lock_prefix.clone(),
-        "--think-ms".to_owned(),
-        args.think_ms.to_string(),
-        "--lease-ms".to_owned(),
-        args.lease_ms.to_string(),
-        "--wait-ms".to_owned(),
-        args.wait_ms.to_string(),
-        "--drain-ms".to_owned(),
-        args.drain_ms.to_string(),
-    ];
-    if let Some(instance) = &args.instance {
-        line.extend(["--instance".to_owned(), instance.clone()]);
-    }
-    line
+    let millis = |d: std::time::Duration| d.as_millis().to_string();
+    let service = &args.service;
+    [
+        ("--host", args.host.to_string()),
+        ("--port", args.port.to_string()),
+        ("--db", args.db.display().to_string()),
+        ("--lock-prefix", args.lock_prefix.clone()),
+        ("--drain-ms", args.drain_ms.to_string()),
+        ("--instance", service.instance.clone()),
+        ("--think-ms", millis(service.think)),
+        ("--wait-ms", millis(service.wait)),
+        ("--lease-ms", millis(service.lease)),
+    ]
+    .into_iter()
+    .flat_map(|(option, value)| [option.to_owned(), value])
+    .collect()
 }
 
 #[cfg(test)]
 mod tests {
+    use inventory::ServiceConfig;
+
     use super::*;
 
     /// The `serve` children get the Redis URL in their environment, never on their command
@@ -164,14 +160,14 @@ mod tests {
             db: "inventory.db".into(),
             redis_url: "redis://app:hunter2@db:6379/".to_owned(),
             lock_prefix: "lock:".to_owned(),
-            instance: Some("i1".to_owned()),
-            think_ms: 5,
-            lease_ms: 200,
-            wait_ms: 10_000,
             drain_ms: 10_000,
+            service: ServiceConfig {
+                instance: "i1".to_owned(),
+                ..ServiceConfig::default()
+            },
         };
         let line = command_line(&args).join(" ");
         assert!(!line.contains("hunter2"), "{line}");
-        assert!(line.contains("--instance i1"), "{line}");
+        assert!(line.contains("--instance i1 --think-ms 5"), "{line}");
     }
 }

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use inventory::db::Db;
-use inventory::{ErrorBody, ErrorCode, Inventory, Sale, ServiceConfig};
+use inventory::{ErrorBody, Inventory, Sale, ServiceConfig};
 use inventory_demo::recorder::{Attempt, PURCHASE_HEADER};
 use inventory_demo::{instance, Variant};
 use lock_core::Locker;
@@ -100,7 +100,7 @@ async fn every_variant_sells_through_the_demo_instance() {
         let (status, body) = call(&app, Method::POST, &variant.path(7), &[], "").await;
         assert_eq!(status, StatusCode::CONFLICT, "{variant}");
         let error: ErrorBody = serde_json::from_str(&body).expect("error body");
-        assert_eq!(error.error, ErrorCode::SoldOut);
+        assert_eq!(error.error, "sold_out");
     }
     let held: Vec<String> = redis.cmd(&["KEYS", "lock:*:lock:*"]);
     assert!(held.is_empty(), "{held:?}");

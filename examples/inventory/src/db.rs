@@ -1,32 +1,34 @@
-//! The inventory database: one SQLite file in WAL mode, shared by every instance.
-//!
-//! `skus` holds the stock and the highest fencing token that touched each row; `orders` one
-//! row per sale. There is deliberately no `CHECK (stock >= 0)` and no single-statement
-//! `UPDATE .. SET stock = stock - 1 WHERE stock > 0`: the service reads, checks and writes in
-//! separate statements, as services that call out (pricing, payment) between read and write
-//! do, so only the lock and the fencing token keep two sales of the last unit apart.
+//! The database: one SQLite file in WAL mode, shared by every instance. `skus` holds the stock
+//! and the highest fencing token that touched each row, `orders` one row per sale. There is
+//! deliberately no `CHECK (stock >= 0)`, nor a one-statement `UPDATE .. WHERE stock > 0`: the
+//! service reads, checks and writes apart, as services that call out (pricing, payment) in
+//! between do, so only the lock and the fencing token keep two sales of one unit apart.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use tracing::field::Empty;
 
-/// The SKU a new database is seeded with (stock 100).
-pub const DEMO_SKU: i64 = 42;
+use crate::service::Sale;
 
 /// A failed database operation.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DbError {
+    /// A holder of the lock with a larger fencing token has claimed the row: ours is stale.
+    #[error("stale fencing token {fence} for sku {sku}: a later lock holder has written")]
+    StaleFence {
+        /// The SKU.
+        sku: i64,
+        /// Our token.
+        fence: u64,
+    },
     /// SQLite reported an error (open, busy timeout, constraint, ...).
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    /// The file could not be switched to WAL mode (e.g. a network file system).
-    #[error("sqlite: journal_mode is {0:?}, not \"wal\"")]
-    NotWal(String),
-    /// The blocking task running the statement panicked or was cancelled.
+    /// The blocking task running the statements panicked.
     #[error("sqlite task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
     /// A fencing token does not fit SQLite's signed 64-bit integers.
@@ -34,61 +36,33 @@ pub enum DbError {
     FenceRange(u64),
 }
 
-/// The stock of one SKU and the orders taken for it.
+/// The stock of one SKU and the orders taken for it (`GET /skus/{sku}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[allow(missing_docs)] // named for what they hold
 pub struct SkuStatus {
-    /// The SKU id.
     pub id: i64,
-    /// The stock as stored.
     pub stock: i64,
-    /// Number of orders taken for it.
     pub sold: i64,
 }
 
-/// What a statement fenced by a token did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fenced<T> {
-    /// It ran, and found or made this.
-    Done(T),
-    /// Refused: a holder with a larger token has claimed the row.
-    Stale,
-}
-
-/// Who took an order, stored with it.
-#[derive(Debug, Clone)]
-pub struct NewOrder {
-    /// How the purchase was protected (`"macro"`, `"fenced"`, ...).
-    pub variant: &'static str,
-    /// The instance that served it.
-    pub instance: String,
-}
-
-/// A small pool of SQLite connections to one file. rusqlite is synchronous: every call runs
-/// on tokio's blocking pool.
+/// The database file. rusqlite is synchronous: every call runs on tokio's blocking pool, on a
+/// connection of its own (opening one is cheap next to a write; a pool is the next step).
 #[derive(Debug, Clone)]
 pub struct Db {
-    path: Arc<PathBuf>,
-    idle: Arc<Mutex<Vec<Connection>>>,
+    path: Arc<Path>,
 }
 
 impl Db {
-    /// Opens (creating) the database at `path` in WAL mode, with its tables and [`DEMO_SKU`].
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`] when the file cannot be opened or written, [`DbError::NotWal`].
+    /// Opens (creating) the database at `path` in WAL mode, with its tables and SKU 42.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DbError> {
         let db = Self {
-            path: Arc::new(path.as_ref().to_owned()),
-            idle: Arc::default(),
+            path: path.as_ref().into(),
         };
-        let conn = db.checkout()?;
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(DbError::NotWal(mode));
-        }
+        let conn = db.connect()?;
+        // WAL: readers do not block the writer, nor it them.
         conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS skus (
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE IF NOT EXISTS skus (
                  id         INTEGER PRIMARY KEY,
                  name       TEXT    NOT NULL,
                  stock      INTEGER NOT NULL,
@@ -105,20 +79,11 @@ impl Db {
              CREATE INDEX IF NOT EXISTS orders_by_sku ON orders (sku_id);
              INSERT OR IGNORE INTO skus (id, name, stock) VALUES (42, 'demo widget', 100);",
         )?;
-        db.checkin(conn);
         Ok(db)
     }
 
-    fn checkout(&self) -> Result<Connection, DbError> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        if let Some(conn) = idle {
-            return Ok(conn);
-        }
-        let conn = Connection::open(self.path.as_ref())?;
+    fn connect(&self) -> Result<Connection, DbError> {
+        let conn = Connection::open(&self.path)?;
         // Writers of all instances queue on SQLite's write lock instead of failing at once.
         conn.busy_timeout(Duration::from_secs(10))?;
         // WAL with NORMAL: a power cut may lose the last commits, never corrupt the file.
@@ -127,18 +92,7 @@ impl Db {
         Ok(conn)
     }
 
-    fn checkin(&self, conn: Connection) {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(conn);
-    }
-
-    /// Runs `f` with a pooled connection on the blocking pool, in the caller's `tracing` span.
-    ///
-    /// # Errors
-    ///
-    /// What `f` returns, or [`DbError::Task`] when it panicked.
+    /// Runs `f` with a connection on the blocking pool, in the caller's `tracing` span.
     pub async fn call<T, F>(&self, f: F) -> Result<T, DbError>
     where
         F: FnOnce(&mut Connection) -> Result<T, DbError> + Send + 'static,
@@ -148,101 +102,64 @@ impl Db {
         tokio::task::spawn_blocking(move || {
             // The blocking thread has no span of its own: the statements belong to the request.
             let _entered = span.enter();
-            let mut conn = db.checkout()?;
-            let result = f(&mut conn);
-            db.checkin(conn);
-            result
+            f(&mut db.connect()?)
         })
         .await?
     }
 
     /// The stock of `sku` and its number of orders, or `None` when it does not exist.
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`].
     pub async fn status(&self, sku: i64) -> Result<Option<SkuStatus>, DbError> {
         let sql = "SELECT stock, (SELECT COUNT(*) FROM orders WHERE sku_id = ?1)
                    FROM skus WHERE id = ?1";
         self.call(move |conn| {
-            let status = conn.query_row(sql, [sku], |row| {
-                let (stock, sold) = (row.get(0)?, row.get(1)?);
-                Ok(SkuStatus {
-                    id: sku,
-                    stock,
-                    sold,
-                })
-            });
-            Ok(status.optional()?)
+            let status = |row: &rusqlite::Row<'_>| Ok((row.get(0)?, row.get(1)?));
+            let status = conn.query_row(sql, [sku], status).optional()?;
+            Ok(status.map(|(stock, sold)| SkuStatus {
+                id: sku,
+                stock,
+                sold,
+            }))
         })
         .await
     }
 
     /// Claims `sku` for the holder of `fence` and reads its stock, in one transaction (span
-    /// `claim_and_read`). The claim sets `last_fence` where it was smaller, so a holder that
-    /// stalled between its read and its write cannot write after ours: its token is smaller.
-    /// `Ok(None)`: no such SKU.
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`], [`DbError::FenceRange`].
-    pub async fn claim_and_read(
-        &self,
-        sku: i64,
-        fence: u64,
-    ) -> Result<Option<Fenced<i64>>, DbError> {
+    /// `claim_and_read`). The claim raises `last_fence` to `fence`, so a holder that stalled
+    /// between its read and its write cannot write after ours: its token is smaller. A larger
+    /// token there already: [`DbError::StaleFence`].
+    pub async fn claim_and_read(&self, sku: i64, fence: u64) -> Result<Option<i64>, DbError> {
         let token = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
         self.call(move |conn| {
-            let span =
-                tracing::debug_span!("claim_and_read", sku, fence, stock = Empty, stale = Empty);
+            let (stock, stale) = (Empty, Empty);
+            let span = tracing::debug_span!("claim_and_read", sku, fence, stock, stale);
             let _entered = span.enter();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let claimed = tx.execute(
                 "UPDATE skus SET last_fence = ?1 WHERE id = ?2 AND last_fence < ?1",
                 (token, sku),
             )?;
-            let stock: Option<i64> = tx
-                .query_row("SELECT stock FROM skus WHERE id = ?1", [sku], |row| {
-                    row.get(0)
-                })
-                .optional()?;
+            let read = "SELECT stock FROM skus WHERE id = ?1";
+            let stock: Option<i64> = tx.query_row(read, [sku], |row| row.get(0)).optional()?;
             tx.commit()?;
-            Ok(stock.map(|stock| {
-                if claimed == 0 {
-                    span.record("stale", true);
-                    return Fenced::Stale;
-                }
-                span.record("stock", stock);
-                Fenced::Done(stock)
-            }))
+            if stock.is_some() && claimed == 0 {
+                span.record("stale", true);
+                return Err(DbError::StaleFence { sku, fence });
+            }
+            span.record("stock", stock);
+            Ok(stock)
         })
         .await
     }
 
-    /// Writes `new_stock` and inserts the order, in one transaction (span
-    /// `write_sale_fenced`), only while the row is still claimed by `fence`. Returns the
-    /// order id.
-    ///
-    /// # Errors
-    ///
-    /// [`DbError::Sqlite`], [`DbError::Task`], [`DbError::FenceRange`].
-    pub async fn write_sale_fenced(
-        &self,
-        sku: i64,
-        new_stock: i64,
-        fence: u64,
-        order: NewOrder,
-    ) -> Result<Fenced<i64>, DbError> {
+    /// Writes the stock `sale` left and inserts its order, in one transaction (span
+    /// `write_sale_fenced`), only while the row is still claimed by `fence` (else
+    /// [`DbError::StaleFence`]). Returns the sale with its order id and token.
+    pub async fn write_sale_fenced(&self, mut sale: Sale, fence: u64) -> Result<Sale, DbError> {
+        let (sku, new_stock) = (sale.sku, sale.stock_left);
         let token = i64::try_from(fence).map_err(|_| DbError::FenceRange(fence))?;
         self.call(move |conn| {
-            let span = tracing::debug_span!(
-                "write_sale_fenced",
-                sku,
-                new_stock,
-                fence,
-                order_id = Empty,
-                stale = Empty
-            );
+            let (order_id, stale) = (Empty, Empty);
+            let span = tracing::debug_span!("write_sale_fenced", sku, new_stock, order_id, stale);
             let _entered = span.enter();
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let updated = tx.execute(
@@ -251,16 +168,16 @@ impl Db {
             )?;
             if updated == 0 {
                 span.record("stale", true);
-                return Ok(Fenced::Stale); // dropping `tx` rolls it back
+                return Err(DbError::StaleFence { sku, fence }); // dropping `tx` rolls it back
             }
             tx.execute(
                 "INSERT INTO orders (sku_id, variant, instance, fence) VALUES (?1, ?2, ?3, ?4)",
-                (sku, order.variant, &order.instance, token),
+                (sku, &sale.variant, &sale.instance, token),
             )?;
-            let order_id = tx.last_insert_rowid();
+            (sale.order_id, sale.fencing_token) = (tx.last_insert_rowid(), Some(fence));
             tx.commit()?;
-            span.record("order_id", order_id);
-            Ok(Fenced::Done(order_id))
+            span.record("order_id", sale.order_id);
+            Ok(sale)
         })
         .await
     }

@@ -1,31 +1,27 @@
-//! One instance of the inventory service. From the repository root, with a Redis at
-//! `REDIS_URL` (default `redis://127.0.0.1:6379/`):
+//! One instance of the inventory service, with a Redis at `REDIS_URL` (default
+//! `redis://127.0.0.1:6379/`):
 //!
 //! ```sh
-//! cargo run --release -p inventory -- --port 3000
+//! cargo run --release -p inventory -- --port 3000   # --help: every option
 //! curl -X POST localhost:3000/skus/42/purchase/fenced
 //! curl localhost:3000/skus/42
 //! curl localhost:3000/metrics     # the lock metrics (lock_*), Prometheus text
 //! ```
-
-use std::process::ExitCode;
 
 use clap::Parser;
 use inventory::{app, serve, shutdown_signal, ServeArgs};
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
-async fn main() -> ExitCode {
+async fn main() -> std::process::ExitCode {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-    match serve(ServeArgs::parse(), app, shutdown_signal()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("inventory: {error}");
-            ExitCode::from(2)
-        }
+    if let Err(error) = serve(ServeArgs::parse(), app, shutdown_signal()).await {
+        eprintln!("inventory: {error}");
+        return std::process::ExitCode::from(2);
     }
+    std::process::ExitCode::SUCCESS
 }

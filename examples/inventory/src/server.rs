@@ -1,5 +1,5 @@
-//! One instance: its settings from the command line and the environment, and [`serve`], which
-//! runs it until SIGTERM or Ctrl-C and then gives its locks back.
+//! One instance: its settings from the command line and `REDIS_URL`, and [`serve`], which runs
+//! it until asked to stop and then gives its locks back.
 
 use std::future::{Future, IntoFuture};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -30,113 +30,60 @@ pub struct ServeArgs {
     /// Prefix of the lock keys in Redis (the same for all instances).
     #[arg(long, default_value = "lock:")]
     pub lock_prefix: String,
-    /// Name stored with the orders this instance takes [default: the listening address].
-    #[arg(long)]
-    pub instance: Option<String>,
-    /// Milliseconds between reading the stock and writing it back.
-    #[arg(long, default_value_t = 5)]
-    pub think_ms: u64,
-    /// Fixed lease, in milliseconds, of the `fenced` purchase.
-    #[arg(long, default_value_t = 200)]
-    pub lease_ms: u64,
-    /// Milliseconds the `layer` and `fenced` purchases wait for the lock.
-    #[arg(long, default_value_t = 10_000)]
-    pub wait_ms: u64,
     /// Milliseconds that requests in flight get to finish after SIGTERM or Ctrl-C.
     #[arg(long, default_value_t = 10_000)]
     pub drain_ms: u64,
+    /// The service's settings.
+    #[command(flatten)]
+    pub service: ServiceConfig,
 }
 
 /// Why an instance could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// The port is taken.
-    #[error("{addr} is in use: pass another --port, or --port 0 to let the system pick one")]
-    PortInUse {
-        /// The address asked for.
-        addr: SocketAddr,
-    },
-    /// Binding or serving failed otherwise.
-    #[error("cannot serve on {addr}: {source}")]
-    Io {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// Binding (the port is taken?) or serving failed.
+    #[error("cannot serve on {0}: {1}")]
+    Io(SocketAddr, #[source] std::io::Error),
     /// The database could not be opened.
-    #[error("cannot open the database {path}: {source}")]
-    Db {
-        /// The database file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: DbError,
-    },
-    /// Redis could not be reached.
-    #[error("cannot reach Redis at {url}: {source}")]
-    Redis {
-        /// The URL, its password redacted.
-        url: String,
-        /// What the locker reported.
-        #[source]
-        source: LockError,
-    },
+    #[error("cannot open the database {0}: {1}")]
+    Db(PathBuf, #[source] DbError),
+    /// Redis could not be reached (the URL with its password redacted).
+    #[error("cannot reach Redis at {0}: {1}")]
+    Redis(String, #[source] LockError),
 }
 
-/// Serves the router `make_app` builds (the example's is [`app`](crate::app)) until `stop`
-/// resolves; prints `listening on http://<addr>` once it accepts connections. Stopping, it lets
-/// the requests in flight finish (for at most `--drain-ms`), then gives back every lock it
-/// still holds ([`Locker::shutdown`]), so that the other instances get them at once.
-///
-/// # Errors
-///
-/// [`ServeError`] when the port, the database or Redis is not usable.
+/// Serves the router `make_app` builds ([`app`](crate::app)) until `stop`; prints `listening on
+/// http://<addr>` once it accepts connections. Then requests in flight get `--drain-ms` to
+/// finish, and [`Locker::shutdown`] gives back the locks still held, at once.
 pub async fn serve(
     args: ServeArgs,
     make_app: impl FnOnce(AppState) -> Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let addr = SocketAddr::new(args.host, args.port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| match source.kind() {
-            std::io::ErrorKind::AddrInUse => ServeError::PortInUse { addr },
-            _ => ServeError::Io { addr, source },
-        })?;
-    let db = Db::open(&args.db).map_err(|source| ServeError::Db {
-        path: args.db.clone(),
-        source,
-    })?;
+    let listener = tokio::net::TcpListener::bind(addr).await;
+    let listener = listener.map_err(|e| ServeError::Io(addr, e))?;
+    let db = Db::open(&args.db).map_err(|e| ServeError::Db(args.db.clone(), e))?;
     let locker = Locker::builder()
         .url(args.redis_url.as_str())
         .prefix(args.lock_prefix.as_str())
         .connect_timeout(Duration::from_secs(5))
         .build()
         .await
-        .map_err(|source| ServeError::Redis {
-            url: redact_url(&args.redis_url),
-            source,
-        })?;
-    let local = listener
-        .local_addr()
-        .map_err(|source| ServeError::Io { addr, source })?;
-    let config = ServiceConfig {
-        instance: args.instance.unwrap_or_else(|| local.to_string()),
-        think: Duration::from_millis(args.think_ms),
-        wait: Duration::from_millis(args.wait_ms),
-        lease: Duration::from_millis(args.lease_ms),
-    };
+        .map_err(|e| ServeError::Redis(redact_url(&args.redis_url), e))?;
+    let local = listener.local_addr().map_err(|e| ServeError::Io(addr, e))?;
+    let mut config = args.service;
+    if config.instance.is_empty() {
+        config.instance = local.to_string();
+    }
     let router = make_app(Inventory::new(locker.clone(), db, config));
     println!("listening on http://{local}");
     let (stopping, mut stop_asked) = tokio::sync::watch::channel(false);
-    let signal = async move {
+    let served = axum::serve(listener, router).with_graceful_shutdown(async move {
         stop.await;
         let _ = stopping.send(true);
-    };
-    let served = axum::serve(listener, router).with_graceful_shutdown(signal);
+    });
     // Requests in flight get `drain` to finish; a hung one does not keep the instance up.
     let drain = Duration::from_millis(args.drain_ms);
     let drained = async {
@@ -144,14 +91,10 @@ pub async fn serve(
         tokio::time::sleep(drain).await;
     };
     let result = tokio::select! {
-        served = served.into_future() => served.map_err(|source| ServeError::Io { addr, source }),
-        () = drained => {
-            tracing::warn!(?drain, "requests still running; stopping without them");
-            Ok(())
-        }
+        served = served.into_future() => served.map_err(|e| ServeError::Io(addr, e)),
+        () = drained => Ok(tracing::warn!(?drain, "requests still running; stopping anyway")),
     };
-    // Gives back the locks of requests cut short, so the other instances take them now
-    // rather than a lease later.
+    // The locks of requests cut short: the other instances take them now, not a lease later.
     if let Err(error) = locker.shutdown(Duration::from_secs(5)).await {
         tracing::warn!(%error, "not every lock was given back; those end with their lease");
     }
@@ -160,8 +103,9 @@ pub async fn serve(
 
 /// Resolves on Ctrl-C or SIGTERM (what a rolling restart sends).
 pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
     let terminated = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        match signal(SignalKind::terminate()) {
             Ok(mut sigterm) => drop(sigterm.recv().await),
             Err(_) => std::future::pending().await,
         }

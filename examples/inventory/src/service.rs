@@ -1,8 +1,6 @@
-//! The purchase itself: read the stock, answer `sold out` at 0, wait [`ServiceConfig::think`]
-//! (a pricing or payment call in a real service), then write `stock - 1` and the order. What
-//! differs between the endpoints is only what keeps two purchases of one SKU apart.
-//!
-//! The time a purchase holds its lock is the `tracing` span `critical_section`.
+//! The purchase: read the stock, answer `sold out` at 0, wait [`ServiceConfig::think`] (a
+//! pricing or payment call), then write `stock - 1` and the order, fenced by the lock's token.
+//! Only how the lock is taken differs. The `tracing` span `critical_section` is its hold.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,21 +9,28 @@ use lock_core::{distributed_lock, LockGuard, Locker};
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
 
-use crate::db::{Db, Fenced, NewOrder};
+use crate::db::Db;
 use crate::error::AppError;
 
 /// Settings of one service instance.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct ServiceConfig {
-    /// The instance's name, stored with each order it takes.
+    /// Name stored with the orders this instance takes [default: the listening address].
+    #[arg(long, default_value = "")]
     pub instance: String,
-    /// The await between reading the stock and writing it back.
+    /// Milliseconds between reading the stock and writing it back.
+    #[arg(long = "think-ms", value_parser = millis, default_value = "5")]
     pub think: Duration,
-    /// How long the layer's and `Locker::lock`'s purchases wait for the lock (the macro has
-    /// its `wait = "10s"` in the attribute).
+    /// Milliseconds the layer and `Locker::lock` wait for the lock (the macro: `wait = "10s"`).
+    #[arg(long = "wait-ms", value_parser = millis, default_value = "10000")]
     pub wait: Duration,
-    /// The fixed lease (no watchdog) of the `fenced` purchase.
+    /// Fixed lease, in milliseconds, of the `fenced` purchase (no watchdog).
+    #[arg(long = "lease-ms", value_parser = millis, default_value = "200")]
     pub lease: Duration,
+}
+
+fn millis(arg: &str) -> Result<Duration, std::num::ParseIntError> {
+    arg.parse().map(Duration::from_millis)
 }
 
 impl Default for ServiceConfig {
@@ -39,34 +44,28 @@ impl Default for ServiceConfig {
     }
 }
 
-/// The state shared by the handlers of one instance.
+/// The state shared by the handlers of one instance: its locker, the database, its settings.
 #[derive(Debug)]
+#[allow(missing_docs)] // the summary names each field
 pub struct Inventory {
-    /// This instance's locker (one per process).
     pub locker: Locker,
-    /// The shared database.
     pub db: Db,
-    /// The instance's settings.
     pub config: ServiceConfig,
 }
 
 /// What the router holds.
 pub type AppState = Arc<Inventory>;
 
-/// A successful purchase.
+/// A purchase: its order (0 until written), the stock it left, how it was protected (the
+/// last segment of its route), who served it and the fencing token it wrote with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // the summary names each field
 pub struct Sale {
-    /// The new order's id.
     pub order_id: i64,
-    /// The SKU sold.
     pub sku: i64,
-    /// The stock this purchase wrote.
     pub stock_left: i64,
-    /// How the purchase was protected (the last segment of its route).
     pub variant: String,
-    /// The instance that served it.
     pub instance: String,
-    /// The fencing token the write carried, if it was fenced.
     pub fencing_token: Option<u64>,
 }
 
@@ -75,8 +74,8 @@ pub fn lock_key(sku: i64) -> String {
     format!("inventory:{sku}")
 }
 
-/// The span of the time a purchase holds the lock of `sku`; `lease_left` is what a fixed
-/// lease had left right after the acquire.
+/// The span of the time a purchase holds the lock of `sku`; `lease_left`: what a fixed lease
+/// had left right after the acquire.
 pub fn critical_section(sku: i64, lease_left: Option<Duration>) -> tracing::Span {
     let lease_left_ns = lease_left.map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
     tracing::debug_span!("critical_section", key = %lock_key(sku), lease_left_ns)
@@ -88,44 +87,35 @@ impl Inventory {
         Arc::new(Self { locker, db, config })
     }
 
-    /// `#[distributed_lock]` on the method: one holder of `inventory:<sku>` at a time across
-    /// all instances, its lease renewed by the watchdog while the body runs; `fence` is the
-    /// lock's fencing token, for the write.
+    /// `#[distributed_lock]`: one holder of `inventory:<sku>` at a time across all instances,
+    /// its lease renewed by the watchdog while the body runs; `fence` gives its token.
     #[distributed_lock(key = "inventory:<sku>", wait = "10s", locker = self.locker, fence = fence)]
     pub async fn purchase_with_macro(&self, sku: i64) -> Result<Sale, AppError> {
-        async {
-            self.sell_fenced(sku, "macro", fence.token().await?, None)
-                .await
-        }
-        .instrument(critical_section(sku, None))
-        .await
+        let span = critical_section(sku, None);
+        let fence = fence.token().instrument(span.clone()).await?;
+        self.sell_fenced(sku, "macro", fence, None)
+            .instrument(span)
+            .await
     }
 
-    /// `Locker::lock` with a fixed lease, checked before the write, and the fencing token
-    /// guarding the write: a holder that stalled past its lease after the check cannot write
-    /// over a later holder's sale.
+    /// `Locker::lock` with a fixed lease, checked before the write: a holder that stalls past
+    /// its lease after the check is stopped by the fencing token instead.
     pub async fn purchase_fenced(&self, sku: i64) -> Result<Sale, AppError> {
         let lock = self.locker.lock(lock_key(sku));
         let guard = lock.wait(self.config.wait).lease(self.config.lease).await?;
+        let span = critical_section(sku, Some(guard.remaining()));
         let sold = async {
             let fence = guard.fencing_token().await?;
             self.sell_fenced(sku, "fenced", fence, Some(&guard)).await
-        }
-        .instrument(critical_section(sku, Some(guard.remaining())))
-        .await;
+        };
+        let sold = sold.instrument(span).await;
         release(guard).await;
         sold
     }
 
-    /// Read, check, await, write, fenced by `fence`, the token of the lock held for `sku`. The
-    /// read claims the row with the token, so a holder that stalled between its read and its
-    /// write cannot write after a later holder's read.
-    ///
-    /// # Errors
-    ///
-    /// [`AppError::NotFound`], [`AppError::SoldOut`], [`AppError::LockLost`] (`guard` is
-    /// checked before the write), [`AppError::StaleFence`] when a later holder claimed the
-    /// row, database errors.
+    /// Read, check, await, write, fenced by `fence`, the token of the lock held for `sku`.
+    /// The read claims the row with it, so that a holder that stalled between its read and
+    /// its write cannot write after a later holder's read.
     pub async fn sell_fenced(
         &self,
         sku: i64,
@@ -133,33 +123,14 @@ impl Inventory {
         fence: u64,
         guard: Option<&LockGuard>,
     ) -> Result<Sale, AppError> {
-        let stale = AppError::StaleFence { sku, fence };
-        let stock = match self.db.claim_and_read(sku, fence).await? {
-            Some(Fenced::Stale) => return Err(stale),
-            Some(Fenced::Done(stock)) => Some(stock),
-            None => None,
-        };
+        let stock = self.db.claim_and_read(sku, fence).await?;
         let stock = self.check_and_think(sku, stock, guard).await?;
-        let order = self.order(variant);
-        match self
-            .db
-            .write_sale_fenced(sku, stock - 1, fence, order)
-            .await?
-        {
-            Fenced::Done(order_id) => Ok(self.sale(order_id, sku, stock - 1, variant, Some(fence))),
-            Fenced::Stale => {
-                tracing::info!(sku, fence, "stale write rejected by the fencing token");
-                Err(stale)
-            }
-        }
+        let sale = self.sale(sku, stock - 1, variant);
+        Ok(self.db.write_sale_fenced(sale, fence).await?)
     }
 
-    /// The check of the read-check-write and the await before the write; last, a careful
-    /// holder checks it still holds its lock.
-    ///
-    /// # Errors
-    ///
-    /// [`AppError::NotFound`], [`AppError::SoldOut`], [`AppError::LockLost`].
+    /// The check of the read-check-write, and the await before the write; last, a careful
+    /// holder checks it still holds its lock (`guard`). Returns the stock read.
     pub async fn check_and_think(
         &self,
         sku: i64,
@@ -177,28 +148,17 @@ impl Inventory {
         }
     }
 
-    /// The order this instance takes for a purchase protected by `variant`.
-    pub fn order(&self, variant: &'static str) -> NewOrder {
-        let instance = self.config.instance.clone();
-        NewOrder { variant, instance }
-    }
-
-    /// The answer to a purchase that wrote `stock_left` and the order `order_id`.
-    pub fn sale(
-        &self,
-        order_id: i64,
-        sku: i64,
-        stock_left: i64,
-        variant: &str,
-        fence: Option<u64>,
-    ) -> Sale {
+    /// The sale this instance is about to write, protected by `variant`.
+    pub fn sale(&self, sku: i64, stock_left: i64, variant: &'static str) -> Sale {
+        let (variant, instance) = (variant.to_owned(), self.config.instance.clone());
+        let (order_id, fencing_token) = (0, None);
         Sale {
             order_id,
             sku,
             stock_left,
-            variant: variant.to_owned(),
-            instance: self.config.instance.clone(),
-            fencing_token: fence,
+            variant,
+            instance,
+            fencing_token,
         }
     }
 }
@@ -208,7 +168,7 @@ impl Inventory {
 pub async fn release(guard: LockGuard) {
     match guard.release().await {
         Ok(()) => {}
-        Err(error) if error.is_lost() => tracing::info!(%error, "lease ran out before the release"),
+        Err(error) if error.is_lost() => tracing::info!(%error, "lease ran out before release"),
         Err(error) => tracing::warn!(%error, "lock release failed"),
     }
 }

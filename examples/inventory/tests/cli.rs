@@ -36,8 +36,11 @@ fn a_port_in_use_says_so() {
         .expect("run");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("is in use"), "{stderr}");
-    assert!(stderr.contains("--port 0"), "{stderr}");
+    let addr = format!("cannot serve on 127.0.0.1:{port}");
+    assert!(
+        stderr.contains(&addr) && stderr.contains("in use"),
+        "{stderr}"
+    );
 }
 
 /// A password in `REDIS_URL` never reaches the output: the error that Redis cannot be reached

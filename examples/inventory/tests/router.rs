@@ -7,13 +7,13 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use axum::Router;
 use inventory::db::{Db, SkuStatus};
-use inventory::{app, ErrorBody, ErrorCode, Inventory, Sale, ServiceConfig};
+use inventory::{app, ErrorBody, Inventory, Sale, ServiceConfig};
 use lock_core::Locker;
 use lock_testkit::RedisServer;
 use tower::ServiceExt;
 
 /// The purchase endpoints of the service.
-const VARIANTS: [&str; 4] = ["macro", "layer", "layer-fail-fast", "fenced"];
+const VARIANTS: [&str; 3] = ["macro", "layer", "fenced"];
 
 struct TempDir(PathBuf);
 
@@ -60,12 +60,20 @@ async fn buy(app: &Router, sku: i64, variant: &str) -> Result<Sale, ErrorBody> {
 
 /// A fresh instance on a temporary database; the database too, to set stocks.
 async fn instance(redis: &RedisServer, name: &str) -> (Router, Db, TempDir) {
+    instance_with(redis, name, ServiceConfig::default()).await
+}
+
+async fn instance_with(
+    redis: &RedisServer,
+    name: &str,
+    config: ServiceConfig,
+) -> (Router, Db, TempDir) {
     let dir =
         TempDir(std::env::temp_dir().join(format!("inventory-{name}-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).expect("temp dir");
     let db = Db::open(dir.0.join("inventory.db")).expect("db");
     let locker = Locker::connect(&redis.url()).await.expect("locker");
-    let app = app(Inventory::new(locker, db.clone(), ServiceConfig::default()));
+    let app = app(Inventory::new(locker, db.clone(), config));
     (app, db, dir)
 }
 
@@ -84,8 +92,8 @@ async fn purchases_through_every_endpoint() {
     let seeded: SkuStatus = serde_json::from_str(&body).expect("status");
     assert_eq!((seeded.stock, seeded.sold), (100, 0));
 
-    restock(&db, 7, 4).await;
-    let mut stock = 4;
+    restock(&db, 7, 3).await;
+    let mut stock = 3;
     let mut fences = Vec::new();
     for variant in VARIANTS {
         let sale = buy(&app, 7, variant).await.expect("in stock");
@@ -95,18 +103,18 @@ async fn purchases_through_every_endpoint() {
         // Every write carries the lock's fencing token, larger for every later holder.
         fences.push(sale.fencing_token.expect("fenced"));
     }
-    assert!(fences.is_sorted() && fences[0] < fences[3], "{fences:?}");
+    assert!(fences.is_sorted() && fences[0] < fences[2], "{fences:?}");
     for variant in VARIANTS {
         let error = buy(&app, 7, variant).await.expect_err("sold out");
-        assert_eq!(error.error, ErrorCode::SoldOut, "{variant}");
+        assert_eq!(error.error, "sold_out", "{variant}");
     }
     let error = buy(&app, 999, "fenced").await.expect_err("no such sku");
-    assert_eq!(error.error, ErrorCode::NotFound);
+    assert_eq!(error.error, "not_found");
 
     let (status, body) = call(&app, Method::GET, "/skus/7").await;
     assert_eq!(status, StatusCode::OK);
     let status: SkuStatus = serde_json::from_str(&body).expect("status");
-    assert_eq!((status.stock, status.sold), (0, 4));
+    assert_eq!((status.stock, status.sold), (0, 3));
 
     // The lock keys are all released.
     let held: Vec<String> = redis.cmd(&["KEYS", "lock:*:lock:*"]);
@@ -114,11 +122,15 @@ async fn purchases_through_every_endpoint() {
 }
 
 /// A SKU written five ways in the path (`Path<i64>` reads each as 7) locks one key in the
-/// layer's routes: while another instance holds `inventory:7`, every spelling finds it busy.
+/// layer's route: while another instance holds `inventory:7`, every spelling finds it busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_spelling_of_a_sku_locks_the_same_key_in_the_layer_routes() {
+async fn every_spelling_of_a_sku_locks_the_same_key_in_the_layer_route() {
     let redis = RedisServer::start().expect("redis-server (apt-get install redis-server)");
-    let (app, db, _dir) = instance(&redis, "spellings").await;
+    let config = ServiceConfig {
+        wait: std::time::Duration::from_millis(50),
+        ..ServiceConfig::default()
+    };
+    let (app, db, _dir) = instance_with(&redis, "spellings", config).await;
     restock(&db, 7, 50).await;
 
     let other_instance = Locker::connect(&redis.url()).await.expect("locker");
@@ -128,7 +140,7 @@ async fn every_spelling_of_a_sku_locks_the_same_key_in_the_layer_routes() {
         .expect("lock");
     let mut sold = Vec::new();
     for spelling in ["7", "07", "+7", "%2B7", "0007"] {
-        let uri = format!("/skus/{spelling}/purchase/layer-fail-fast");
+        let uri = format!("/skus/{spelling}/purchase/layer");
         let (status, body) = call(&app, Method::POST, &uri).await;
         if status != StatusCode::CONFLICT {
             sold.push(format!("{spelling}: {status} {body}"));
@@ -157,137 +169,79 @@ async fn every_endpoint_writes_with_its_fencing_token() {
 
     for variant in VARIANTS {
         let error = buy(&app, 8, variant).await.expect_err("a stale write");
-        assert_eq!(error.error, ErrorCode::StaleFence, "{variant}");
+        assert_eq!(error.error, "stale_fence", "{variant}");
     }
     let status = db.status(8).await.expect("status").expect("sku 8");
     assert_eq!((status.stock, status.sold), (5, 0), "nothing written");
 }
 
-/// Lock failures, from the layer or a handler, answer alike and never name the key.
+/// The answers of a handler's errors: the service's own with their code, a lock failure as
+/// the layer answers it (lock-tower's status and `Retry-After`, never naming the key).
 mod responses {
     use std::time::Duration;
 
-    use axum::http::StatusCode;
+    use axum::http::{header, StatusCode};
     use axum::response::IntoResponse;
-    use inventory::error::lock_response;
-    use inventory::{AppError, ErrorBody, ErrorCode};
-    use lock_core::LockError;
-    use lock_tower::Rejection;
+    use inventory::db::DbError;
+    use inventory::AppError;
+    use lock_core::{LockError, LostReason};
 
-    /// Each rejection answers with its own code and status, a body that does not name the
-    /// lock key, and no error log for a misconfigured route (lock-tower logs that once).
-    /// Held by the tests that log through `lock_response`: tracing caches per log call site
-    /// whether a subscriber wants it, and a site first reached by one test while another
-    /// starts capturing its logs could stay disabled for the capture.
-    static LOCK_RESPONSE_LOGS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-    #[tokio::test]
-    async fn lock_rejections_answer_with_their_kind_and_without_the_key() {
-        let _serial = LOCK_RESPONSE_LOGS.lock().await;
-        let (logs, _default) = lock_testkit::LogBuffer::capture(tracing::Level::ERROR);
-
-        let key = "inventory:customer-4711";
-        let busy = || LockError::Busy {
-            key: key.into(),
-            waited: Duration::from_secs(1),
-            holder_ttl: None,
-            holder: None,
-        };
-        let cases = [
-            (
-                Rejection::from(busy()),
-                StatusCode::CONFLICT,
-                ErrorCode::Busy,
-            ),
-            (
-                Rejection::from(busy()).under_limit(),
-                StatusCode::TOO_MANY_REQUESTS,
-                ErrorCode::Full,
-            ),
-            (
-                Rejection::from(LockError::InvalidKey {
-                    key: key.into(),
-                    reason: lock_core::InvalidKeyReason::TooLong,
-                }),
-                StatusCode::BAD_REQUEST,
-                ErrorCode::InvalidKey,
-            ),
-            (
-                Rejection::MissingKey,
-                StatusCode::BAD_REQUEST,
-                ErrorCode::MissingKey,
-            ),
-            (
-                Rejection::MalformedKey,
-                StatusCode::BAD_REQUEST,
-                ErrorCode::MalformedKey,
-            ),
-            (
-                Rejection::Misconfigured,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                ErrorCode::Internal,
-            ),
-            (
-                Rejection::from(LockError::Lost {
-                    key: key.into(),
-                    reason: lock_core::LostReason::Expired,
-                }),
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorCode::LockLost,
-            ),
-        ];
-        logs.refresh();
-        for (rejection, status, code) in cases {
-            let kind = rejection.kind();
-            let response = lock_response(rejection);
-            assert_eq!(response.status(), status, "{kind}");
-            let body = axum::body::to_bytes(response.into_body(), 4096)
-                .await
-                .unwrap();
-            let body: ErrorBody = serde_json::from_slice(&body).unwrap();
-            assert_eq!(body.error, code, "{kind}");
-            assert!(!body.message.contains("customer-4711"), "{kind}: {body:?}");
-            assert!(!body.message.is_empty(), "{kind}");
-        }
-        // Only the lost lock (a 503) is logged here, once.
-        let text = logs.text();
-        assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.contains("kind=\"lost\""), "{text}");
+    async fn answer(error: AppError) -> (StatusCode, Option<String>, String) {
+        let response = error.into_response();
+        let retry = response.headers().get(header::RETRY_AFTER);
+        let retry = retry.map(|v| v.to_str().expect("ascii").to_owned());
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 4096).await;
+        let body = String::from_utf8(body.expect("body").to_vec()).expect("utf-8");
+        (status, retry, body)
     }
 
-    #[test]
-    fn lock_errors_answer_like_the_layer() {
-        let _serial = LOCK_RESPONSE_LOGS.blocking_lock();
+    #[tokio::test]
+    async fn lock_failures_answer_like_the_layer_without_the_key() {
+        let key = "inventory:customer-4711";
         let busy = AppError::Lock(LockError::Busy {
-            key: "inventory:1".into(),
+            key: key.into(),
             waited: Duration::from_secs(10),
             holder_ttl: Some(Duration::from_secs(25)),
             holder: Some("web-1:4711".into()),
-        })
-        .into_response();
-        assert_eq!(busy.status(), StatusCode::CONFLICT);
-        // Short and jittered, not the holder's 25 s lease.
-        let retry = busy.headers()[axum::http::header::RETRY_AFTER]
-            .to_str()
-            .unwrap();
-        assert!(retry == "1" || retry == "2", "{retry}");
-        let lost = AppError::Lock(LockError::Lost {
-            key: "inventory:1".into(),
-            reason: lock_core::LostReason::Expired,
         });
+        let (status, retry, body) = answer(busy).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        // Short and jittered, not the holder's 25 s lease.
+        assert!(matches!(retry.as_deref(), Some("1" | "2")), "{retry:?}");
+        assert!(!body.contains("4711"), "{body}");
+        let lost = AppError::Lock(LockError::Lost {
+            key: key.into(),
+            reason: LostReason::Expired,
+        });
+        let (status, _, body) = answer(lost).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!body.contains("4711"), "{body}");
+        let unconfigured = AppError::Lock(LockError::NotConfigured);
         assert_eq!(
-            lost.into_response().status(),
-            StatusCode::SERVICE_UNAVAILABLE
+            answer(unconfigured).await.0,
+            StatusCode::INTERNAL_SERVER_ERROR
         );
-        let unconfigured = AppError::Lock(LockError::NotConfigured).into_response();
-        assert_eq!(unconfigured.status(), StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(
-            AppError::SoldOut(1).code(),
-            (StatusCode::CONFLICT, ErrorCode::SoldOut)
-        );
-        assert_eq!(
-            AppError::StaleFence { sku: 1, fence: 7 }.code(),
-            (StatusCode::CONFLICT, ErrorCode::StaleFence)
-        );
+    }
+
+    #[tokio::test]
+    async fn the_services_errors_answer_with_their_code() {
+        let stale = AppError::Db(DbError::StaleFence { sku: 1, fence: 7 });
+        for (error, status, code) in [
+            (AppError::SoldOut(1), StatusCode::CONFLICT, "sold_out"),
+            (AppError::NotFound(1), StatusCode::NOT_FOUND, "not_found"),
+            (stale, StatusCode::CONFLICT, "stale_fence"),
+            (
+                AppError::LockLost("inventory:1".into()),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "lock_lost",
+            ),
+        ] {
+            assert_eq!(error.code(), (status, code));
+            let (answered, _, body) = answer(error).await;
+            assert_eq!(answered, status);
+            let body: inventory::ErrorBody = serde_json::from_str(&body).expect("json");
+            assert_eq!(body.error, code);
+        }
     }
 }

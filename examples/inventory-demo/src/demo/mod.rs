@@ -19,8 +19,8 @@ use tokio::task::JoinSet;
 
 use self::client::{purchase, send, HttpClient};
 pub use self::client::{Answer, ClientPurchase};
-use inventory::db::{Db, DbError, DEMO_SKU};
-use inventory::ServeArgs;
+use inventory::db::{Db, DbError};
+use inventory::{ServeArgs, ServiceConfig};
 
 use crate::chaos::ChaosPlan;
 use crate::instances::Instances;
@@ -94,6 +94,9 @@ impl DemoConfig {
         rounds
     }
 }
+
+/// The SKU every round sells (the one a new database is seeded with).
+pub const DEMO_SKU: i64 = 42;
 
 /// Where the report goes unless `--report` says otherwise (relative to the working directory,
 /// which `scripts/demo.sh` sets to the repository root).
@@ -449,7 +452,6 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let db_path = dir.0.join("inventory.db");
     let db = Db::open(&db_path)?;
 
-    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let serve = ServeArgs {
         host: std::net::Ipv4Addr::LOCALHOST.into(),
         port: 0,
@@ -457,11 +459,12 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
         redis_url,
         // Our own keys, so a shared Redis (REDIS_URL) is not disturbed.
         lock_prefix: format!("inventory-demo-{}:", std::process::id()),
-        instance: None,
-        think_ms: millis(config.think),
-        lease_ms: millis(config.lease),
-        wait_ms: 10_000,
         drain_ms: 10_000,
+        service: ServiceConfig {
+            think: config.think,
+            lease: config.lease,
+            ..ServiceConfig::default()
+        },
     };
     let instances = Instances::start(&config.exe, config.instances, &serve).await?;
     let addrs = instances.addrs();

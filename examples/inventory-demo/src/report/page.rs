@@ -8,9 +8,9 @@ use super::charts;
 use super::model::RoundView;
 use super::timeline::{self, escape, View};
 use super::ReportError;
+use crate::demo::DEMO_SKU;
 use crate::demo::{fmt_ms, Report, Row};
 use crate::Variant;
-use inventory::db::DEMO_SKU;
 
 const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: #212529; margin: 24px auto; max-width: 1140px; padding: 0 12px; }
