@@ -14,10 +14,10 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
 use inventory::db::{Db, DbError};
-use inventory::routes::{lock_layer, sell_under_layer};
+use inventory::routes::lock_layer;
 use inventory::service::{critical_section, lock_key, release};
 use inventory::{AppError, AppState, Sale};
-use lock_core::LockGuard;
+use lock_core::{LockError, LockGuard, LostReason};
 use lock_tower::HeldLock;
 use rusqlite::{OptionalExtension, TransactionBehavior};
 use tracing::field::Empty;
@@ -43,7 +43,11 @@ async fn purchase_layer_fail_fast(
     Path(sku): Path<i64>,
     lock: HeldLock,
 ) -> Result<Json<Sale>, AppError> {
-    sell_under_layer(&inventory, sku, Variant::LayerFailFast.name(), &lock).await
+    // The service's `layer` purchase: its handler is private to its router.
+    let span = critical_section(sku, None);
+    let fence = lock.fencing_token().instrument(span.clone()).await?;
+    let sold = inventory.sell_fenced(sku, Variant::LayerFailFast.name(), fence);
+    sold.instrument(span).await.map(Json)
 }
 
 async fn purchase_unlocked(
@@ -71,7 +75,9 @@ async fn purchase_locked_no_fence(
     sold.map(Json)
 }
 
-/// Read, check, await, write, with nothing to refuse a write based on a stale read.
+/// Read, check, await, write, with nothing to refuse a write based on a stale read. `guard`,
+/// when given, is checked to be still held right before the write: a stall can come after
+/// the check all the same.
 async fn sell_unfenced(
     inventory: &AppState,
     sku: i64,
@@ -79,8 +85,13 @@ async fn sell_unfenced(
     guard: Option<&LockGuard>,
 ) -> Result<Sale, AppError> {
     let stock = read_stock(&inventory.db, sku).await?;
-    let stock = inventory.check_and_think(sku, stock, guard).await?;
-    let sale = inventory.sale(sku, stock - 1, variant.name());
+    let sale = inventory
+        .check_and_think(sku, stock, variant.name())
+        .await?;
+    if let Some(guard) = guard.filter(|guard| !guard.is_held()) {
+        let (key, reason) = (guard.key().into(), LostReason::Expired);
+        return Err(AppError::Lock(LockError::Lost { key, reason }));
+    }
     Ok(write_sale(&inventory.db, sale).await?)
 }
 

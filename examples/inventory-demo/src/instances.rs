@@ -1,4 +1,4 @@
-//! Service instances as child processes: `<exe> serve --port 0 ...` (the demo's own
+//! Service instances as child processes: `<exe> serve --listen 127.0.0.1:0 ...` (the demo's own
 //! executable, [`instance`](crate::instance)), each with its own `Locker`, all on one database
 //! file and one Redis.
 
@@ -43,7 +43,7 @@ impl Instances {
         for i in 1..=count {
             let name = format!("i{i}");
             let mut args = args.clone();
-            args.port = 0;
+            args.listen.set_port(0);
             args.service.instance = name.clone();
             instances.list.push(start_one(exe, name, &args).await?);
         }
@@ -126,18 +126,17 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
 /// The arguments after `serve` that reproduce `args`, but for the Redis URL, which goes in the
 /// environment: a command line is visible to every user of the machine (`ps`).
 pub(crate) fn command_line(args: &ServeArgs) -> Vec<String> {
-    let millis = |d: std::time::Duration| d.as_millis().to_string();
+    let time = |d: std::time::Duration| humantime::format_duration(d).to_string();
     let service = &args.service;
     [
-        ("--host", args.host.to_string()),
-        ("--port", args.port.to_string()),
+        ("--listen", args.listen.to_string()),
         ("--db", args.db.display().to_string()),
         ("--lock-prefix", args.lock_prefix.clone()),
-        ("--drain-ms", args.drain_ms.to_string()),
+        ("--drain", time(args.drain)),
         ("--instance", service.instance.clone()),
-        ("--think-ms", millis(service.think)),
-        ("--wait-ms", millis(service.wait)),
-        ("--lease-ms", millis(service.lease)),
+        ("--think", time(service.think)),
+        ("--wait", time(service.wait)),
+        ("--lease", time(service.lease)),
     ]
     .into_iter()
     .flat_map(|(option, value)| [option.to_owned(), value])
@@ -155,12 +154,11 @@ mod tests {
     #[test]
     fn the_redis_url_is_not_on_a_childs_command_line() {
         let args = ServeArgs {
-            host: std::net::Ipv4Addr::LOCALHOST.into(),
-            port: 0,
+            listen: ([127, 0, 0, 1], 0).into(),
             db: "inventory.db".into(),
             redis_url: "redis://app:hunter2@db:6379/".to_owned(),
             lock_prefix: "lock:".to_owned(),
-            drain_ms: 10_000,
+            drain: std::time::Duration::from_secs(10),
             service: ServiceConfig {
                 instance: "i1".to_owned(),
                 ..ServiceConfig::default()
@@ -168,6 +166,6 @@ mod tests {
         };
         let line = command_line(&args).join(" ");
         assert!(!line.contains("hunter2"), "{line}");
-        assert!(line.contains("--instance i1 --think-ms 5"), "{line}");
+        assert!(line.contains("--instance i1 --think 5ms"), "{line}");
     }
 }

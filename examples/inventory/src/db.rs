@@ -5,7 +5,7 @@
 //! between do, so only the lock and the fencing token keep two sales of one unit apart.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
@@ -45,19 +45,19 @@ pub struct SkuStatus {
     pub sold: i64,
 }
 
-/// The database file. rusqlite is synchronous: every call runs on tokio's blocking pool, on a
-/// connection of its own (opening one is cheap next to a write; a pool is the next step).
+/// A pool of connections to the database file (closing the last one of a WAL file
+/// checkpoints it). rusqlite is synchronous: every call runs on tokio's blocking pool.
 #[derive(Debug, Clone)]
 pub struct Db {
     path: Arc<Path>,
+    idle: Arc<Mutex<Vec<Connection>>>,
 }
 
 impl Db {
     /// Opens (creating) the database at `path` in WAL mode, with its tables and SKU 42.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DbError> {
-        let db = Self {
-            path: path.as_ref().into(),
-        };
+        let (path, idle) = (path.as_ref().into(), Arc::default());
+        let db = Self { path, idle };
         let conn = db.connect()?;
         // WAL: readers do not block the writer, nor it them.
         conn.execute_batch(
@@ -79,16 +79,23 @@ impl Db {
              CREATE INDEX IF NOT EXISTS orders_by_sku ON orders (sku_id);
              INSERT OR IGNORE INTO skus (id, name, stock) VALUES (42, 'demo widget', 100);",
         )?;
+        db.idle().push(conn);
         Ok(db)
     }
 
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner) // a push or pop is atomic
+    }
+
     fn connect(&self) -> Result<Connection, DbError> {
+        if let Some(conn) = self.idle().pop() {
+            return Ok(conn);
+        }
         let conn = Connection::open(&self.path)?;
         // Writers of all instances queue on SQLite's write lock instead of failing at once.
         conn.busy_timeout(Duration::from_secs(10))?;
         // WAL with NORMAL: a power cut may lose the last commits, never corrupt the file.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")?;
         Ok(conn)
     }
 
@@ -102,7 +109,10 @@ impl Db {
         tokio::task::spawn_blocking(move || {
             // The blocking thread has no span of its own: the statements belong to the request.
             let _entered = span.enter();
-            f(&mut db.connect()?)
+            let mut conn = db.connect()?;
+            let result = f(&mut conn);
+            db.idle().push(conn);
+            result
         })
         .await?
     }
@@ -112,13 +122,11 @@ impl Db {
         let sql = "SELECT stock, (SELECT COUNT(*) FROM orders WHERE sku_id = ?1)
                    FROM skus WHERE id = ?1";
         self.call(move |conn| {
-            let status = |row: &rusqlite::Row<'_>| Ok((row.get(0)?, row.get(1)?));
-            let status = conn.query_row(sql, [sku], status).optional()?;
-            Ok(status.map(|(stock, sold)| SkuStatus {
-                id: sku,
-                stock,
-                sold,
-            }))
+            let status = conn.query_row(sql, [sku], |row| {
+                let (id, stock, sold) = (sku, row.get(0)?, row.get(1)?);
+                Ok(SkuStatus { id, stock, sold })
+            });
+            Ok(status.optional()?)
         })
         .await
     }

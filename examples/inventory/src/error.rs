@@ -11,12 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::db::DbError;
 
-/// The JSON body of the service's own errors.
+/// The JSON body of the service's own errors: what went wrong for programs
+/// ([`AppError::code`]) and for people.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)] // the summary says what each field is
 pub struct ErrorBody {
-    /// What went wrong, for programs: [`AppError::code`].
     pub error: String,
-    /// What went wrong, for people.
     pub message: String,
 }
 
@@ -30,9 +30,6 @@ pub enum AppError {
     /// The stock is 0 (`409 sold_out`).
     #[error("sku {0} is sold out")]
     SoldOut(i64),
-    /// The lock was found lost before the write (`503 lock_lost`).
-    #[error("lock `{0}` was lost before the write")]
-    LockLost(String),
     /// Taking the lock failed: answered by lock-tower's [`Rejection`].
     #[error(transparent)]
     Lock(#[from] LockError),
@@ -47,7 +44,6 @@ impl AppError {
         match self {
             Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             Self::SoldOut(_) => (StatusCode::CONFLICT, "sold_out"),
-            Self::LockLost(_) => (StatusCode::SERVICE_UNAVAILABLE, "lock_lost"),
             Self::Db(DbError::StaleFence { .. }) => (StatusCode::CONFLICT, "stale_fence"),
             Self::Lock(_) | Self::Db(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }

@@ -1,8 +1,7 @@
 //! An axum + SQLite inventory service whose purchases a Redis lock keeps apart, each write
-//! fenced by the lock's token: the service to copy. Its instances share one database file and
-//! one Redis. [`routes`]: the endpoints (macro, layer, `Locker::lock`); [`service`]: the
-//! purchase; [`db`]: the fenced SQL; [`error`]; [`metrics`]; [`server`]: settings, shutdown.
-//! The oversell demo (`scripts/demo.sh`, the `inventory-demo` crate) runs this service.
+//! fenced by the lock's token: the service to copy. [`routes`]: the endpoints (macro, layer,
+//! `Locker::lock`); [`service`]: the purchase; [`db`]: the fenced SQL; [`server`]: settings
+//! and shutdown. The oversell demo (`scripts/demo.sh`, crate `inventory-demo`) runs it.
 
 pub mod db;
 pub mod error;

@@ -1,8 +1,6 @@
-//! One instance of the inventory service, with a Redis at `REDIS_URL` (default
-//! `redis://127.0.0.1:6379/`):
-//!
+//! One instance of the inventory service, with Redis at `REDIS_URL` (`redis://127.0.0.1:6379/`):
 //! ```sh
-//! cargo run --release -p inventory -- --port 3000   # --help: every option
+//! cargo run --release -p inventory -- --listen 127.0.0.1:3000   # --help: every option
 //! curl -X POST localhost:3000/skus/42/purchase/fenced
 //! curl localhost:3000/skus/42
 //! curl localhost:3000/metrics     # the lock metrics (lock_*), Prometheus text

@@ -1,8 +1,7 @@
-//! One instance: its settings from the command line and `REDIS_URL`, and [`serve`], which runs
-//! it until asked to stop and then gives its locks back.
+//! One instance: its settings (command line, `REDIS_URL`), and [`serve`] with its shutdown.
 
 use std::future::{Future, IntoFuture};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,12 +14,9 @@ use crate::service::{AppState, Inventory, ServiceConfig};
 /// The settings of one instance (`inventory --help`).
 #[derive(Debug, Clone, clap::Parser)]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
-    pub host: IpAddr,
-    /// Port to listen on; 0 lets the system pick a free one.
-    #[arg(long, default_value_t = 3000)]
-    pub port: u16,
+    /// Address and port to listen on; port 0 lets the system pick a free one.
+    #[arg(long, default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
     /// The SQLite database file, shared by all instances (created and seeded if missing).
     #[arg(long, default_value = "inventory.db")]
     pub db: PathBuf,
@@ -30,9 +26,9 @@ pub struct ServeArgs {
     /// Prefix of the lock keys in Redis (the same for all instances).
     #[arg(long, default_value = "lock:")]
     pub lock_prefix: String,
-    /// Milliseconds that requests in flight get to finish after SIGTERM or Ctrl-C.
-    #[arg(long, default_value_t = 10_000)]
-    pub drain_ms: u64,
+    /// How long requests in flight get to finish after SIGTERM or Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub drain: Duration,
     /// The service's settings.
     #[command(flatten)]
     pub service: ServiceConfig,
@@ -54,14 +50,14 @@ pub enum ServeError {
 }
 
 /// Serves the router `make_app` builds ([`app`](crate::app)) until `stop`; prints `listening on
-/// http://<addr>` once it accepts connections. Then requests in flight get `--drain-ms` to
+/// http://<addr>` once it accepts connections. Then requests in flight get `--drain` to
 /// finish, and [`Locker::shutdown`] gives back the locks still held, at once.
 pub async fn serve(
     args: ServeArgs,
     make_app: impl FnOnce(AppState) -> Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let addr = SocketAddr::new(args.host, args.port);
+    let addr = args.listen;
     let listener = tokio::net::TcpListener::bind(addr).await;
     let listener = listener.map_err(|e| ServeError::Io(addr, e))?;
     let db = Db::open(&args.db).map_err(|e| ServeError::Db(args.db.clone(), e))?;
@@ -73,11 +69,7 @@ pub async fn serve(
         .await
         .map_err(|e| ServeError::Redis(redact_url(&args.redis_url), e))?;
     let local = listener.local_addr().map_err(|e| ServeError::Io(addr, e))?;
-    let mut config = args.service;
-    if config.instance.is_empty() {
-        config.instance = local.to_string();
-    }
-    let router = make_app(Inventory::new(locker.clone(), db, config));
+    let router = make_app(Inventory::new(locker.clone(), db, args.service));
     println!("listening on http://{local}");
     let (stopping, mut stop_asked) = tokio::sync::watch::channel(false);
     let served = axum::serve(listener, router).with_graceful_shutdown(async move {
@@ -85,7 +77,7 @@ pub async fn serve(
         let _ = stopping.send(true);
     });
     // Requests in flight get `drain` to finish; a hung one does not keep the instance up.
-    let drain = Duration::from_millis(args.drain_ms);
+    let drain = args.drain;
     let drained = async {
         let _ = stop_asked.wait_for(|asked| *asked).await;
         tokio::time::sleep(drain).await;

@@ -15,22 +15,18 @@ use crate::error::AppError;
 /// Settings of one service instance.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServiceConfig {
-    /// Name stored with the orders this instance takes [default: the listening address].
-    #[arg(long, default_value = "")]
+    /// Name stored with the orders this instance takes.
+    #[arg(long, default_value = "inventory")]
     pub instance: String,
-    /// Milliseconds between reading the stock and writing it back.
-    #[arg(long = "think-ms", value_parser = millis, default_value = "5")]
+    /// The await between reading the stock and writing it back.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5ms")]
     pub think: Duration,
-    /// Milliseconds the layer and `Locker::lock` wait for the lock (the macro: `wait = "10s"`).
-    #[arg(long = "wait-ms", value_parser = millis, default_value = "10000")]
+    /// How long the layer and `Locker::lock` wait for the lock (the macro: `wait = "10s"`).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     pub wait: Duration,
-    /// Fixed lease, in milliseconds, of the `fenced` purchase (no watchdog).
-    #[arg(long = "lease-ms", value_parser = millis, default_value = "200")]
+    /// The fixed lease of the `fenced` purchase (no watchdog).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "200ms")]
     pub lease: Duration,
-}
-
-fn millis(arg: &str) -> Result<Duration, std::num::ParseIntError> {
-    arg.parse().map(Duration::from_millis)
 }
 
 impl Default for ServiceConfig {
@@ -56,9 +52,9 @@ pub struct Inventory {
 /// What the router holds.
 pub type AppState = Arc<Inventory>;
 
-/// A purchase: its order (0 until written), the stock it left, how it was protected (the
-/// last segment of its route), who served it and the fencing token it wrote with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A purchase: its order (0 until written), the stock it left, how it was protected (its
+/// route's last segment), who served it and the fencing token it wrote with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)] // the summary names each field
 pub struct Sale {
     pub order_id: i64,
@@ -93,20 +89,19 @@ impl Inventory {
     pub async fn purchase_with_macro(&self, sku: i64) -> Result<Sale, AppError> {
         let span = critical_section(sku, None);
         let fence = fence.token().instrument(span.clone()).await?;
-        self.sell_fenced(sku, "macro", fence, None)
-            .instrument(span)
-            .await
+        self.sell_fenced(sku, "macro", fence).instrument(span).await
     }
 
-    /// `Locker::lock` with a fixed lease, checked before the write: a holder that stalls past
-    /// its lease after the check is stopped by the fencing token instead.
+    /// `Locker::lock` with a fixed lease: a holder that stalls past it cannot write over a
+    /// later holder's sale, the fencing token stops it (no `is_held()` check could: the stall
+    /// can come right after it).
     pub async fn purchase_fenced(&self, sku: i64) -> Result<Sale, AppError> {
         let lock = self.locker.lock(lock_key(sku));
         let guard = lock.wait(self.config.wait).lease(self.config.lease).await?;
         let span = critical_section(sku, Some(guard.remaining()));
         let sold = async {
             let fence = guard.fencing_token().await?;
-            self.sell_fenced(sku, "fenced", fence, Some(&guard)).await
+            self.sell_fenced(sku, "fenced", fence).await
         };
         let sold = sold.instrument(span).await;
         release(guard).await;
@@ -116,50 +111,33 @@ impl Inventory {
     /// Read, check, await, write, fenced by `fence`, the token of the lock held for `sku`.
     /// The read claims the row with it, so that a holder that stalled between its read and
     /// its write cannot write after a later holder's read.
-    pub async fn sell_fenced(
-        &self,
-        sku: i64,
-        variant: &'static str,
-        fence: u64,
-        guard: Option<&LockGuard>,
-    ) -> Result<Sale, AppError> {
+    pub async fn sell_fenced(&self, sku: i64, variant: &str, fence: u64) -> Result<Sale, AppError> {
         let stock = self.db.claim_and_read(sku, fence).await?;
-        let stock = self.check_and_think(sku, stock, guard).await?;
-        let sale = self.sale(sku, stock - 1, variant);
+        let sale = self.check_and_think(sku, stock, variant).await?;
         Ok(self.db.write_sale_fenced(sale, fence).await?)
     }
 
-    /// The check of the read-check-write, and the await before the write; last, a careful
-    /// holder checks it still holds its lock (`guard`). Returns the stock read.
+    /// The check of the read-check-write and the await before the write: the sale to write.
     pub async fn check_and_think(
         &self,
         sku: i64,
         stock: Option<i64>,
-        guard: Option<&LockGuard>,
-    ) -> Result<i64, AppError> {
+        variant: &str,
+    ) -> Result<Sale, AppError> {
         let stock = stock.ok_or(AppError::NotFound(sku))?;
         if stock <= 0 {
             return Err(AppError::SoldOut(sku));
         }
         tokio::time::sleep(self.config.think).await;
-        match guard {
-            Some(guard) if !guard.is_held() => Err(AppError::LockLost(guard.key().to_owned())),
-            _ => Ok(stock),
-        }
-    }
-
-    /// The sale this instance is about to write, protected by `variant`.
-    pub fn sale(&self, sku: i64, stock_left: i64, variant: &'static str) -> Sale {
         let (variant, instance) = (variant.to_owned(), self.config.instance.clone());
-        let (order_id, fencing_token) = (0, None);
-        Sale {
-            order_id,
+        let (stock_left, order) = (stock - 1, Sale::default());
+        Ok(Sale {
             sku,
             stock_left,
             variant,
             instance,
-            fencing_token,
-        }
+            ..order
+        })
     }
 }
 
@@ -167,8 +145,7 @@ impl Inventory {
 /// purchase: the key expired with it.
 pub async fn release(guard: LockGuard) {
     match guard.release().await {
-        Ok(()) => {}
-        Err(error) if error.is_lost() => tracing::info!(%error, "lease ran out before release"),
-        Err(error) => tracing::warn!(%error, "lock release failed"),
+        Err(error) if !error.is_lost() => tracing::warn!(%error, "lock release failed"),
+        _ => {}
     }
 }

@@ -16,11 +16,11 @@ fn help_lists_the_options() {
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
     for flag in [
-        "--port",
+        "--listen",
         "--db",
         "--redis-url",
         "--lock-prefix",
-        "--drain-ms",
+        "--drain",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
@@ -31,7 +31,7 @@ fn a_port_in_use_says_so() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").port();
     let output = inventory()
-        .args(["--port", &port.to_string()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
         .output()
         .expect("run");
     assert_eq!(output.status.code(), Some(2));
@@ -50,7 +50,7 @@ fn an_unreachable_redis_is_named_without_its_password() {
     let db = std::env::temp_dir().join(format!("inventory-no-redis-{}.db", std::process::id()));
     let output = inventory()
         .env("REDIS_URL", "redis://app:hun/ter2@127.0.0.1:1/")
-        .args(["--port", "0", "--db"])
+        .args(["--listen", "127.0.0.1:0", "--db"])
         .arg(&db)
         .output()
         .expect("run");
@@ -75,7 +75,7 @@ fn an_unreachable_redis_is_named_without_its_password() {
 
 /// A rolling restart: SIGTERM reaches an instance while a purchase holds its lock (a watchdog
 /// lock, 30 s lease, in the middle of a 5 s "think"). The instance lets requests drain for
-/// `--drain-ms`, then shuts its locker down: the lock key is gone from Redis at once, the
+/// `--drain`, then shuts its locker down: the lock key is gone from Redis at once, the
 /// process exits cleanly, and the next instance takes the key without waiting, instead of a
 /// lease later.
 #[test]
@@ -84,9 +84,9 @@ fn sigterm_gives_the_instances_locks_back_at_once() {
     let db = std::env::temp_dir().join(format!("inventory-sigterm-{}.db", std::process::id()));
     let port = lock_testkit::free_port();
     let mut instance = inventory()
-        .args(["--port", &port.to_string(), "--db"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(&db)
-        .args(["--think-ms", "5000", "--drain-ms", "200"])
+        .args(["--think", "5s", "--drain", "200ms"])
         .env("REDIS_URL", redis.url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

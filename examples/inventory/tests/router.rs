@@ -231,11 +231,6 @@ mod responses {
             (AppError::SoldOut(1), StatusCode::CONFLICT, "sold_out"),
             (AppError::NotFound(1), StatusCode::NOT_FOUND, "not_found"),
             (stale, StatusCode::CONFLICT, "stale_fence"),
-            (
-                AppError::LockLost("inventory:1".into()),
-                StatusCode::SERVICE_UNAVAILABLE,
-                "lock_lost",
-            ),
         ] {
             assert_eq!(error.code(), (status, code));
             let (answered, _, body) = answer(error).await;

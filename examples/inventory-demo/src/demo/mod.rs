@@ -453,13 +453,12 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let db = Db::open(&db_path)?;
 
     let serve = ServeArgs {
-        host: std::net::Ipv4Addr::LOCALHOST.into(),
-        port: 0,
+        listen: ([127, 0, 0, 1], 0).into(),
         db: db_path,
         redis_url,
         // Our own keys, so a shared Redis (REDIS_URL) is not disturbed.
         lock_prefix: format!("inventory-demo-{}:", std::process::id()),
-        drain_ms: 10_000,
+        drain: Duration::from_secs(10),
         service: ServiceConfig {
             think: config.think,
             lease: config.lease,
