@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs the main job: the oversell demo (examples/inventory-demo, which runs examples/inventory). Starts its own redis-server unless
-# REDIS_URL is set; arguments go to the demo (try --help, --chaos). Prints a table, writes an
-# HTML report with the timelines (target/oversell-demo.html, or --report PATH) and prints its
-# path.
+# Runs the main job: the oversell demo (examples/inventory-demo, instances of
+# examples/inventory). Starts its own redis-server unless REDIS_URL is set; arguments go to the
+# demo (try --help, --chaos). Prints a table, writes an HTML report with the timelines
+# (target/oversell-demo.html, or --report PATH) and prints its path.
 set -euo pipefail
 # A relative --report PATH is where the command was run, not the repository.
 args=()

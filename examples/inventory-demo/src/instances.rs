@@ -92,8 +92,11 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
         name: name.clone(),
         message: format!("cannot run {}: {e}", exe.display()),
     })?;
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take().expect("piped stdout");
+    let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+    let Some(stdout) = stdout else {
+        let message = "started without its standard output".to_owned();
+        return Err(DemoError::Instance { name, message });
+    };
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
     let addr = match first {

@@ -505,14 +505,14 @@ pub(crate) async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError
     }
     tokio::task::spawn_blocking(|| {
         // A free port can be taken between choosing and binding it: try another one.
-        let mut last = None;
-        for _ in 0..3 {
-            match lock_testkit::RedisServer::start() {
-                Ok(server) => return Ok(server),
-                Err(error) => last = Some(error),
+        let mut started = lock_testkit::RedisServer::start();
+        for _ in 1..3 {
+            if started.is_ok() {
+                break;
             }
+            started = lock_testkit::RedisServer::start();
         }
-        Err(DemoError::RedisStart(last.expect("three attempts")))
+        started.map_err(DemoError::RedisStart)
     })
     .await
     .map_err(|e| DemoError::RedisStart(std::io::Error::other(e)))?
@@ -564,13 +564,12 @@ async fn round(
     } else {
         ProgressBar::hidden()
     };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:<22} [{bar:32.cyan/blue}] {pos:>5}/{len} {elapsed:>3}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
+    let template = "{prefix:<22} [{bar:32.cyan/blue}] {pos:>5}/{len} {elapsed:>3}";
+    // The template is a constant: the fallback is for a future indicatif that reads it
+    // differently, not for any input.
+    let style =
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
     bar.set_prefix(label);
 
     let path = variant.path(DEMO_SKU);
