@@ -81,10 +81,11 @@ pub async fn serve(
     let drained = async {
         let _ = stop_asked.wait_for(|asked| *asked).await;
         tokio::time::sleep(drain).await;
+        tracing::warn!(?drain, "requests still running; stopping anyway");
     };
     let result = tokio::select! {
         served = served.into_future() => served.map_err(|e| ServeError::Io(addr, e)),
-        () = drained => Ok(tracing::warn!(?drain, "requests still running; stopping anyway")),
+        () = drained => Ok(()),
     };
     // The locks of requests cut short: the other instances take them now, not a lease later.
     if let Err(error) = locker.shutdown(Duration::from_secs(5)).await {

@@ -129,15 +129,10 @@ impl Inventory {
             return Err(AppError::SoldOut(sku));
         }
         tokio::time::sleep(self.config.think).await;
-        let (variant, instance) = (variant.to_owned(), self.config.instance.clone());
-        let (stock_left, order) = (stock - 1, Sale::default());
-        Ok(Sale {
-            sku,
-            stock_left,
-            variant,
-            instance,
-            ..order
-        })
+        let mut sale = Sale::default();
+        (sale.sku, sale.stock_left) = (sku, stock - 1);
+        (sale.variant, sale.instance) = (variant.to_owned(), self.config.instance.clone());
+        Ok(sale)
     }
 }
 
