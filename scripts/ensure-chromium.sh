@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium when /usr/bin/chromium is missing: the inventory tests load the
-# demo's HTML report in it (headless) to check that it renders.
+# Installs Debian's chromium when /usr/bin/chromium is missing: the inventory demo's tests load
+# its HTML report in it (headless) to check that it renders.
 set -euo pipefail
 if [ -x /usr/bin/chromium ]; then
   exit 0

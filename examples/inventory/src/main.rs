@@ -1,128 +1,28 @@
-//! The oversell demo, and the inventory service it runs.
-//!
-//! Run it from the repository root (it installs `redis-server` with apt-get if needed and
-//! starts its own on a free port):
-//!
+//! One instance of the inventory service, with Redis at `REDIS_URL` (`redis://127.0.0.1:6379/`):
 //! ```sh
-//! scripts/demo.sh                 # 3 instances, stock 100, 1,000 purchases per variant
-//! scripts/demo.sh --chaos         # also stall lock holders past their lease
-//! scripts/demo.sh --help          # every option
-//! ```
-//!
-//! It prints a table and writes an HTML report with the timelines (default
-//! `target/oversell-demo.html`, `--report PATH` to choose).
-//!
-//! or with cargo: `cargo run --release -p inventory -- --chaos`. With `REDIS_URL` set, the
-//! demo uses that Redis instead of starting one.
-//!
-//! One instance of the service on its own (SQLite file `inventory.db`; Redis from
-//! `REDIS_URL`, or a `redis-server` it starts on a free port and stops on exit):
-//!
-//! ```sh
-//! cargo run --release -p inventory -- serve --port 3000
+//! cargo run --release -p inventory -- --listen 127.0.0.1:3000   # --help: every option
 //! curl -X POST localhost:3000/skus/42/purchase/fenced
 //! curl localhost:3000/skus/42
 //! curl localhost:3000/metrics     # the lock metrics (lock_*), Prometheus text
 //! ```
 
-use std::process::ExitCode;
-
-use clap::{Parser, Subcommand};
-use inventory::demo::{self, DemoArgs};
-use inventory::server::{self, ServeArgs};
+use clap::Parser;
+use inventory::{app, serve, shutdown_signal, ServeArgs};
 use tracing_subscriber::EnvFilter;
 
-/// Shows a Redis lock stopping an oversell: starts a redis-server, a SQLite database and
-/// several instances of an inventory service, fires concurrent purchases of one SKU at them
-/// for each purchase variant, and prints what each sold.
-#[derive(Debug, Parser)]
-#[command(name = "inventory", version, args_conflicts_with_subcommands = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Option<Command>,
-    #[command(flatten)]
-    demo: DemoArgs,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Runs one instance of the inventory service (the demo starts several).
-    Serve(ServeArgs),
-}
-
 #[tokio::main]
-async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let default_log = if cli.command.is_some() {
-        "warn"
-    } else {
-        "error"
-    };
+async fn main() -> std::process::ExitCode {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_log)),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
-
-    match cli.command {
-        Some(Command::Serve(args)) => match server::serve(args).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("inventory serve: {error}");
-                ExitCode::from(2)
-            }
-        },
-        None => run_demo(cli.demo).await,
+    // For a `rediss://` REDIS_URL: the application picks rustls's crypto provider, not the kit.
+    // An error only means another one was installed first.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Err(error) = serve(ServeArgs::parse(), app, shutdown_signal()).await {
+        eprintln!("inventory: {error}");
+        return std::process::ExitCode::from(2);
     }
-}
-
-async fn run_demo(args: DemoArgs) -> ExitCode {
-    let exe = match std::env::current_exe() {
-        Ok(exe) => exe,
-        Err(error) => {
-            eprintln!("oversell demo: cannot find my own executable: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let config = args.into_config(exe);
-    let report_path = config.report.clone();
-    // Everything the demo starts lives in this future: leaving the select drops it, which
-    // kills the instances and the redis-server and removes the temporary database.
-    let result = tokio::select! {
-        result = demo::run(&config) => result,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: stopped the instances and redis-server");
-            return ExitCode::from(130);
-        }
-    };
-    match result {
-        Ok(report) => {
-            print!("{}", report.render());
-            match inventory::report::write(&report, &report_path) {
-                Ok(path) => println!("\nReport (timelines and charts): {}", path.display()),
-                Err(error) => {
-                    eprintln!("oversell demo: {error}");
-                    return ExitCode::from(2);
-                }
-            }
-            let failures = report.failures();
-            if failures.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                for row in failures {
-                    eprintln!(
-                        "FAILED: {} oversold by {} under a lock",
-                        row.label(),
-                        row.oversold()
-                    );
-                }
-                ExitCode::FAILURE
-            }
-        }
-        Err(error) => {
-            eprintln!("oversell demo: {error}");
-            ExitCode::from(2)
-        }
-    }
+    std::process::ExitCode::SUCCESS
 }

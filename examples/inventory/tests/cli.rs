@@ -1,5 +1,6 @@
-//! The binary's command line: help, a clear error without Redis, a clear error for a port in
-//! use, and `serve` stopping gracefully (its locks given back at once on SIGTERM).
+//! The binary's command line: help, clear errors for a port in use and an unreachable Redis
+//! (its password never printed), and stopping gracefully (its locks given back at once on
+//! SIGTERM).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -10,169 +11,71 @@ fn inventory() -> Command {
 }
 
 #[test]
-fn help_lists_the_demo_options_and_serve() {
+fn help_lists_the_options() {
     let output = inventory().arg("--help").output().expect("run");
     assert!(output.status.success());
     let help = String::from_utf8_lossy(&output.stdout);
     for flag in [
-        "--instances",
-        "--stock",
-        "--purchases",
-        "--concurrency",
-        "--variants",
-        "--chaos",
+        "--listen",
+        "--db",
         "--redis-url",
-        "--report",
-        "serve",
+        "--lock-prefix",
+        "--drain",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
 }
 
 #[test]
-fn without_redis_server_and_redis_url_it_says_how_to_install_it() {
-    let empty = std::env::temp_dir().join(format!("inventory-no-path-{}", std::process::id()));
-    std::fs::create_dir_all(&empty).expect("dir");
-    let output = inventory()
-        .env("PATH", &empty)
-        .env_remove("REDIS_URL")
-        .arg("--quiet")
-        .output()
-        .expect("run");
-    let _ = std::fs::remove_dir_all(&empty);
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("apt-get install redis-server"), "{stderr}");
-    assert!(stderr.contains("scripts/demo.sh"), "{stderr}");
-}
-
-#[test]
-fn serve_on_a_port_in_use_says_so() {
+fn a_port_in_use_says_so() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = taken.local_addr().expect("addr").port();
     let output = inventory()
-        .args(["serve", "--port", &port.to_string()])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
         .output()
         .expect("run");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("is in use"), "{stderr}");
-    assert!(stderr.contains("--port 0"), "{stderr}");
-}
-
-/// The README's single-instance command, `inventory serve --port ..`, works without a Redis on
-/// 6379 and without `REDIS_URL`: it starts a redis-server of its own and stops it on exit.
-#[test]
-fn serve_without_redis_url_starts_its_own_redis_server() {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::process::Stdio;
-
-    let dir = std::env::temp_dir().join(format!("inventory-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let mut child = inventory()
-        .env_remove("REDIS_URL")
-        .args(["serve", "--port", "0", "--watch-stdin", "--db"])
-        .arg(dir.join("inventory.db"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("first line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_owned();
-
-    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
-    stream
-        .write_all(
-            b"POST /skus/42/purchase/macro HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-        )
-        .expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-
-    // The instance serves its own lock metrics, which counted that purchase's lock.
-    let mut stream = std::net::TcpStream::connect(&addr).expect("connect");
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-        .expect("request");
-    let mut metrics = String::new();
-    stream.read_to_string(&mut metrics).expect("response");
-    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    let addr = format!("cannot serve on 127.0.0.1:{port}");
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("lock_acquisitions_total{")
-                && l.contains("outcome=\"acquired\"")
-                && l.ends_with(" 1")),
-        "{metrics}"
+        stderr.contains(&addr) && stderr.contains("in use"),
+        "{stderr}"
     );
-
-    drop(child.stdin.take()); // --watch-stdin: the instance exits, and its redis-server with it
-    let status = child.wait().expect("wait");
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut stderr)
-        .expect("stderr");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(status.success(), "{status}: {stderr}");
-    assert!(stderr.contains("started redis-server on :"), "{stderr}");
 }
 
 /// A password in `REDIS_URL` never reaches the output: the error that Redis cannot be reached
 /// names the URL redacted.
 #[test]
-fn the_redis_password_is_never_printed() {
+fn an_unreachable_redis_is_named_without_its_password() {
+    let db = std::env::temp_dir().join(format!("inventory-no-redis-{}.db", std::process::id()));
     let output = inventory()
         .env("REDIS_URL", "redis://app:hun/ter2@127.0.0.1:1/")
-        .arg("--quiet")
+        .args(["--listen", "127.0.0.1:0", "--db"])
+        .arg(&db)
         .output()
         .expect("run");
-    assert!(!output.status.success());
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    assert_eq!(output.status.code(), Some(2));
     let printed = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(printed.contains("cannot reach Redis at"), "{printed}");
+    assert!(
+        printed.contains("cannot reach Redis at redis://app:***@127.0.0.1:1/"),
+        "{printed}"
+    );
     assert!(
         !printed.contains("ter2"),
         "the password was printed: {printed}"
-    );
-    assert!(
-        printed.contains("redis://app:***@127.0.0.1:1/"),
-        "{printed}"
-    );
-}
-
-/// The `serve` children get the Redis URL in their environment, never on their command line
-/// (which `ps` shows to every user of the machine).
-#[test]
-fn the_redis_url_is_not_on_a_childs_command_line() {
-    let args = inventory::server::ServeArgs {
-        redis_url: Some("redis://app:hunter2@db:6379/".to_owned()),
-        ..inventory::server::ServeArgs::default()
-    };
-    let line = args.to_args().join(" ");
-    assert!(!line.contains("hunter2"), "{line}");
-    assert_eq!(
-        args.redis_url_env(),
-        Some(("REDIS_URL", "redis://app:hunter2@db:6379/"))
     );
 }
 
 /// A rolling restart: SIGTERM reaches an instance while a purchase holds its lock (a watchdog
 /// lock, 30 s lease, in the middle of a 5 s "think"). The instance lets requests drain for
-/// `--drain-ms`, then shuts its locker down: the lock key is gone from Redis at once, the
+/// `--drain`, then shuts its locker down: the lock key is gone from Redis at once, the
 /// process exits cleanly, and the next instance takes the key without waiting, instead of a
 /// lease later.
 #[test]
@@ -181,9 +84,9 @@ fn sigterm_gives_the_instances_locks_back_at_once() {
     let db = std::env::temp_dir().join(format!("inventory-sigterm-{}.db", std::process::id()));
     let port = lock_testkit::free_port();
     let mut instance = inventory()
-        .args(["serve", "--port", &port.to_string(), "--db"])
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--db"])
         .arg(&db)
-        .args(["--think-ms", "5000", "--drain-ms", "200"])
+        .args(["--think", "5s", "--drain", "200ms"])
         .env("REDIS_URL", redis.url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -248,7 +151,7 @@ fn sigterm_gives_the_instances_locks_back_at_once() {
         guard.release().await.expect("release");
     });
     lock_testkit::figure(&format!(
-        "inventory serve: lock key gone {freed:?} after SIGTERM (drain 200 ms, think 5 s, lease 30 s)"
+        "inventory: lock key gone {freed:?} after SIGTERM (drain 200 ms, think 5 s, lease 30 s)"
     ));
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{header, Method, Request, StatusCode};
 use axum::Router;
 use inventory::db::Db;
-use inventory::{app, Inventory, ServiceConfig, Variant};
+use inventory::{app, Inventory, ServiceConfig};
 use lock_core::Locker;
 use lock_testkit::RedisServer;
 use tower::ServiceExt;
@@ -79,7 +79,7 @@ async fn a_purchase_shows_in_the_lock_metrics() {
     );
 
     // The demo SKU is seeded: the macro variant takes `inventory:42`.
-    let (status, _, body) = call(&app, Method::POST, &Variant::Macro.path(42)).await;
+    let (status, _, body) = call(&app, Method::POST, "/skus/42/purchase/macro").await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
     let (status, _, after) = call(&app, Method::GET, "/metrics").await;

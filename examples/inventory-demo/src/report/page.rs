@@ -8,7 +8,7 @@ use super::charts;
 use super::model::RoundView;
 use super::timeline::{self, escape, View};
 use super::ReportError;
-use crate::db::DEMO_SKU;
+use crate::demo::DEMO_SKU;
 use crate::demo::{fmt_ms, Report, Row};
 use crate::Variant;
 
@@ -64,7 +64,7 @@ fn protection(variant: Variant) -> &'static str {
     match variant {
         Variant::Unlocked => "Nothing protects the read-check-write: the bug.",
         Variant::Macro => {
-            "<code>#[distributed_lock(key = \"inventory:&lt;sku&gt;\", wait = \"10s\")]</code> on the service method."
+            "<code>#[distributed_lock(key = \"inventory:&lt;sku&gt;\", wait = \"10s\", fence = fence)]</code> on the service method; the write carries the fencing token."
         }
         Variant::Layer => {
             "The route behind <code>DistributedLockLayer</code>, waiting up to 10 s for the lock."

@@ -10,8 +10,9 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 
-use crate::service::{ErrorBody, ErrorCode};
-use crate::trace::{now_ns, PURCHASE_HEADER};
+use inventory::ErrorBody;
+
+use crate::recorder::{now_ns, PURCHASE_HEADER};
 
 /// The demo's HTTP client.
 pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
@@ -112,11 +113,14 @@ fn classify(reply: &Reply) -> (Answer, Option<String>) {
     if status == StatusCode::OK {
         return (Answer::Sold, None);
     }
+    // The lock was busy: lock-tower's answer, with when to come back.
+    if status == StatusCode::CONFLICT && reply.retry_after.is_some() {
+        return (Answer::Busy, None);
+    }
     match serde_json::from_str::<ErrorBody>(&reply.body) {
-        Ok(ErrorBody { error, message }) => match error {
-            ErrorCode::SoldOut => (Answer::SoldOut, None),
-            ErrorCode::Busy => (Answer::Busy, None),
-            ErrorCode::StaleFence => (Answer::Stale, None),
+        Ok(ErrorBody { error, message }) => match error.as_str() {
+            "sold_out" => (Answer::SoldOut, None),
+            "stale_fence" => (Answer::Stale, None),
             _ => (Answer::Failed, Some(format!("{status}: {message}"))),
         },
         Err(_) => (
@@ -201,8 +205,11 @@ mod tests {
     #[test]
     fn answers_are_sorted_by_their_error_code() {
         assert_eq!(classify(&reply(200, "{}")).0, Answer::Sold);
-        let busy = r#"{"error":"busy","message":"locked"}"#;
-        assert_eq!(classify(&reply(409, busy)).0, Answer::Busy);
+        let busy = Reply {
+            retry_after: Some(1),
+            ..reply(409, "inventory:42 is locked")
+        };
+        assert_eq!(classify(&busy).0, Answer::Busy);
         let stale = r#"{"error":"stale_fence","message":"stale"}"#;
         assert_eq!(classify(&reply(409, stale)).0, Answer::Stale);
         let lost = r#"{"error":"lock_lost","message":"lost"}"#;

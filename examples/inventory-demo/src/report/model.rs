@@ -5,7 +5,7 @@
 //! simulated. Times are nanoseconds since the round started.
 
 use crate::demo::{Answer, Row};
-use crate::trace::{Attempt, Span};
+use crate::recorder::{Attempt, Span};
 
 /// One purchase attempt that got as far as the stock and either wrote it or was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

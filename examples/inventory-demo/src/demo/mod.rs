@@ -19,17 +19,18 @@ use tokio::task::JoinSet;
 
 use self::client::{purchase, send, HttpClient};
 pub use self::client::{Answer, ClientPurchase};
-use crate::db::{Db, DbError, DEMO_SKU};
+use inventory::db::{Db, DbError};
+use inventory::{ServeArgs, ServiceConfig};
+
+use crate::chaos::ChaosPlan;
 use crate::instances::Instances;
-use crate::server::ServeArgs;
-use crate::service::ChaosPlan;
-use crate::trace::{now_ns, Attempt};
+use crate::recorder::{now_ns, Attempt};
 use crate::Variant;
 
 /// What the demo does.
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
-    /// The `inventory` executable, started once per instance with `serve`.
+    /// The `inventory-demo` executable, started once per instance with `serve`.
     pub exe: PathBuf,
     /// Number of service instances.
     pub instances: usize,
@@ -93,6 +94,9 @@ impl DemoConfig {
         rounds
     }
 }
+
+/// The SKU every round sells (the one a new database is seeded with).
+pub const DEMO_SKU: i64 = 42;
 
 /// Where the report goes unless `--report` says otherwise (relative to the working directory,
 /// which `scripts/demo.sh` sets to the repository root).
@@ -449,13 +453,17 @@ pub async fn run(config: &DemoConfig) -> Result<Report, DemoError> {
     let db = Db::open(&db_path)?;
 
     let serve = ServeArgs {
+        listen: ([127, 0, 0, 1], 0).into(),
         db: db_path,
-        redis_url: Some(redis_url),
+        redis_url,
         // Our own keys, so a shared Redis (REDIS_URL) is not disturbed.
         lock_prefix: format!("inventory-demo-{}:", std::process::id()),
-        think_ms: u64::try_from(config.think.as_millis()).unwrap_or(u64::MAX),
-        lease_ms: u64::try_from(config.lease.as_millis()).unwrap_or(u64::MAX),
-        ..ServeArgs::default()
+        drain: Duration::from_secs(10),
+        service: ServiceConfig {
+            think: config.think,
+            lease: config.lease,
+            ..ServiceConfig::default()
+        },
     };
     let instances = Instances::start(&config.exe, config.instances, &serve).await?;
     let addrs = instances.addrs();
@@ -490,21 +498,21 @@ pub(crate) fn redis_reason(error: &LockError) -> String {
     }
 }
 
-/// Starts a `redis-server` on a free port (the demo's, and `serve`'s without a URL).
+/// Starts a `redis-server` on a free port.
 pub(crate) async fn start_redis() -> Result<lock_testkit::RedisServer, DemoError> {
     if !lock_testkit::redis_available() {
         return Err(DemoError::NoRedis);
     }
     tokio::task::spawn_blocking(|| {
         // A free port can be taken between choosing and binding it: try another one.
-        let mut last = None;
-        for _ in 0..3 {
-            match lock_testkit::RedisServer::start() {
-                Ok(server) => return Ok(server),
-                Err(error) => last = Some(error),
+        let mut started = lock_testkit::RedisServer::start();
+        for _ in 1..3 {
+            if started.is_ok() {
+                break;
             }
+            started = lock_testkit::RedisServer::start();
         }
-        Err(DemoError::RedisStart(last.expect("three attempts")))
+        started.map_err(DemoError::RedisStart)
     })
     .await
     .map_err(|e| DemoError::RedisStart(std::io::Error::other(e)))?
@@ -518,11 +526,7 @@ async fn round(
     variant: Variant,
     chaos: bool,
 ) -> Result<Row, DemoError> {
-    let reset_db = db.clone();
-    let stock = config.stock;
-    tokio::task::spawn_blocking(move || reset_db.reset_blocking(DEMO_SKU, "demo widget", stock))
-        .await
-        .map_err(DbError::from)??;
+    reset(db, DEMO_SKU, config.stock).await?;
     for &addr in addrs {
         let body = if chaos {
             serde_json::to_vec(&config.chaos_plan)
@@ -560,13 +564,12 @@ async fn round(
     } else {
         ProgressBar::hidden()
     };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{prefix:<22} [{bar:32.cyan/blue}] {pos:>5}/{len} {elapsed:>3}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
+    let template = "{prefix:<22} [{bar:32.cyan/blue}] {pos:>5}/{len} {elapsed:>3}";
+    // The template is a constant: the fallback is for a future indicatif that reads it
+    // differently, not for any input.
+    let style =
+        ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
     bar.set_prefix(label);
 
     let path = variant.path(DEMO_SKU);
@@ -630,10 +633,9 @@ async fn round(
         eprintln!();
     }
 
-    let status_db = db.clone();
-    let status = tokio::task::spawn_blocking(move || status_db.status_blocking(DEMO_SKU))
-        .await
-        .map_err(DbError::from)??
+    let status = db
+        .status(DEMO_SKU)
+        .await?
         .ok_or_else(|| DemoError::Config(format!("SKU {DEMO_SKU} vanished from the database")))?;
     if i64::try_from(sold_ok).ok() != Some(status.sold) {
         tracing::warn!(
@@ -669,6 +671,23 @@ async fn round(
             attempts,
         },
     })
+}
+
+/// Sets the stock of `sku`, forgets its fencing token and deletes its orders: a fresh start for
+/// one round.
+async fn reset(db: &Db, sku: i64, stock: i64) -> Result<(), DbError> {
+    db.call(move |conn| {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        tx.execute("DELETE FROM orders WHERE sku_id = ?1", [sku])?;
+        tx.execute(
+            "INSERT INTO skus (id, name, stock, last_fence) VALUES (?1, 'demo widget', ?2, 0)
+             ON CONFLICT (id) DO UPDATE SET stock = ?2, last_fence = 0",
+            (sku, stock),
+        )?;
+        tx.commit()?;
+        Ok(())
+    })
+    .await
 }
 
 /// The attempts an instance recorded in the round.

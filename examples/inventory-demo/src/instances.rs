@@ -1,5 +1,6 @@
-//! Service instances as child processes: `<exe> serve --port 0 ...`, each with its own
-//! `Locker`, all on one database file and one Redis.
+//! Service instances as child processes: `<exe> serve --listen 127.0.0.1:0 ...` (the demo's own
+//! executable, [`instance`](crate::instance)), each with its own `Locker`, all on one database
+//! file and one Redis.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -9,8 +10,9 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 
+use inventory::ServeArgs;
+
 use crate::demo::DemoError;
-use crate::server::ServeArgs;
 
 /// One running instance.
 #[derive(Debug)]
@@ -41,9 +43,8 @@ impl Instances {
         for i in 1..=count {
             let name = format!("i{i}");
             let mut args = args.clone();
-            args.port = 0;
-            args.instance = Some(name.clone());
-            args.watch_stdin = true;
+            args.listen.set_port(0);
+            args.service.instance = name.clone();
             instances.list.push(start_one(exe, name, &args).await?);
         }
         Ok(instances)
@@ -74,16 +75,15 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
     let mut command = Command::new(exe);
     command
         .arg("serve")
-        .args(args.to_args())
+        .args(command_line(args))
+        .arg("--watch-stdin")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
-        // Only the URL chosen here, never one inherited by accident.
-        .env_remove("REDIS_URL");
-    if let Some((name, url)) = args.redis_url_env() {
-        command.env(name, url);
-    }
+        // A command line is visible to every user of the machine (`ps`); the URL may carry a
+        // password.
+        .env("REDIS_URL", &args.redis_url);
     if std::env::var_os("RUST_LOG").is_none() {
         // Keep the progress bar clean; RUST_LOG=info shows what the instances do.
         command.env("RUST_LOG", "error");
@@ -92,8 +92,11 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
         name: name.clone(),
         message: format!("cannot run {}: {e}", exe.display()),
     })?;
-    let stdin = child.stdin.take();
-    let stdout = child.stdout.take().expect("piped stdout");
+    let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+    let Some(stdout) = stdout else {
+        let message = "started without its standard output".to_owned();
+        return Err(DemoError::Instance { name, message });
+    };
     let mut lines = BufReader::new(stdout).lines();
     let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
     let addr = match first {
@@ -121,4 +124,51 @@ async fn start_one(exe: &Path, name: String, args: &ServeArgs) -> Result<Instanc
         child,
         stdin,
     })
+}
+
+/// The arguments after `serve` that reproduce `args`, but for the Redis URL, which goes in the
+/// environment: a command line is visible to every user of the machine (`ps`).
+pub(crate) fn command_line(args: &ServeArgs) -> Vec<String> {
+    let time = |d: std::time::Duration| humantime::format_duration(d).to_string();
+    let service = &args.service;
+    [
+        ("--listen", args.listen.to_string()),
+        ("--db", args.db.display().to_string()),
+        ("--lock-prefix", args.lock_prefix.clone()),
+        ("--drain", time(args.drain)),
+        ("--instance", service.instance.clone()),
+        ("--think", time(service.think)),
+        ("--wait", time(service.wait)),
+        ("--lease", time(service.lease)),
+    ]
+    .into_iter()
+    .flat_map(|(option, value)| [option.to_owned(), value])
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use inventory::ServiceConfig;
+
+    use super::*;
+
+    /// The `serve` children get the Redis URL in their environment, never on their command
+    /// line.
+    #[test]
+    fn the_redis_url_is_not_on_a_childs_command_line() {
+        let args = ServeArgs {
+            listen: ([127, 0, 0, 1], 0).into(),
+            db: "inventory.db".into(),
+            redis_url: "redis://app:hunter2@db:6379/".to_owned(),
+            lock_prefix: "lock:".to_owned(),
+            drain: std::time::Duration::from_secs(10),
+            service: ServiceConfig {
+                instance: "i1".to_owned(),
+                ..ServiceConfig::default()
+            },
+        };
+        let line = command_line(&args).join(" ");
+        assert!(!line.contains("hunter2"), "{line}");
+        assert!(line.contains("--instance i1 --think 5ms"), "{line}");
+    }
 }

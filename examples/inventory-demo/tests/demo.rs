@@ -11,8 +11,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use inventory::demo::{self, DemoConfig, Report, Row};
-use inventory::Variant;
+use inventory_demo::demo::{self, DemoConfig, Report, Row};
+use inventory_demo::Variant;
 
 struct Run {
     report: Report,
@@ -24,7 +24,7 @@ struct Run {
 fn run() -> &'static Run {
     static RUN: OnceLock<Run> = OnceLock::new();
     RUN.get_or_init(|| {
-        let mut config = DemoConfig::new(env!("CARGO_BIN_EXE_inventory"));
+        let mut config = DemoConfig::new(env!("CARGO_BIN_EXE_inventory-demo"));
         config.instances = 2;
         config.stock = 20;
         config.purchases = 200;
@@ -45,7 +45,8 @@ fn run() -> &'static Run {
         let report = runtime.block_on(demo::run(&config)).expect("the demo runs");
         println!("{}", report.render());
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-report");
-        let path = inventory::report::write(&report, &dir.join("report.html")).expect("report");
+        let path =
+            inventory_demo::report::write(&report, &dir.join("report.html")).expect("report");
         let html = std::fs::read_to_string(&path).expect("read the report");
         Run { report, html, path }
     })
