@@ -14,7 +14,7 @@ use tracing::{Instrument, Span};
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
-use crate::held::{Grant, HeldLock, LeaseMode, Terms};
+use crate::held::{Grant, Hold, LeaseMode, Terms};
 use crate::holder::{self, StoredKind};
 use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::limits;
@@ -271,7 +271,7 @@ struct Seen {
 
 /// Where an acquire may take over a lock a local holder hands over, and what it takes.
 struct Handoff<'a> {
-    slot: &'a SlotRef<HeldLock>,
+    slot: &'a SlotRef<Hold>,
     mode: LeaseMode,
     permits: u32,
 }
@@ -384,7 +384,7 @@ impl Acquire {
             mode,
             max_hold,
         };
-        let held = HeldLock::new(
+        let held = Hold::new(
             inner.next_id(),
             self.key.clone(),
             terms,
@@ -398,9 +398,9 @@ impl Acquire {
 
     /// The local slot this acquire lines up in; `Err` with the answer when there is nothing to
     /// acquire: a nested guard of a lock the task holds, or a refusal.
-    fn slot(&self, owner: Owner) -> Result<SlotRef<HeldLock>, Result<LockGuard, LockError>> {
+    fn slot(&self, owner: Owner) -> Result<SlotRef<Hold>, Result<LockGuard, LockError>> {
         let local = &self.locker.inner.local;
-        let guard = |reentered: Result<Arc<HeldLock>, LockError>| {
+        let guard = |reentered: Result<Arc<Hold>, LockError>| {
             reentered.map(|held| LockGuard::new(local.clone(), held))
         };
         if self.locker.inner.store.is_redlock() {
@@ -476,7 +476,7 @@ impl Acquire {
     /// lock over. A semaphore has an order of its own ([`permits_in_order`](Self::permits_in_order)).
     async fn local_then_in_redis(
         &self,
-        slot: &SlotRef<HeldLock>,
+        slot: &SlotRef<Hold>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
@@ -514,7 +514,7 @@ impl Acquire {
     /// handed-over permit (those are for the waiters).
     async fn permits_in_order(
         &self,
-        slot: &SlotRef<HeldLock>,
+        slot: &SlotRef<Hold>,
         limit: u32,
         mode: LeaseMode,
         when: When,
@@ -550,7 +550,7 @@ impl Acquire {
 
     /// The local holder of `slot`, if one holds it (for a `Busy` answer): how long it still
     /// holds, and its name, this locker's.
-    fn local_holder(&self, slot: &SlotRef<HeldLock>) -> Seen {
+    fn local_holder(&self, slot: &SlotRef<Hold>) -> Seen {
         slot.holder()
             .upgrade()
             .map_or_else(Seen::default, |h| Seen {
@@ -573,7 +573,7 @@ impl Acquire {
 
     /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
     /// they get their turn.
-    async fn yield_to_others(&self, slot: &SlotRef<HeldLock>, when: When) {
+    async fn yield_to_others(&self, slot: &SlotRef<Hold>, when: When) {
         if let Some(until) = slot.yield_until() {
             let until = when.deadline.map_or(until, |d| d.min(until));
             tokio::time::sleep_until(until).await;
@@ -589,7 +589,7 @@ impl Acquire {
     /// given back when it ends), and the grant is renewed every half lease meanwhile.
     async fn in_line_then_local(
         &self,
-        slot: &SlotRef<HeldLock>,
+        slot: &SlotRef<Hold>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
@@ -982,7 +982,7 @@ async fn queue_for(
     queue: &Arc<Semaphore>,
     places: u32,
     when: When,
-    slot: Option<&SlotRef<HeldLock>>,
+    slot: Option<&SlotRef<Hold>>,
 ) -> Option<OwnedSemaphorePermit> {
     if when.try_once {
         return queue.clone().try_acquire_many_owned(places).ok();

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use crate::error::{LockError, LostReason};
-use crate::held::HeldLock;
+use crate::held::Hold;
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 
@@ -28,7 +28,7 @@ use crate::metrics::{self, Operation};
 /// ```
 pub struct Fence {
     local: Arc<LocalLocks>,
-    held: Arc<HeldLock>,
+    held: Arc<Hold>,
 }
 
 impl std::fmt::Debug for Fence {
@@ -53,7 +53,7 @@ impl Drop for Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<Hold>) -> Self {
         held.count_fence(true);
         Self { local, held }
     }

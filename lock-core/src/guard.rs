@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::backend_error::BackendError;
 use crate::error::{DurationSetting, LockError, LostReason};
 use crate::fence::Fence;
-use crate::held::HeldLock;
+use crate::held::Hold;
 use crate::limits;
 use crate::local::{Leave, LocalLocks};
 use crate::metrics::{self, Operation};
@@ -40,7 +40,7 @@ use crate::watch::LockWatch;
 pub struct LockGuard {
     /// The owner of the lock's life: leaving, finishing, renewals.
     local: Arc<LocalLocks>,
-    held: Arc<HeldLock>,
+    held: Arc<Hold>,
     released: bool,
 }
 
@@ -56,7 +56,7 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(local: Arc<LocalLocks>, held: Arc<Hold>) -> Self {
         Self {
             local,
             held,

@@ -1,7 +1,7 @@
-//! [`HeldLock`]: the shared state of one held lock: what Redis granted (the token), its fencing
+//! [`Hold`]: the shared state of one held lock: what Redis granted (the token), its fencing
 //! token once issued, the nesting depth, the validity clock, the lost signal and the local queue
 //! place. Every
-//! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `HeldLock`.
+//! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `Hold`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
@@ -57,7 +57,7 @@ pub(crate) struct Terms {
 }
 
 #[derive(Debug)]
-pub(crate) struct HeldLock {
+pub(crate) struct Hold {
     id: u64,
     key: String,
     grant: Grant,
@@ -115,7 +115,7 @@ fn confirmed_until(sent_at: Instant, lease: Duration) -> Instant {
     sent_at + lease.saturating_sub(safety_margin(lease))
 }
 
-impl HeldLock {
+impl Hold {
     pub(crate) fn new(
         id: u64,
         key: String,
@@ -477,16 +477,16 @@ mod tests {
     use super::*;
     use crate::slot::Slots;
 
-    fn held(slots: &Slots<HeldLock>, lease: Duration, sent_at: Instant) -> HeldLock {
+    fn held(slots: &Slots<Hold>, lease: Duration, sent_at: Instant) -> Hold {
         held_at_most(slots, lease, sent_at, None)
     }
 
     fn held_at_most(
-        slots: &Slots<HeldLock>,
+        slots: &Slots<Hold>,
         lease: Duration,
         sent_at: Instant,
         max_hold: Option<Duration>,
-    ) -> HeldLock {
+    ) -> Hold {
         let slot = slots.get("k");
         let permit = slot.queue.clone().try_acquire_owned().unwrap();
         let terms = Terms {
@@ -500,7 +500,7 @@ mod tests {
             sent_at,
             handed_over: None,
         };
-        HeldLock::new(1, "k".into(), terms, grant, slot, permit)
+        Hold::new(1, "k".into(), terms, grant, slot, permit)
     }
 
     #[tokio::test(start_paused = true)]

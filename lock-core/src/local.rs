@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{LockError, LostReason};
-use crate::held::{Grant, HeldLock, LeaseMode};
+use crate::held::{Grant, Hold, LeaseMode};
 use crate::in_flight::InFlight;
 use crate::key::Access;
 use crate::metrics::{self, ReleaseOutcome};
@@ -55,19 +55,19 @@ fn reader_slot_name(key: &str, owner: Owner) -> String {
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
     /// The mutexes (and write locks), one slot per key.
-    slots: Slots<HeldLock>,
+    slots: Slots<Hold>,
     /// The fair locks, one slot per key: apart from the mutexes' although they are the same
     /// Redis lock, since a fair acquire takes its local place after the Redis grant and a
     /// mutex before it. Sharing one place, a mutex waiter holding it and waiting in Redis and
     /// a fair waiter granted in Redis and waiting for it would wait for each other.
-    fairs: Slots<HeldLock>,
+    fairs: Slots<Hold>,
     /// The read locks, one slot per key and task (readers do not queue behind each other).
-    readers: Slots<HeldLock>,
+    readers: Slots<Hold>,
     /// The semaphores, one slot per key and permit count, whose queue has that many places.
-    semaphores: Slots<HeldLock>,
+    semaphores: Slots<Hold>,
     /// The held locks (outermost guard not yet left) by Redis token. The watchdog renews these;
     /// a local handoff passes the token on, so an answer in flight reaches the new holder.
-    held: Mutex<HashMap<String, Arc<HeldLock>>>,
+    held: Mutex<HashMap<String, Arc<Hold>>>,
     pub(crate) store: Arc<Store>,
     pub(crate) releaser: Releaser,
     /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
@@ -146,7 +146,7 @@ impl LocalLocks {
     /// Locks whose outermost guard is leaving already are left to that guard's release.
     /// Returns the errors of the releases that failed (those keys end with their lease).
     pub(crate) async fn give_back_all(&self) -> Vec<LockError> {
-        let records: Vec<Arc<HeldLock>> = self.held.lock().values().cloned().collect();
+        let records: Vec<Arc<Hold>> = self.held.lock().values().cloned().collect();
         let releases =
             records
                 .into_iter()
@@ -181,24 +181,24 @@ impl LocalLocks {
     }
 
     /// The slot of `key`, created if needed.
-    pub(crate) fn slot(&self, key: &str) -> SlotRef<HeldLock> {
+    pub(crate) fn slot(&self, key: &str) -> SlotRef<Hold> {
         self.slots.get(key)
     }
 
     /// The fair-lock slot of `key`, created if needed.
-    pub(crate) fn fair_slot(&self, key: &str) -> SlotRef<HeldLock> {
+    pub(crate) fn fair_slot(&self, key: &str) -> SlotRef<Hold> {
         self.fairs.get(key)
     }
 
     /// The read-lock slot of `key` for `owner`, created if needed.
-    pub(crate) fn reader_slot(&self, key: &str, owner: Owner) -> SlotRef<HeldLock> {
+    pub(crate) fn reader_slot(&self, key: &str, owner: Owner) -> SlotRef<Hold> {
         self.readers.get(&reader_slot_name(key, owner))
     }
 
     /// The slot of the semaphore `key` of `limit` permits, created if needed. Its queue has
     /// `limit` places; callers that count another limit get a slot of their own (Redis
     /// enforces each caller's count).
-    pub(crate) fn semaphore_slot(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
+    pub(crate) fn semaphore_slot(&self, key: &str, limit: u32) -> SlotRef<Hold> {
         self.semaphores
             .get_sized(&format!("{limit}\0{key}"), limit as usize)
     }
@@ -207,7 +207,7 @@ impl LocalLocks {
     /// one task of this process at a time, in arrival order; its holder is the first local
     /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
     /// turn: it does not wait).
-    pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<HeldLock> {
+    pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<Hold> {
         self.semaphores.get(&format!("turn\0{limit}\0{key}"))
     }
 
@@ -248,9 +248,9 @@ impl LocalLocks {
     /// be in use (see "Reentrancy" in the crate docs).
     pub(crate) fn reenter(
         &self,
-        slot: &Slot<HeldLock>,
+        slot: &Slot<Hold>,
         owner: Owner,
-    ) -> Option<Result<Arc<HeldLock>, LockError>> {
+    ) -> Option<Result<Arc<Hold>, LockError>> {
         let holder = slot.holder();
         let held = holder.upgrade().filter(|h| h.reentrant_for(owner))?;
         if held.is_lost() {
@@ -267,7 +267,7 @@ impl LocalLocks {
         &self,
         key: &str,
         owner: Owner,
-    ) -> Option<Result<Arc<HeldLock>, LockError>> {
+    ) -> Option<Result<Arc<Hold>, LockError>> {
         [&self.slots, &self.fairs]
             .into_iter()
             .filter_map(|slots| slots.find(key))
@@ -276,7 +276,7 @@ impl LocalLocks {
 
     /// Registers a lock Redis granted (or a local handoff passed on): its slot names it as the
     /// local holder, and its token's record is renewed from now on (for a watchdog lock).
-    pub(crate) fn register(&self, held: HeldLock) -> Arc<HeldLock> {
+    pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
         let held = Arc::new(held);
         *held.slot().holder() = Arc::downgrade(&held);
         metrics::held(held.keys().access);
@@ -288,7 +288,7 @@ impl LocalLocks {
 
     /// Gives up one guard's share of the lock; with the outermost one the lock stops being
     /// reentrant and renewed, and the caller must [`finish`](Self::finish) it.
-    pub(crate) fn leave(&self, held: &Arc<HeldLock>) -> Leave {
+    pub(crate) fn leave(&self, held: &Arc<Hold>) -> Leave {
         let mut holder = held.slot().holder();
         if !held.unnest() {
             return Leave::Nested;
@@ -308,7 +308,7 @@ impl LocalLocks {
     }
 
     /// Removes `held`'s record by token, unless the token has passed on to another holder.
-    fn unregister(&self, held: &Arc<HeldLock>) {
+    fn unregister(&self, held: &Arc<Hold>) {
         let mut records = self.held.lock();
         if records
             .get(held.token())
@@ -324,7 +324,7 @@ impl LocalLocks {
     /// release deleted the key while it was still ours). Runs again from the start when an
     /// interrupted call is finished in the background: every step before the last Redis
     /// answer leaves nothing behind.
-    pub(crate) async fn finish(&self, held: &Arc<HeldLock>) -> Result<(), LockError> {
+    pub(crate) async fn finish(&self, held: &Arc<Hold>) -> Result<(), LockError> {
         let _working = self.in_flight.enter();
         if let Some(lease) = self.may_hand_over(held) {
             match self.confirm(held, lease).await {
@@ -353,7 +353,7 @@ impl LocalLocks {
 
     /// [`finish`](Self::finish) from a guard's `Drop` (which cannot await): the background
     /// releaser runs it. Never blocks, never panics, with or without a runtime.
-    pub(crate) fn finish_in_background(self: &Arc<Self>, held: Arc<HeldLock>) {
+    pub(crate) fn finish_in_background(self: &Arc<Self>, held: Arc<Hold>) {
         self.releaser.send(ReleaseJob::Finish {
             local: self.clone(),
             held,
@@ -364,7 +364,7 @@ impl LocalLocks {
     /// answered, the background releaser runs it again from the start.
     pub(crate) async fn finish_cancel_safe(
         self: &Arc<Self>,
-        held: &Arc<HeldLock>,
+        held: &Arc<Hold>,
     ) -> Result<(), LockError> {
         let mut on_drop = ReleaseOnDrop::new(&self.releaser, (self.clone(), held.clone()));
         on_drop.arm();
@@ -379,7 +379,7 @@ impl LocalLocks {
     /// a streak under [`MAX_STREAK`] (then the lock goes back through Redis, where waiters of
     /// other lockers get their turn), no [`Fence`](crate::Fence) handle alive (it could still
     /// ask for a token under this Redis token after the next holder did), not known lost.
-    fn may_hand_over(&self, held: &HeldLock) -> Option<Duration> {
+    fn may_hand_over(&self, held: &Hold) -> Option<Duration> {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return None;
         };
@@ -401,7 +401,7 @@ impl LocalLocks {
     /// Asks Redis whether `held`'s token still holds its lock, renewing the lease (never
     /// shortening it) in the same step: a lock is handed over only on what Redis says after
     /// its last holder left its section, never on the local clock alone.
-    async fn confirm(&self, held: &HeldLock, lease: Duration) -> Confirmation {
+    async fn confirm(&self, held: &Hold, lease: Duration) -> Confirmation {
         let sent_at = Instant::now();
         let pair = [(held.keys(), held.token())];
         let answer = self
@@ -436,7 +436,7 @@ impl LocalLocks {
     /// later than this holder's, so it is larger). Returns whether it did (a semaphore's slot
     /// keeps one baton at a time); a lock nobody picks up within [`PICKUP`] is released in
     /// Redis.
-    fn hand_over(&self, held: &Arc<HeldLock>, valid_until: Instant) -> bool {
+    fn hand_over(&self, held: &Arc<Hold>, valid_until: Instant) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
@@ -478,7 +478,7 @@ impl LocalLocks {
     /// for a watchdog acquire (`Ok`), or the baton back when it does not fit (a fixed-lease
     /// acquire, or too little validity left), for the caller to release in Redis.
     pub(crate) fn take_over(
-        slot: &SlotRef<HeldLock>,
+        slot: &SlotRef<Hold>,
         mode: LeaseMode,
         permits: u32,
     ) -> Option<Result<Grant, Baton>> {
@@ -512,7 +512,7 @@ impl LocalLocks {
     /// After the Redis release of a left lock: the slot learns whether other lockers wait
     /// (`None`: the release failed, so nobody was told), and the local queue place is given
     /// back to the next local acquirer.
-    pub(crate) fn settle(held: &HeldLock, others_waiting: Option<bool>) {
+    pub(crate) fn settle(held: &Hold, others_waiting: Option<bool>) {
         if let Some(others_waiting) = others_waiting {
             held.slot().released(others_waiting);
         }
@@ -521,8 +521,8 @@ impl LocalLocks {
 
     /// The records the watchdog should renew now, by lease; records found lost by their clock
     /// are marked so and dropped.
-    pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<HeldLock>>> {
-        let mut due: HashMap<Duration, Vec<Arc<HeldLock>>> = HashMap::new();
+    pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<Hold>>> {
+        let mut due: HashMap<Duration, Vec<Arc<Hold>>> = HashMap::new();
         self.held.lock().retain(|_, held| {
             if held.is_lost() {
                 // Marks it lost, with the reason the clock gives, if nothing did yet.
@@ -552,7 +552,7 @@ impl LocalLocks {
     /// next local acquirer goes to Redis instead of entering a lock another holder has.
     pub(crate) fn renewed(
         &self,
-        renewed: &HeldLock,
+        renewed: &Hold,
         sent_at: Instant,
         lease: Duration,
         answer: Renewal,

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::error::{LockError, LostReason};
-use crate::held::HeldLock;
+use crate::held::Hold;
 use crate::in_flight::{InFlight, Working};
 use crate::key::{RedisKeys, ShownKey};
 use crate::local::LocalLocks;
@@ -29,7 +29,7 @@ pub(crate) enum ReleaseJob {
     /// it (see [`LocalLocks::finish`]).
     Finish {
         local: Arc<LocalLocks>,
-        held: Arc<HeldLock>,
+        held: Arc<Hold>,
     },
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
     /// out or cancelled command still runs on the server): delete the lock if it holds it.
@@ -60,7 +60,7 @@ impl Releaser {
 /// when this release deleted the key while it was still ours; `Lost` when it had been lost before (its
 /// key, if it holds someone else's token, is left untouched). Runs in a `lock.release` span
 /// (key, outcome) inside the lock's `lock.hold` span, and ends the latter with the outcome.
-pub(crate) async fn release_held(store: &Store, held: &HeldLock) -> Released {
+pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
     let hold = held.take_hold_span();
     // Disabled spans cost no formatting: the key is only rendered for a subscriber that wants
     // the span.
@@ -101,7 +101,7 @@ pub(crate) struct Released {
 }
 
 /// The release in Redis and its logs.
-async fn release_in_redis(store: &Store, held: &HeldLock) -> Released {
+async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     // Includes the confirmed lease having run out. A lock the shutdown marked lost (to stop
     // its holder before the key goes) is still ours until Redis says otherwise.
     let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
@@ -143,7 +143,7 @@ pub(crate) trait Pending {
 }
 
 /// A held lock whose outermost guard is being finished.
-impl Pending for (Arc<LocalLocks>, Arc<HeldLock>) {
+impl Pending for (Arc<LocalLocks>, Arc<Hold>) {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Finish {
             local: self.0.clone(),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::{LockError, LostReason};
-use crate::held::HeldLock;
+use crate::held::Hold;
 
 /// A handle that watches one acquisition: is it still held, and why was it lost. Made by
 /// [`LockGuard::watch`](crate::LockGuard::watch); cheap to clone, `Send + Sync`, and it only
@@ -16,7 +16,7 @@ use crate::held::HeldLock;
 /// [`Fence`](crate::Fence) does.
 #[derive(Clone)]
 pub struct LockWatch {
-    held: Arc<HeldLock>,
+    held: Arc<Hold>,
 }
 
 impl std::fmt::Debug for LockWatch {
@@ -29,7 +29,7 @@ impl std::fmt::Debug for LockWatch {
 }
 
 impl LockWatch {
-    pub(crate) fn new(held: Arc<HeldLock>) -> Self {
+    pub(crate) fn new(held: Arc<Hold>) -> Self {
         Self { held }
     }
 

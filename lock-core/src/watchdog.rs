@@ -6,7 +6,7 @@
 //! costs one round trip however many locks are held. Each answer goes to whoever holds its
 //! token when it arrives (see [`LocalLocks::renewed`]): a lock whose renewal reports another
 //! owner (or no key) is marked lost at once; when renewals fail (Redis unreachable), the lock
-//! turns lost by itself when its last confirmed lease runs out (see `HeldLock::lost`). A lock
+//! turns lost by itself when its last confirmed lease runs out (see `Hold::lost`). A lock
 //! with a `max_hold` is renewed only up to it (the last renewals are cut), so its key ends in
 //! Redis when the hold does. A renewal never shortens a lease (an explicit
 //! extension longer than the watchdog's lease stays).

@@ -498,7 +498,7 @@ impl Step<'_> {
         }
     }
 
-    /// `HeldLock::give_back_place` (once).
+    /// `Hold::give_back_place` (once).
     fn give_back_place(&mut self, task: TaskId) {
         let process = self.process(task);
         if process.place == Some(task) {
@@ -668,7 +668,7 @@ impl Step<'_> {
             .retain(|&record| record != (token, task));
     }
 
-    /// `HeldLock::mark_lost`: marked, and the local place given back at once.
+    /// `Hold::mark_lost`: marked, and the local place given back at once.
     fn mark_lost(&mut self, task: TaskId) {
         if let Phase::Inside(hold) | Phase::Releasing(hold, _) = self.phase(task) {
             hold.lost = true;

@@ -303,7 +303,7 @@ pub struct Attempt {
     pub ghosts: Ghosts,
 }
 
-/// A held lock (`HeldLock`).
+/// A held lock (`Hold`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Hold {
     /// The Redis token.
@@ -332,7 +332,7 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// `HeldLock::is_lost`: marked lost, or the validity ran out.
+    /// `Hold::is_lost`: marked lost, or the validity ran out.
     pub fn is_lost(&self, now: Tick) -> bool {
         self.lost || now >= self.valid_until
     }
@@ -342,7 +342,7 @@ impl Hold {
         !self.is_lost(now)
     }
 
-    /// `HeldLock::confirm`: Redis renewed `lease` for a command sent at `sent_at`.
+    /// `Hold::confirm`: Redis renewed `lease` for a command sent at `sent_at`.
     pub fn confirm(&mut self, sent_at: Tick, lease: Tick, margin: Tick) {
         if self.extended_at.is_some_and(|at| sent_at < at) {
             return;
@@ -350,7 +350,7 @@ impl Hold {
         self.valid_until = self.valid_until.max(sent_at + lease - margin);
     }
 
-    /// `HeldLock::confirm_extension`.
+    /// `Hold::confirm_extension`.
     pub fn confirm_extension(&mut self, sent_at: Tick, by: Tick, margin: Tick) {
         if self.extended_at.is_some_and(|at| sent_at < at) {
             return;
@@ -458,7 +458,7 @@ pub enum Job {
 pub struct Process {
     /// The slot's local queue (`queue_for` waiters), first come first served.
     pub queue: Vec<TaskId>,
-    /// The task (its `HeldLock`) that has the slot's one place.
+    /// The task (its `Hold`) that has the slot's one place.
     pub place: Option<TaskId>,
     /// `LocalLocks::held`: the records by token the watchdog renews, and their holder.
     pub records: Vec<(Token, TaskId)>,
