@@ -19,11 +19,11 @@ use crate::holder::{self, StoredKind};
 use crate::key::{self, Access, RedisKeys, ShownKey};
 use crate::limits;
 use crate::local::LocalLocks;
+use crate::local_key::LocalKeyRef;
 use crate::locker::Locker;
 use crate::metrics;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop, Waiting};
-use crate::slot::SlotRef;
 use crate::store::{AcquireArgs, NewLease, Outcome, Renewal};
 use crate::waiters::Subscription;
 use crate::with_lock::OnLost;
@@ -271,7 +271,7 @@ struct Seen {
 
 /// Where an acquire may take over a lock a local holder hands over, and what it takes.
 struct Handoff<'a> {
-    slot: &'a SlotRef<Hold>,
+    local_key: &'a LocalKeyRef<Hold>,
     mode: LeaseMode,
     permits: u32,
 }
@@ -362,8 +362,8 @@ impl Acquire {
         };
         // Captured at first poll, inside the task that awaits the acquire.
         let owner = Owner::current();
-        let slot = match self.slot(owner) {
-            Ok(slot) => slot,
+        let local_key = match self.local_key(owner) {
+            Ok(local_key) => local_key,
             Err(Ok(guard)) => {
                 *reentered = true;
                 return Ok(guard);
@@ -376,8 +376,8 @@ impl Acquire {
         };
         metric.waiting();
         let (permit, grant) = match self.access {
-            Access::Fair => self.in_line_then_local(&slot, mode, when).await?,
-            _ => self.local_then_in_redis(&slot, mode, when).await?,
+            Access::Fair => self.in_line_then_local(&local_key, mode, when).await?,
+            _ => self.local_then_in_redis(&local_key, mode, when).await?,
         };
         let terms = Terms {
             owner,
@@ -389,16 +389,16 @@ impl Acquire {
             self.key.clone(),
             terms,
             grant,
-            slot,
+            local_key,
             permit,
         );
         let held = inner.local.register(held);
         Ok(LockGuard::new(self.locker.inner.local.clone(), held))
     }
 
-    /// The local slot this acquire lines up in; `Err` with the answer when there is nothing to
+    /// The local key this acquire lines up in; `Err` with the answer when there is nothing to
     /// acquire: a nested guard of a lock the task holds, or a refusal.
-    fn slot(&self, owner: Owner) -> Result<SlotRef<Hold>, Result<LockGuard, LockError>> {
+    fn local_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Result<LockGuard, LockError>> {
         let local = &self.locker.inner.local;
         let guard = |reentered: Result<Arc<Hold>, LockError>| {
             reentered.map(|held| LockGuard::new(local.clone(), held))
@@ -426,8 +426,8 @@ impl Acquire {
                     return Err(guard(reentered));
                 }
                 Ok(match self.access {
-                    Access::Fair => local.fair_slot(&self.key),
-                    _ => local.slot(&self.key),
+                    Access::Fair => local.fair_key(&self.key),
+                    _ => local.local_key(&self.key),
                 })
             }
             Access::Shared => {
@@ -435,12 +435,12 @@ impl Acquire {
                 if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
                     return Err(guard(reentered));
                 }
-                // Readers do not exclude each other: each task has a slot of its own, for
+                // Readers do not exclude each other: each task has a local key of its own, for
                 // reentrancy.
-                let slot = local.reader_slot(&self.key, owner);
-                match local.reenter(&slot, owner) {
+                let local_key = local.reader_key(&self.key, owner);
+                match local.reenter(&local_key, owner) {
                     Some(reentered) => Err(guard(reentered)),
-                    None => Ok(slot),
+                    None => Ok(local_key),
                 }
             }
             Access::Permits { limit } => {
@@ -454,7 +454,7 @@ impl Acquire {
                 // A local queue with the semaphore's permits: at most that many tasks of this
                 // process contend in Redis, the others line up here first come, first served.
                 // Permits are not reentrant.
-                Ok(local.semaphore_slot(&self.key, limit))
+                Ok(local.semaphore_key(&self.key, limit))
             }
         }
     }
@@ -476,19 +476,19 @@ impl Acquire {
     /// lock over. A semaphore has an order of its own ([`permits_in_order`](Self::permits_in_order)).
     async fn local_then_in_redis(
         &self,
-        slot: &SlotRef<Hold>,
+        local_key: &LocalKeyRef<Hold>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
         if let Access::Permits { limit } = self.access {
-            return self.permits_in_order(slot, limit, mode, when).await;
+            return self.permits_in_order(local_key, limit, mode, when).await;
         }
-        let permit = queue_for(&slot.queue, self.permits, when, Some(slot)).await;
+        let permit = queue_for(&local_key.queue, self.permits, when, Some(local_key)).await;
         let Some(permit) = permit else {
-            return Err(self.busy(when.started, self.local_holder(slot)));
+            return Err(self.busy(when.started, self.local_holder(local_key)));
         };
         let handoff = Handoff {
-            slot,
+            local_key,
             mode,
             permits: self.permits,
         };
@@ -496,7 +496,7 @@ impl Acquire {
         if let Some(grant) = self.take_handed_over(&handoff).await {
             return Ok((permit, grant));
         }
-        self.yield_to_others(slot, when).await;
+        self.yield_to_others(local_key, when).await;
         let grant = self
             .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
             .await?;
@@ -514,13 +514,13 @@ impl Acquire {
     /// handed-over permit (those are for the waiters).
     async fn permits_in_order(
         &self,
-        slot: &SlotRef<Hold>,
+        local_key: &LocalKeyRef<Hold>,
         limit: u32,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
-        let _waiting = (!when.try_once).then(|| slot.queued());
-        let Some(place) = queue_for(&slot.queue, self.permits, when, None).await else {
+        let _waiting = (!when.try_once).then(|| local_key.queued());
+        let Some(place) = queue_for(&local_key.queue, self.permits, when, None).await else {
             return Err(self.busy(when.started, Seen::default()));
         };
         if when.try_once {
@@ -534,24 +534,25 @@ impl Acquire {
             return Err(self.busy(when.started, Seen::default()));
         };
         let handoff = Handoff {
-            slot,
+            local_key,
             mode,
             permits: self.permits,
         };
         if let Some(grant) = self.take_handed_over(&handoff).await {
             return Ok((place, grant));
         }
-        self.yield_to_others(slot, when).await;
+        self.yield_to_others(local_key, when).await;
         let grant = self
             .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff))
             .await?;
         Ok((place, grant))
     }
 
-    /// The local holder of `slot`, if one holds it (for a `Busy` answer): how long it still
+    /// The local holder of `local_key`, if one holds it (for a `Busy` answer): how long it still
     /// holds, and its name, this locker's.
-    fn local_holder(&self, slot: &SlotRef<Hold>) -> Seen {
-        slot.holder()
+    fn local_holder(&self, local_key: &LocalKeyRef<Hold>) -> Seen {
+        local_key
+            .holder()
             .upgrade()
             .map_or_else(Seen::default, |h| Seen {
                 ttl: Some(h.valid_until().saturating_duration_since(Instant::now())),
@@ -559,10 +560,10 @@ impl Acquire {
             })
     }
 
-    /// The lock the last local holder handed over, if one waits in the slot and fits this
+    /// The lock the last local holder handed over, if one waits in the local key and fits this
     /// acquire; one that does not fit goes back to Redis first.
     async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
-        match LocalLocks::take_over(handoff.slot, handoff.mode, handoff.permits)? {
+        match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
             Ok(grant) => Some(grant),
             Err(baton) => {
                 self.give_back(&baton.keys, baton.token).await;
@@ -573,8 +574,8 @@ impl Acquire {
 
     /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
     /// they get their turn.
-    async fn yield_to_others(&self, slot: &SlotRef<Hold>, when: When) {
-        if let Some(until) = slot.yield_until() {
+    async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) {
+        if let Some(until) = local_key.yield_until() {
             let until = when.deadline.map_or(until, |d| d.min(until));
             tokio::time::sleep_until(until).await;
         }
@@ -582,14 +583,14 @@ impl Acquire {
 
     /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
     /// first would let a task of this process that came later take its place in Redis before
-    /// an earlier one elsewhere); the local place, the fair slot's (a mutex waiter of the key
+    /// an earlier one elsewhere); the local place, the fair local key's (a mutex waiter of the key
     /// holds its own place while it waits in Redis), is taken once Redis granted the lock. It
     /// is free then, or about to be: the previous local holder gives it back right after its
     /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
     /// given back when it ends), and the grant is renewed every half lease meanwhile.
     async fn in_line_then_local(
         &self,
-        slot: &SlotRef<Hold>,
+        local_key: &LocalKeyRef<Hold>,
         mode: LeaseMode,
         when: When,
     ) -> Result<(OwnedSemaphorePermit, Grant), LockError> {
@@ -606,7 +607,7 @@ impl Acquire {
         let permit = loop {
             let renew_at = grant.sent_at + lease / 2;
             let until = when.deadline.map_or(renew_at, |d| d.min(renew_at));
-            let queued = slot.queue.clone().acquire_owned();
+            let queued = local_key.queue.clone().acquire_owned();
             if let Ok(permit) = tokio::time::timeout_at(until, queued).await {
                 break permit;
             }
@@ -764,8 +765,8 @@ impl Acquire {
                 // still wakes us.
                 n.as_mut().enable();
             }
-            // Likewise for a local handoff, registered before the slot is looked at.
-            let mut handed = handoff.map(|h| Box::pin(h.slot.handed.notified()));
+            // Likewise for a local handoff, registered before the local key is looked at.
+            let mut handed = handoff.map(|h| Box::pin(h.local_key.handed.notified()));
             if let Some(h) = handed.as_mut() {
                 h.as_mut().enable();
             }
@@ -976,18 +977,18 @@ impl Acquire {
 }
 
 /// `places` places of a local `queue`, first come first served, by `when`'s deadline (at
-/// once for a zero wait); counted as queued in `slot` meanwhile, when given (the local
+/// once for a zero wait); counted as queued in `local_key` meanwhile, when given (the local
 /// handoff looks at it). `None` when the wait ran out.
 async fn queue_for(
     queue: &Arc<Semaphore>,
     places: u32,
     when: When,
-    slot: Option<&SlotRef<Hold>>,
+    local_key: Option<&LocalKeyRef<Hold>>,
 ) -> Option<OwnedSemaphorePermit> {
     if when.try_once {
         return queue.clone().try_acquire_many_owned(places).ok();
     }
-    let _queued = slot.map(|slot| slot.queued());
+    let _queued = local_key.map(|local_key| local_key.queued());
     let queued = queue.clone().acquire_many_owned(places);
     match when.deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),

@@ -14,8 +14,8 @@ use tokio::time::Instant;
 use crate::error::{LockError, LostReason};
 use crate::key::{RedisKeys, ShownKey};
 use crate::limits::MIN_LEASE;
+use crate::local_key::LocalKeyRef;
 use crate::owner::Owner;
-use crate::slot::SlotRef;
 use crate::store::Gone;
 
 /// How a held lock's lease is kept.
@@ -89,8 +89,8 @@ pub(crate) struct Hold {
     ended: AtomicBool,
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
-    /// Keeps the key's slot registered while the lock lives.
-    slot: SlotRef<Self>,
+    /// Keeps its local key registered while the lock lives.
+    local_key: LocalKeyRef<Self>,
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
     /// subscriber wants it (nothing is stored then).
     hold_span: Mutex<Option<tracing::Span>>,
@@ -121,7 +121,7 @@ impl Hold {
         key: String,
         terms: Terms,
         grant: Grant,
-        slot: SlotRef<Self>,
+        local_key: LocalKeyRef<Self>,
         permit: OwnedSemaphorePermit,
     ) -> Self {
         let until = match grant.handed_over {
@@ -146,7 +146,7 @@ impl Hold {
             lost_signal: Notify::new(),
             ended: AtomicBool::new(false),
             permit: Mutex::new(Some(permit)),
-            slot,
+            local_key,
             hold_span: Mutex::new(None),
         }
     }
@@ -211,20 +211,20 @@ impl Hold {
         self.terms.mode
     }
 
-    pub(crate) fn slot(&self) -> &SlotRef<Self> {
-        &self.slot
+    pub(crate) fn local_key(&self) -> &LocalKeyRef<Self> {
+        &self.local_key
     }
 
     pub(crate) fn depth(&self) -> usize {
         self.depth.load(Ordering::Acquire)
     }
 
-    /// One more nested guard (under the slot's holder lock).
+    /// One more nested guard (under the local key's holder lock).
     pub(crate) fn nest(&self) {
         self.depth.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// One guard fewer (under the slot's holder lock); `true` when it was the outermost.
+    /// One guard fewer (under the local key's holder lock); `true` when it was the outermost.
     pub(crate) fn unnest(&self) -> bool {
         self.depth.fetch_sub(1, Ordering::AcqRel) == 1
     }
@@ -475,20 +475,20 @@ impl Hold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slot::Slots;
+    use crate::local_key::LocalKeys;
 
-    fn held(slots: &Slots<Hold>, lease: Duration, sent_at: Instant) -> Hold {
-        held_at_most(slots, lease, sent_at, None)
+    fn held(local_keys: &LocalKeys<Hold>, lease: Duration, sent_at: Instant) -> Hold {
+        held_at_most(local_keys, lease, sent_at, None)
     }
 
     fn held_at_most(
-        slots: &Slots<Hold>,
+        local_keys: &LocalKeys<Hold>,
         lease: Duration,
         sent_at: Instant,
         max_hold: Option<Duration>,
     ) -> Hold {
-        let slot = slots.get("k");
-        let permit = slot.queue.clone().try_acquire_owned().unwrap();
+        let local_key = local_keys.get("k");
+        let permit = local_key.queue.clone().try_acquire_owned().unwrap();
         let terms = Terms {
             owner: Owner::current(),
             mode: LeaseMode::Watchdog(lease),
@@ -500,15 +500,15 @@ mod tests {
             sent_at,
             handed_over: None,
         };
-        Hold::new(1, "k".into(), terms, grant, slot, permit)
+        Hold::new(1, "k".into(), terms, grant, local_key, permit)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_sent_before_a_shortening_extension_does_not_undo_it() {
-        let slots = Slots::default();
+        let local_keys = LocalKeys::default();
         let lease = Duration::from_secs(30);
         let t0 = Instant::now();
-        let held = held(&slots, lease, t0);
+        let held = held(&local_keys, lease, t0);
         // The watchdog sends a renewal at t0 + 1 s; the user shortens the lease to 2 s at
         // t0 + 2 s; the extension's answer arrives first, the renewal's answer after it.
         let renewal_sent = t0 + Duration::from_secs(1);
@@ -537,9 +537,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_loss_is_explained_by_what_redis_found_and_by_the_clock() {
-        let slots = Slots::default();
+        let local_keys = LocalKeys::default();
         let lease = Duration::from_secs(30);
-        let held = held(&slots, lease, Instant::now());
+        let held = held(&local_keys, lease, Instant::now());
         tokio::time::advance(Duration::from_secs(5)).await;
         let absent = |uptime: Option<u64>| Gone::Absent {
             uptime: uptime.map(Duration::from_secs),
@@ -566,10 +566,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lock_past_its_max_hold_is_lost_for_that_reason() {
-        let slots = Slots::default();
+        let local_keys = LocalKeys::default();
         let lease = Duration::from_secs(3);
         let max = Duration::from_secs(10);
-        let held = held_at_most(&slots, lease, Instant::now(), Some(max));
+        let held = held_at_most(&local_keys, lease, Instant::now(), Some(max));
         tokio::time::advance(Duration::from_secs(2)).await;
         held.confirm(Instant::now(), lease);
         assert!(held.wants_renewal(Instant::now()).is_some());
@@ -582,15 +582,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_lock_gives_back_its_local_place() {
-        let slots = Slots::default();
-        let held = held(&slots, Duration::from_secs(30), Instant::now());
-        assert_eq!(held.slot().queue.available_permits(), 0);
+        let local_keys = LocalKeys::default();
+        let held = held(&local_keys, Duration::from_secs(30), Instant::now());
+        assert_eq!(held.local_key().queue.available_permits(), 0);
         held.mark_lost(LostReason::Deleted);
-        assert_eq!(held.slot().queue.available_permits(), 1);
+        assert_eq!(held.local_key().queue.available_permits(), 1);
         // The first reason stays.
         held.mark_lost(LostReason::Expired);
         assert_eq!(held.lost_reason(), Some(LostReason::Deleted));
         held.give_back_place();
-        assert_eq!(held.slot().queue.available_permits(), 1);
+        assert_eq!(held.local_key().queue.available_permits(), 1);
     }
 }

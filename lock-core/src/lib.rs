@@ -362,6 +362,7 @@ mod inspect;
 mod key;
 mod limits;
 mod local;
+mod local_key;
 mod locker;
 pub mod metrics;
 mod multi;
@@ -370,7 +371,6 @@ mod release;
 mod scripts;
 mod semaphore;
 mod skip;
-mod slot;
 mod store;
 mod template;
 #[cfg(feature = "tls")]

@@ -1,5 +1,5 @@
 //! [`LocalLocks`]: the one owner of a held lock's life in this process, from the grant to the
-//! last word on it. It registers a lock Redis granted (the key's slot names it as holder, the
+//! last word on it. It registers a lock Redis granted (its local key names it as holder, the
 //! records by token are what the watchdog renews), hands out nested guards to its owner
 //! (reentry) and takes them back (leaving), and finishes a left lock on one path whether its
 //! guard was released or dropped: handed over to the next local acquirer once Redis confirmed
@@ -9,7 +9,7 @@
 //! Guards and fences hold an `Arc` of it (not the whole `Locker`): the store, the background
 //! releaser and the fencing settings are all a held lock needs.
 //!
-//! Reentry and leaving both run under the slot's holder lock, so a nested acquire can never
+//! Reentry and leaving both run under the local key's holder lock, so a nested acquire can never
 //! join a lock whose outermost guard is leaving.
 
 use std::collections::HashMap;
@@ -26,10 +26,10 @@ use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::in_flight::InFlight;
 use crate::key::Access;
+use crate::local_key::{Baton, LocalKey, LocalKeyRef, LocalKeys};
 use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
-use crate::slot::{Baton, Slot, SlotRef, Slots};
 use crate::store::{NewLease, Renewal, Store};
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
@@ -46,25 +46,25 @@ fn worth_handing_over(valid_until: Instant, lease: Duration) -> bool {
 /// once) before it is released in Redis after all.
 const PICKUP: Duration = Duration::from_millis(5);
 
-/// The name of a read-lock slot: the owner and the key (a NUL cannot start a Debug form).
-fn reader_slot_name(key: &str, owner: Owner) -> String {
+/// The name of a read-lock local key: the owner and the key (a NUL cannot start a Debug form).
+fn reader_key_name(key: &str, owner: Owner) -> String {
     format!("{owner:?}\0{key}")
 }
 
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
-    /// The mutexes (and write locks), one slot per key.
-    slots: Slots<Hold>,
-    /// The fair locks, one slot per key: apart from the mutexes' although they are the same
+    /// The mutexes (and write locks), one local key per key.
+    local_keys: LocalKeys<Hold>,
+    /// The fair locks, one local key per key: apart from the mutexes' although they are the same
     /// Redis lock, since a fair acquire takes its local place after the Redis grant and a
     /// mutex before it. Sharing one place, a mutex waiter holding it and waiting in Redis and
     /// a fair waiter granted in Redis and waiting for it would wait for each other.
-    fairs: Slots<Hold>,
-    /// The read locks, one slot per key and task (readers do not queue behind each other).
-    readers: Slots<Hold>,
-    /// The semaphores, one slot per key and permit count, whose queue has that many places.
-    semaphores: Slots<Hold>,
+    fairs: LocalKeys<Hold>,
+    /// The read locks, one local key per key and task (readers do not queue behind each other).
+    readers: LocalKeys<Hold>,
+    /// The semaphores, one local key per key and permit count, whose queue has that many places.
+    semaphores: LocalKeys<Hold>,
     /// The held locks (outermost guard not yet left) by Redis token. The watchdog renews these;
     /// a local handoff passes the token on, so an answer in flight reaches the new holder.
     held: Mutex<HashMap<String, Arc<Hold>>>,
@@ -111,10 +111,10 @@ impl LocalLocks {
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            slots: Slots::default(),
-            fairs: Slots::default(),
-            readers: Slots::default(),
-            semaphores: Slots::default(),
+            local_keys: LocalKeys::default(),
+            fairs: LocalKeys::default(),
+            readers: LocalKeys::default(),
+            semaphores: LocalKeys::default(),
             held: Mutex::new(HashMap::new()),
             store,
             releaser,
@@ -160,7 +160,7 @@ impl LocalLocks {
                         held.mark_lost(LostReason::Shutdown);
                     }
                     {
-                        let mut holder = held.slot().holder();
+                        let mut holder = held.local_key().holder();
                         if std::ptr::eq(holder.as_ptr(), Arc::as_ptr(&held)) {
                             *holder = Weak::new();
                         }
@@ -180,25 +180,25 @@ impl LocalLocks {
         join_all(releases).await.into_iter().flatten().collect()
     }
 
-    /// The slot of `key`, created if needed.
-    pub(crate) fn slot(&self, key: &str) -> SlotRef<Hold> {
-        self.slots.get(key)
+    /// The local key of `key`, created if needed.
+    pub(crate) fn local_key(&self, key: &str) -> LocalKeyRef<Hold> {
+        self.local_keys.get(key)
     }
 
-    /// The fair-lock slot of `key`, created if needed.
-    pub(crate) fn fair_slot(&self, key: &str) -> SlotRef<Hold> {
+    /// The fair-lock local key of `key`, created if needed.
+    pub(crate) fn fair_key(&self, key: &str) -> LocalKeyRef<Hold> {
         self.fairs.get(key)
     }
 
-    /// The read-lock slot of `key` for `owner`, created if needed.
-    pub(crate) fn reader_slot(&self, key: &str, owner: Owner) -> SlotRef<Hold> {
-        self.readers.get(&reader_slot_name(key, owner))
+    /// The read-lock local key of `key` for `owner`, created if needed.
+    pub(crate) fn reader_key(&self, key: &str, owner: Owner) -> LocalKeyRef<Hold> {
+        self.readers.get(&reader_key_name(key, owner))
     }
 
-    /// The slot of the semaphore `key` of `limit` permits, created if needed. Its queue has
-    /// `limit` places; callers that count another limit get a slot of their own (Redis
+    /// The local key of the semaphore `key` of `limit` permits, created if needed. Its queue has
+    /// `limit` places; callers that count another limit get a local key of their own (Redis
     /// enforces each caller's count).
-    pub(crate) fn semaphore_slot(&self, key: &str, limit: u32) -> SlotRef<Hold> {
+    pub(crate) fn semaphore_key(&self, key: &str, limit: u32) -> LocalKeyRef<Hold> {
         self.semaphores
             .get_sized(&format!("{limit}\0{key}"), limit as usize)
     }
@@ -207,7 +207,7 @@ impl LocalLocks {
     /// one task of this process at a time, in arrival order; its holder is the first local
     /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
     /// turn: it does not wait).
-    pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> SlotRef<Hold> {
+    pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> LocalKeyRef<Hold> {
         self.semaphores.get(&format!("turn\0{limit}\0{key}"))
     }
 
@@ -217,15 +217,15 @@ impl LocalLocks {
             return false;
         }
         self.readers
-            .find(&reader_slot_name(key, owner))
-            .and_then(|slot| slot.holder().upgrade())
+            .find(&reader_key_name(key, owner))
+            .and_then(|local_key| local_key.holder().upgrade())
             .is_some_and(|held| held.reentrant_for(owner))
     }
 
     /// Number of keys with local state: held, or waited for (a read lock counts once per
     /// task).
     pub(crate) fn len(&self) -> usize {
-        self.slots.len() + self.fairs.len() + self.readers.len() + self.semaphores.len()
+        self.local_keys.len() + self.fairs.len() + self.readers.len() + self.semaphores.len()
     }
 
     /// Locks the watchdog keeps alive now (held, without a fixed lease).
@@ -242,16 +242,16 @@ impl LocalLocks {
         self.renew_calls.load(Ordering::Relaxed)
     }
 
-    /// A reentrant acquire: when `owner` holds the slot's lock, another guard of it, with no
+    /// A reentrant acquire: when `owner` holds the local key's lock, another guard of it, with no
     /// Redis round trip (`Err(Lost)` when that lock is lost); `None` when it must be acquired.
     /// Not once a guard of the lock was seen in another task: it may have been moved there and
     /// be in use (see "Reentrancy" in the crate docs).
     pub(crate) fn reenter(
         &self,
-        slot: &Slot<Hold>,
+        local_key: &LocalKey<Hold>,
         owner: Owner,
     ) -> Option<Result<Arc<Hold>, LockError>> {
-        let holder = slot.holder();
+        let holder = local_key.holder();
         let held = holder.upgrade().filter(|h| h.reentrant_for(owner))?;
         if held.is_lost() {
             return Some(Err(held.lost_error()));
@@ -268,17 +268,17 @@ impl LocalLocks {
         key: &str,
         owner: Owner,
     ) -> Option<Result<Arc<Hold>, LockError>> {
-        [&self.slots, &self.fairs]
+        [&self.local_keys, &self.fairs]
             .into_iter()
-            .filter_map(|slots| slots.find(key))
-            .find_map(|slot| self.reenter(&slot, owner))
+            .filter_map(|local_keys| local_keys.find(key))
+            .find_map(|local_key| self.reenter(&local_key, owner))
     }
 
-    /// Registers a lock Redis granted (or a local handoff passed on): its slot names it as the
+    /// Registers a lock Redis granted (or a local handoff passed on): its local key names it as the
     /// local holder, and its token's record is renewed from now on (for a watchdog lock).
     pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
         let held = Arc::new(held);
-        *held.slot().holder() = Arc::downgrade(&held);
+        *held.local_key().holder() = Arc::downgrade(&held);
         metrics::held(held.keys().access);
         self.held
             .lock()
@@ -289,12 +289,12 @@ impl LocalLocks {
     /// Gives up one guard's share of the lock; with the outermost one the lock stops being
     /// reentrant and renewed, and the caller must [`finish`](Self::finish) it.
     pub(crate) fn leave(&self, held: &Arc<Hold>) -> Leave {
-        let mut holder = held.slot().holder();
+        let mut holder = held.local_key().holder();
         if !held.unnest() {
             return Leave::Nested;
         }
         if !held.claim_finish() {
-            // The shutdown released it, and took it out of the slot and the records.
+            // The shutdown released it, and took it out of the local key and the records.
             return Leave::Finished;
         }
         if std::ptr::eq(holder.as_ptr(), Arc::as_ptr(held)) {
@@ -387,9 +387,9 @@ impl LocalLocks {
             held.keys().access,
             Access::Exclusive | Access::Permits { .. }
         );
-        let slot = held.slot();
+        let local_key = held.local_key();
         let fits = kind_fits
-            && slot.has_waiters()
+            && local_key.has_waiters()
             && !held.has_fences()
             && held.streak() < MAX_STREAK
             && !held.is_lost()
@@ -431,18 +431,18 @@ impl LocalLocks {
         }
     }
 
-    /// Leaves the confirmed lock in the slot for the next local acquirer: the Redis key keeps
+    /// Leaves the confirmed lock in the local key for the next local acquirer: the Redis key keeps
     /// its token and the next holder takes it over (a fencing token it asks for is issued
-    /// later than this holder's, so it is larger). Returns whether it did (a semaphore's slot
+    /// later than this holder's, so it is larger). Returns whether it did (a semaphore's local key
     /// keeps one baton at a time); a lock nobody picks up within [`PICKUP`] is released in
     /// Redis.
     fn hand_over(&self, held: &Arc<Hold>, valid_until: Instant) -> bool {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return false;
         };
-        let slot = held.slot();
+        let local_key = held.local_key();
         let id = held.id();
-        let left = slot.put_baton(Baton {
+        let left = local_key.put_baton(Baton {
             id,
             keys: held.keys().clone(),
             token: held.token().to_owned(),
@@ -459,13 +459,13 @@ impl LocalLocks {
             held.held_for(),
         );
         tracing::trace!(key = %held.key(), "lock handed over locally");
-        let slot = slot.clone();
+        let local_key = local_key.clone();
         let store = self.store.clone();
         let working = self.in_flight.enter();
         runtime.spawn(async move {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
-            if let Some(baton) = slot.reclaim_baton(id) {
+            if let Some(baton) = local_key.reclaim_baton(id) {
                 if let Err(error) = store.release(&baton.keys, &baton.token).await {
                     tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
                 }
@@ -474,15 +474,15 @@ impl LocalLocks {
         true
     }
 
-    /// Takes over the lock the last local holder handed over, if one waits in `slot`: the grant
+    /// Takes over the lock the last local holder handed over, if one waits in `local_key`: the grant
     /// for a watchdog acquire (`Ok`), or the baton back when it does not fit (a fixed-lease
     /// acquire, or too little validity left), for the caller to release in Redis.
     pub(crate) fn take_over(
-        slot: &SlotRef<Hold>,
+        local_key: &LocalKeyRef<Hold>,
         mode: LeaseMode,
         permits: u32,
     ) -> Option<Result<Grant, Baton>> {
-        let baton = slot.take_baton()?;
+        let baton = local_key.take_baton()?;
         let LeaseMode::Watchdog(lease) = mode else {
             return Some(Err(baton));
         };
@@ -509,12 +509,12 @@ impl LocalLocks {
         }))
     }
 
-    /// After the Redis release of a left lock: the slot learns whether other lockers wait
+    /// After the Redis release of a left lock: the local key learns whether other lockers wait
     /// (`None`: the release failed, so nobody was told), and the local queue place is given
     /// back to the next local acquirer.
     pub(crate) fn settle(held: &Hold, others_waiting: Option<bool>) {
         if let Some(others_waiting) = others_waiting {
-            held.slot().released(others_waiting);
+            held.local_key().released(others_waiting);
         }
         held.give_back_place();
     }
@@ -548,7 +548,7 @@ impl LocalLocks {
     /// release may have ended it, and then the answer concerns nobody).
     ///
     /// `renewed` is the record the renewal was sent for: when nobody holds its token now and
-    /// Redis no longer has it, a handoff of it still waiting in the slot is withdrawn, so the
+    /// Redis no longer has it, a handoff of it still waiting in the local key is withdrawn, so the
     /// next local acquirer goes to Redis instead of entering a lock another holder has.
     pub(crate) fn renewed(
         &self,
@@ -560,7 +560,7 @@ impl LocalLocks {
         let token = renewed.token();
         let Some(held) = self.held.lock().get(token).cloned() else {
             if let Renewal::NotOurs(_) = answer {
-                if renewed.slot().withdraw_baton(token).is_some() {
+                if renewed.local_key().withdraw_baton(token).is_some() {
                     tracing::debug!(
                         "a lock handed over locally was lost before its next holder took it"
                     );

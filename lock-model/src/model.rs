@@ -72,7 +72,7 @@ pub enum Action {
     /// The watchdog's renewal answer (or error) arrives: `watchdog::tick`, then
     /// `LocalLocks::renewed` (applied to whoever holds the token now; a "not ours" answer for
     /// a token nobody holds withdraws a handoff of it still waiting in the slot,
-    /// `Slot::withdraw_baton`).
+    /// `LocalKey::withdraw_baton`).
     DeliverRenewal(ProcessId),
     /// `LockGuard::fencing_token` (`Fence::issue`, `fence.lua`); the `Fence` handle lives until
     /// the release.

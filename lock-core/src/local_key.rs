@@ -1,4 +1,4 @@
-//! The per-key slots of one `Locker`: for each key this process holds or waits for, a FIFO
+//! The per-key local keys of one `Locker`: for each key this process holds or waits for, a FIFO
 //! queue with one place (local waiters line up here, so only one task per process contends in
 //! Redis for a key and handoffs are first come, first served) and a reference to the current
 //! local holder (for reentrancy).
@@ -14,22 +14,22 @@ use tokio::time::Instant;
 
 use crate::key::RedisKeys;
 
-type SlotMap<H> = Arc<Mutex<HashMap<String, Arc<Slot<H>>>>>;
+type LocalKeyMap<H> = Arc<Mutex<HashMap<String, Arc<LocalKey<H>>>>>;
 
 /// The per-key state shared by every local acquirer and holder (of type `H`) of one key.
 #[derive(Debug)]
-pub(crate) struct Slot<H> {
+pub(crate) struct LocalKey<H> {
     /// One permit: the task holding it is the only local one that holds or contends in Redis.
     pub(crate) queue: Arc<Semaphore>,
-    /// The current local holder, for reentrancy. Weak: the holder keeps its slot alive, not
+    /// The current local holder, for reentrancy. Weak: the holder keeps its local key alive, not
     /// the other way round.
     holder: Mutex<Weak<H>>,
     /// After a release that told waiters of other lockers, the next local acquirer holds back
     /// until then, so those waiters get a fair chance instead of losing every race to a task
     /// that was woken without a network hop.
     yield_until: Mutex<Option<Instant>>,
-    /// Live `SlotRef`s, counted under the map's lock: the last one removes the slot (an
-    /// `Arc` count would race, since a `SlotRef`'s `Arc` is released after its drop ran).
+    /// Live `LocalKeyRef`s, counted under the map's lock: the last one removes the local key (an
+    /// `Arc` count would race, since a `LocalKeyRef`'s `Arc` is released after its drop ran).
     refs: AtomicUsize,
     /// Local tasks waiting for the key: queued for `queue`'s permit, and for a semaphore every
     /// waiting acquire until it has its permits (also while it waits for the turn or in
@@ -37,7 +37,7 @@ pub(crate) struct Slot<H> {
     waiting: AtomicUsize,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
-    /// Boxed: most slots never hold one, and a slot lives as long as its lock.
+    /// Boxed: most local keys never hold one, and a local key lives as long as its lock.
     baton: Mutex<Option<Box<Baton>>>,
     /// Told when a baton is left: a semaphore's first local waiter may be waiting in Redis.
     pub(crate) handed: Notify,
@@ -47,7 +47,7 @@ pub(crate) struct Slot<H> {
 /// over with what is known of its validity.
 #[derive(Debug)]
 pub(crate) struct Baton {
-    /// Tells this handoff from a later one of the same slot.
+    /// Tells this handoff from a later one of the same local key.
     pub(crate) id: u64,
     pub(crate) keys: RedisKeys,
     pub(crate) token: String,
@@ -56,7 +56,7 @@ pub(crate) struct Baton {
     pub(crate) streak: u32,
 }
 
-/// Counts a local task queued for a slot's permit while it lives (also when the wait is
+/// Counts a local task queued for a local key's permit while it lives (also when the wait is
 /// cancelled).
 pub(crate) struct Queued<'a>(&'a AtomicUsize);
 
@@ -66,7 +66,7 @@ impl Drop for Queued<'_> {
     }
 }
 
-impl<H> Slot<H> {
+impl<H> LocalKey<H> {
     /// How long after a release with remote waiters local acquirers hold back.
     const YIELD: Duration = Duration::from_millis(1);
 
@@ -92,7 +92,7 @@ impl<H> Slot<H> {
     }
 
     /// Leaves a lock for the next local acquirer, unless one left earlier is still there (a
-    /// semaphore's slot has several holders; one baton waits at a time). Returns whether it
+    /// semaphore's local key has several holders; one baton waits at a time). Returns whether it
     /// was left.
     pub(crate) fn put_baton(&self, baton: Baton) -> bool {
         let mut place = self.baton.lock();
@@ -110,7 +110,7 @@ impl<H> Slot<H> {
         self.baton.lock().take().map(|baton| *baton)
     }
 
-    /// Takes the lock handed over under `token` out of the slot if nobody took it yet (Redis
+    /// Takes the lock handed over under `token` out of the local key if nobody took it yet (Redis
     /// said it is no longer ours: the next local acquirer must go to Redis instead).
     pub(crate) fn withdraw_baton(&self, token: &str) -> Option<Baton> {
         let mut baton = self.baton.lock();
@@ -137,33 +137,33 @@ impl<H> Slot<H> {
     }
 }
 
-/// The slots of one `Locker`, created on first use and dropped with their last user.
+/// The local keys of one `Locker`, created on first use and dropped with their last user.
 #[derive(Debug)]
-pub(crate) struct Slots<H> {
-    slots: SlotMap<H>,
+pub(crate) struct LocalKeys<H> {
+    local_keys: LocalKeyMap<H>,
 }
 
-impl<H> Default for Slots<H> {
+impl<H> Default for LocalKeys<H> {
     fn default() -> Self {
         Self {
-            slots: Arc::default(),
+            local_keys: Arc::default(),
         }
     }
 }
 
-impl<H> Slots<H> {
-    /// The slot of `key`, created if needed.
-    pub(crate) fn get(&self, key: &str) -> SlotRef<H> {
+impl<H> LocalKeys<H> {
+    /// The local key of `key`, created if needed.
+    pub(crate) fn get(&self, key: &str) -> LocalKeyRef<H> {
         self.get_sized(key, 1)
     }
 
-    /// The slot of `key`, created with `places` places in its queue if needed.
-    pub(crate) fn get_sized(&self, key: &str, places: usize) -> SlotRef<H> {
-        let mut slots = self.slots.lock();
-        let slot = slots
+    /// The local key of `key`, created with `places` places in its queue if needed.
+    pub(crate) fn get_sized(&self, key: &str, places: usize) -> LocalKeyRef<H> {
+        let mut local_keys = self.local_keys.lock();
+        let local_key = local_keys
             .entry(key.to_owned())
             .or_insert_with(|| {
-                Arc::new(Slot {
+                Arc::new(LocalKey {
                     queue: Arc::new(Semaphore::new(places)),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
@@ -174,61 +174,61 @@ impl<H> Slots<H> {
                 })
             })
             .clone();
-        slot.refs.fetch_add(1, Ordering::AcqRel);
-        drop(slots);
-        SlotRef {
+        local_key.refs.fetch_add(1, Ordering::AcqRel);
+        drop(local_keys);
+        LocalKeyRef {
             key: key.to_owned(),
-            slot,
-            slots: self.slots.clone(),
+            local_key,
+            local_keys: self.local_keys.clone(),
         }
     }
 
-    /// The slot of `key` if it exists (not counted as a user: for a look only).
-    pub(crate) fn find(&self, key: &str) -> Option<Arc<Slot<H>>> {
-        self.slots.lock().get(key).cloned()
+    /// The local key of `key` if it exists (not counted as a user: for a look only).
+    pub(crate) fn find(&self, key: &str) -> Option<Arc<LocalKey<H>>> {
+        self.local_keys.lock().get(key).cloned()
     }
 
     /// Number of keys with local state (held, or being waited for).
     pub(crate) fn len(&self) -> usize {
-        self.slots.lock().len()
+        self.local_keys.lock().len()
     }
 }
 
-/// A counted reference to a slot; the last one removes the slot from the map.
+/// A counted reference to a local key; the last one removes the local key from the map.
 #[derive(Debug)]
-pub(crate) struct SlotRef<H> {
+pub(crate) struct LocalKeyRef<H> {
     key: String,
-    slot: Arc<Slot<H>>,
-    slots: SlotMap<H>,
+    local_key: Arc<LocalKey<H>>,
+    local_keys: LocalKeyMap<H>,
 }
 
-impl<H> std::ops::Deref for SlotRef<H> {
-    type Target = Slot<H>;
+impl<H> std::ops::Deref for LocalKeyRef<H> {
+    type Target = LocalKey<H>;
 
-    fn deref(&self) -> &Slot<H> {
-        &self.slot
+    fn deref(&self) -> &LocalKey<H> {
+        &self.local_key
     }
 }
 
-impl<H> Clone for SlotRef<H> {
+impl<H> Clone for LocalKeyRef<H> {
     fn clone(&self) -> Self {
         // Counted under the map's lock, as in `get_sized`.
-        let slots = self.slots.lock();
-        self.slot.refs.fetch_add(1, Ordering::AcqRel);
-        drop(slots);
+        let local_keys = self.local_keys.lock();
+        self.local_key.refs.fetch_add(1, Ordering::AcqRel);
+        drop(local_keys);
         Self {
             key: self.key.clone(),
-            slot: self.slot.clone(),
-            slots: self.slots.clone(),
+            local_key: self.local_key.clone(),
+            local_keys: self.local_keys.clone(),
         }
     }
 }
 
-impl<H> Drop for SlotRef<H> {
+impl<H> Drop for LocalKeyRef<H> {
     fn drop(&mut self) {
-        let mut slots = self.slots.lock();
-        if self.slot.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            slots.remove(&self.key);
+        let mut local_keys = self.local_keys.lock();
+        if self.local_key.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            local_keys.remove(&self.key);
         }
     }
 }
@@ -238,13 +238,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_dropped_by_many_threads_at_once_is_removed() {
-        let slots = Arc::new(Slots::<()>::default());
+    fn a_local_key_dropped_by_many_threads_at_once_is_removed() {
+        let local_keys = Arc::new(LocalKeys::<()>::default());
         for _ in 0..500 {
             let start = Arc::new(std::sync::Barrier::new(8));
             let threads: Vec<_> = (0..8)
                 .map(|_| {
-                    let (r, start) = (slots.get("k"), start.clone());
+                    let (r, start) = (local_keys.get("k"), start.clone());
                     std::thread::spawn(move || {
                         start.wait();
                         drop(r);
@@ -254,20 +254,20 @@ mod tests {
             for t in threads {
                 t.join().unwrap();
             }
-            assert_eq!(slots.len(), 0, "a slot outlived its last user");
+            assert_eq!(local_keys.len(), 0, "a local_key outlived its last user");
         }
     }
 
     #[test]
-    fn slots_are_shared_and_removed_with_their_last_user() {
-        let slots = Slots::<()>::default();
-        let a = slots.get("k");
-        let b = slots.get("k");
+    fn local_keys_are_shared_and_removed_with_their_last_user() {
+        let local_keys = LocalKeys::<()>::default();
+        let a = local_keys.get("k");
+        let b = local_keys.get("k");
         assert!(Arc::ptr_eq(&a.queue, &b.queue));
-        assert_eq!(slots.len(), 1);
+        assert_eq!(local_keys.len(), 1);
         drop(a);
-        assert_eq!(slots.len(), 1);
+        assert_eq!(local_keys.len(), 1);
         drop(b);
-        assert_eq!(slots.len(), 0);
+        assert_eq!(local_keys.len(), 0);
     }
 }
