@@ -24,8 +24,8 @@ use crate::locker::Locker;
 use crate::metrics;
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop, Waiting};
+use crate::release_messages::Subscription;
 use crate::store::{AcquireArgs, NewLease, Outcome, Renewal};
-use crate::waiters::Subscription;
 use crate::with_lock::OnLost;
 
 /// An acquisition of one lock, configured with builder methods and started by `.await`.
@@ -743,10 +743,10 @@ impl Acquire {
         // subscription before its first try, so a first try that finds the lock taken is not
         // repeated once subscribed (below). Without any subscription in the locker (the
         // uncontended case), the channel is not even named.
-        let mut subscription: Option<Subscription> = if try_once || !inner.waiters.any() {
+        let mut subscription: Option<Subscription> = if try_once || !inner.release_messages.any() {
             None
         } else {
-            inner.waiters.subscribed(&keys.channel())
+            inner.release_messages.subscribed(&keys.channel())
         };
         // The holder at the last try that found the lock held, once one did.
         let mut seen_busy: Option<Seen> = None;
@@ -856,7 +856,12 @@ impl Acquire {
                     .settings
                     .command_timeout
                     .min(remaining.unwrap_or(Duration::MAX));
-                subscription = Some(inner.waiters.subscribe(&keys.channel(), limit).await);
+                subscription = Some(
+                    inner
+                        .release_messages
+                        .subscribe(&keys.channel(), limit)
+                        .await,
+                );
                 // Try again at once: the holder may have released before we subscribed.
                 continue;
             }

@@ -402,7 +402,7 @@ impl LockerBuilder {
     }
 
     /// Safety-net retry interval of a waiter that got no release notification (lost message,
-    /// pub/sub unavailable). Waiters also retry when the holder's TTL runs out. From 10 ms
+    /// pub/sub unavailable). ReleaseMessages also retry when the holder's TTL runs out. From 10 ms
     /// (shorter makes every waiter poll Redis in a tight loop) to 10 minutes (a waiter of a
     /// fair lock or a semaphore whose process is cut off keeps its place in line for three of
     /// them).

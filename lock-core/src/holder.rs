@@ -222,7 +222,7 @@ mod tests {
         ] {
             let value = stored_value(&token, &name, kind);
             assert!(
-                value.len() <= crate::waiters::MAX_MESSAGE,
+                value.len() <= crate::release_messages::MAX_MESSAGE,
                 "{}",
                 value.len()
             );

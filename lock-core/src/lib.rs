@@ -368,6 +368,7 @@ pub mod metrics;
 mod multi;
 mod owner;
 mod release;
+mod release_messages;
 mod scripts;
 mod semaphore;
 mod skip;
@@ -376,7 +377,6 @@ mod template;
 #[cfg(feature = "tls")]
 mod tls;
 mod topology;
-mod waiters;
 mod watch;
 mod watchdog;
 mod with_lock;

@@ -18,9 +18,9 @@ use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 use crate::multi::AcquireAll;
 use crate::release;
+use crate::release_messages::{PubSubSource, ReleaseMessages};
 use crate::semaphore::Semaphore;
 use crate::store::Store;
-use crate::waiters::{PubSubSource, Waiters};
 use crate::watchdog;
 
 static GLOBAL: OnceLock<Locker> = OnceLock::new();
@@ -85,7 +85,7 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     /// The held locks' owner; guards keep it (and with it the background tasks) alive.
     pub(crate) local: Arc<LocalLocks>,
-    pub(crate) waiters: Waiters,
+    pub(crate) release_messages: ReleaseMessages,
     next_id: AtomicU64,
     /// A lazy locker has not checked the server's eviction policy yet (see
     /// [`Inner::answered`]).
@@ -417,7 +417,7 @@ impl Locker {
             watchdog_locks: local.watchdog_locks(),
             renewal_calls: local.renew_calls(),
             local_keys: self.inner.local.len(),
-            subscriptions: self.inner.waiters.channel_count(),
+            subscriptions: self.inner.release_messages.channel_count(),
         }
     }
 
@@ -469,14 +469,14 @@ impl Locker {
     /// [`LockGuard::lost`]: crate::LockGuard::lost
     pub async fn shutdown(&self, timeout: std::time::Duration) -> Result<(), LockError> {
         let local = self.inner.local.clone();
-        let waiters = self.inner.waiters.clone();
+        let release_messages = self.inner.release_messages.clone();
         local.close();
         // On a task of its own: the releases go on when the timeout cuts the wait short.
         let work = tokio::spawn(async move {
             let failed = local.give_back_all().await;
             local.in_flight.idle().await;
             // The listener stopped: nothing sweeps the channels of the waiters that left.
-            waiters.clear();
+            release_messages.clear();
             failed
         });
         let finished = match tokio::time::Instant::now().checked_add(timeout) {
@@ -558,7 +558,7 @@ impl Locker {
         crate::metrics::describe();
         let lease = settings.watchdog_lease;
         let shutdown = CancellationToken::new();
-        let waiters = Waiters::start(pubsub, timeouts, shutdown.clone());
+        let release_messages = ReleaseMessages::start(pubsub, timeouts, shutdown.clone());
         let in_flight = InFlight::new();
         let releaser = release::start(store.clone(), in_flight.clone());
         let local = Arc::new(LocalLocks::new(
@@ -574,7 +574,7 @@ impl Locker {
                 store,
                 settings,
                 local,
-                waiters,
+                release_messages,
                 next_id: AtomicU64::new(1),
                 eviction_unchecked: AtomicBool::new(startup == Startup::OnFirstUse),
             }),

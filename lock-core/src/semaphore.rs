@@ -11,7 +11,7 @@ use crate::locker::Locker;
 /// lives (or a fixed [`lease`](Acquire::lease) ends them), so a crashed holder's permits come
 /// back when its lease ends, never leaked. The guard is a [`LockGuard`](crate::LockGuard)
 /// (`release`, `lost`, `extend`, drop releases in the background); semaphores have no fencing
-/// token ([`LockError::NotExclusive`](crate::LockError::NotExclusive)). Waiters sleep until a
+/// token ([`LockError::NotExclusive`](crate::LockError::NotExclusive)). ReleaseMessages sleep until a
 /// release message (or the first held lease's end), they do not poll; within a process they
 /// line up first come, first served, and only as many as the semaphore has permits ask Redis
 /// at a time, one of them waiting there. A released permit goes to the first waiting task of

@@ -15,12 +15,12 @@ use crate::backend_error::BackendError;
 use crate::connection::SentinelPrimary;
 use crate::connection::{Connection, Timeouts};
 use crate::error::{ConfigError, LockError};
+use crate::release_messages::PubSubSource;
 use crate::store::{MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store};
 #[cfg(feature = "tls")]
 use crate::tls;
 #[cfg(feature = "tls")]
 pub(crate) use crate::tls::TlsConfig;
-use crate::waiters::PubSubSource;
 
 /// Without the `tls` feature there are no TLS settings: a stand-in that has no value, so that
 /// the code handing an `Option<&TlsConfig>` around is the same in both builds.

@@ -224,7 +224,7 @@ impl State {
         }
     }
 
-    /// `PUBLISH` on the release channel: every subscribed waiter wakes (`waiters.rs`).
+    /// `PUBLISH` on the release channel: every subscribed waiter wakes (`release_messages.rs`).
     fn publish(&mut self) {
         for phase in &mut self.tasks {
             if let Phase::Acquiring(attempt) = phase {

@@ -87,7 +87,7 @@ enum Command {
 struct Shared {
     channels: Mutex<HashMap<String, Channel>>,
     /// The number of entries in `channels`, readable without its lock (an uncontended
-    /// acquire asks whether any channel is subscribed at all, see `Waiters::any`).
+    /// acquire asks whether any channel is subscribed at all, see `ReleaseMessages::any`).
     live: AtomicUsize,
     commands: mpsc::UnboundedSender<Command>,
 }
@@ -100,7 +100,7 @@ impl Shared {
 
 /// The release-notification hub of one `Locker`.
 #[derive(Debug, Clone)]
-pub(crate) struct Waiters {
+pub(crate) struct ReleaseMessages {
     shared: Arc<Shared>,
 }
 
@@ -164,7 +164,7 @@ impl Subscription {
     }
 }
 
-impl Waiters {
+impl ReleaseMessages {
     /// Starts the listener task; it stops when `shutdown` is cancelled.
     pub(crate) fn start(
         source: PubSubSource,
@@ -581,7 +581,7 @@ mod tests {
     const LIMIT: Duration = Duration::from_secs(5);
 
     /// A listener on `url` with generous timeouts, and its shutdown.
-    fn start(url: &str) -> (Waiters, CancellationToken) {
+    fn start(url: &str) -> (ReleaseMessages, CancellationToken) {
         let client = redis::Client::open(url).unwrap();
         let shutdown = CancellationToken::new();
         let timeouts = Timeouts {
@@ -589,7 +589,7 @@ mod tests {
             command: LIMIT,
             release_retry: LIMIT,
         };
-        let waiters = Waiters::start(
+        let waiters = ReleaseMessages::start(
             PubSubSource::Nodes(vec![client]),
             timeouts,
             shutdown.clone(),
