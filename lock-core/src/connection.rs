@@ -96,6 +96,23 @@ impl Connection {
         Ok(Self::Cluster(connection))
     }
 
+    /// Counts the switches to another server behind this connection: a Sentinel primary's
+    /// failovers (what a node knows of its server is read again after one); 0 for the others.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Self::Sentinel(primary) => primary.generation(),
+            Self::Server(_) | Self::Cluster(_) => 0,
+        }
+    }
+
+    /// The address of the Sentinel primary connected now, for messages.
+    pub(crate) fn primary_address(&self) -> Option<String> {
+        match self {
+            Self::Sentinel(primary) => Some(primary.current.read().addr.clone()),
+            Self::Server(_) | Self::Cluster(_) => None,
+        }
+    }
+
     /// Whether multi-key scripts must stay within one hash slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self, Self::Cluster(_))

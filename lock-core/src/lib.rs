@@ -341,6 +341,7 @@ mod owner;
 mod release;
 mod scripts;
 mod semaphore;
+mod server_version;
 mod skip;
 mod slot;
 mod store;
