@@ -46,6 +46,8 @@ pub(crate) struct Node {
     pub(crate) name: String,
     /// What its server(s) said they are, shared by the node's clones.
     server: Arc<Mutex<Known>>,
+    /// Held while the version is read before a call.
+    reading: Arc<tokio::sync::Mutex<()>>,
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
@@ -66,6 +68,7 @@ impl Node {
             conn,
             name,
             server: Arc::default(),
+            reading: Arc::default(),
             restart_guard,
             latch: timeouts.release_retry,
             fence_window,
@@ -78,12 +81,19 @@ impl Node {
     /// it. Nothing is sent when it refuses.
     pub(crate) async fn require(&self, need: Need) -> Result<(), BackendError> {
         let generation = self.conn.generation();
-        let known = self.too_old(need, generation);
-        let too_old = match known {
+        let too_old = match self.too_old(need, generation) {
             Some(too_old) => too_old,
             None => {
-                self.read_server(generation).await?;
-                self.too_old(need, generation).flatten()
+                // One read for the acquires that all start at once (a lazy locker's first
+                // burst): the others wait for it and find its answer.
+                let _reading = self.reading.lock().await;
+                match self.too_old(need, generation) {
+                    Some(too_old) => too_old,
+                    None => {
+                        self.read_server(generation).await?;
+                        self.too_old(need, generation).flatten()
+                    }
+                }
             }
         };
         match too_old {
