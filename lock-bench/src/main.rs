@@ -272,16 +272,13 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
     let mut monitor = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
-    let info: String = redis::cmd("INFO")
+    let info: redis::InfoDict = redis::cmd("INFO")
         .arg("server")
         .query_async(&mut monitor)
         .await?;
     let redis_version = info
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned();
+        .get::<String>("redis_version")
+        .map_or_else(|| "?".to_owned(), |v| v.trim().to_owned());
     let started = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use redis::aio::MultiplexedConnection;
+use redis::InfoDict;
 
 use crate::Side;
 
@@ -33,14 +34,9 @@ const FLOOR_SCRIPT_ONLY: &[&str] = &["get", "del", "pexpire"];
 /// CPU time of the Redis server process so far (user + system, all threads), in seconds,
 /// from `INFO cpu`; works for a server started by the benchmark and for `REDIS_URL` alike.
 pub(crate) async fn server_cpu(conn: &mut MultiplexedConnection) -> redis::RedisResult<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+    let info: InfoDict = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let field = |name: &str| info.get::<f64>(name).unwrap_or(0.0);
+    Ok(field("used_cpu_user") + field("used_cpu_sys"))
 }
 
 /// Calls and server time per command.
@@ -52,20 +48,21 @@ pub(crate) struct CommandStats {
 impl CommandStats {
     /// Reads `INFO commandstats`.
     pub(crate) async fn read(conn: &mut MultiplexedConnection) -> redis::RedisResult<Self> {
-        let info: String = redis::cmd("INFO")
+        let info: InfoDict = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(conn)
             .await?;
         Ok(Self::parse(&info))
     }
 
-    fn parse(info: &str) -> Self {
+    /// `cmdstat_<name>:calls=<n>,usec=<n>,..` fields.
+    fn parse(info: &InfoDict) -> Self {
         let mut calls = BTreeMap::new();
-        for line in info.lines() {
-            let Some(rest) = line.strip_prefix("cmdstat_") else {
+        for (key, value) in info.iter() {
+            let Some(name) = key.strip_prefix("cmdstat_") else {
                 continue;
             };
-            let Some((name, fields)) = rest.split_once(':') else {
+            let Ok(fields) = redis::from_redis_value_ref::<String>(value) else {
                 continue;
             };
             let field = |key: &str| {
@@ -146,12 +143,12 @@ mod tests {
 
     #[test]
     fn parses_and_subtracts() {
-        let before = CommandStats::parse(
+        let before = CommandStats::parse(&InfoDict::new(
             "# Commandstats\r\ncmdstat_evalsha:calls=2,usec=10,usec_per_call=5.00\r\ncmdstat_info:calls=1,usec=3\r\n",
-        );
-        let after = CommandStats::parse(
+        ));
+        let after = CommandStats::parse(&InfoDict::new(
             "cmdstat_evalsha:calls=5,usec=40,usec_per_call=8.00\r\ncmdstat_set:calls=3,usec=3\r\ncmdstat_get:calls=3,usec=1\r\ncmdstat_info:calls=4,usec=9\r\n",
-        );
+        ));
         let delta = after.since(&before);
         assert_eq!(delta.calls("evalsha"), 3);
         assert_eq!(delta.usec("evalsha"), 30);

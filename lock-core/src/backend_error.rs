@@ -9,6 +9,9 @@ use std::fmt;
 #[cfg(feature = "tls")]
 use std::sync::Arc;
 
+use crate::error::ConfigError;
+use crate::server_version::TooOld;
+
 /// A failure of the Redis backend: unreachable, timed out, or an error reply.
 ///
 /// Opaque on purpose; [`Display`](fmt::Display) and [`source`](StdError::source) describe it,
@@ -31,6 +34,9 @@ enum Repr {
     Deadline,
     /// No answer decided the question (too few RedLock nodes answered, a renewal failed).
     Undecided(&'static str),
+    /// The server is too old for the call, which was not sent. Never public: the lock
+    /// error built from it is [`ConfigError::ServerTooOld`](crate::ConfigError::ServerTooOld).
+    TooOld(Box<TooOld>),
 }
 
 impl BackendError {
@@ -70,6 +76,22 @@ impl BackendError {
         }
     }
 
+    /// A call not sent because the server cannot serve it (see [`TooOld`]).
+    pub(crate) fn too_old(too_old: TooOld) -> Self {
+        Self {
+            repr: Repr::TooOld(Box::new(too_old)),
+            context: None,
+        }
+    }
+
+    /// The server's refusal by version, if this is one; the error itself otherwise.
+    pub(crate) fn into_too_old(self) -> Result<TooOld, Self> {
+        match self.repr {
+            Repr::TooOld(too_old) => Ok(*too_old),
+            repr => Err(Self { repr, ..self }),
+        }
+    }
+
     /// The same error, saying what the kit was doing: `"connecting to redis://db:6379"`. The
     /// text must not hold credentials (see `topology::redact`).
     pub(crate) fn context(mut self, context: String) -> Self {
@@ -82,7 +104,7 @@ impl BackendError {
         match &self.repr {
             Repr::Redis(e) => e.is_timeout(),
             Repr::TimedOut(_) | Repr::Deadline => true,
-            Repr::Undecided(_) => false,
+            Repr::Undecided(_) | Repr::TooOld(_) => false,
         }
     }
 
@@ -92,7 +114,7 @@ impl BackendError {
             Repr::Redis(e) => {
                 e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error()
             }
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
         }
     }
 
@@ -100,7 +122,7 @@ impl BackendError {
     pub fn code(&self) -> Option<&str> {
         match &self.repr {
             Repr::Redis(e) => e.code(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => None,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => None,
         }
     }
 
@@ -121,6 +143,7 @@ impl BackendError {
                     )
             }
             Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => true,
+            Repr::TooOld(_) => false,
         }
     }
 
@@ -130,7 +153,7 @@ impl BackendError {
     pub(crate) fn is_dropped_connection(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => e.is_connection_dropped() || e.is_io_error() && !e.is_timeout(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
         }
     }
 
@@ -144,7 +167,7 @@ impl BackendError {
                 e.is_cluster_error()
                     || matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
             }
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
         }
     }
 
@@ -159,7 +182,7 @@ impl BackendError {
     pub(crate) fn is_tls(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => is_tls_cause(e),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => false,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
         }
     }
 
@@ -182,6 +205,7 @@ impl fmt::Display for BackendError {
                 f.write_str("timed out: redis did not answer before the acquire's deadline")
             }
             Repr::Undecided(what) => f.write_str(what),
+            Repr::TooOld(too_old) => fmt::Display::fmt(&ConfigError::from((**too_old).clone()), f),
         }
     }
 }
@@ -191,7 +215,7 @@ impl StdError for BackendError {
         // The client's message is this error's own text; its causes come next.
         match &self.repr {
             Repr::Redis(e) => e.source(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => None,
+            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => None,
         }
     }
 }

@@ -504,7 +504,10 @@ impl LockerBuilder {
     /// checked before any connection is made);
     /// [`LockError::Backend`] when Redis cannot be reached within the connect timeout;
     /// [`LockError::Tls`] when a TLS handshake fails (untrusted, expired or wrong-host
-    /// certificate, refused client certificate).
+    /// certificate, refused client certificate); [`ConfigError::ServerTooOld`] when a server
+    /// of the topology (each RedLock node that answers, each cluster primary) is older than
+    /// Redis 6.2, read from `INFO server` (semaphores, which need 7.0, are refused by their
+    /// acquires).
     pub async fn build(self) -> Result<Locker, LockError> {
         let checked = self.check()?;
         let (store, pubsub) = connect(
@@ -516,6 +519,7 @@ impl LockerBuilder {
             checked.tls.as_ref(),
         )
         .await?;
+        store.check_servers().await?;
         store.warn_on_eviction_policy().await;
         Ok(Locker::start(
             store,
@@ -531,7 +535,9 @@ impl LockerBuilder {
     /// and made again after failures; until Redis answers, acquires fail with
     /// [`LockError::Backend`] (after the command timeout at the latest, or the acquire's wait
     /// if it is longer), and once it answers they work, without rebuilding the locker. The
-    /// start-up check of `maxmemory_policy` runs after the first acquire Redis answered; the
+    /// server's version is read before the first acquire's first command (an acquire on a
+    /// server too old for it fails with [`ConfigError::ServerTooOld`] and writes nothing), and
+    /// the start-up check of `maxmemory_policy` runs after the first acquire Redis answered; the
     /// release listener connects in the background, retrying with a growing pause (at most
     /// 1 s), and waiters poll at the fallback retry until it is connected.
     ///

@@ -114,6 +114,25 @@ impl Connection {
         Ok(Self::Cluster(connection))
     }
 
+    /// Counts the switches to another server behind this connection: a Sentinel primary's
+    /// failovers (what a node knows of its server is read again after one); 0 for the others.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(primary) => primary.generation(),
+            _ => 0,
+        }
+    }
+
+    /// The address of the Sentinel primary connected now, for messages.
+    pub(crate) fn primary_address(&self) -> Option<String> {
+        match self {
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(primary) => Some(primary.current.read().addr.clone()),
+            _ => None,
+        }
+    }
+
     /// Whether multi-key scripts must stay within one hash slot.
     #[cfg(feature = "cluster")]
     pub(crate) fn is_cluster(&self) -> bool {

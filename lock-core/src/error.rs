@@ -414,6 +414,42 @@ pub enum ConfigError {
     /// there is nothing to run its background tasks (the watchdog, the release listener) on.
     #[error("a locker needs a tokio runtime: build it inside one (e.g. in #[tokio::main])")]
     NoRuntime,
+    /// A Redis server lacks a command or option the kit's scripts need: below 6.2 for any
+    /// locker (fencing tokens use `SET .. PXAT`), below 7.0 for a semaphore (`PEXPIRE .. GT`).
+    /// Reported by [`build`](crate::LockerBuilder::build) for every node of the topology, and
+    /// by an acquire for a node whose version was not known yet (a lazy locker's first
+    /// acquire, a Sentinel primary after a failover, a RedLock node down at start-up) or that
+    /// cannot serve the kind of lock asked for (a semaphore on Redis 6.2). Nothing was
+    /// written: upgrade the server (Valkey 7.2 and later serve everything).
+    ///
+    /// ```text
+    /// redis at redis://db:6379/ reports version 6.0.16, but the kit (fencing tokens use
+    /// `SET .. PXAT`) needs 6.2.0 or later
+    /// ```
+    #[error("redis at {node} reports version {found}, but {for_what} needs {needed} or later")]
+    ServerTooOld {
+        /// The server: its URL (credentials redacted), a Sentinel primary's name and address,
+        /// or a cluster node's address.
+        node: String,
+        /// The version it reports (`redis_version`), with Valkey's or Dragonfly's own version
+        /// when it gives one: `7.2.4 (valkey 8.0.1)`.
+        found: String,
+        /// The oldest version that serves it: `6.2.0` or `7.0.0`.
+        needed: String,
+        /// What needs it, and the command or option that sets the version.
+        for_what: &'static str,
+    },
+}
+
+impl From<crate::server_version::TooOld> for ConfigError {
+    fn from(too_old: crate::server_version::TooOld) -> Self {
+        Self::ServerTooOld {
+            node: too_old.node,
+            found: too_old.found,
+            needed: too_old.needed.to_string(),
+            for_what: too_old.for_what,
+        }
+    }
 }
 
 /// The duration settings and arguments that have a range, for [`ConfigError::OutOfRange`].
@@ -621,6 +657,10 @@ impl LockError {
     /// [`Tls`]: Self::Tls
     /// [`Backend`]: Self::Backend
     pub(crate) fn backend(key: Option<&str>, source: BackendError) -> Self {
+        let source = match source.into_too_old() {
+            Ok(too_old) => return Self::Config(too_old.into()),
+            Err(source) => source,
+        };
         let key = key.map(str::to_owned);
         match key {
             Some(key) if source.is_wrong_type() => Self::WrongType {

@@ -327,6 +327,12 @@
 //!   watchdog and the release listener, and fails every acquire from then on with
 //!   [`LockError::ShutDown`]. Call it on SIGTERM, after the requests drained: the next
 //!   instance of a rolling restart takes the keys at once instead of a lease later.
+//! - **Server versions.** [`LockerBuilder::build`] reads `INFO server` of every server of the
+//!   topology and refuses one below Redis 6.2 (fencing tokens use `SET .. PXAT`) with
+//!   [`ConfigError::ServerTooOld`]; a semaphore's acquire refuses one below 7.0 (its scripts
+//!   use `PEXPIRE .. GT`) with the same error, from the version read then. A lazy locker reads
+//!   it before its first acquire sends anything. Valkey reports `redis_version:7.2.4` and
+//!   serves everything.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -371,6 +377,7 @@ mod release;
 mod release_messages;
 mod scripts;
 mod semaphore;
+mod server_version;
 mod skip;
 mod store;
 mod template;

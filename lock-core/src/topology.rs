@@ -324,7 +324,8 @@ pub(crate) async fn connect(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend(None, e);
-    let node = |conn, restart_guard| Node::new(conn, restart_guard, timeouts, fence_window);
+    let node =
+        |conn, name, restart_guard| Node::new(conn, name, restart_guard, timeouts, fence_window);
     let single = |node| Store::Single(SingleStore { node, min_replicas });
     Ok(match topology {
         Topology::Server(url) => {
@@ -333,7 +334,7 @@ pub(crate) async fn connect(
                 .await
                 .map_err(|e| backend(e.context(format!("connecting to {}", redact(&url)))))?;
             (
-                single(node(conn, restart_guard)),
+                single(node(conn, redact(&url), restart_guard)),
                 PubSubSource::Nodes(vec![client]),
             )
         }
@@ -354,7 +355,7 @@ pub(crate) async fn connect(
                     backend(e.context(format!("connecting to cluster seeds {seeds}")))
                 })?;
             // The builder refuses a restart guard for a cluster.
-            (single(node(conn, None)), pubsub)
+            (single(node(conn, "cluster".to_owned(), None)), pubsub)
         }
         #[cfg(feature = "sentinel")]
         Topology::Sentinel {
@@ -376,7 +377,7 @@ pub(crate) async fn connect(
                 })?;
             let conn = Connection::Sentinel(primary.clone());
             (
-                single(node(conn, restart_guard)),
+                single(node(conn, format!("primary `{master}`"), restart_guard)),
                 PubSubSource::Sentinel(primary),
             )
         }
@@ -409,7 +410,7 @@ pub(crate) async fn connect(
                         Connection::lazy(client.clone(), timeouts).map_err(backend)?
                     }
                 };
-                nodes.push(node(conn, restart_guard.clone()));
+                nodes.push(node(conn, redact(url), restart_guard.clone()));
             }
             if !Quorum::of(urls.len()).carried(up) {
                 let error =
@@ -440,13 +441,14 @@ pub(crate) fn connect_lazy(
     tls: Option<&TlsConfig>,
 ) -> Result<(Store, PubSubSource), LockError> {
     let backend = |e| LockError::backend(None, e);
-    let node = |conn, restart_guard| Node::new(conn, restart_guard, timeouts, fence_window);
+    let node =
+        |conn, name, restart_guard| Node::new(conn, name, restart_guard, timeouts, fence_window);
     Ok(match topology {
         Topology::Server(url) => {
             let client = open(&url, tls)?;
             let conn = Connection::lazy(client.clone(), timeouts).map_err(backend)?;
             let store = Store::Single(SingleStore {
-                node: node(conn, restart_guard),
+                node: node(conn, redact(&url), restart_guard),
                 min_replicas,
             });
             (store, PubSubSource::Nodes(vec![client]))
@@ -461,9 +463,10 @@ pub(crate) fn connect_lazy(
             let clients = clients(&urls, tls)?;
             let nodes = clients
                 .iter()
-                .map(|client| {
+                .zip(&urls)
+                .map(|(client, url)| {
                     Connection::lazy(client.clone(), timeouts)
-                        .map(|conn| node(conn, restart_guard.clone()))
+                        .map(|conn| node(conn, redact(url), restart_guard.clone()))
                         .map_err(backend)
                 })
                 .collect::<Result<Vec<_>, _>>()?;

@@ -18,6 +18,7 @@
 //! | [`RedisCluster`] | `n` primaries × `r` replicas | ~2.1 s for 3 × 1 or 2 × 1 (a cluster node waits 2 s before it reports `ok`) |
 //! | [`RedisCluster::start_tls`] | the same with TLS ports, TLS cluster bus and replication | ~2.1 s |
 //! | [`FaultProxy`] | TCP proxy with pass / delay / hole / drop / reset / refuse | < 1 ms |
+//! | [`VersionProxy`] | TCP proxy whose `INFO` replies report another `redis_version` | < 1 ms |
 //!
 //! Failovers with these settings take about 2.3 s (sentinel) and 2.2–2.8 s (cluster).
 //!
@@ -43,6 +44,7 @@ mod server;
 mod servers;
 mod snapshot;
 mod tls;
+mod version_proxy;
 
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
 pub use figures::figure;
@@ -55,3 +57,4 @@ pub use server::{
 };
 pub use servers::RedisServers;
 pub use tls::{CertAndKey, TestCa, TlsServerConfig, Validity};
+pub use version_proxy::VersionProxy;

@@ -591,22 +591,15 @@ impl fmt::Debug for KeyFrom {
 /// that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`].
 #[cfg(feature = "axum")]
 fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String>, KeyAbsence> {
-    use std::future::Future;
-    use std::task::{Context, Poll, Waker};
-
     use axum::extract::rejection::RawPathParamsRejection;
     use axum::extract::{FromRequestParts, RawPathParams};
+    use futures_util::FutureExt;
 
     let (mut parts, ()) = Request::new(()).into_parts();
     parts.extensions = request.extensions().clone();
     // The extractor reads the extensions and never waits: one poll completes it.
-    let extract = RawPathParams::from_request_parts(&mut parts, &());
-    let mut extract = std::pin::pin!(extract);
-    match extract
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(Ok(params)) => names
+    match RawPathParams::from_request_parts(&mut parts, &()).now_or_never() {
+        Some(Ok(params)) => names
             .iter()
             .map(|name| {
                 params
@@ -617,10 +610,8 @@ fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String
             })
             .collect(),
         // The route matched and has parameters, but the client's bytes do not decode.
-        Poll::Ready(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => {
-            Err(KeyAbsence::Unreadable)
-        }
-        Poll::Ready(Err(_)) | Poll::Pending => Err(KeyAbsence::Route),
+        Some(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => Err(KeyAbsence::Unreadable),
+        Some(Err(_)) | None => Err(KeyAbsence::Route),
     }
 }
 

@@ -18,8 +18,10 @@ pub(crate) use reply::{AcquireReply, Gone, HeldAs, Inspected, ReleaseReply, Rene
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
+use crate::error::{ConfigError, LockError};
 use crate::key::{RedisKeys, ShownKey};
 use crate::metrics;
+use crate::server_version;
 
 /// Most keys renewed by one script call.
 pub(crate) const BATCH: usize = 500;
@@ -130,6 +132,41 @@ impl Store {
     /// Renewal script calls that renewing `locks` locks costs.
     pub(crate) fn renew_calls(locks: usize) -> u64 {
         locks.div_ceil(BATCH) as u64
+    }
+
+    /// Reads the version of every node's server(s) (`build`) and refuses the topology if one
+    /// is too old for the kit ([`server_version::KIT`]); warns when one cannot serve
+    /// semaphores, which their acquires then refuse. A RedLock node that does not answer now
+    /// is read at its first use (it may come up later); any other failure is the build's.
+    pub(crate) async fn check_servers(&self) -> Result<(), LockError> {
+        let read = join_all(
+            self.nodes()
+                .iter()
+                .map(|node| async move { (node, node.read_server(node.conn.generation()).await) }),
+        )
+        .await;
+        for (node, result) in read {
+            match result {
+                Ok(()) => {}
+                Err(error) if self.is_redlock() => {
+                    tracing::debug!(node = %node.name, %error, "redlock node's version not read; read at its first use");
+                }
+                Err(error) => {
+                    let context = format!("reading the server version of {}", node.name);
+                    return Err(LockError::backend(None, error.context(context)));
+                }
+            }
+        }
+        for node in self.nodes() {
+            let generation = node.conn.generation();
+            if let Some(Some(too_old)) = node.too_old(server_version::KIT, generation) {
+                return Err(ConfigError::from(too_old).into());
+            }
+            if let Some(Some(too_old)) = node.too_old(server_version::SEMAPHORE, generation) {
+                tracing::warn!(node = %too_old.node, version = %too_old.found, "this server cannot serve semaphores (they need 7.0); their acquires will be refused");
+            }
+        }
+        Ok(())
     }
 
     pub(crate) async fn warn_on_eviction_policy(&self) {

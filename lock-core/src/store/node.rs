@@ -1,15 +1,17 @@
 //! The script calls on one logical Redis (a server, a cluster, a Sentinel primary): what both
 //! strategies send, the single-server one once, RedLock once per node.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use futures_util::future::join_all;
 use redis::aio::ConnectionLike;
 #[cfg(feature = "cluster")]
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, InfoDict, RedisResult, Value};
 
 use super::reply::{
     AcquireReply, FenceReply, Gone, InspectReply, Inspected, ReleaseReply, RenewReply, Renewal,
@@ -20,6 +22,18 @@ use crate::connection::{Connection, Timeouts};
 use crate::key::{Access, RedisKeys};
 use crate::limits::lease_ms;
 use crate::scripts::{self, ScriptCall};
+use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
+
+/// What a node's server(s) said they are (see [`Node::read_server`]).
+#[derive(Debug, Default)]
+struct Known {
+    /// The connection's generation it was read at (a Sentinel primary's switches: a new
+    /// primary is read again); `None` until read.
+    at: Option<u64>,
+    /// Each server's name and what it said (a cluster: every primary); empty when it could
+    /// not be read (a server that refuses `INFO`), which passes every check.
+    servers: Vec<(String, ServerInfo)>,
+}
 
 /// The most holders' names an inspection reads (a semaphore's or a read lock's holders may be
 /// many).
@@ -29,6 +43,12 @@ pub(crate) const MAX_HOLDERS_SHOWN: u32 = 32;
 #[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub(crate) conn: Connection,
+    /// How messages name it: its URL (redacted), `primary `name`` for Sentinel, `cluster`.
+    pub(crate) name: String,
+    /// What its server(s) said they are, shared by the node's clones.
+    server: Arc<Mutex<Known>>,
+    /// Held while the version is read before a call.
+    reading: Arc<tokio::sync::Mutex<()>>,
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
@@ -40,16 +60,109 @@ impl Node {
     /// A node on `conn`, its release latch living the locker's release retry window.
     pub(crate) fn new(
         conn: Connection,
+        name: String,
         restart_guard: Option<RestartGuard>,
         timeouts: Timeouts,
         fence_window: Duration,
     ) -> Self {
         Self {
             conn,
+            name,
+            server: Arc::default(),
+            reading: Arc::default(),
             restart_guard,
             latch: timeouts.release_retry,
             fence_window,
         }
+    }
+
+    /// Refuses a call that needs `need` when the server is older: from the version this node
+    /// remembers, or, when it knows none for its connection yet (a lazy locker's first call, a
+    /// RedLock node down at start-up, the first call after a Sentinel failover), after reading
+    /// it. Nothing is sent when it refuses.
+    pub(crate) async fn require(&self, need: Need) -> Result<(), BackendError> {
+        let generation = self.conn.generation();
+        let too_old = match self.too_old(need, generation) {
+            Some(too_old) => too_old,
+            None => {
+                // One read for the acquires that all start at once (a lazy locker's first
+                // burst): the others wait for it and find its answer.
+                let _reading = self.reading.lock().await;
+                match self.too_old(need, generation) {
+                    Some(too_old) => too_old,
+                    None => {
+                        self.read_server(generation).await?;
+                        self.too_old(need, generation).flatten()
+                    }
+                }
+            }
+        };
+        match too_old {
+            Some(too_old) => Err(BackendError::too_old(too_old)),
+            None => Ok(()),
+        }
+    }
+
+    /// `None` when nothing is known for the connection's `generation`; then whether a server
+    /// is older than `need`.
+    pub(crate) fn too_old(&self, need: Need, generation: u64) -> Option<Option<TooOld>> {
+        let known = self.server.lock();
+        (known.at == Some(generation)).then(|| first_too_old(&known.servers, need))
+    }
+
+    /// Reads `INFO server` and remembers what each server behind the connection says it is
+    /// (a cluster: every primary), as of the connection's `generation`. A connection failure
+    /// is returned, and remembers nothing. A server that refuses `INFO` (an ACL without
+    /// `+info`) or gives no readable `redis_version` is not checked: remembered as such, with
+    /// a warning, as the eviction policy's check does.
+    pub(crate) async fn read_server(&self, generation: u64) -> Result<(), BackendError> {
+        let reply: RedisResult<Value> = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.conn.clone())
+            .await;
+        let servers = match reply {
+            Ok(reply) => self.servers_in(&reply),
+            Err(error) => {
+                let error = BackendError::redis(error);
+                // Only the server's own refusal (`NOPERM`, an unknown command) is final.
+                if error.is_transient() || error.code().is_none() {
+                    return Err(error);
+                }
+                tracing::warn!(node = %self.name, %error, "cannot read the server's version (grant +info to check it); not checked");
+                Vec::new()
+            }
+        };
+        *self.server.lock() = Known {
+            at: Some(generation),
+            servers,
+        };
+        Ok(())
+    }
+
+    /// Each server of an `INFO server` reply, named, and what it says it is; one that does not
+    /// say is left out, with a warning.
+    fn servers_in(&self, reply: &Value) -> Vec<(String, ServerInfo)> {
+        let mut servers = Vec::new();
+        for (address, info) in server_version::info_replies(reply) {
+            let name = match (address, self.conn.primary_address()) {
+                (Some(address), _) => format!("cluster node {address}"),
+                (None, Some(address)) => format!("{} at {address}", self.name),
+                (None, None) => self.name.clone(),
+            };
+            match info.map(|info| ServerInfo::from_info(&info)) {
+                Ok(Some(server)) => {
+                    tracing::debug!(node = %name, version = %server, "server version");
+                    servers.push((name, server));
+                }
+                Ok(None) => {
+                    tracing::warn!(node = %name, "the server does not say its version (`redis_version` of INFO server); not checked")
+                }
+                Err(error) => {
+                    tracing::warn!(node = %name, %error, "cannot read the server's version; not checked")
+                }
+            }
+        }
+        servers
     }
 
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
@@ -137,6 +250,7 @@ impl Node {
         waiter: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
+        self.require(Need::of(keys.access)).await?;
         if self.plain_set(keys, args) {
             let set: Value = Self::set_nx(keys, token, args.lease)
                 .query_async(&mut self.conn.clone())
@@ -171,6 +285,7 @@ impl Node {
         args: AcquireArgs,
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
+        self.require(Need::of(keys.access)).await?;
         let mut conn = self.conn.clone();
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
@@ -399,12 +514,14 @@ impl Node {
         if self.conn.is_cluster() {
             return None;
         }
-        let info: RedisResult<String> = redis::cmd("INFO")
+        let info: RedisResult<InfoDict> = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut self.conn.clone())
             .await;
         match info {
-            Ok(info) => parse_uptime(&info),
+            Ok(info) => info
+                .get::<u64>("uptime_in_seconds")
+                .map(Duration::from_secs),
             Err(error) => {
                 tracing::debug!(%error, "cannot read the server's uptime; a lost lock's reason may be less precise");
                 None
@@ -539,8 +656,7 @@ impl Node {
             .await;
         match reply {
             Ok(reply) => {
-                let mut policies = Vec::new();
-                eviction_policies(&reply, &mut policies);
+                let mut policies = eviction_policies(&reply);
                 policies.sort();
                 policies.dedup();
                 for policy in policies.iter().filter(|p| p.as_str() != "noeviction") {
@@ -558,40 +674,14 @@ impl Node {
     }
 }
 
-/// The `maxmemory_policy` fields of an `INFO memory` reply: one text, or a cluster's map of
-/// node to text.
-fn eviction_policies(reply: &Value, policies: &mut Vec<String>) {
-    let text = match reply {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::SimpleString(text) => text.clone(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        Value::Map(pairs) => {
-            for (_, value) in pairs {
-                eviction_policies(value, policies);
-            }
-            return;
-        }
-        Value::Array(values) => {
-            for value in values {
-                eviction_policies(value, policies);
-            }
-            return;
-        }
-        _ => return,
-    };
-    policies.extend(
-        text.lines()
-            .filter_map(|line| line.strip_prefix("maxmemory_policy:"))
-            .map(|policy| policy.trim().to_owned()),
-    );
-}
-
-/// `uptime_in_seconds` of an `INFO server` reply.
-fn parse_uptime(info: &str) -> Option<Duration> {
-    info.lines()
-        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-        .and_then(|secs| secs.trim().parse().ok())
-        .map(Duration::from_secs)
+/// The `maxmemory_policy` fields of an `INFO memory` reply: one server's, or a cluster's (one
+/// per primary).
+fn eviction_policies(reply: &Value) -> Vec<String> {
+    server_version::info_replies(reply)
+        .into_iter()
+        .filter_map(|(_, info)| info.ok()?.get::<String>("maxmemory_policy"))
+        .map(|policy| policy.trim().to_owned())
+        .collect()
 }
 
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
@@ -698,25 +788,12 @@ mod tests {
                 format!("# Memory\r\nused_memory:1\r\nmaxmemory_policy:{policy}\r\n").into_bytes(),
             )
         };
-        let mut policies = Vec::new();
-        eviction_policies(&info("volatile-ttl"), &mut policies);
-        assert_eq!(policies, ["volatile-ttl"]);
+        assert_eq!(eviction_policies(&info("volatile-ttl")), ["volatile-ttl"]);
         let cluster = Value::Map(vec![
             (Value::SimpleString("a:1".into()), info("noeviction")),
             (Value::SimpleString("b:2".into()), info("allkeys-lru")),
         ]);
-        let mut policies = Vec::new();
-        eviction_policies(&cluster, &mut policies);
-        assert_eq!(policies, ["noeviction", "allkeys-lru"]);
-        let mut none = Vec::new();
-        eviction_policies(&Value::Nil, &mut none);
-        assert!(none.is_empty());
-    }
-
-    #[test]
-    fn uptime_is_read_from_info() {
-        let info = "# Server\r\nredis_version:7.2.4\r\nrun_id:ab12\r\nuptime_in_seconds:42\r\nuptime_in_days:0\r\n";
-        assert_eq!(parse_uptime(info), Some(Duration::from_secs(42)));
-        assert_eq!(parse_uptime("# Server\r\n"), None);
+        assert_eq!(eviction_policies(&cluster), ["noeviction", "allkeys-lru"]);
+        assert!(eviction_policies(&Value::Nil).is_empty());
     }
 }

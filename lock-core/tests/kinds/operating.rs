@@ -1,5 +1,7 @@
-//! Operating a locker in a service: built before Redis is up (lazy connect), and shut down
-//! with everything it holds given back at once (graceful shutdown, rolling restarts).
+//! Operating a locker in a service: built before Redis is up (lazy connect), shut down with
+//! everything it holds given back at once (graceful shutdown, rolling restarts), and refused
+//! on a Redis too old for it (the machine has one Redis version: a `VersionProxy` makes it
+//! report another).
 
 use crate::common;
 
@@ -8,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, locker, server};
 use lock_core::{ConfigError, LockError, Locker, LostReason};
-use lock_testkit::{free_port, RedisServer};
+use lock_testkit::{free_port, RedisServer, VersionProxy};
 
 /// Tries `acquire` until it succeeds or `limit` passes; the last error otherwise.
 async fn first_ok<T, F, Fut>(limit: Duration, mut acquire: F) -> Result<T, LockError>
@@ -559,4 +561,91 @@ async fn shutdown_in_a_storm_of_acquires_leaves_nothing_behind() {
         );
         assert_nothing_left(&server, &[&locker]).await;
     }
+}
+
+/// The version refusal, with what it names; panics on any other answer.
+fn too_old(result: Result<impl std::fmt::Debug, LockError>) -> (String, String, String) {
+    match result {
+        Err(LockError::Config(ConfigError::ServerTooOld {
+            node,
+            found,
+            needed,
+            for_what,
+        })) => {
+            let error = LockError::Config(ConfigError::ServerTooOld {
+                node: node.clone(),
+                found: found.clone(),
+                needed: needed.clone(),
+                for_what,
+            });
+            // The message names the version found, the one needed, and why.
+            let shown = error.to_string();
+            assert!(
+                shown.contains(&found) && shown.contains(&needed) && shown.contains(for_what),
+                "{shown}"
+            );
+            (node, found, needed)
+        }
+        other => panic!("expected ServerTooOld, got {other:?}"),
+    }
+}
+
+/// `build` reads the server's version: a Redis 6.0 (below `SET .. PXAT`, 6.2) is refused,
+/// naming the version found and the one needed; a Redis 6.2 builds and serves a plain lock,
+/// and refuses a semaphore (`PEXPIRE .. GT`, 7.0) at its acquire with the same error,
+/// without writing anything; the real 7.0 serves both.
+#[tokio::test]
+async fn build_refuses_a_server_too_old_and_a_semaphore_needs_7_0() {
+    let server = server();
+    let proxy = VersionProxy::start(server.port(), "6.0.16").await.unwrap();
+    let refused = Locker::builder().url(proxy.url()).build().await;
+    let (node, found, needed) = too_old(refused);
+    assert_eq!((found.as_str(), needed.as_str()), ("6.0.16", "6.2.0"));
+    assert_eq!(node, lock_core::redact_url(&proxy.url()));
+
+    proxy.set_version("6.2.0");
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .build()
+        .await
+        .expect("6.2 serves the kit");
+    let guard = locker.lock("v:plain").await.expect("a plain lock on 6.2");
+    assert!(guard.fencing_token().await.is_ok());
+    guard.release().await.unwrap();
+    let semaphore = locker.semaphore("v:sem", 2);
+    let (_, found, needed) = too_old(semaphore.acquire().wait(Duration::ZERO).await);
+    assert_eq!((found.as_str(), needed.as_str()), ("6.2.0", "7.0.0"));
+    // Refused from the version remembered at build: nothing was sent for it.
+    assert_eq!(server.keys("lock:*v:sem*"), Vec::<String>::new());
+
+    let real = common::locker(&server).await;
+    let permit = real
+        .semaphore("v:sem", 2)
+        .acquire()
+        .await
+        .expect("7.0 serves semaphores");
+    permit.release().await.unwrap();
+    assert_nothing_left(&server, &[&locker, &real]).await;
+}
+
+/// A lazy locker has read no version when it is built: its first acquire reads it before
+/// anything else, fails with the version refusal on a Redis 6.0, and takes nothing.
+#[tokio::test]
+async fn a_lazy_lockers_first_acquire_refuses_a_server_too_old_and_takes_nothing() {
+    let server = server();
+    let proxy = VersionProxy::start(server.port(), "6.0.16").await.unwrap();
+    let lazy = Locker::connect_lazy(&proxy.url()).expect("nothing is read yet");
+    for _ in 0..2 {
+        let (_, found, needed) = too_old(lazy.lock("v:lazy").wait(Duration::from_secs(1)).await);
+        assert_eq!((found.as_str(), needed.as_str()), ("6.0.16", "6.2.0"));
+    }
+    assert_eq!(server.keys("lock:*"), Vec::<String>::new(), "nothing taken");
+    let other = locker(&server).await;
+    let free = other
+        .lock("v:lazy")
+        .wait(Duration::ZERO)
+        .await
+        .expect("the lock is free");
+    free.release().await.unwrap();
+    assert_nothing_left(&server, &[&lazy, &other]).await;
 }

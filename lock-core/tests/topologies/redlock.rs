@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lock_core::{LockError, Locker};
+use lock_core::{ConfigError, LockError, Locker};
 use lock_testkit::oracle::Oracle;
 use lock_testkit::RedisServer;
 
@@ -226,6 +226,61 @@ async fn bad_redlock_configuration() {
     assert!(matches!(err, LockError::Config(_)), "{err}");
     for server in servers.iter().filter(|s| s.is_running()) {
         common::assert_nothing_left(server, &[]).await;
+    }
+}
+
+/// A RedLock is built only if every node that answers serves the kit: one node reporting
+/// Redis 6.0 is refused by name. Built lazily, nothing is read before the first acquire:
+/// a node too old then cannot vote (it is sent nothing), so a majority of such nodes fails
+/// the acquire with the version refusal and takes nothing, and a majority of good ones still
+/// carries it.
+#[tokio::test]
+async fn a_node_too_old_is_refused_by_name() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let old = lock_testkit::VersionProxy::start(servers[1].port(), "6.0.16")
+        .await
+        .unwrap();
+    let nodes = vec![servers[0].url(), old.url(), servers[2].url()];
+    let refused = Locker::builder().redlock(nodes.clone()).build().await;
+    match refused {
+        Err(LockError::Config(ConfigError::ServerTooOld {
+            node,
+            found,
+            needed,
+            ..
+        })) => {
+            assert_eq!(node, lock_core::redact_url(&old.url()));
+            assert_eq!((found.as_str(), needed.as_str()), ("6.0.16", "6.2.0"));
+        }
+        other => panic!("expected ServerTooOld, got {:?}", other.map(drop)),
+    }
+
+    let older = lock_testkit::VersionProxy::start(servers[2].port(), "5.0.14")
+        .await
+        .unwrap();
+    let lazy = Locker::builder()
+        .redlock([servers[0].url(), old.url(), older.url()])
+        .build_lazy()
+        .unwrap();
+    let error = lazy.lock("v:r").wait(Duration::from_millis(200)).await;
+    assert!(
+        matches!(
+            error,
+            Err(LockError::Config(ConfigError::ServerTooOld { .. }))
+        ),
+        "{:?}",
+        error.map(drop)
+    );
+    for server in &servers {
+        assert_eq!(lock_keys(server), Vec::<String>::new(), "nothing taken");
+    }
+
+    let lazy = Locker::builder().redlock(nodes).build_lazy().unwrap();
+    let guard = lazy.lock("v:r").await.expect("two good nodes of three");
+    assert_eq!(lock_keys(&servers[1]), Vec::<String>::new());
+    guard.release().await.unwrap();
+    for server in &servers {
+        common::assert_nothing_left(server, &[&lazy]).await;
     }
 }
 

@@ -110,12 +110,25 @@ async fn cluster_min_replicas_acknowledged_and_refused() {
     let cluster = RedisCluster::start(3, 1).unwrap();
     // A replica acknowledges within milliseconds; 3 s leaves room for a loaded machine (500 ms
     // once timed out with the link up).
+    let (logs, capture) = lock_testkit::LogBuffer::capture(tracing::Level::DEBUG);
+    logs.refresh();
     let locker = Locker::builder()
         .cluster(cluster.urls())
         .min_replicas(1, Duration::from_secs(3))
         .build()
         .await
         .unwrap();
+    drop(capture);
+    // `build` read the version of every primary (`INFO` goes to each; the refusal of one too
+    // old is unit-tested in `server_version.rs`: a proxy cannot stand in for a cluster node,
+    // whose redirections name the real ports).
+    let versions: Vec<String> = logs
+        .text()
+        .lines()
+        .filter(|line| line.contains("server version") && line.contains("cluster node 127.0.0.1:"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(versions.len(), 3, "{versions:#?}");
     let guard = locker.lock("order:1").await.unwrap();
     guard.release().await.unwrap();
     let two = Locker::builder()
