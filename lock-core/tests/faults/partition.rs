@@ -427,6 +427,16 @@ async fn a_release_retried_past_its_window_reports_an_unknown_loss_not_ok() {
     common::assert_nothing_left(&server, &[&holder]).await;
 }
 
+/// A locker whose releases leave no latch (a zero release retry window).
+async fn unlatched(url: String) -> Locker {
+    Locker::builder()
+        .url(url)
+        .release_retry_window(Duration::ZERO)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// With a zero retry window (no latch), a release whose reply is lost after it ran cannot
 /// prove on its retry that it deleted the key: it reports the lock lost for an unknown
 /// reason. The first try that never reached Redis is the next test: there the retry finds
@@ -435,12 +445,7 @@ async fn a_release_retried_past_its_window_reports_an_unknown_loss_not_ok() {
 async fn without_a_latch_a_release_whose_reply_is_lost_reports_an_unknown_loss() {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = Locker::builder()
-        .url(proxy.url())
-        .release_retry_window(Duration::ZERO)
-        .build()
-        .await
-        .unwrap();
+    let holder = unlatched(proxy.url()).await;
     let release = release_in_flight(&holder, &server, &proxy, Duration::from_millis(200)).await;
     proxy.set_mode(ProxyMode::Reset).await;
     match release.await.unwrap() {
@@ -464,18 +469,8 @@ async fn without_a_latch_a_release_whose_reply_is_lost_reports_an_unknown_loss()
 async fn without_a_latch_a_release_that_never_reached_redis_is_retried_and_ok() {
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = Locker::builder()
-        .url(proxy.url())
-        .release_retry_window(Duration::ZERO)
-        .build()
-        .await
-        .unwrap();
-    let direct = Locker::builder()
-        .url(server.url())
-        .release_retry_window(Duration::ZERO)
-        .build()
-        .await
-        .unwrap();
+    let holder = unlatched(proxy.url()).await;
+    let direct = unlatched(server.url()).await;
     let guard = holder
         .lock("r")
         .lease(Duration::from_secs(5))
