@@ -20,17 +20,23 @@ pub fn test_name(module: &str, test: &str) -> String {
     }
 }
 
+/// The arguments that run only the ignored test `test` of `module` (the caller's
+/// `module_path!()`), in this test binary started again: one thread, output shown.
+pub fn only_test_args(module: &str, test: &str) -> [String; 5] {
+    [
+        test_name(module, test),
+        "--exact".to_owned(),
+        "--ignored".to_owned(),
+        "--nocapture".to_owned(),
+        "--test-threads=1".to_owned(),
+    ]
+}
+
 /// Starts the `child_worker` test of `module` (the caller's `module_path!()`) in this test
 /// binary, in `mode`, stdout piped for [`wait_for_line`].
 pub fn spawn_child(module: &str, mode: &str, url: &str, referee: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args([
-            test_name(module, "child_worker").as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(only_test_args(module, "child_worker"))
         .env(MODE, mode)
         .env(URL, url)
         .env(REFEREE, referee)
@@ -66,13 +72,7 @@ pub const ALONE: &str = "LOCK_TEST_ALONE";
 /// at once when [`ALONE`] is not set, so that `--ignored` among the others does not run it.
 pub fn run_alone(module: &str, test: &str) {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args([
-            test_name(module, test).as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(only_test_args(module, test))
         .env(ALONE, "1")
         .output()
         .unwrap();

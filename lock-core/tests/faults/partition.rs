@@ -649,13 +649,10 @@ async fn f8_a_flapping_connection_does_not_lose_the_lock() {
 /// Starts this test binary again as a child holder process (see `partition_child`).
 fn spawn_child(mode: &str, url: &str, referee: &str, run: &str) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args([
-            crate::common::child::test_name(module_path!(), "partition_child").as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(crate::common::child::only_test_args(
+            module_path!(),
+            "partition_child",
+        ))
         .env(CHILD_MODE, mode)
         .env(CHILD_URL, url)
         .env(CHILD_REFEREE, referee)

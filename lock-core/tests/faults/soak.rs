@@ -478,13 +478,10 @@ impl Soak {
         self.generation += 1;
         let name = format!("w{slot}g{}", self.generation);
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                crate::common::child::test_name(module_path!(), "soak_worker").as_str(),
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(crate::common::child::only_test_args(
+                module_path!(),
+                "soak_worker",
+            ))
             .env(ENV_ROLE, "worker")
             .env(ENV_LOCK_PORT, self.lock_server.port().to_string())
             .env(ENV_REFEREE, self.referee.url())

@@ -319,13 +319,10 @@ fn redlock_child() {
 async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
     let servers = five();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            crate::common::child::test_name(module_path!(), "redlock_child").as_str(),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(crate::common::child::only_test_args(
+            module_path!(),
+            "redlock_child",
+        ))
         .env("REDLOCK_CHILD_URLS", urls(&servers).join(","))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
