@@ -29,7 +29,7 @@ use crate::topology::{
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
-/// | [`release_retry_window`](Self::release_retry_window) | 1 s | 0 (no latch) to 1 hour |
+/// | [`release_retry_window`](Self::release_retry_window) | 0: no latch | 0 to 1 hour |
 /// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
@@ -459,31 +459,32 @@ impl LockerBuilder {
     }
 
     /// How long a release may be retried and still learn for sure whether its first try ran.
-    /// Default 1 s; from zero (no latch) to 1 hour.
+    /// Default zero: no latch, nothing left in Redis. From zero to 1 hour.
     ///
     /// A release whose connection dropped is sent again, and its first try may or may not have
-    /// deleted the key. So each release leaves a small latch key that lives this long, for a
-    /// retry to find; nothing a release writes outlives it. A retry answered within the window
-    /// is told the truth (`Ok` when the first try released the lock); one answered later, if
-    /// it finds the key gone, cannot tell and reports the lock lost
+    /// deleted the key. A retry that finds its token still there releases the lock (`Ok`: the
+    /// first try never ran). One that finds the key gone or taken cannot tell its own delete
+    /// from a loss, so by default it reports the lock lost
     /// ([`LostReason::Unknown`](crate::LostReason::Unknown)), never a release it cannot
-    /// prove. Redis memory: one latch (about 150 bytes by `MEMORY USAGE`) per release of the
-    /// last window, so releases per second × window keys at any time; Redis CPU: one more
-    /// key written and expired per release.
+    /// prove. A release that never had its connection drop is always answered exactly.
     ///
-    /// `Duration::ZERO` writes no latch: a release leaves nothing in Redis, and a release
-    /// retried after a dropped connection that finds the key gone reports it lost
-    /// ([`LostReason::Unknown`](crate::LostReason::Unknown)) even when its first try did
-    /// delete it.
+    /// A non-zero window makes that rare answer exact too: each release leaves a small latch
+    /// key that lives this long, for a retry to find; nothing a release writes outlives it. A
+    /// retry answered within the window is told the truth (`Ok` when the first try released
+    /// the lock); one answered later cannot tell and reports the loss as above. The cost, on
+    /// every release: Redis memory of one latch (about 150 bytes by `MEMORY USAGE`) per release
+    /// of the last window, so releases per second × window keys at any time, and Redis CPU
+    /// for one more key written and expired (about a quarter of an uncontended cycle's).
     ///
     /// ```no_run
     /// # async fn f() -> Result<(), lock_core::LockError> {
     /// use std::time::Duration;
     ///
-    /// // Nothing left behind; a retried release may report a loss it cannot rule out.
+    /// // A release retried after a dropped connection learns whether its first try ran, for
+    /// // one latch key per release that lives a second.
     /// let locker = lock_core::Locker::builder()
     ///     .url("redis://127.0.0.1/")
-    ///     .release_retry_window(Duration::ZERO)
+    ///     .release_retry_window(Duration::from_secs(1))
     ///     .build()
     ///     .await?;
     /// # drop(locker);

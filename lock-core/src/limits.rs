@@ -62,10 +62,12 @@ pub(crate) const MAX_FENCE_RETENTION: Duration = Duration::from_secs(10 * 365 * 
 /// hour, stay in Redis.
 pub(crate) const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(10);
 
-/// How long a release's latch lives unless the builder says otherwise: the retries of a release
-/// come within milliseconds (5 ms and 50 ms after a dropped connection), so a second covers
-/// them with room to spare, and what releases leave in Redis is a second's worth of latches.
-pub(crate) const DEFAULT_RELEASE_RETRY_WINDOW: Duration = Duration::from_secs(1);
+/// How long a release's latch lives unless the builder says otherwise: not at all. A release
+/// then leaves nothing in Redis and costs one key write less; the price is paid only by a
+/// release whose connection dropped after its first try ran, which reports a loss it cannot
+/// rule out (`LostReason::Unknown`) instead of `Ok`. A window of a second covers the retries
+/// (5 ms and 50 ms after a dropped connection) for those who want that answer exact.
+pub(crate) const DEFAULT_RELEASE_RETRY_WINDOW: Duration = Duration::ZERO;
 
 /// `value` if it lies in `min..=max`, else the error that names the setting and its range.
 pub(crate) fn check(

@@ -26,15 +26,20 @@ fn server_clock_us(server: &RedisServer) -> u64 {
     secs * 1_000_000 + micros
 }
 
-/// What releases leave: 32 tasks lock and release fresh keys as fast as they can for a
-/// second; a release's latch (the proof a retried release looks for) lives the release retry
-/// window (1 s by default), so once it passed nothing is left. Before, each release left a
+/// What releases leave with a latch: 32 tasks lock and release fresh keys as fast as they can
+/// for a second; a release's latch (the proof a retried release looks for) lives the release
+/// retry window (1 s here; none by default), so once it passed nothing is left. Before, each release left a
 /// latch for 10 s (four command timeouts, at least 10 s): every key released in the last 10 s,
 /// hundreds of thousands at full speed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_leave_nothing_once_the_retry_window_passed() {
     let server = server();
-    let locker = Locker::connect(&server.url()).await.unwrap();
+    let locker = Locker::builder()
+        .url(server.url())
+        .release_retry_window(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     let started = Instant::now();
     let tasks: Vec<_> = (0..32)
         .map(|task| {
@@ -87,17 +92,12 @@ async fn releases_leave_nothing_once_the_retry_window_passed() {
     assert_nothing_left(&server, &[&locker]).await;
 }
 
-/// A zero release retry window writes no latch: a release of each kind (lock, fair lock,
-/// read lock, semaphore permit) leaves no key at all, at once.
+/// By default (a zero release retry window) a release writes no latch: a release of each kind
+/// (lock, fair lock, read lock, semaphore permit) leaves no key at all, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_zero_retry_window_leaves_nothing_at_all() {
+async fn by_default_releases_leave_nothing_at_all() {
     let server = server();
-    let locker = Locker::builder()
-        .url(server.url())
-        .release_retry_window(Duration::ZERO)
-        .build()
-        .await
-        .unwrap();
+    let locker = Locker::connect(&server.url()).await.unwrap();
     for round in 0..50 {
         locker
             .lock(format!("m{round}"))
@@ -129,8 +129,13 @@ async fn a_zero_retry_window_leaves_nothing_at_all() {
         let left = server.keys("*");
         assert!(left.is_empty(), "round {round} left {left:?}");
     }
-    // The control: the default window leaves a latch per release, for that window.
-    let control = Locker::connect(&server.url()).await.unwrap();
+    // The control: a window leaves a latch per release, for that window.
+    let control = Locker::builder()
+        .url(server.url())
+        .release_retry_window(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
     control.lock("m").await.unwrap().release().await.unwrap();
     assert_eq!(server.keys("lock:*").len(), 1, "{:?}", server.keys("*"));
     assert_nothing_left(&server, &[&locker, &control]).await;

@@ -700,11 +700,13 @@ async fn reentrancy_is_per_task_and_a_write_nests_inside_a_read_inside_a_write()
         matches!(own, LockError::WriteInsideRead { ref key } if key == "k"),
         "{own}"
     );
-    // A read of another task shares the lock at once.
+    // A read of another task shares the lock. Not with a zero wait: the writer that gave up
+    // leaves the waiting writers in the background, and until then readers let it go first
+    // (its withdrawal wakes them).
     let shared = tokio::spawn({
         let a = a.clone();
         async move {
-            let g = a.read("k").wait(Duration::ZERO).await?;
+            let g = a.read("k").wait(Duration::from_secs(5)).await?;
             let shared = g.is_shared();
             g.release().await.map(|()| shared)
         }
