@@ -8,7 +8,7 @@
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring with the lock plus the fence window (and not before the server's clock passed the token plus the window) |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
 //! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
-//! | release latch | `p{h}:unlocked:<token>` | string, left by a release for the release retry window (1 s by default): proof for its retry |
+//! | release latch | `p{h}:unlocked:<token>` | string, left by a release for the release retry window when one is set (none by default): proof for its retry |
 //! | readers' waiting flag | `p{h}:readers-waiting:k` | string, set with a TTL by a reader of another locker that waits for a writer |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |

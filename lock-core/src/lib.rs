@@ -156,8 +156,8 @@
 //! (`lock:` by default): `p{h}:lock:k` (string, the holder's token and holder name,
 //! `<token>|<holder>`, see [`LockerBuilder::holder_name`]), `p{h}:fence:k` (string,
 //! the last fencing token), `p{h}:waiters:k` (sorted set with a TTL: the tokens of other lockers' waiting exclusive acquirers),
-//! `p{h}:unlocked:<token>` (string that lives the release retry window, 1 s by default: the
-//! release latch that tells a retried release that its first try ran), `pnode-epoch` (with
+//! `p{h}:unlocked:<token>` (only with a non-zero release retry window, none by default: a
+//! string living that window, the release latch that tells a retried release its first try ran), `pnode-epoch` (with
 //! [`restart_guard`](LockerBuilder::restart_guard): the server's `run_id` and when its data
 //! set began) and the channel `p{h}:released:k`. Read locks add `p{h}:readers:k` (sorted set),
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
