@@ -8,21 +8,39 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
-/// A Lua function that several scripts call, written once and prepended to each of them.
+/// Lua functions that several scripts call, written once and prepended to each of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Preamble {
     /// `scripts/guard.lua`: `restart_guard`, the node's age against the restart guard.
     Guard,
-    /// `scripts/line.lua`: `first_in_line` and `join_line`, the line of a fair lock or a
-    /// semaphore.
+    /// `scripts/clock.lua`: `server_ms`, the server's clock in milliseconds.
+    Clock,
+    /// `scripts/line.lua` (after `Clock`): `first_in_line` and `join_line`, the line of a
+    /// fair lock or a semaphore.
     Line,
+    /// `scripts/latch.lua`: `leave_latch` and `latched`, a release's latch.
+    Latch,
+    /// `scripts/fence_expiry.lua`: `fence_expiry`, how long a fence key lives.
+    FenceExpiry,
 }
 
 impl Preamble {
+    #[cfg(test)]
+    const ALL: [Self; 5] = [
+        Self::Guard,
+        Self::Clock,
+        Self::Line,
+        Self::Latch,
+        Self::FenceExpiry,
+    ];
+
     fn text(self) -> &'static str {
         match self {
             Self::Guard => include_str!("scripts/guard.lua"),
+            Self::Clock => include_str!("scripts/clock.lua"),
             Self::Line => include_str!("scripts/line.lua"),
+            Self::Latch => include_str!("scripts/latch.lua"),
+            Self::FenceExpiry => include_str!("scripts/fence_expiry.lua"),
         }
     }
 
@@ -31,7 +49,10 @@ impl Preamble {
     fn functions(self) -> &'static [&'static str] {
         match self {
             Self::Guard => &["restart_guard("],
+            Self::Clock => &["server_ms("],
             Self::Line => &["first_in_line(", "join_line("],
+            Self::Latch => &["leave_latch(", "latched("],
+            Self::FenceExpiry => &["fence_expiry("],
         }
     }
 }
@@ -97,58 +118,99 @@ scripts! {
     /// Take the lock, or learn how long it stays taken and flag the wait.
     ACQUIRE = "acquire.lua" after Guard;
     /// Take a read lock, or learn how long to wait for the writer.
-    READ_ACQUIRE = "read_acquire.lua" after Guard;
+    READ_ACQUIRE = "read_acquire.lua" after Guard, Clock;
     /// Take a fair lock in arrival order, or wait in line.
-    FAIR_ACQUIRE = "fair_acquire.lua" after Guard, Line;
+    FAIR_ACQUIRE = "fair_acquire.lua" after Guard, Clock, Line;
     /// Take semaphore permits, or wait in line.
-    PERMIT_ACQUIRE = "permit_acquire.lua" after Guard, Line;
+    PERMIT_ACQUIRE = "permit_acquire.lua" after Guard, Clock, Line;
     /// A waiting writer that stopped waiting leaves the waiting writers.
     WITHDRAW = "withdraw.lua";
     /// Compare the token, delete, leave the latch, publish (the fair lock's line too).
-    RELEASE = "release.lua" after Line;
+    RELEASE = "release.lua" after Clock, Line, Latch;
     /// Drop a read lock; the last reader out tells a waiting writer.
-    READ_RELEASE = "read_release.lua";
+    READ_RELEASE = "read_release.lua" after Clock, Latch;
     /// Give semaphore permits back and tell the first waiter in line.
-    PERMIT_RELEASE = "permit_release.lua" after Line;
+    PERMIT_RELEASE = "permit_release.lua" after Clock, Line, Latch;
     /// Compare the token and delete, nothing else (a RedLock node's grant to a try that did
     /// not win a majority).
     UNDO = "undo.lua";
     /// Compare the token and set a new lease, for a batch of exclusive locks.
     RENEW = "renew.lua";
     /// Extend readers' leases, for a batch of read locks.
-    READ_RENEW = "read_renew.lua";
+    READ_RENEW = "read_renew.lua" after Clock;
     /// Extend semaphore holders' leases, for a batch of them.
-    PERMIT_RENEW = "permit_renew.lua";
+    PERMIT_RENEW = "permit_renew.lua" after Clock;
     /// Issue the next fencing token to the lock's holder.
-    FENCE = "fence.lua";
+    FENCE = "fence.lua" after FenceExpiry;
     /// Raise a fence counter to a token (RedLock write-back).
-    RAISE_FENCE = "raise_fence.lua";
+    RAISE_FENCE = "raise_fence.lua" after FenceExpiry;
     /// Delete whoever holds the lock, publish.
     FORCE_UNLOCK = "force_unlock.lua";
     /// Read who holds a key (a lock or a semaphore of that name), for how long, and how many
     /// wait; writes nothing.
-    INSPECT = "inspect.lua";
+    INSPECT = "inspect.lua" after Clock;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A script is composed with exactly the preambles whose functions it calls: one missing
-    /// fails only at run time, one too many costs every call its text.
+    /// The preambles whose functions `lua` (a script's or a preamble's code, comments left
+    /// out) calls.
+    fn called_by(lua: &str) -> Vec<Preamble> {
+        let code: String = lua
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        Preamble::ALL
+            .into_iter()
+            .filter(|p| {
+                let called = |f: &&str| {
+                    [" ", "("]
+                        .iter()
+                        .any(|at| code.contains(&format!("{at}{f}")))
+                };
+                p.functions().iter().any(called)
+            })
+            .collect()
+    }
+
+    /// A script is composed with exactly the preambles whose functions it calls, directly or
+    /// through another preamble, each after those it calls: one missing fails only at run
+    /// time, one too many costs every call its text.
     #[test]
     fn each_script_has_the_preambles_it_calls() {
         for lua in ALL {
-            for preamble in [Preamble::Guard, Preamble::Line] {
-                let calls = preamble.functions().iter().any(|f| lua.body.contains(f));
+            let mut needed = called_by(lua.body);
+            let mut i = 0;
+            while let Some(&preamble) = needed.get(i) {
+                for more in called_by(preamble.text()) {
+                    if more != preamble && !needed.contains(&more) {
+                        needed.push(more);
+                    }
+                }
+                i += 1;
+            }
+            let listed = lua.preambles;
+            for preamble in Preamble::ALL {
                 assert_eq!(
-                    calls,
-                    lua.preambles.contains(&preamble),
+                    needed.contains(&preamble),
+                    listed.contains(&preamble),
                     "{}: {preamble:?}",
                     lua.name
                 );
             }
-            assert!(lua.script().get_hash().len() == 40, "{}", lua.name);
+            for (i, preamble) in listed.iter().enumerate() {
+                for used in called_by(preamble.text()) {
+                    assert!(
+                        used == *preamble || listed[..i].contains(&used),
+                        "{}: {used:?} must come before {preamble:?}",
+                        lua.name
+                    );
+                }
+            }
+            assert_eq!(lua.script().get_hash().len(), 40, "{}", lua.name);
         }
     }
 }

@@ -573,27 +573,7 @@ async fn with_wait(
     pipe.add_command(cmd).add_command(wait);
     let mut loaded = false;
     loop {
-        // In a cluster, WAIT must reach the node that holds the key: the pipeline is routed
-        // by it (on its own, WAIT has no key and would go to any node).
-        #[cfg(feature = "cluster")]
-        let values = if let Connection::Cluster(cluster) = conn {
-            let route = Route::with_key(lock_key, SlotAddr::Master);
-            cluster
-                .route_pipeline(
-                    pipe.clone(),
-                    0,
-                    2,
-                    SingleNodeRoutingInfo::SpecificNode(route),
-                )
-                .await
-        } else {
-            conn.req_packed_commands(&pipe, 0, 2).await
-        };
-        #[cfg(not(feature = "cluster"))]
-        let values = {
-            let _ = lock_key; // one node: nothing to route
-            conn.req_packed_commands(&pipe, 0, 2).await
-        };
+        let values = send_to_holder(conn, &pipe, lock_key).await;
         // An error comes back for the whole pipeline or as the command's own reply.
         let mut values = values.map_err(BackendError::redis)?.into_iter();
         let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
@@ -620,6 +600,24 @@ async fn with_wait(
             }
         }
     }
+}
+
+/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
+/// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
+/// would go to any node).
+async fn send_to_holder(
+    conn: &mut Connection,
+    pipe: &redis::Pipeline,
+    lock_key: &str,
+) -> RedisResult<Vec<Value>> {
+    #[cfg(feature = "cluster")]
+    if let Connection::Cluster(cluster) = conn {
+        let route = Route::with_key(lock_key, SlotAddr::Master);
+        let route = SingleNodeRoutingInfo::SpecificNode(route);
+        return cluster.route_pipeline(pipe.clone(), 0, 2, route).await;
+    }
+    let _ = lock_key; // one node: nothing to route
+    conn.req_packed_commands(pipe, 0, 2).await
 }
 
 #[cfg(test)]

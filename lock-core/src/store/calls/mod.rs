@@ -39,8 +39,10 @@ impl<R> std::fmt::Debug for ScriptCall<R> {
 impl<R: FromRedisValue> ScriptCall<R> {
     /// A call of `lua` with `keys` KEYS: `EVALSHA sha keys`, the keys and arguments to follow.
     fn new(lua: &'static Lua, keys: usize) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(lua.script().get_hash()).arg(keys);
+        // Sized for the calls of one lock (about a dozen arguments of a few names each) so
+        // that the hot path's acquires and releases do not grow it.
+        let mut cmd = Cmd::with_capacity(3 + keys + 6, 256);
+        cmd.arg("EVALSHA").arg(lua.script().get_hash()).arg(keys);
         Self {
             lua,
             cmd,
