@@ -37,6 +37,12 @@ enum Repr {
     /// The server is too old for the call, which was not sent. Never public: the lock
     /// error built from it is [`ConfigError::ServerTooOld`](crate::ConfigError::ServerTooOld).
     TooOld(Box<TooOld>),
+    /// A reply of another shape than the call's own (a script's, documented in its `.lua`
+    /// header): `from` names the call (`release.lua`), `error` what did not fit.
+    UnexpectedReply {
+        from: &'static str,
+        error: redis::ParsingError,
+    },
 }
 
 impl BackendError {
@@ -66,6 +72,15 @@ impl BackendError {
     /// Whether this is an acquire's call cut at the end of its wait.
     pub(crate) fn is_deadline(&self) -> bool {
         matches!(self.repr, Repr::Deadline)
+    }
+
+    /// A reply of `from` (a script's file name, or the command) that the kit cannot read:
+    /// every reply that does not fit its type is reported through here, with the call named.
+    pub(crate) fn unexpected_reply(from: &'static str, error: redis::ParsingError) -> Self {
+        Self {
+            repr: Repr::UnexpectedReply { from, error },
+            context: None,
+        }
     }
 
     /// No answer decided it.
@@ -104,7 +119,7 @@ impl BackendError {
         match &self.repr {
             Repr::Redis(e) => e.is_timeout(),
             Repr::TimedOut(_) | Repr::Deadline => true,
-            Repr::Undecided(_) | Repr::TooOld(_) => false,
+            Repr::Undecided(_) | Repr::TooOld(_) | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -114,7 +129,11 @@ impl BackendError {
             Repr::Redis(e) => {
                 e.is_connection_refusal() || e.is_connection_dropped() || e.is_io_error()
             }
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -122,7 +141,11 @@ impl BackendError {
     pub fn code(&self) -> Option<&str> {
         match &self.repr {
             Repr::Redis(e) => e.code(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => None,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => None,
         }
     }
 
@@ -143,7 +166,7 @@ impl BackendError {
                     )
             }
             Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => true,
-            Repr::TooOld(_) => false,
+            Repr::TooOld(_) | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -153,7 +176,11 @@ impl BackendError {
     pub(crate) fn is_dropped_connection(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => e.is_connection_dropped() || e.is_io_error() && !e.is_timeout(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -167,7 +194,11 @@ impl BackendError {
                 e.is_cluster_error()
                     || matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
             }
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -182,7 +213,11 @@ impl BackendError {
     pub(crate) fn is_tls(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => is_tls_cause(e),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => false,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -206,6 +241,9 @@ impl fmt::Display for BackendError {
             }
             Repr::Undecided(what) => f.write_str(what),
             Repr::TooOld(too_old) => fmt::Display::fmt(&ConfigError::from((**too_old).clone()), f),
+            Repr::UnexpectedReply { from, error } => {
+                write!(f, "unexpected reply from {from}: {error}")
+            }
         }
     }
 }
@@ -215,7 +253,11 @@ impl StdError for BackendError {
         // The client's message is this error's own text; its causes come next.
         match &self.repr {
             Repr::Redis(e) => e.source(),
-            Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) | Repr::TooOld(_) => None,
+            Repr::TimedOut(_)
+            | Repr::Deadline
+            | Repr::Undecided(_)
+            | Repr::TooOld(_)
+            | Repr::UnexpectedReply { .. } => None,
         }
     }
 }

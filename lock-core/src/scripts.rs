@@ -1,208 +1,216 @@
-//! The Redis scripts, one `.lua` file each; `redis::Script` sends them by SHA (EVALSHA) and
-//! reloads them transparently when the server answers NOSCRIPT (after `SCRIPT FLUSH` or a
-//! restart).
+//! The Redis scripts, one `.lua` file each, and the one place where each is composed with the
+//! preambles it calls (shared Lua functions, each written once in its own file). A script is
+//! sent by SHA (EVALSHA) and loaded again when the server answers NOSCRIPT (after
+//! `SCRIPT FLUSH` or a restart); its typed call, with its KEYS and ARGV in the order its
+//! header documents, is in `store/calls/`.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use redis::Script;
 
-/// `scripts/acquire.lua` (after `scripts/guard.lua`): take the lock, or learn how long it
-/// stays taken and flag the wait.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/guard.lua"),
-        include_str!("scripts/acquire.lua")
-    ))
-});
-
-/// `scripts/read_acquire.lua` (after `scripts/guard.lua`): take a read lock, or learn how long
-/// to wait for the writer.
-pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/guard.lua"),
-        include_str!("scripts/read_acquire.lua")
-    ))
-});
-
-/// `scripts/fair_acquire.lua` (after `scripts/guard.lua` and `scripts/line.lua`): take a fair
-/// lock in arrival order, or wait in line.
-pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/guard.lua"),
-        include_str!("scripts/line.lua"),
-        include_str!("scripts/fair_acquire.lua")
-    ))
-});
-
-/// `scripts/withdraw.lua`: a waiting writer that stopped waiting leaves the waiting writers.
-pub(crate) static WITHDRAW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/withdraw.lua")));
-
-/// `scripts/read_release.lua`: drop a read lock; the last reader out tells a waiting writer.
-pub(crate) static READ_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/read_release.lua")));
-
-/// `scripts/read_renew.lua`: extend readers' leases, for a batch of read locks.
-pub(crate) static READ_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/read_renew.lua")));
-
-/// `scripts/permit_acquire.lua` (after `scripts/guard.lua` and `scripts/line.lua`): take
-/// semaphore permits, or wait in line.
-pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/guard.lua"),
-        include_str!("scripts/line.lua"),
-        include_str!("scripts/permit_acquire.lua")
-    ))
-});
-
-/// `scripts/permit_release.lua` (after `scripts/line.lua`): give semaphore permits back and
-/// tell the first waiter in line.
-pub(crate) static PERMIT_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/line.lua"),
-        include_str!("scripts/permit_release.lua")
-    ))
-});
-
-/// `scripts/permit_renew.lua`: extend semaphore holders' leases, for a batch of them.
-pub(crate) static PERMIT_RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/permit_renew.lua")));
-
-/// `scripts/fence.lua`: issue the next fencing token to the lock's holder.
-pub(crate) static FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fence.lua")));
-
-/// `scripts/release.lua` (after `scripts/line.lua`, for the fair lock's line): compare the
-/// token, delete, publish.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/line.lua"),
-        include_str!("scripts/release.lua")
-    ))
-});
-
-/// `scripts/undo.lua`: compare the token and delete, nothing else (a RedLock node's grant to
-/// a try that did not win a majority).
-pub(crate) static UNDO: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/undo.lua")));
-
-/// `scripts/renew.lua`: compare the token and set a new lease, for a batch of exclusive locks.
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-
-/// `scripts/force_unlock.lua`: delete whoever holds the lock, publish.
-pub(crate) static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/force_unlock.lua")));
-
-/// `scripts/inspect.lua`: read who holds a key (a lock or a semaphore of that name), for how
-/// long, and how many wait; writes nothing.
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
-
-/// `scripts/raise_fence.lua`: raise a fence counter to a token (RedLock write-back).
-pub(crate) static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/raise_fence.lua")));
-
-/// One call of a script as a plain `EVALSHA` command, for where the call must be a command of
-/// its own (in a pipeline with `WAIT`); `redis::ScriptInvocation` does not hand out its command.
-pub(crate) struct ScriptCall {
-    script: &'static Script,
-    keys: Args,
-    args: Args,
+/// Lua functions that several scripts call, written once and prepended to each of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Preamble {
+    /// `scripts/guard.lua`: `restart_guard`, the node's age against the restart guard.
+    Guard,
+    /// `scripts/clock.lua`: `server_ms`, the server's clock in milliseconds.
+    Clock,
+    /// `scripts/line.lua` (after `Clock`): `first_in_line` and `join_line`, the line of a
+    /// fair lock or a semaphore.
+    Line,
+    /// `scripts/latch.lua`: `leave_latch` and `latched`, a release's latch.
+    Latch,
+    /// `scripts/fence_expiry.lua`: `fence_expiry`, how long a fence key lives.
+    FenceExpiry,
 }
 
-/// Arguments in one buffer (a call has up to a dozen, built on every acquire and release; a
-/// `Vec<Vec<u8>>` would allocate each).
-#[derive(Default)]
-struct Args {
-    bytes: Vec<u8>,
-    /// Where each argument starts in `bytes`; it ends where the next starts.
-    starts: Vec<usize>,
-}
+impl Preamble {
+    #[cfg(test)]
+    const ALL: [Self; 5] = [
+        Self::Guard,
+        Self::Clock,
+        Self::Line,
+        Self::Latch,
+        Self::FenceExpiry,
+    ];
 
-impl Args {
-    fn len(&self) -> usize {
-        self.starts.len()
+    fn text(self) -> &'static str {
+        match self {
+            Self::Guard => include_str!("scripts/guard.lua"),
+            Self::Clock => include_str!("scripts/clock.lua"),
+            Self::Line => include_str!("scripts/line.lua"),
+            Self::Latch => include_str!("scripts/latch.lua"),
+            Self::FenceExpiry => include_str!("scripts/fence_expiry.lua"),
+        }
     }
 
-    fn iter(&self) -> impl Iterator<Item = &[u8]> {
-        let ends = self.starts.iter().skip(1).copied();
-        self.starts
-            .iter()
-            .zip(ends.chain(std::iter::once(self.bytes.len())))
-            .map(|(&start, end)| &self.bytes[start..end])
+    /// The functions it defines, by which a script shows it calls them.
+    #[cfg(test)]
+    fn functions(self) -> &'static [&'static str] {
+        match self {
+            Self::Guard => &["restart_guard("],
+            Self::Clock => &["server_ms("],
+            Self::Line => &["first_in_line(", "join_line("],
+            Self::Latch => &["leave_latch(", "latched("],
+            Self::FenceExpiry => &["fence_expiry("],
+        }
     }
 }
 
-impl redis::RedisWrite for Args {
-    fn write_arg(&mut self, arg: &[u8]) {
-        self.starts.push(self.bytes.len());
-        self.bytes.extend_from_slice(arg);
-    }
-
-    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
-        self.starts.push(self.bytes.len());
-        &mut self.bytes
-    }
+/// One script: its file, the preambles it calls, and the `redis::Script` of both, composed at
+/// its first use.
+pub(crate) struct Lua {
+    /// Its file under `scripts/`, which names it in messages.
+    pub(crate) name: &'static str,
+    preambles: &'static [Preamble],
+    body: &'static str,
+    script: OnceLock<Script>,
 }
 
-impl ScriptCall {
-    pub(crate) fn new(script: &'static Script) -> Self {
+impl Lua {
+    const fn new(name: &'static str, preambles: &'static [Preamble], body: &'static str) -> Self {
         Self {
-            script,
-            keys: Args::default(),
-            args: Args {
-                bytes: Vec::with_capacity(256),
-                starts: Vec::with_capacity(8),
-            },
+            name,
+            preambles,
+            body,
+            script: OnceLock::new(),
         }
     }
 
-    /// Adds `KEYS[n]`.
-    pub(crate) fn key(&mut self, key: impl redis::ToRedisArgs) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
-    }
-
-    /// Adds `ARGV[n]`.
-    pub(crate) fn arg(&mut self, arg: impl redis::ToRedisArgs) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
-        self
-    }
-
-    /// The `EVALSHA` command.
-    pub(crate) fn command(&self) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(self.script.get_hash()).arg(self.keys.len());
-        for arg in self.keys.iter().chain(self.args.iter()) {
-            cmd.arg(arg);
-        }
-        cmd
-    }
-
-    /// Loads the script into the server's cache (after `NOSCRIPT`).
-    pub(crate) async fn load(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-    ) -> redis::RedisResult<()> {
-        self.script.load_async(conn).await.map(drop)
-    }
-
-    /// Runs the call alone; loads the script and sends the call again when the server answers
-    /// NOSCRIPT (its script cache was flushed, or it is a promoted replica). The command is
-    /// built once (a `redis::ScriptInvocation` would copy every argument once more).
-    pub(crate) async fn invoke<T: redis::FromRedisValue>(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-    ) -> redis::RedisResult<T> {
-        let cmd = self.command();
-        match cmd.query_async(conn).await {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.load(conn).await?;
-                cmd.query_async(conn).await
+    /// The script as sent: its preambles, then its own file.
+    pub(crate) fn script(&self) -> &Script {
+        self.script.get_or_init(|| {
+            let mut text = String::new();
+            for preamble in self.preambles {
+                text.push_str(preamble.text());
             }
-            result => result,
+            text.push_str(self.body);
+            Script::new(&text)
+        })
+    }
+}
+
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// Declares the static of each script: its name, its file and the preambles it calls.
+macro_rules! scripts {
+    ($($(#[$doc:meta])* $name:ident = $file:literal $(after $($preamble:ident),+)?;)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) static $name: Lua = Lua::new(
+                $file,
+                &[$($(Preamble::$preamble),+)?],
+                include_str!(concat!("scripts/", $file)),
+            );
+        )*
+
+        /// Every script, for the tests that check them all.
+        #[cfg(test)]
+        pub(crate) static ALL: &[&Lua] = &[$(&$name),*];
+    };
+}
+
+scripts! {
+    /// Take the lock, or learn how long it stays taken and flag the wait.
+    ACQUIRE = "acquire.lua" after Guard;
+    /// Take a read lock, or learn how long to wait for the writer.
+    READ_ACQUIRE = "read_acquire.lua" after Guard, Clock;
+    /// Take a fair lock in arrival order, or wait in line.
+    FAIR_ACQUIRE = "fair_acquire.lua" after Guard, Clock, Line;
+    /// Take semaphore permits, or wait in line.
+    PERMIT_ACQUIRE = "permit_acquire.lua" after Guard, Clock, Line;
+    /// A waiting writer that stopped waiting leaves the waiting writers.
+    WITHDRAW = "withdraw.lua";
+    /// Compare the token, delete, leave the latch, publish (the fair lock's line too).
+    RELEASE = "release.lua" after Clock, Line, Latch;
+    /// Drop a read lock; the last reader out tells a waiting writer.
+    READ_RELEASE = "read_release.lua" after Clock, Latch;
+    /// Give semaphore permits back and tell the first waiter in line.
+    PERMIT_RELEASE = "permit_release.lua" after Clock, Line, Latch;
+    /// Compare the token and delete, nothing else (a RedLock node's grant to a try that did
+    /// not win a majority).
+    UNDO = "undo.lua";
+    /// Compare the token and set a new lease, for a batch of exclusive locks.
+    RENEW = "renew.lua";
+    /// Extend readers' leases, for a batch of read locks.
+    READ_RENEW = "read_renew.lua" after Clock;
+    /// Extend semaphore holders' leases, for a batch of them.
+    PERMIT_RENEW = "permit_renew.lua" after Clock;
+    /// Issue the next fencing token to the lock's holder.
+    FENCE = "fence.lua" after FenceExpiry;
+    /// Raise a fence counter to a token (RedLock write-back).
+    RAISE_FENCE = "raise_fence.lua" after FenceExpiry;
+    /// Delete whoever holds the lock, publish.
+    FORCE_UNLOCK = "force_unlock.lua";
+    /// Read who holds a key (a lock or a semaphore of that name), for how long, and how many
+    /// wait; writes nothing.
+    INSPECT = "inspect.lua" after Clock;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The preambles whose functions `lua` (a script's or a preamble's code, comments left
+    /// out) calls.
+    fn called_by(lua: &str) -> Vec<Preamble> {
+        let code: String = lua
+            .lines()
+            .map(|line| line.split("--").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        Preamble::ALL
+            .into_iter()
+            .filter(|p| {
+                let called = |f: &&str| {
+                    [" ", "("]
+                        .iter()
+                        .any(|at| code.contains(&format!("{at}{f}")))
+                };
+                p.functions().iter().any(called)
+            })
+            .collect()
+    }
+
+    /// A script is composed with exactly the preambles whose functions it calls, directly or
+    /// through another preamble, each after those it calls: one missing fails only at run
+    /// time, one too many costs every call its text.
+    #[test]
+    fn each_script_has_the_preambles_it_calls() {
+        for lua in ALL {
+            let mut needed = called_by(lua.body);
+            let mut i = 0;
+            while let Some(&preamble) = needed.get(i) {
+                for more in called_by(preamble.text()) {
+                    if more != preamble && !needed.contains(&more) {
+                        needed.push(more);
+                    }
+                }
+                i += 1;
+            }
+            let listed = lua.preambles;
+            for preamble in Preamble::ALL {
+                assert_eq!(
+                    needed.contains(&preamble),
+                    listed.contains(&preamble),
+                    "{}: {preamble:?}",
+                    lua.name
+                );
+            }
+            for (i, preamble) in listed.iter().enumerate() {
+                for used in called_by(preamble.text()) {
+                    assert!(
+                        used == *preamble || listed[..i].contains(&used),
+                        "{}: {used:?} must come before {preamble:?}",
+                        lua.name
+                    );
+                }
+            }
+            assert_eq!(lua.script().get_hash().len(), 40, "{}", lua.name);
         }
     }
 }

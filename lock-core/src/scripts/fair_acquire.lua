@@ -1,6 +1,6 @@
 -- Take a fair lock: the lock key is free and the caller is first in line (or nobody is in
 -- line); else join the line (once: the first arrival keeps its place) and tell the caller how
--- long to wait. guard.lua and line.lua are prepended to this script.
+-- long to wait. guard.lua, clock.lua and line.lua are prepended to this script.
 --
 -- The lock key is the mutex's (release, renewal and fencing are the mutex's scripts). The line
 -- is a sorted set of waiting tokens scored by arrival (server clock, us); a second sorted set
@@ -48,7 +48,7 @@ if current == ARGV[1] then
   return {1, 0}
 end
 local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_ms = server_ms(t)
 local head = first_in_line(KEYS[3], KEYS[4], now_ms)
 if not current and (not head or head == ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)

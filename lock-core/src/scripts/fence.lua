@@ -1,4 +1,5 @@
 -- Issue the next fencing token of a lock to its holder, only while it holds the lock.
+-- fence_expiry.lua is prepended to this script.
 --
 -- KEYS[1]  the lock key
 -- KEYS[2]  the fence key (the last fencing token issued for this lock key)
@@ -33,11 +34,6 @@ local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if fence <= last then
   fence = last + 1
 end
-local lock_ttl = math.max(redis.call('PTTL', KEYS[1]), 0)
-local expires = math.max(now_ms + lock_ttl, math.ceil(fence / 1000)) + window
-local fence_ttl = redis.call('PTTL', KEYS[2])
-if fence_ttl > 0 then
-  expires = math.max(expires, now_ms + fence_ttl)
-end
+local expires = fence_expiry(KEYS[1], KEYS[2], now_ms, fence, window)
 redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PXAT', string.format('%.0f', expires))
 return fence

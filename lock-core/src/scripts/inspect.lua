@@ -25,8 +25,7 @@
 -- The lock is looked at first: a lock and a semaphore of one name are separate things, and
 -- the lock is reported when both are held. A key of another type fails with WRONGTYPE.
 local most = tonumber(ARGV[1]) or 1
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local after_now = '(' .. string.format('%.0f', now)
 
 -- The members of a sorted set whose score (an end of lease, an end of liveness) is after now,

@@ -1,6 +1,7 @@
 -- The line of waiters, prepended to the scripts of the kinds that keep one (the fair lock's
 -- fair_acquire.lua and release.lua, the semaphore's permit_acquire.lua and
--- permit_release.lua): one function, so every script drops the dead waiters the same way.
+-- permit_release.lua), after clock.lua: one function, so every script drops the dead waiters the
+-- same way.
 --
 -- A line is two sorted sets: the waiters scored by arrival (server clock, us), and the same
 -- waiters scored by when they stop counting as alive (server clock, ms), which each try of a
@@ -26,7 +27,7 @@ end
 
 local function join_line(line, alive, waiter, time, stay_ms)
   local arrival = string.format('%.0f', tonumber(time[1]) * 1000000 + tonumber(time[2]))
-  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  local now_ms = server_ms(time)
   redis.call('ZADD', line, 'NX', arrival, waiter)
   redis.call('ZADD', alive, string.format('%.0f', now_ms + stay_ms), waiter)
   if redis.call('PTTL', line) < stay_ms then

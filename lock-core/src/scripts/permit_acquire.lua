@@ -1,6 +1,6 @@
 -- Take permits of a semaphore if enough are free and no earlier waiter is in line; else join
 -- the line (once: the first arrival keeps its place) and tell the caller how long to wait.
--- guard.lua and line.lua are prepended to this script.
+-- guard.lua, clock.lua and line.lua are prepended to this script.
 --
 -- Layout: one sorted set per semaphore; each holder is one member, `<token>|<holder>:<permits>`, scored
 -- by the end of its lease (server clock, ms). Members whose lease ended are dropped by the next
@@ -59,7 +59,7 @@ if KEYS[4] then
   end
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms(t)
 local until_ms = string.format('%.0f', now + lease)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now))
 local holders = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')

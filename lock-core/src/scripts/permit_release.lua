@@ -1,7 +1,7 @@
 -- Give back a holder's permits if, and only if, its lease has not ended; leave a latch that
 -- proves it; tell the first waiter in line, if any. A call for an acquire that gave up or was
--- dropped (not a holder) takes it out of the line instead. line.lua is prepended to this
--- script.
+-- dropped (not a holder) takes it out of the line instead. clock.lua, line.lua and latch.lua
+-- are prepended to this script.
 --
 -- KEYS[1]  the semaphore's set (see permit_acquire.lua)
 -- KEYS[2]  the release latch of this holder
@@ -27,8 +27,7 @@ local ok, score = pcall(redis.call, 'ZSCORE', KEYS[1], ARGV[1])
 if not ok then
   return 0
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 
 
 score = tonumber(score or '')
@@ -37,9 +36,7 @@ if score then
   if score > now then
     local head = first_in_line(KEYS[3], KEYS[4], now)
     local waited = head and 1 or 0
-    if ARGV[3] ~= '0' then
-      redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
-    end
+    leave_latch(KEYS[2], waited + 1, ARGV[3])
     if head then
       redis.pcall('PUBLISH', ARGV[2], head)
     end
@@ -55,8 +52,8 @@ if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
     redis.pcall('PUBLISH', ARGV[2], head)
   end
 end
-local latch = redis.call('GET', KEYS[2])
-if latch then
-  return tonumber(latch) + 2
+local earlier = latched(KEYS[2])
+if earlier then
+  return earlier
 end
 return -1

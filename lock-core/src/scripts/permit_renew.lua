@@ -16,8 +16,7 @@ local lease = tonumber(ARGV[1])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local exact = ARGV[2] == '1'
 local result = {}
 for i, key in ipairs(KEYS) do

@@ -1,6 +1,7 @@
 -- Raise a key's fence counter to at least a given token (RedLock: after a quorum acquire the
 -- largest token issued by any node is written back to every node of the quorum, so the next
 -- quorum, which shares at least one node with this one, issues a larger token).
+-- fence_expiry.lua is prepended to this script.
 --
 -- KEYS[1]  the lock key (its TTL is the least the fence key lives)
 -- KEYS[2]  the fence key
@@ -23,12 +24,7 @@ local now_ms = math.floor((tonumber(now[1]) * 1000000 + tonumber(now[2])) / 1000
 local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local wanted = tonumber(ARGV[1])
 local counter = math.max(current, wanted)
-local lock_ttl = math.max(redis.call('PTTL', KEYS[1]), 0)
-local expires = math.max(now_ms + lock_ttl, math.ceil(counter / 1000)) + window
-local fence_ttl = redis.call('PTTL', KEYS[2])
-if fence_ttl > 0 then
-  expires = math.max(expires, now_ms + fence_ttl)
-end
+local expires = fence_expiry(KEYS[1], KEYS[2], now_ms, counter, window)
 if wanted > current then
   redis.call('SET', KEYS[2], ARGV[1], 'PXAT', string.format('%.0f', expires))
 else

@@ -1,5 +1,5 @@
 -- Take a read (shared) lock: granted while no writer holds the lock and none waits for it.
--- guard.lua is prepended to this script.
+-- guard.lua and clock.lua are prepended to this script.
 --
 -- Layout: the lock key is shared with the exclusive lock (a mutex of the same key is its write
 -- lock). While readers hold it, the lock key holds the marker "readers" with the longest reader
@@ -55,8 +55,7 @@ if current and current ~= 'readers' then
   end
   return {0, redis.call('PTTL', KEYS[1]), current}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- A waiting writer goes first. The set is not renewed here: only writers keep it alive, so

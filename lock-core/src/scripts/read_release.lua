@@ -28,8 +28,7 @@
 -- deleted: the lock was lost before any release of ours ran), -2 the entry was there but its
 -- lease had ended, 0 the lock key holds another value (a writer's token) while our entry's
 -- lease runs, or is of another type. In the lost cases the entry is removed.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = server_ms()
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 local score = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '')
 if ok and current == 'readers' and score and score > now then
@@ -48,9 +47,7 @@ if ok and current == 'readers' and score and score > now then
       answer = 2
     end
   end
-  if ARGV[3] ~= '0' then
-    redis.call('SET', KEYS[2], tostring(answer), 'PX', ARGV[3])
-  end
+  leave_latch(KEYS[2], answer, ARGV[3])
   return answer
 end
 if score then
@@ -66,9 +63,9 @@ if score then
   end
   return 0
 end
-local latch = redis.call('GET', KEYS[2])
-if latch then
-  return tonumber(latch) + 2
+local earlier = latched(KEYS[2])
+if earlier then
+  return earlier
 end
 if not ok then
   return 0

@@ -52,8 +52,7 @@
 -- script): the release message names it, the only waiter that may take the lock (the others
 -- need not try).
 local function first_in_fair_line()
-  local t = redis.call('TIME')
-  return first_in_line(KEYS[5], KEYS[6], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  return first_in_line(KEYS[5], KEYS[6], server_ms())
 end
 
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
@@ -66,9 +65,7 @@ if ok and current == ARGV[1] then
   if head then
     waited = 1
   end
-  if ARGV[3] ~= '0' then
-    redis.call('SET', KEYS[2], tostring(waited + 1), 'PX', ARGV[3])
-  end
+  leave_latch(KEYS[2], waited + 1, ARGV[3])
   if waited == 1 then
     redis.pcall('PUBLISH', ARGV[2], head or '1')
   end
@@ -93,9 +90,9 @@ if KEYS[5] then
     end
   end
 end
-local latch = redis.call('GET', KEYS[2])
-if latch then
-  return tonumber(latch) + 2
+local earlier = latched(KEYS[2])
+if earlier then
+  return earlier
 end
 if ok and not current then
   return -1

@@ -1,20 +1,23 @@
 //! The lock operations on a topology, behind one small interface ([`Store`]): the single-server
 //! strategy (one logical Redis: a server, a cluster or a Sentinel primary) and the RedLock
 //! strategy (a majority of independent primaries), each in its own file, both built on the
-//! script calls of [`node`]. Script replies are typed in [`reply`].
+//! calls of [`node`]. Each script's typed call and typed reply are in [`calls`].
 
+mod calls;
 mod node;
 mod redlock;
-mod reply;
 mod single;
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
 
+pub(crate) use calls::acquire::AcquireReply;
+pub(crate) use calls::inspect::{HeldAs, Inspected};
+pub(crate) use calls::release::{Gone, ReleaseReply};
+pub(crate) use calls::renew::Renewal;
 pub(crate) use node::Node;
 pub(crate) use redlock::{Quorum, RedLockStore};
-pub(crate) use reply::{AcquireReply, Gone, HeldAs, Inspected, ReleaseReply, Renewal};
 pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;

@@ -13,15 +13,18 @@ use redis::aio::ConnectionLike;
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, InfoDict, RedisResult, Value};
 
-use super::reply::{
-    AcquireReply, FenceReply, Gone, InspectReply, Inspected, ReleaseReply, RenewReply, Renewal,
-};
+use super::calls::acquire::{self, AcquireReply};
+use super::calls::fence::{self, FenceReply};
+use super::calls::inspect::{self, InspectReply, Inspected};
+use super::calls::release::{self, Gone, ReleaseReply};
+use super::calls::renew::{RenewReply, RenewScript, Renewal};
+use super::calls::{self, force_unlock};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
 use crate::key::{Access, RedisKeys};
 use crate::limits::lease_ms;
-use crate::scripts::{self, ScriptCall};
+use crate::scripts::Lua;
 use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
 
 /// What a node's server(s) said they are (see [`Node::read_server`]).
@@ -34,10 +37,6 @@ struct Known {
     /// not be read (a server that refuses `INFO`), which passes every check.
     servers: Vec<(String, ServerInfo)>,
 }
-
-/// The most holders' names an inspection reads (a semaphore's or a read lock's holders may be
-/// many).
-pub(crate) const MAX_HOLDERS_SHOWN: u32 = 32;
 
 /// One Redis endpoint and the settings its calls need.
 #[derive(Debug, Clone)]
@@ -183,63 +182,6 @@ impl Node {
         cmd
     }
 
-    /// The acquire script call for `token`; `waiter` is the acquire's entry in the waiting
-    /// writers (see `scripts/acquire.lua`).
-    fn acquire_call(
-        &self,
-        keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
-        args: AcquireArgs,
-    ) -> ScriptCall {
-        let script = match keys.access {
-            Access::Exclusive => &scripts::ACQUIRE,
-            Access::Fair => &scripts::FAIR_ACQUIRE,
-            Access::Shared => &scripts::READ_ACQUIRE,
-            Access::Permits { .. } => &scripts::PERMIT_ACQUIRE,
-        };
-        let mut call = ScriptCall::new(script);
-        // Every name a script touches is one of its KEYS, so a migrating Cluster slot refuses
-        // the call before it runs (see `scripts/acquire.lua`). A semaphore's line says who
-        // waits: its scripts take no waiting writers.
-        call.key(&keys.lock);
-        match keys.access {
-            Access::Exclusive => {
-                call.key(keys.waiting());
-            }
-            Access::Fair => {
-                call.key(keys.waiting())
-                    .key(keys.line())
-                    .key(keys.line_alive());
-            }
-            Access::Shared => {
-                call.key(keys.waiting())
-                    .key(keys.readers())
-                    .key(keys.readers_waiting());
-            }
-            Access::Permits { .. } => {
-                call.key(keys.line()).key(keys.line_alive());
-            }
-        }
-        call.arg(token)
-            .arg(lease_ms(args.lease))
-            .arg(u64::try_from(args.flag.as_millis()).unwrap_or(u64::MAX));
-        match keys.access {
-            Access::Exclusive => {
-                call.arg(waiter);
-            }
-            Access::Permits { limit } => {
-                call.arg(limit).arg(keys.channel());
-            }
-            Access::Fair | Access::Shared => {}
-        }
-        if let Some(guard) = &self.restart_guard {
-            // The last key: the scripts find the guard by it (see `scripts/guard.lua`).
-            call.key(&guard.epoch_key).arg(lease_ms(guard.guard));
-        }
-        call
-    }
-
     /// Tries once to take the lock: a plain `SET NX PX` when it can, the script when the lock
     /// is taken (it may be ours from an earlier try, and the waiting flag and the holder's TTL
     /// come from there) or a restart guard applies.
@@ -260,11 +202,10 @@ impl Node {
                 return Ok(AcquireReply::Acquired);
             }
         }
-        let reply = self
-            .acquire_call(keys, token, waiter, args)
+        let guard = self.restart_guard.as_ref();
+        let reply = acquire::of_kind(keys, token, waiter, args, guard)
             .invoke(&mut self.conn.clone())
-            .await
-            .map_err(BackendError::redis)?;
+            .await?;
         if let AcquireReply::Guarded { for_ms } = reply {
             // The node may have forgotten a lock it granted: it votes for nobody until then.
             tracing::debug!(?for_ms, "node within its restart guard");
@@ -289,20 +230,15 @@ impl Node {
         let mut conn = self.conn.clone();
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
-            let (reply, acked) = with_wait(&mut conn, &set, None, &keys.lock, min)
-                .await
-                .map_err(BackendError::redis)?;
+            let (reply, acked) = with_wait(&mut conn, set, None, &keys.lock, min).await?;
             if reply == Value::Okay {
                 return Ok((AcquireReply::Acquired, acked));
             }
         }
-        let call = self.acquire_call(keys, token, waiter, args);
-        let (reply, acked) = with_wait(&mut conn, &call.command(), Some(&call), &keys.lock, min)
-            .await
-            .map_err(BackendError::redis)?;
-        let reply = redis::from_redis_value(reply)
-            .map_err(|e| BackendError::redis(redis::RedisError::from(e)))?;
-        Ok((reply, acked))
+        let guard = self.restart_guard.as_ref();
+        let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
+        let (reply, acked) = with_wait(&mut conn, cmd, Some(lua), &keys.lock, min).await?;
+        Ok((calls::decode(lua, reply)?, acked))
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
@@ -311,15 +247,10 @@ impl Node {
         keys: &RedisKeys,
         token: &str,
     ) -> Result<Option<u64>, BackendError> {
-        scripts::FENCE
-            .key(&keys.lock)
-            .key(keys.fence())
-            .arg(token)
-            .arg(lease_ms(self.fence_window))
-            .invoke_async::<FenceReply>(&mut self.conn.clone())
+        fence::fence(keys, token, self.fence_window)
+            .invoke(&mut self.conn.clone())
             .await
             .map(|FenceReply(fence)| fence)
-            .map_err(BackendError::redis)
     }
 
     /// Releases the lock if it holds `token`. Compare-and-delete is idempotent, so a call that
@@ -332,37 +263,7 @@ impl Node {
         keys: &RedisKeys,
         token: &str,
     ) -> Result<ReleaseReply, BackendError> {
-        let mut call = ScriptCall::new(match keys.access {
-            Access::Exclusive | Access::Fair => &scripts::RELEASE,
-            Access::Shared => &scripts::READ_RELEASE,
-            Access::Permits { .. } => &scripts::PERMIT_RELEASE,
-        });
-        // Every name the script touches is one of its KEYS (see `scripts/release.lua`).
-        call.key(&keys.lock).key(keys.latch(token));
-        match keys.access {
-            Access::Exclusive => {
-                call.key(keys.waiting()).key(keys.readers_waiting());
-            }
-            Access::Fair => {
-                call.key(keys.waiting())
-                    .key(keys.readers_waiting())
-                    .key(keys.line())
-                    .key(keys.line_alive());
-            }
-            Access::Shared => {
-                call.key(keys.waiting()).key(keys.readers());
-            }
-            Access::Permits { .. } => {
-                call.key(keys.line()).key(keys.line_alive());
-            }
-        }
-        // A zero window writes no latch (`lease_ms` would round it up to 1 ms).
-        let latch_ms = if self.latch.is_zero() {
-            0
-        } else {
-            lease_ms(self.latch)
-        };
-        call.arg(token).arg(keys.channel()).arg(latch_ms);
+        let call = release::of_kind(keys, token, self.latch);
         let first_sent = Instant::now();
         // Whether an earlier try may have run: its connection dropped after it was sent (a
         // cluster's refusal comes before the script runs).
@@ -371,7 +272,7 @@ impl Node {
             || {
                 let mut conn = self.conn.clone();
                 let call = &call;
-                async move { call.invoke(&mut conn).await.map_err(BackendError::redis) }
+                async move { call.invoke(&mut conn).await }
             },
             |error| earlier_may_have_run |= error.is_dropped_connection(),
         )
@@ -404,17 +305,11 @@ impl Node {
         if keys.access != Access::Exclusive {
             return self.release(keys, token).await.map(drop);
         }
-        let mut call = ScriptCall::new(&scripts::UNDO);
-        call.key(&keys.lock).arg(token);
+        let call = release::undo(keys, token);
         retry_dropped(|| {
             let mut conn = self.conn.clone();
             let call = &call;
-            async move {
-                call.invoke::<i64>(&mut conn)
-                    .await
-                    .map(drop)
-                    .map_err(BackendError::redis)
-            }
+            async move { call.invoke(&mut conn).await.map(drop) }
         })
         .await
     }
@@ -436,20 +331,11 @@ impl Node {
     /// Takes `token` out of the waiting writers of an exclusive lock (an acquire that stopped
     /// waiting), so that readers need not let it go first (see `scripts/withdraw.lua`).
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
-        let mut call = ScriptCall::new(&scripts::WITHDRAW);
-        call.key(&keys.lock)
-            .key(keys.waiting())
-            .arg(token)
-            .arg(keys.channel());
+        let call = acquire::withdraw(keys, token);
         retry_dropped(|| {
             let mut conn = self.conn.clone();
             let call = &call;
-            async move {
-                call.invoke::<i64>(&mut conn)
-                    .await
-                    .map(drop)
-                    .map_err(BackendError::redis)
-            }
+            async move { call.invoke(&mut conn).await.map(drop) }
         })
         .await
     }
@@ -461,25 +347,18 @@ impl Node {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        let of = |access: fn(Access) -> bool| -> Vec<(usize, &(&RedisKeys, &str))> {
-            locks
+        let groups = RenewScript::ALL.map(|script| {
+            let group: Vec<(usize, &(&RedisKeys, &str))> = locks
                 .iter()
                 .enumerate()
-                .filter(|(_, (keys, _))| access(keys.access))
-                .collect()
-        };
-        let groups = [
-            (&*scripts::RENEW, of(Access::is_exclusive)),
-            (&*scripts::READ_RENEW, of(|a| a == Access::Shared)),
-            (
-                &*scripts::PERMIT_RENEW,
-                of(|a| matches!(a, Access::Permits { .. })),
-            ),
-        ];
+                .filter(|(_, (keys, _))| RenewScript::of(keys.access) == script)
+                .collect();
+            (script, group)
+        });
         let renewed = join_all(groups.iter().filter(|(_, group)| !group.is_empty()).map(
             |(script, group)| async move {
                 let pairs: Vec<_> = group.iter().map(|(_, lock)| **lock).collect();
-                let answers = self.renew_with(script, &pairs, lease).await;
+                let answers = self.renew_with(*script, &pairs, lease).await;
                 group
                     .iter()
                     .map(|(i, _)| *i)
@@ -532,7 +411,7 @@ impl Node {
     /// Renews `locks`, all of one kind, with that kind's renewal script.
     async fn renew_with(
         &self,
-        script: &redis::Script,
+        script: RenewScript,
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
@@ -540,35 +419,13 @@ impl Node {
         // sent at once, so each node still gets them in one pipelined write).
         let size = if self.conn.is_cluster() { 1 } else { BATCH };
         let calls = locks.chunks(size).map(|chunk| async move {
-            let mut invocation = script.prepare_invoke();
-            invocation
-                .arg(lease_ms(lease.lease()))
-                .arg(u8::from(matches!(lease, NewLease::Exactly(_))));
-            // The groups are of one kind: exclusive locks carry their fence keys along.
-            let fenced = chunk.iter().any(|(keys, _)| keys.access.is_exclusive());
-            if fenced {
-                invocation.arg(lease_ms(self.fence_window));
-            }
-            for (keys, token) in chunk {
-                invocation.key(&keys.lock).arg(*token);
-                if keys.access == Access::Shared {
-                    // Declared, as every name a script touches (see `scripts/read_renew.lua`).
-                    invocation.key(keys.readers());
-                } else if fenced {
-                    invocation.key(keys.fence());
-                }
-            }
+            let call = script.call(chunk, lease, self.fence_window);
             // Renewal is idempotent: retried at once after a dropped connection rather than at
             // the next tick, so connection resets do not eat into the lease.
             let reply = retry_dropped(|| {
                 let mut conn = self.conn.clone();
-                let invocation = &invocation;
-                async move {
-                    invocation
-                        .invoke_async::<RenewReply>(&mut conn)
-                        .await
-                        .map_err(BackendError::redis)
-                }
+                let call = &call;
+                async move { call.invoke(&mut conn).await }
             })
             .await;
             match reply {
@@ -589,15 +446,10 @@ impl Node {
         keys: &RedisKeys,
         fence: u64,
     ) -> Result<(), BackendError> {
-        scripts::RAISE_FENCE
-            .key(&keys.lock)
-            .key(keys.fence())
-            .arg(fence)
-            .arg(lease_ms(self.fence_window))
-            .invoke_async::<i64>(&mut self.conn.clone())
+        fence::raise_fence(keys, fence, self.fence_window)
+            .invoke(&mut self.conn.clone())
             .await
             .map(drop)
-            .map_err(BackendError::redis)
     }
 
     /// Whether the lock key exists.
@@ -616,32 +468,18 @@ impl Node {
         lock: &RedisKeys,
         semaphore: &RedisKeys,
     ) -> Result<Option<Inspected>, BackendError> {
-        scripts::INSPECT
-            .key(&lock.lock)
-            .key(lock.waiting())
-            .key(lock.readers())
-            .key(lock.line())
-            .key(lock.line_alive())
-            .key(&semaphore.lock)
-            .key(semaphore.line())
-            .key(semaphore.line_alive())
-            .arg(MAX_HOLDERS_SHOWN)
-            .invoke_async::<InspectReply>(&mut self.conn.clone())
+        inspect::inspect(lock, semaphore)
+            .invoke(&mut self.conn.clone())
             .await
             .map(|InspectReply(found)| found)
-            .map_err(BackendError::redis)
     }
 
     /// Deletes the lock whoever holds it; whether there was one.
     pub(crate) async fn force_unlock(&self, keys: &RedisKeys) -> Result<bool, BackendError> {
-        scripts::FORCE_UNLOCK
-            .key(&keys.lock)
-            .key(keys.readers())
-            .arg(keys.channel())
-            .invoke_async::<i64>(&mut self.conn.clone())
+        force_unlock::force_unlock(keys)
+            .invoke(&mut self.conn.clone())
             .await
             .map(|deleted| deleted == 1)
-            .map_err(BackendError::redis)
     }
 
     /// Warns when the server may evict lock keys (`maxmemory-policy` other than `noeviction`):
@@ -720,61 +558,66 @@ where
 
 /// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
 /// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
-/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`.
+/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`. The pipeline is
+/// built once and sent as it is again.
 async fn with_wait(
     conn: &mut Connection,
-    cmd: &Cmd,
-    script: Option<&ScriptCall>,
+    cmd: Cmd,
+    script: Option<&Lua>,
     lock_key: &str,
     min: MinReplicas,
-) -> RedisResult<(Value, u64)> {
+) -> Result<(Value, u64), BackendError> {
     let mut wait = redis::cmd("WAIT");
     wait.arg(min.replicas).arg(lease_ms(min.timeout));
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd).add_command(wait);
     let mut loaded = false;
     loop {
-        let mut pipe = redis::pipe();
-        pipe.add_command(cmd.clone()).add_command(wait.clone());
-        // In a cluster, WAIT must reach the node that holds the key: the pipeline is routed
-        // by it (on its own, WAIT has no key and would go to any node).
-        #[cfg(feature = "cluster")]
-        let values = if let Connection::Cluster(cluster) = conn {
-            let route = Route::with_key(lock_key, SlotAddr::Master);
-            cluster
-                .route_pipeline(pipe, 0, 2, SingleNodeRoutingInfo::SpecificNode(route))
-                .await
-        } else {
-            conn.req_packed_commands(&pipe, 0, 2).await
-        };
-        #[cfg(not(feature = "cluster"))]
-        let values = {
-            let _ = lock_key; // one node: nothing to route
-            conn.req_packed_commands(&pipe, 0, 2).await
-        };
+        let values = send_to_holder(conn, &pipe, lock_key).await;
         // An error comes back for the whole pipeline or as the command's own reply.
-        let replies = values.and_then(|values| {
-            let mut values = values.into_iter();
-            match (values.next(), values.next()) {
-                (Some(reply), Some(acked)) => Ok((reply.extract_error()?, acked)),
-                _ => Err(redis::RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "short reply to a command and WAIT pipeline",
-                ))),
-            }
-        });
-        match (replies, script) {
+        let mut values = values.map_err(BackendError::redis)?.into_iter();
+        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
+            return Err(BackendError::unexpected_reply(
+                "a command and WAIT",
+                "fewer than two replies".into(),
+            ));
+        };
+        match (reply.extract_error(), script) {
             // The script cache was flushed (or the server restarted): load it and send both
             // again; the WAIT that ran alone counted nothing of ours.
-            (Err(error), Some(script)) if error.code() == Some("NOSCRIPT") && !loaded => {
-                script.load(conn).await?;
+            (Err(error), Some(script)) if calls::is_no_script(&error) && !loaded => {
+                calls::load(script, conn)
+                    .await
+                    .map_err(BackendError::redis)?;
                 loaded = true;
             }
-            (Err(error), _) => return Err(error),
-            (Ok((reply, acked)), _) => {
-                let acked: u64 = redis::from_redis_value(acked.extract_error()?)?;
+            (Err(error), _) => return Err(BackendError::redis(error)),
+            (Ok(reply), _) => {
+                let acked = acked.extract_error().map_err(BackendError::redis)?;
+                let acked = redis::from_redis_value(acked)
+                    .map_err(|e| BackendError::unexpected_reply("WAIT", e))?;
                 return Ok((reply, acked));
             }
         }
     }
+}
+
+/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
+/// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
+/// would go to any node).
+async fn send_to_holder(
+    conn: &mut Connection,
+    pipe: &redis::Pipeline,
+    lock_key: &str,
+) -> RedisResult<Vec<Value>> {
+    #[cfg(feature = "cluster")]
+    if let Connection::Cluster(cluster) = conn {
+        let route = Route::with_key(lock_key, SlotAddr::Master);
+        let route = SingleNodeRoutingInfo::SpecificNode(route);
+        return cluster.route_pipeline(pipe.clone(), 0, 2, route).await;
+    }
+    let _ = lock_key; // one node: nothing to route
+    conn.req_packed_commands(pipe, 0, 2).await
 }
 
 #[cfg(test)]

@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::node::Node;
-use super::reply::{AcquireReply, Gone, HeldAs, Inspected, ReleaseReply, Renewal};
-use super::{AcquireArgs, NewLease, Outcome};
+use super::{
+    AcquireArgs, AcquireReply, Gone, HeldAs, Inspected, NewLease, Outcome, ReleaseReply, Renewal,
+};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
 

@@ -2,8 +2,9 @@
 //! optionally with `WAIT` for replicas after each acquire.
 
 use super::node::Node;
-use super::reply::{AcquireReply, Inspected, ReleaseReply, Renewal};
-use super::{AcquireArgs, MinReplicas, NewLease, Outcome};
+use super::{
+    AcquireArgs, AcquireReply, Inspected, MinReplicas, NewLease, Outcome, ReleaseReply, Renewal,
+};
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
 

@@ -1,0 +1,166 @@
+//! Each script's contract in one place: a typed call per script, which lays out its KEYS and
+//! ARGV in the order its `.lua` header documents, next to the typed reply it decodes. `node.rs`
+//! says which call it makes; how the arguments are laid out is here, one file per operation.
+
+pub(crate) mod acquire;
+pub(crate) mod fence;
+pub(crate) mod force_unlock;
+pub(crate) mod inspect;
+pub(crate) mod release;
+pub(crate) mod renew;
+
+use std::marker::PhantomData;
+
+use redis::{Cmd, FromRedisValue, RedisResult, ToRedisArgs, Value};
+
+use super::RestartGuard;
+use crate::backend_error::BackendError;
+use crate::limits::lease_ms;
+use crate::scripts::Lua;
+
+/// One call of a script, built once as the `EVALSHA` command it is sent as (also in a
+/// pipeline with `WAIT`), and decoded as `R`.
+pub(crate) struct ScriptCall<R> {
+    lua: &'static Lua,
+    cmd: Cmd,
+    /// KEYS still to write: every key comes before the first argument (debug builds check).
+    keys_left: usize,
+    reply: PhantomData<fn() -> R>,
+}
+
+impl<R> std::fmt::Debug for ScriptCall<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptCall")
+            .field("script", &self.lua.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: FromRedisValue> ScriptCall<R> {
+    /// A call of `lua` with `keys` KEYS: `EVALSHA sha keys`, the keys and arguments to follow.
+    fn new(lua: &'static Lua, keys: usize) -> Self {
+        // Sized for the calls of one lock (about a dozen arguments of a few names each) so
+        // that the hot path's acquires and releases do not grow it.
+        let mut cmd = Cmd::with_capacity(3 + keys + 6, 256);
+        cmd.arg("EVALSHA").arg(lua.script().get_hash()).arg(keys);
+        Self {
+            lua,
+            cmd,
+            keys_left: keys,
+            reply: PhantomData,
+        }
+    }
+
+    /// A call with the restart guard's epoch key as its last key when `guard` is set (see
+    /// `scripts/guard.lua`): `keys` is the count without it.
+    fn guarded(lua: &'static Lua, keys: usize, guard: Option<&RestartGuard>) -> Self {
+        Self::new(lua, keys + usize::from(guard.is_some()))
+    }
+
+    /// Adds the next of `KEYS`.
+    fn key(&mut self, key: impl ToRedisArgs) -> &mut Self {
+        debug_assert!(
+            self.keys_left > 0,
+            "{}: more KEYS than declared",
+            self.lua.name
+        );
+        self.keys_left = self.keys_left.saturating_sub(1);
+        self.cmd.arg(key);
+        self
+    }
+
+    /// Adds the next of `ARGV`.
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        debug_assert_eq!(self.keys_left, 0, "{}: ARGV before KEYS", self.lua.name);
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Adds the restart guard's epoch key, when set, as the last of `KEYS`.
+    fn guard_key(&mut self, guard: Option<&RestartGuard>) -> &mut Self {
+        if let Some(guard) = guard {
+            self.key(&guard.epoch_key);
+        }
+        self
+    }
+
+    /// Adds the restart guard, when set, as the last of `ARGV`.
+    fn guard_arg(&mut self, guard: Option<&RestartGuard>) -> &mut Self {
+        if let Some(guard) = guard {
+            self.arg(lease_ms(guard.guard));
+        }
+        self
+    }
+
+    /// Runs the call alone; loads the script and sends the same command again when the server
+    /// answers NOSCRIPT (its script cache was flushed, or it is a promoted replica).
+    pub(crate) async fn invoke(
+        &self,
+        conn: &mut impl redis::aio::ConnectionLike,
+    ) -> Result<R, BackendError> {
+        let sent: RedisResult<Value> = match self.cmd.query_async(conn).await {
+            Err(e) if is_no_script(&e) => match self.load(conn).await {
+                Ok(()) => self.cmd.query_async(conn).await,
+                Err(e) => Err(e),
+            },
+            sent => sent,
+        };
+        self.decode(sent.map_err(BackendError::redis)?)
+    }
+
+    /// The command, to send in a pipeline (see [`invoke`](Self::invoke) for one sent alone);
+    /// its reply is read with [`decode`](Self::decode), and after NOSCRIPT the script is
+    /// loaded with [`load`](Self::load).
+    pub(crate) fn into_command(self) -> (Cmd, &'static Lua) {
+        (self.cmd, self.lua)
+    }
+
+    /// The call's reply as its type.
+    pub(crate) fn decode(&self, reply: Value) -> Result<R, BackendError> {
+        decode(self.lua, reply)
+    }
+
+    /// Loads the script into the server's cache (after NOSCRIPT).
+    async fn load(&self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<()> {
+        load(self.lua, conn).await
+    }
+}
+
+/// `reply` as the reply of `lua`, or the error that names the script.
+pub(crate) fn decode<R: FromRedisValue>(lua: &Lua, reply: Value) -> Result<R, BackendError> {
+    R::from_redis_value(reply).map_err(|e| BackendError::unexpected_reply(lua.name, e))
+}
+
+/// Loads `lua` into the server's cache (after NOSCRIPT); a cluster loads it on every primary.
+pub(crate) async fn load(lua: &Lua, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<()> {
+    lua.script().load_async(conn).await.map(drop)
+}
+
+/// Whether the server does not have the script (its cache was flushed, or it restarted).
+pub(crate) fn is_no_script(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+        || error.code() == Some("NOSCRIPT")
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn int(i: i64) -> Value {
+        Value::Int(i)
+    }
+
+    /// What a call sends after `EVALSHA sha`: the number of KEYS, the KEYS, the ARGV.
+    pub(crate) fn sent<R: FromRedisValue>(call: ScriptCall<R>) -> Vec<String> {
+        let (cmd, lua) = call.into_command();
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not a plain argument>".to_owned(),
+            })
+            .collect();
+        assert_eq!(args[..2], ["EVALSHA", lua.script().get_hash()]);
+        args[2..].to_vec()
+    }
+}
