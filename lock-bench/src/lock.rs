@@ -62,7 +62,7 @@ pub(crate) async fn kit_locker(
 /// The kit's release retry window when [`RELEASE_WINDOW_ENV`] sets one (milliseconds; `0`: no
 /// latch), for an A/B of what the latch costs. An environment variable, so that the worker
 /// processes the benchmark starts use the same.
-fn release_retry_window() -> Option<Duration> {
+pub(crate) fn release_retry_window() -> Option<Duration> {
     let ms = std::env::var(RELEASE_WINDOW_ENV).ok()?;
     match ms.trim().parse() {
         Ok(ms) => Some(Duration::from_millis(ms)),

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use lock_core::{
-    AcquireAll, AcquireFuture, LockError, LockGuard, Locker, LostReason, MultiLockGuard,
+    AcquireAll, AcquireFuture, LockError, LockGuard, LockWatch, Locker, LostReason, MultiLockGuard,
 };
 
 use crate::key::LockKeys;
@@ -23,23 +23,30 @@ pub(crate) enum Guard {
 }
 
 impl Guard {
-    pub(crate) async fn release(self) -> Result<(), LockError> {
+    /// Whether the lock (every one of several) is still held as far as this process knows:
+    /// not marked lost, and the validity clock has not run out. No Redis round trip.
+    pub(crate) fn is_held(&self) -> bool {
         match self {
-            Self::One(guard) => guard.release().await,
-            Self::All(guard) => guard.release().await,
+            Self::One(guard) => guard.is_held(),
+            Self::All(guard) => guard.is_held(),
         }
     }
 
-    /// Resolves when the lock (any of several) is lost, with the error that reports it: the
-    /// one a handler's `Rejection::Lost` carries.
-    pub(crate) async fn lost(&self) -> LockError {
+    /// Handles that tell when the lock (any of several) is lost, for a watch that must not
+    /// borrow the guard.
+    pub(crate) fn watches(&self) -> Watches {
+        match self {
+            Self::One(guard) => Watches::One(guard.watch()),
+            Self::All(guard) => Watches::All(guard.guards().iter().map(LockGuard::watch).collect()),
+        }
+    }
+
+    /// The error that reports the lock's loss (of the first of several keys found lost): the
+    /// one a handler's `Rejection::Lost` carries. Asked once the lock is lost.
+    pub(crate) fn lost_error(&self) -> LockError {
         let lost = match self {
-            Self::One(guard) => {
-                guard.lost().await;
-                guard
-            }
+            Self::One(guard) => guard,
             Self::All(guard) => {
-                guard.lost().await;
                 let first = guard.lost_key().and_then(|key| guard.guard(key));
                 match first.or_else(|| guard.guards().first()) {
                     Some(lost) => lost,
@@ -50,6 +57,25 @@ impl Guard {
         LockError::Lost {
             key: lost.key().to_owned(),
             reason: lost.lost_reason().unwrap_or(LostReason::Unknown),
+        }
+    }
+}
+
+/// What resolves when a request's lock is lost, apart from its guard.
+pub(crate) enum Watches {
+    One(LockWatch),
+    All(Vec<LockWatch>),
+}
+
+impl Watches {
+    /// Resolves when the lock (any of several) is lost, or its hold ended.
+    pub(crate) async fn lost(self) {
+        match self {
+            Self::One(watch) => watch.lost().await,
+            Self::All(watches) if watches.is_empty() => std::future::pending().await,
+            Self::All(watches) => {
+                futures_util::future::select_all(watches.iter().map(|w| Box::pin(w.lost()))).await;
+            }
         }
     }
 }

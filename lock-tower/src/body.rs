@@ -120,12 +120,21 @@ where
                 BodyLock::Held(held) => {
                     // Checked before every frame: once the lock is gone, what follows would
                     // be sent unlocked. Dropping the guard lets lock-core finish it.
-                    if let Poll::Ready(error) = held.poll_lost(cx, "the body ends with this error")
-                    {
+                    const THEN: &str = "the body ends with this error";
+                    let mut lost = held.poll_lost(THEN);
+                    let mut polled = Poll::Pending;
+                    if lost.is_pending() {
+                        polled = this.inner.as_mut().poll_frame(cx);
+                        if polled.is_pending() {
+                            // The body waits: be woken when the lock is lost meanwhile.
+                            lost = held.poll_lost_armed(cx, THEN);
+                        }
+                    }
+                    if let Poll::Ready(error) = lost {
                         *this.lock = BodyLock::Done;
                         return Poll::Ready(Some(Err(error.into())));
                     }
-                    let frame = ready!(this.inner.as_mut().poll_frame(cx));
+                    let frame = ready!(polled);
                     let last = match frame {
                         Some(Ok(frame)) if this.inner.is_end_stream() => Some(frame),
                         Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),

@@ -152,11 +152,16 @@ pub struct HeldLocks {
 impl HeldLocks {
     pub(crate) fn new(guard: &Guard) -> Self {
         let locks = match guard {
-            Guard::One(guard) => vec![HeldLock::new(guard)],
+            Guard::One(guard) => return Self::one(HeldLock::new(guard)),
             Guard::All(guard) => guard.guards().iter().map(HeldLock::new).collect(),
         };
+        Self { locks }
+    }
+
+    /// The one lock of a request locked on one key: the handle its [`HeldLock`] is too.
+    pub(crate) fn one(lock: HeldLock) -> Self {
         Self {
-            locks: locks.into(),
+            locks: Arc::new([lock]),
         }
     }
 

@@ -157,10 +157,15 @@ impl<S, ReqBody, R> PendingCall<S, ReqBody, R> {
                 span.record("outcome", "acquired");
                 // One key: `HeldLock` too; several: `HeldLocks` only, so that a handler
                 // written for one lock cannot fence only one of several keys.
-                if let Guard::One(one) = &guard {
-                    request.extensions_mut().insert(HeldLock::new(one));
-                }
-                request.extensions_mut().insert(HeldLocks::new(&guard));
+                let locks = match &guard {
+                    Guard::One(one) => {
+                        let lock = HeldLock::new(one);
+                        request.extensions_mut().insert(lock.clone());
+                        HeldLocks::one(lock)
+                    }
+                    Guard::All(_) => HeldLocks::new(&guard),
+                };
+                request.extensions_mut().insert(locks);
                 Lock::Held {
                     held: Held::new(guard, span.clone()).watched(),
                     until: hold_until,
@@ -275,25 +280,40 @@ where
                     lock,
                     reject,
                 } => {
-                    if let Lock::Held {
-                        held, abort: true, ..
-                    } = lock
-                    {
-                        // Checked before the call goes on: what it does after the loss would
-                        // run unlocked.
-                        let then = "the handler is stopped and the request answered as lost";
-                        if let Poll::Ready(error) = held.poll_lost(cx, then) {
-                            let reject = reject.clone();
-                            // Drops the inner future, then the guard (released in the
-                            // background).
-                            this.state.set(State::Unpinned { step: Step::Done });
-                            let rejection = Rejection::Lost(error);
-                            trace_rejection(this.span, &rejection);
-                            let response = reject.reject(rejection);
-                            return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
+                    const THEN: &str = "the handler is stopped and the request answered as lost";
+                    // Checked before the call goes on: what it does after the loss would run
+                    // unlocked. Without a wake-up yet: a call that is done at once needs none.
+                    let mut lost = match lock {
+                        Lock::Held {
+                            held, abort: true, ..
+                        } => held.poll_lost(THEN),
+                        _ => Poll::Pending,
+                    };
+                    let polled = if lost.is_pending() {
+                        future.poll(cx)
+                    } else {
+                        Poll::Pending
+                    };
+                    if polled.is_pending() && lost.is_pending() {
+                        // The call waits: be woken when the lock is lost meanwhile.
+                        if let Lock::Held {
+                            held, abort: true, ..
+                        } = lock
+                        {
+                            lost = held.poll_lost_armed(cx, THEN);
                         }
                     }
-                    let result = ready!(future.poll(cx));
+                    if let Poll::Ready(error) = lost {
+                        let reject = reject.clone();
+                        // Drops the inner future, then the guard (released in the
+                        // background).
+                        this.state.set(State::Unpinned { step: Step::Done });
+                        let rejection = Rejection::Lost(error);
+                        trace_rejection(this.span, &rejection);
+                        let response = reject.reject(rejection);
+                        return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
+                    }
+                    let result = ready!(polled);
                     let lock = mem::replace(lock, Lock::Unlocked);
                     // The inner future is done: drop it now.
                     this.state.set(State::Unpinned { step: Step::Done });
