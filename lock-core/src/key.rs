@@ -92,6 +92,13 @@ impl RedisKeys {
         self.access
     }
 
+    /// The same names, held as another kind (a read lock, a fair lock).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn held_as(mut self, kind: Kind) -> Self {
+        self.access = kind;
+        self
+    }
+
     fn tagged(&self) -> usize {
         usize::from(self.tagged)
     }
