@@ -80,7 +80,7 @@ impl Fence {
     /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again);
     /// [`LockError::NotExclusive`] for a read lock or a semaphore permit.
     pub async fn token(&self) -> Result<u64, LockError> {
-        if !self.held.keys().access.is_exclusive() {
+        if !self.held.keys().kind().is_exclusive() {
             return Err(LockError::NotExclusive {
                 key: self.held.key().to_owned(),
             });

@@ -75,7 +75,7 @@ impl LockGuard {
     /// ([`Locker::semaphore`](crate::Locker::semaphore)); `false` for a mutex or write lock
     /// (also for a read nested inside this task's write lock, which shares the write lock).
     pub fn is_shared(&self) -> bool {
-        !self.held.keys().access.is_exclusive()
+        !self.held.keys().kind().is_exclusive()
     }
 
     /// The fencing token of this acquisition: strictly greater than every token issued before

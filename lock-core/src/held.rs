@@ -17,6 +17,7 @@ use crate::limits::MIN_LEASE;
 use crate::local_key::LocalKeyRef;
 use crate::owner::Owner;
 use crate::store::Gone;
+use crate::token::Token;
 
 /// How a held lock's lease is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,7 @@ impl LeaseMode {
 #[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) keys: RedisKeys,
-    pub(crate) token: String,
+    pub(crate) token: Token,
     /// When the winning command was sent (the lease counts from there), or when the lock was
     /// handed over locally.
     pub(crate) sent_at: Instant,
@@ -178,7 +179,7 @@ impl Hold {
     }
 
     pub(crate) fn token(&self) -> &str {
-        &self.grant.token
+        self.grant.token.as_str()
     }
 
     /// The fencing token, if one was issued.

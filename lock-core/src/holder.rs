@@ -213,7 +213,7 @@ mod tests {
     /// retry.
     #[test]
     fn the_longest_stored_value_fits_in_a_release_message() {
-        let token = crate::acquire::new_token();
+        let token = crate::token::random();
         let name = "x".repeat(MAX_HOLDER_NAME_LEN);
         for kind in [
             StoredKind::Plain,

@@ -24,6 +24,7 @@
 use std::fmt::{self, Write as _};
 
 use crate::error::{InvalidKeyReason, LockError};
+use crate::kind::Kind;
 
 /// The longest user key accepted, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
@@ -39,50 +40,35 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     /// Length of `p{h}` at the start of `lock` (at most 128 + 18 bytes).
     tagged: u16,
-    /// Which lock of the key these names serve; the store picks its scripts by it.
-    pub(crate) access: Access,
+    /// Which lock of the key these names serve; the store picks its scripts by it. Read as
+    /// [`kind`](Self::kind) outside `store/`, which reads the field until its rewrite.
+    pub(crate) access: Kind,
 }
 
-/// The ways to hold a key: alone (a mutex, a write lock), shared with other readers, or as
-/// some of a semaphore's permits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
-    Exclusive,
-    /// Exclusive, taken in the order of arrival (`scripts/fair_acquire.lua`).
-    Fair,
-    Shared,
-    /// Permits of a semaphore of `limit` permits.
-    Permits {
-        limit: u32,
-    },
-}
+/// The name `store/` knows the kinds by until its rewrite moves it to [`Kind`] (then this line
+/// goes): one kind, one type.
+pub(crate) use crate::kind::Kind as Access;
 
-impl Access {
-    /// Whether one holder has the key alone (a mutex, a write lock, a fair lock).
-    pub(crate) const fn is_exclusive(self) -> bool {
-        matches!(self, Self::Exclusive | Self::Fair)
-    }
-
-    /// The word naming the main Redis key of this kind of hold.
-    const fn word(self) -> &'static str {
-        match self {
-            Self::Exclusive | Self::Fair | Self::Shared => "lock",
-            Self::Permits { .. } => "semaphore",
-        }
+/// The word naming the main Redis key of a kind of lock.
+const fn word(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Exclusive | Kind::Fair | Kind::Shared => "lock",
+        Kind::Permits { .. } => "semaphore",
     }
 }
 
 impl RedisKeys {
     pub(crate) fn new(prefix: &str, key: &str) -> Self {
-        Self::of(prefix, key, Access::Exclusive)
+        Self::of(prefix, key, Kind::Exclusive)
     }
 
     /// The names of the semaphore `key` of `limit` permits.
     pub(crate) fn semaphore(prefix: &str, key: &str, limit: u32) -> Self {
-        Self::of(prefix, key, Access::Permits { limit })
+        Self::of(prefix, key, Kind::Permits { limit })
     }
 
-    fn of(prefix: &str, key: &str, access: Access) -> Self {
+    /// The names of `key` held as `kind`.
+    pub(crate) fn of(prefix: &str, key: &str, kind: Kind) -> Self {
         // The tag: the first 8 bytes of the key's SHA-1, in hex.
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().bytes();
@@ -94,16 +80,22 @@ impl RedisKeys {
         let tag = std::str::from_utf8(&tag).unwrap_or_default();
         let tagged = prefix.len() + tag.len() + 2;
         Self {
-            lock: joined(&[prefix, "{", tag, "}:", access.word(), ":", key]),
+            lock: joined(&[prefix, "{", tag, "}:", word(kind), ":", key]),
             // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
-            access,
+            access: kind,
         }
     }
 
-    /// The same names, held another way (a read lock, a fair lock).
-    pub(crate) fn held_as(mut self, access: Access) -> Self {
-        self.access = access;
+    /// Which lock of the key these names serve.
+    pub(crate) fn kind(&self) -> Kind {
+        self.access
+    }
+
+    /// The same names, held as another kind (a read lock, a fair lock).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn held_as(mut self, kind: Kind) -> Self {
+        self.access = kind;
         self
     }
 
@@ -111,17 +103,15 @@ impl RedisKeys {
         usize::from(self.tagged)
     }
 
-    /// `p{h}:<kind>:k` for a lock, `p{h}:semaphore-<kind>:k` for a semaphore (whose main key is
+    /// `p{h}:<name>:k` for a lock, `p{h}:semaphore-<name>:k` for a semaphore (whose main key is
     /// `p{h}:semaphore:k`), so a lock and a semaphore of one name never share a channel.
-    fn sibling(&self, kind: &str) -> String {
-        let word = self.access.word();
+    fn sibling(&self, name: &str) -> String {
+        let word = word(self.access);
         let (tagged, rest) = self.lock.split_at(self.tagged());
         let key = &rest[word.len() + 2..];
         match self.access {
-            Access::Permits { .. } => joined(&[tagged, ":", word, "-", kind, ":", key]),
-            Access::Exclusive | Access::Fair | Access::Shared => {
-                joined(&[tagged, ":", kind, ":", key])
-            }
+            Kind::Permits { .. } => joined(&[tagged, ":", word, "-", name, ":", key]),
+            Kind::Exclusive | Kind::Fair | Kind::Shared => joined(&[tagged, ":", name, ":", key]),
         }
     }
 
@@ -174,9 +164,9 @@ impl RedisKeys {
     /// flags and the latch are written with `SET` or `DEL`, which never fail on a type.
     pub(crate) fn typed_companions(&self) -> Vec<String> {
         match self.access {
-            Access::Exclusive => Vec::new(),
-            Access::Shared => vec![self.readers()],
-            Access::Fair | Access::Permits { .. } => vec![self.line(), self.line_alive()],
+            Kind::Exclusive => Vec::new(),
+            Kind::Shared => vec![self.readers()],
+            Kind::Fair | Kind::Permits { .. } => vec![self.line(), self.line_alive()],
         }
     }
 }

@@ -357,6 +357,7 @@
 mod acquire;
 mod backend_error;
 mod builder;
+mod capabilities;
 mod connection;
 mod error;
 mod fence;
@@ -366,6 +367,7 @@ mod holder;
 mod in_flight;
 mod inspect;
 mod key;
+mod kind;
 mod limits;
 mod local;
 mod local_key;
@@ -383,6 +385,7 @@ mod store;
 mod template;
 #[cfg(feature = "tls")]
 mod tls;
+mod token;
 mod topology;
 mod watch;
 mod watchdog;

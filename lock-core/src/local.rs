@@ -25,12 +25,13 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::in_flight::InFlight;
-use crate::key::Access;
+use crate::kind::Kind;
 use crate::local_key::{Baton, LocalKey, LocalKeyRef, LocalKeys};
 use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
 use crate::store::{NewLease, Renewal, Store};
+use crate::token::Token;
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
@@ -166,7 +167,7 @@ impl LocalLocks {
                         }
                     }
                     self.unregister(&held);
-                    metrics::unheld(held.keys().access);
+                    metrics::unheld(held.keys().kind());
                     let released = release::release_held(&self.store, &held).await;
                     Self::settle(&held, released.others_waiting);
                     match released.result {
@@ -279,7 +280,7 @@ impl LocalLocks {
     pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
         let held = Arc::new(held);
         *held.local_key().holder() = Arc::downgrade(&held);
-        metrics::held(held.keys().access);
+        metrics::held(held.keys().kind());
         self.held
             .lock()
             .insert(held.token().to_owned(), held.clone());
@@ -303,7 +304,7 @@ impl LocalLocks {
         drop(holder);
         self.unregister(held);
         held.end();
-        metrics::unheld(held.keys().access);
+        metrics::unheld(held.keys().kind());
         Leave::Outermost
     }
 
@@ -340,7 +341,7 @@ impl LocalLocks {
                     Self::settle(held, None);
                     let error = held.lost_error();
                     release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
-                    metrics::released(held.keys().access, ReleaseOutcome::Lost, held.held_for());
+                    metrics::released(held.keys().kind(), ReleaseOutcome::Lost, held.held_for());
                     return Err(error);
                 }
                 Confirmation::Undecided => {}
@@ -383,10 +384,7 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return None;
         };
-        let kind_fits = matches!(
-            held.keys().access,
-            Access::Exclusive | Access::Permits { .. }
-        );
+        let kind_fits = held.keys().kind().hands_over_locally();
         let local_key = held.local_key();
         let fits = kind_fits
             && local_key.has_waiters()
@@ -412,7 +410,7 @@ impl LocalLocks {
             .copied()
             .unwrap_or(Renewal::Unknown);
         self.renew_calls.fetch_add(1, Ordering::Relaxed);
-        metrics::renewed(held.keys().access, answer);
+        metrics::renewed(held.keys().kind(), answer);
         match answer {
             Renewal::Renewed => {
                 held.confirm(sent_at, lease);
@@ -454,7 +452,7 @@ impl LocalLocks {
         }
         held.give_back_place();
         metrics::released(
-            held.keys().access,
+            held.keys().kind(),
             ReleaseOutcome::HandedOver,
             held.held_for(),
         );
@@ -486,7 +484,7 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = mode else {
             return Some(Err(baton));
         };
-        if let Access::Permits { .. } = baton.keys.access {
+        if let Kind::Permits { .. } = baton.keys.kind() {
             // A semaphore holder's token names its permits (`<token>|<holder>:<permits>`): an
             // acquire of another count cannot take it over.
             let count = baton.token.rsplit(':').next();
@@ -503,7 +501,7 @@ impl LocalLocks {
         }
         Some(Ok(Grant {
             keys: baton.keys,
-            token: baton.token,
+            token: Token::issued(baton.token),
             sent_at: Instant::now(),
             handed_over: Some((baton.valid_until, baton.streak)),
         }))
@@ -568,7 +566,7 @@ impl LocalLocks {
             }
             return;
         };
-        metrics::renewed(held.keys().access, answer);
+        metrics::renewed(held.keys().kind(), answer);
         match answer {
             Renewal::Renewed => held.confirm(sent_at, lease),
             Renewal::NotOurs(gone) => {

@@ -9,18 +9,21 @@ use tokio_util::sync::CancellationToken;
 use crate::acquire::Acquire;
 use crate::backend_error::BackendError;
 use crate::builder::LockerBuilder;
+use crate::capabilities::Capabilities;
 use crate::connection::Timeouts;
 use crate::error::LockError;
 use crate::in_flight::InFlight;
 use crate::inspect::LockInfo;
-use crate::key::{self, Access, RedisKeys, ShownKey};
+use crate::key::{self, RedisKeys, ShownKey};
+use crate::kind::Kind;
 use crate::local::LocalLocks;
 use crate::metrics::{self, Operation};
 use crate::multi::AcquireAll;
-use crate::release;
+use crate::release::{self, Releaser};
 use crate::release_messages::{PubSubSource, ReleaseMessages};
 use crate::semaphore::Semaphore;
 use crate::store::Store;
+use crate::token::Token;
 use crate::watchdog;
 
 static GLOBAL: OnceLock<Locker> = OnceLock::new();
@@ -101,6 +104,36 @@ impl Inner {
         RedisKeys::new(&self.settings.prefix, key)
     }
 
+    /// The Redis names of `key` held as `kind`.
+    pub(crate) fn keys_of(&self, key: &str, kind: Kind) -> RedisKeys {
+        RedisKeys::of(&self.settings.prefix, key, kind)
+    }
+
+    /// A fresh token of this locker's holder for a try of `kind` (of `permits` permits).
+    pub(crate) fn new_token(&self, kind: Kind, permits: u32) -> Token {
+        Token::new(&self.settings.holder, kind, permits)
+    }
+
+    /// What this locker's store can serve.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        Capabilities::of(&self.store)
+    }
+
+    /// The longest one acquire command may take: the command timeout, and the `WAIT` for
+    /// replicas when `min_replicas` asks for one.
+    pub(crate) fn one_try(&self) -> Duration {
+        let replica_wait = self
+            .store
+            .min_replicas()
+            .map_or(Duration::ZERO, |m| m.timeout);
+        self.settings.command_timeout + replica_wait
+    }
+
+    /// Where releases that cannot be awaited go.
+    pub(crate) fn releaser(&self) -> &Releaser {
+        &self.local.releaser
+    }
+
     /// Redis answered an acquire: a lazy locker runs the start-up check that `build` runs
     /// before it returns (the eviction policy), once, in the background.
     pub(crate) fn answered(&self) {
@@ -161,7 +194,7 @@ impl Locker {
     ///
     /// The key is validated when the acquire is awaited ([`LockError::InvalidKey`]).
     pub fn lock(&self, key: impl Into<String>) -> Acquire {
-        Acquire::new(self.clone(), key.into(), Access::Exclusive)
+        Acquire::new(self.clone(), key.into(), Kind::Exclusive)
     }
 
     /// Starts acquiring several keys at once, all or nothing, as one
@@ -246,7 +279,7 @@ impl Locker {
     /// # }
     /// ```
     pub fn fair_lock(&self, key: impl Into<String>) -> Acquire {
-        Acquire::new(self.clone(), key.into(), Access::Fair)
+        Acquire::new(self.clone(), key.into(), Kind::Fair)
     }
 
     /// Starts acquiring the write lock of `key`: the read-write lock's exclusive side. It is
@@ -296,7 +329,7 @@ impl Locker {
     /// # }
     /// ```
     pub fn read(&self, key: impl Into<String>) -> Acquire {
-        Acquire::new(self.clone(), key.into(), Access::Shared)
+        Acquire::new(self.clone(), key.into(), Kind::Shared)
     }
 
     /// Whether anyone (any process) holds `key` right now: a mutex, write or fair lock, or

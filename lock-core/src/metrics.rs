@@ -37,8 +37,6 @@
 //! let locker = lock_core::Locker::connect("redis://127.0.0.1:6379").await?;
 //! ```
 
-use crate::key::Access;
-
 /// Counter: acquires by `kind` and `outcome`.
 pub const ACQUISITIONS: &str = "lock_acquisitions_total";
 /// Histogram (seconds): acquire time by `kind` and `outcome`.
@@ -62,17 +60,6 @@ pub const LOST: &str = "lock_lost_total";
 pub const RENEWALS: &str = "lock_renewals_total";
 /// Counter: renewal script calls.
 pub const RENEWAL_CALLS: &str = "lock_renewal_calls_total";
-
-/// The `kind` label of a way to hold a key.
-#[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) const fn kind(access: Access) -> &'static str {
-    match access {
-        Access::Exclusive => "mutex",
-        Access::Shared => "read",
-        Access::Fair => "fair",
-        Access::Permits { .. } => "semaphore",
-    }
-}
 
 /// How a release of a held lock ended, the `outcome` of `lock_releases_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,6 +151,7 @@ mod record {
     use super::*;
     use crate::backend_error::BackendError;
     use crate::error::LostReason;
+    use crate::kind::Kind;
     use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
@@ -220,9 +208,9 @@ mod record {
     }
 
     impl AcquireCall {
-        pub(crate) fn start(access: Access) -> Self {
+        pub(crate) fn start(kind: Kind) -> Self {
             Self {
-                kind: kind(access),
+                kind: kind.label(),
                 started: Instant::now(),
                 done: false,
             }
@@ -271,9 +259,9 @@ mod record {
     }
 
     impl Acquisition {
-        pub(crate) fn start(access: Access, started: Instant) -> Self {
+        pub(crate) fn start(kind: Kind, started: Instant) -> Self {
             Self {
-                kind: kind(access),
+                kind: kind.label(),
                 started,
                 waiting: false,
                 done: false,
@@ -317,35 +305,35 @@ mod record {
     }
 
     /// A lock was registered as held.
-    pub(crate) fn held(access: Access) {
-        gauge!(HELD, "kind" => kind(access)).increment(1.0);
+    pub(crate) fn held(kind: Kind) {
+        gauge!(HELD, "kind" => kind.label()).increment(1.0);
     }
 
     /// A held lock's outermost guard left.
-    pub(crate) fn unheld(access: Access) {
-        gauge!(HELD, "kind" => kind(access)).decrement(1.0);
+    pub(crate) fn unheld(kind: Kind) {
+        gauge!(HELD, "kind" => kind.label()).decrement(1.0);
     }
 
     /// A held lock's release ended with `outcome` after it was held `held_for`.
-    pub(crate) fn released(access: Access, outcome: ReleaseOutcome, held_for: Duration) {
-        let (kind, outcome) = (kind(access), outcome.as_str());
+    pub(crate) fn released(kind: Kind, outcome: ReleaseOutcome, held_for: Duration) {
+        let (kind, outcome) = (kind.label(), outcome.as_str());
         counter!(RELEASES, "kind" => kind, "outcome" => outcome).increment(1);
         histogram!(HOLD, "kind" => kind, "outcome" => outcome).record(held_for.as_secs_f64());
     }
 
     /// A lock was marked lost.
-    pub(crate) fn lost(access: Access, reason: LostReason) {
-        counter!(LOST, "kind" => kind(access), "reason" => reason.as_str()).increment(1);
+    pub(crate) fn lost(kind: Kind, reason: LostReason) {
+        counter!(LOST, "kind" => kind.label(), "reason" => reason.as_str()).increment(1);
     }
 
     /// The watchdog's renewal of one lock answered `renewal`.
-    pub(crate) fn renewed(access: Access, renewal: Renewal) {
+    pub(crate) fn renewed(kind: Kind, renewal: Renewal) {
         let outcome = match renewal {
             Renewal::Renewed => "renewed",
             Renewal::NotOurs(_) => "lost",
             Renewal::Unknown => "failed",
         };
-        counter!(RENEWALS, "kind" => kind(access), "outcome" => outcome).increment(1);
+        counter!(RENEWALS, "kind" => kind.label(), "outcome" => outcome).increment(1);
     }
 
     /// The watchdog sent `calls` renewal script calls.
@@ -364,7 +352,7 @@ mod record {
     use super::{Operation, ReleaseOutcome};
     use crate::backend_error::BackendError;
     use crate::error::LostReason;
-    use crate::key::Access;
+    use crate::kind::Kind;
     use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
@@ -378,7 +366,7 @@ mod record {
 
     impl Acquisition {
         #[inline(always)]
-        pub(crate) fn start(_: Access, _: Instant) -> Self {
+        pub(crate) fn start(_: Kind, _: Instant) -> Self {
             Self
         }
 
@@ -394,7 +382,7 @@ mod record {
 
     impl AcquireCall {
         #[inline(always)]
-        pub(crate) fn start(_: Access) -> Self {
+        pub(crate) fn start(_: Kind) -> Self {
             Self
         }
 
@@ -406,19 +394,19 @@ mod record {
     pub(crate) fn backend_error(_: Operation, _: &BackendError) {}
 
     #[inline(always)]
-    pub(crate) fn held(_: Access) {}
+    pub(crate) fn held(_: Kind) {}
 
     #[inline(always)]
-    pub(crate) fn unheld(_: Access) {}
+    pub(crate) fn unheld(_: Kind) {}
 
     #[inline(always)]
-    pub(crate) fn released(_: Access, _: ReleaseOutcome, _: Duration) {}
+    pub(crate) fn released(_: Kind, _: ReleaseOutcome, _: Duration) {}
 
     #[inline(always)]
-    pub(crate) fn lost(_: Access, _: LostReason) {}
+    pub(crate) fn lost(_: Kind, _: LostReason) {}
 
     #[inline(always)]
-    pub(crate) fn renewed(_: Access, _: Renewal) {}
+    pub(crate) fn renewed(_: Kind, _: Renewal) {}
 
     #[inline(always)]
     pub(crate) fn renewal_calls(_: u64) {}

@@ -21,6 +21,7 @@ use crate::key::{RedisKeys, ShownKey};
 use crate::local::LocalLocks;
 use crate::metrics::{self, ReleaseOutcome};
 use crate::store::Store;
+use crate::token::Token;
 
 /// Work for the background releaser.
 #[derive(Debug)]
@@ -33,10 +34,10 @@ pub(crate) enum ReleaseJob {
     },
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
     /// out or cancelled command still runs on the server): delete the lock if it holds it.
-    Abandoned { keys: RedisKeys, token: String },
+    Abandoned { keys: RedisKeys, token: Token },
     /// An exclusive acquire with this token joined the waiting writers and stopped waiting
     /// without the lock: take it out, so that readers need not let it go first.
-    Withdraw { keys: RedisKeys, token: String },
+    Withdraw { keys: RedisKeys, token: Token },
 }
 
 /// The sending side of the background releaser. Every job counts as work under way
@@ -156,13 +157,13 @@ impl Pending for (Arc<LocalLocks>, Arc<Hold>) {
 #[derive(Debug)]
 pub(crate) struct Attempt<'a> {
     pub(crate) keys: &'a RedisKeys,
-    pub(crate) token: String,
+    pub(crate) token: Token,
     /// A try with `token` went out (it may have landed, whatever its reply said).
     pub(crate) sent: bool,
 }
 
 impl<'a> Attempt<'a> {
-    pub(crate) fn new(keys: &'a RedisKeys, token: String) -> Self {
+    pub(crate) fn new(keys: &'a RedisKeys, token: Token) -> Self {
         Self {
             keys,
             token,
@@ -172,7 +173,7 @@ impl<'a> Attempt<'a> {
 
     /// Continues under a fresh token (RedLock: the undo of a failed try runs in the background
     /// under the old one).
-    pub(crate) fn renew_token(&mut self, token: String) {
+    pub(crate) fn renew_token(&mut self, token: Token) {
         self.token = token;
         self.sent = false;
     }
@@ -182,7 +183,7 @@ impl Pending for Attempt<'_> {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Abandoned {
             keys: self.keys.clone(),
-            token: std::mem::take(&mut self.token),
+            token: self.token.take(),
         }
     }
 }
@@ -192,14 +193,14 @@ impl Pending for Attempt<'_> {
 #[derive(Debug)]
 pub(crate) struct Waiting<'a> {
     pub(crate) keys: &'a RedisKeys,
-    pub(crate) token: String,
+    pub(crate) token: Token,
 }
 
 impl Pending for Waiting<'_> {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Withdraw {
             keys: self.keys.clone(),
-            token: std::mem::take(&mut self.token),
+            token: self.token.take(),
         }
     }
 }
@@ -258,12 +259,14 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                             tracing::warn!(key = %ShownKey(held.key()), %error, "background release failed; the lock expires with its lease")
                         }
                     },
-                    ReleaseJob::Withdraw { keys, token } => store.withdraw(&keys, &token).await,
+                    ReleaseJob::Withdraw { keys, token } => {
+                        store.withdraw(&keys, token.as_str()).await
+                    }
                     ReleaseJob::Abandoned { keys, token } => {
                         // The attempt's command may still be on its way: try a few times.
                         for delay in [0, 100, 500, 2000] {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
-                            match store.release(&keys, &token).await {
+                            match store.release(&keys, token.as_str()).await {
                                 Ok(r) if r.ours => {
                                     tracing::debug!(lock = %ShownKey(&keys.lock), "removed a lock taken by an abandoned acquire");
                                     break;

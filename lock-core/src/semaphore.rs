@@ -1,7 +1,7 @@
 //! [`Semaphore`]: at most N holders of a name across every process, with expiring permits.
 
 use crate::acquire::Acquire;
-use crate::key::Access;
+use crate::kind::Kind;
 use crate::locker::Locker;
 
 /// A distributed semaphore with expiring permits: at most `permits` permits of one name are
@@ -101,7 +101,7 @@ impl Semaphore {
         Acquire::new(
             self.locker.clone(),
             self.key.clone(),
-            Access::Permits {
+            Kind::Permits {
                 limit: self.permits,
             },
         )

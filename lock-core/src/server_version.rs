@@ -21,7 +21,7 @@ use std::fmt;
 
 use redis::{FromRedisValue, InfoDict, Value};
 
-use crate::key::Access;
+use crate::kind::Kind;
 
 /// A `major.minor.patch` version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,11 +145,11 @@ pub(crate) const SEMAPHORE: Need = Need {
 };
 
 impl Need {
-    /// What an acquire of `access` needs.
-    pub(crate) fn of(access: Access) -> Self {
-        match access {
-            Access::Permits { .. } => SEMAPHORE,
-            Access::Exclusive | Access::Shared | Access::Fair => KIT,
+    /// What an acquire of `kind` needs.
+    pub(crate) fn of(kind: Kind) -> Self {
+        match kind {
+            Kind::Permits { .. } => SEMAPHORE,
+            Kind::Exclusive | Kind::Shared | Kind::Fair => KIT,
         }
     }
 }
@@ -270,10 +270,10 @@ mod tests {
         let server =
             |v: &str| ServerInfo::from_info(&info(&format!("redis_version:{v}\r\n"))).unwrap();
         let at = |v: &str| vec![("a:1".to_owned(), server(v))];
-        for access in [Access::Exclusive, Access::Shared, Access::Fair] {
-            assert_eq!(Need::of(access), KIT);
+        for kind in [Kind::Exclusive, Kind::Shared, Kind::Fair] {
+            assert_eq!(Need::of(kind), KIT);
         }
-        assert_eq!(Need::of(Access::Permits { limit: 3 }), SEMAPHORE);
+        assert_eq!(Need::of(Kind::Permits { limit: 3 }), SEMAPHORE);
         assert_eq!(
             first_too_old(&at("6.0.16"), KIT),
             Some(TooOld {

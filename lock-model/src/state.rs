@@ -14,7 +14,7 @@ pub const TASKS: usize = PROCESSES * TASKS_PER_PROCESS;
 pub type TaskId = u8;
 /// A process, `0..PROCESSES`.
 pub type ProcessId = u8;
-/// A Redis token (`acquire.rs` `new_token`). Every task makes one acquire in Redis at most,
+/// A Redis token (lock-core `token.rs`, `Token::new`). Every task makes one acquire in Redis at most,
 /// so a token is named by the task that drew it; a local handoff passes it on to the next
 /// holder of the same process.
 pub type Token = u8;

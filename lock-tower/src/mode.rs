@@ -3,7 +3,9 @@
 
 use http::{Method, Request};
 
-/// How the lock of a request is taken.
+/// How the lock of a request is taken: which of lock-core's kinds of lock it is, by the
+/// same names as the macro's `mode` and lock-core's metric label `kind` (`Read`: `"read"`,
+/// label `read`; `Exclusive`: `"write"`, label `mutex`; `Limit`: label `semaphore`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mode {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::child::{spawn_child, wait_for_line, MODE, REFEREE, URL};
 use common::{locker, server};
 use lock_core::{Acquire, Locker};
-use lock_testkit::oracle::{Access, Oracle, Outcome, Report};
+use lock_testkit::oracle::{Kind, Oracle, Outcome, Report};
 
 /// Sections per task of the semaphore runs.
 const PERMIT_CYCLES: usize = 20;
@@ -118,7 +118,7 @@ async fn permit_sections(url: &str, referee: &str, permits: u32) {
                     let permit = sem.acquire().wait(Duration::from_secs(30)).await.unwrap();
                     let held = || permit.is_held();
                     let mut entry = oracle
-                        .enter_as("s", Access::Permit(3), 0, held)
+                        .enter_as("s", Kind::Permits(3), 0, held)
                         .await
                         .unwrap();
                     tokio::time::sleep(Duration::from_millis(2)).await;
@@ -164,7 +164,7 @@ fn run_increments(mode: &str) -> (i64, Report) {
 }
 
 /// "At most 3 holders" across real processes: 3 processes x 4 tasks on a semaphore of 3,
-/// every section checked by the oracle as `Permit(3)`. Clean, every section counted, and
+/// every section checked by the oracle as `Kind::Permits(3)`. Clean, every section counted, and
 /// the permits were shared (up to 3 inside at once, never more).
 #[test]
 fn three_processes_on_three_permits_never_have_four_inside() {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::time::Duration;
 
-use super::record::{Access, FencedWrite, Interval, Outcome, Release, Wipe};
+use super::record::{FencedWrite, Interval, Kind, Outcome, Release, Wipe};
 
 /// The result of [`check`]. [`is_clean`](Self::is_clean) is the verdict.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl fmt::Display for Report {
 /// Whether two holders of one key are ordered by their fencing tokens: both exclusive, both
 /// with a token.
 fn by_fence(a: &Interval, b: &Interval) -> bool {
-    a.access == Access::Exclusive && b.access == Access::Exclusive && a.fence > 0 && b.fence > 0
+    a.access == Kind::Exclusive && b.access == Kind::Exclusive && a.fence > 0 && b.fence > 0
 }
 
 /// The older (earlier acquired) of two holders of one key: of two exclusive holders with
@@ -314,7 +314,7 @@ pub fn check_with_wipes(intervals: &[Interval], writes: &[FencedWrite], wipes: &
                 let verdict = verdict(older, younger, wipes);
                 if a.access.compatible(cur.access) {
                     report.shared_overlaps += 1;
-                    if matches!(cur.access, Access::Permit(_)) && verdict == Verdict::Unsignalled {
+                    if matches!(cur.access, Kind::Permits(_)) && verdict == Verdict::Unsignalled {
                         live_permits += 1;
                     }
                     continue;
@@ -399,7 +399,7 @@ pub fn check_with_wipes(intervals: &[Interval], writes: &[FencedWrite], wipes: &
     // 2. Occupancy collisions, attributed to the older holder of each colliding pair. An
     //    exclusive enter that counted others inside but named none is unexplained.
     for iv in intervals {
-        let unnamed = iv.access == Access::Exclusive && iv.occupancy > 1;
+        let unnamed = iv.access == Kind::Exclusive && iv.occupancy > 1;
         if iv.collided_with.is_empty() && !unnamed {
             continue;
         }
@@ -441,7 +441,7 @@ pub fn check_with_wipes(intervals: &[Interval], writes: &[FencedWrite], wipes: &
         let mut enters: Vec<&Interval> = list
             .iter()
             .copied()
-            .filter(|iv| iv.access == Access::Exclusive && iv.fence > 0)
+            .filter(|iv| iv.access == Kind::Exclusive && iv.fence > 0)
             .collect();
         enters.sort_unstable_by_key(|iv| iv.enter_seq);
         let mut max: Option<&Interval> = None;
@@ -512,7 +512,7 @@ mod tests {
         Interval {
             id: id.to_owned(),
             key: "k".to_owned(),
-            access: Access::Exclusive,
+            access: Kind::Exclusive,
             fence,
             enter_seq: seq,
             t_enter: enter_ms * MS,
@@ -693,14 +693,14 @@ mod tests {
 
     fn reader(id: &str, seq: u64, enter_ms: u64, exit_ms: u64) -> Interval {
         Interval {
-            access: Access::Shared,
+            access: Kind::Shared,
             ..iv(id, 0, seq, enter_ms, exit_ms)
         }
     }
 
     fn permit(id: &str, n: u32, seq: u64, enter_ms: u64, exit_ms: u64) -> Interval {
         Interval {
-            access: Access::Permit(n),
+            access: Kind::Permits(n),
             ..iv(id, 0, seq, enter_ms, exit_ms)
         }
     }

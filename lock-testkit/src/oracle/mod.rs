@@ -2,10 +2,10 @@
 //! two holders at once, usable by the tasks of one process and by several processes on one
 //! host at the same time.
 //!
-//! Each section is entered with an [`Access`] that says who may be inside with it:
-//! [`Access::Exclusive`] (the default, [`Oracle::enter`]: a mutex or a write lock, alone),
-//! [`Access::Shared`] ([`Oracle::enter_shared`]: readers together, never with a writer) or
-//! [`Access::Permit`]`(n)` (at most `n` holders at once, a semaphore). "Two holders at once"
+//! Each section is entered with a [`Kind`] of lock that says who may be inside with it:
+//! [`Kind::Exclusive`] (the default, [`Oracle::enter`]: a mutex or a write lock, alone),
+//! [`Kind::Shared`] ([`Oracle::enter_shared`]: readers together, never with a writer) or
+//! [`Kind::Permits`]`(n)` (at most `n` holders at once, a semaphore). "Two holders at once"
 //! below means two that exclude each other, or more permit holders than permits; shared and
 //! permit sections have no fencing token and take no part in the fenced resource (check 3).
 //!
@@ -112,5 +112,5 @@ mod referee;
 
 pub use check::{check, check_with_wipes, Report};
 pub use clock::monotonic_ns;
-pub use record::{Access, FencedWrite, Interval, Outcome, Release, Wipe};
+pub use record::{FencedWrite, Interval, Kind, Outcome, Release, Wipe};
 pub use referee::{Entry, Oracle};

@@ -69,11 +69,12 @@ impl Wipe {
     }
 }
 
-/// How a critical section is entered: which other sections of the same key may be inside at
-/// the same time. Stored as `"exclusive"`, `"shared"` or `{"permit":n}`.
+/// The kind of lock a critical section is entered under, as lock-core's kinds (a fair lock is
+/// `Exclusive`): which other sections of the same key may be inside at the same time. Stored
+/// (in the `access` field) as `"exclusive"`, `"shared"` or `{"permit":n}`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Access {
+pub enum Kind {
     /// Alone: the holder of a mutex or of a write lock. The default, and the access of a
     /// record written without the field.
     #[default]
@@ -82,17 +83,18 @@ pub enum Access {
     /// one writer).
     Shared,
     /// Together with other permit sections, at most `n` at once: a holder of one of the `n`
-    /// permits of a semaphore (`n` is at least 1; 0 counts as 1).
-    Permit(u32),
+    /// permits of a semaphore (`n` is at least 1; 0 counts as 1). Stored as `{"permit":n}`.
+    #[serde(rename = "permit")]
+    Permits(u32),
 }
 
-impl Access {
+impl Kind {
     /// Whether a section of this access and one of `other` may be inside together (permits
     /// within their number).
     pub fn compatible(self, other: Self) -> bool {
         matches!(
             (self, other),
-            (Self::Shared, Self::Shared) | (Self::Permit(_), Self::Permit(_))
+            (Self::Shared, Self::Shared) | (Self::Permits(_), Self::Permits(_))
         )
     }
 
@@ -102,7 +104,7 @@ impl Access {
         match self {
             Self::Exclusive => 0,
             Self::Shared => u64::MAX,
-            Self::Permit(n) => u64::from(n.max(1)) - 1,
+            Self::Permits(n) => u64::from(n.max(1)) - 1,
         }
     }
 
@@ -112,7 +114,7 @@ impl Access {
         match self {
             Self::Exclusive => ("x", 1),
             Self::Shared => ("s", 0),
-            Self::Permit(n) => ("p", n.max(1)),
+            Self::Permits(n) => ("p", n.max(1)),
         }
     }
 }
@@ -127,7 +129,7 @@ pub struct Interval {
     /// How it was entered (absent in records of exclusive sections written before the field
     /// existed).
     #[serde(default)]
-    pub access: Access,
+    pub access: Kind,
     /// The fencing token of the acquisition; 0 for none: shared and permit sections (fencing
     /// orders exclusive holders), and exclusive holders that did not ask for one (they are
     /// ordered by their enter times, and take no part in the fenced resource).
@@ -227,7 +229,7 @@ pub(super) struct WriteRequest<'a> {
 pub(super) struct Entered {
     pub(super) key: String,
     #[serde(default)]
-    pub(super) access: Access,
+    pub(super) access: Kind,
     pub(super) fence: u64,
     pub(super) t_enter: u64,
     pub(super) last_held: Option<u64>,
@@ -296,7 +298,7 @@ mod tests {
         Interval {
             id: "w1#7".to_owned(),
             key: "k".to_owned(),
-            access: Access::Exclusive,
+            access: Kind::Exclusive,
             fence: u64::MAX,
             enter_seq: 42,
             t_enter: 1_700_000_000_123_456_789,
@@ -335,9 +337,9 @@ mod tests {
     fn the_access_is_stored_by_name_and_defaults_to_exclusive() {
         let mut a = interval();
         for (access, stored) in [
-            (Access::Shared, r#""access":"shared""#),
-            (Access::Permit(3), r#""access":{"permit":3}"#),
-            (Access::Exclusive, r#""access":"exclusive""#),
+            (Kind::Shared, r#""access":"shared""#),
+            (Kind::Permits(3), r#""access":{"permit":3}"#),
+            (Kind::Exclusive, r#""access":"exclusive""#),
         ] {
             a.access = access;
             let json = encode(&a).expect("encodes");
@@ -347,7 +349,7 @@ mod tests {
         // A record of an exclusive section written before the field existed.
         let old = r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#;
         let old: Interval = decode("interval", old).expect("decodes");
-        assert_eq!((old.access, old.release), (Access::Exclusive, None));
+        assert_eq!((old.access, old.release), (Kind::Exclusive, None));
         assert!(decode::<Interval>("interval", &old_with_access("\"nonsense\"")).is_err());
     }
 
@@ -359,17 +361,17 @@ mod tests {
 
     #[test]
     fn compatibility_and_allowance_of_the_accesses() {
-        use Access::{Exclusive, Permit, Shared};
-        assert!(Shared.compatible(Shared) && Permit(2).compatible(Permit(2)));
+        use Kind::{Exclusive, Permits, Shared};
+        assert!(Shared.compatible(Shared) && Permits(2).compatible(Permits(2)));
         for (a, b) in [
             (Exclusive, Exclusive),
             (Exclusive, Shared),
-            (Shared, Permit(4)),
+            (Shared, Permits(4)),
         ] {
             assert!(!a.compatible(b) && !b.compatible(a), "{a:?} {b:?}");
         }
         assert_eq!(
-            [Exclusive, Shared, Permit(3), Permit(0)].map(Access::others_allowed),
+            [Exclusive, Shared, Permits(3), Permits(0)].map(Kind::others_allowed),
             [0, u64::MAX, 2, 0]
         );
     }
@@ -380,7 +382,7 @@ mod tests {
         // appended (in any order; `collided_with` absent when empty).
         let entered = Entered {
             key: "k".to_owned(),
-            access: Access::Exclusive,
+            access: Kind::Exclusive,
             fence: u64::MAX,
             t_enter: 3,
             last_held: Some(3),

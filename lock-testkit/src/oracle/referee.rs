@@ -12,7 +12,7 @@ use redis::{AsyncConnectionConfig, RedisResult, Script};
 use super::check::{check_with_wipes, Report};
 use super::clock::monotonic_ns;
 use super::record::{
-    decode, encode, Access, Entered, FencedWrite, Interval, OpenSection, Outcome, Release, Wipe,
+    decode, encode, Entered, FencedWrite, Interval, Kind, OpenSection, Outcome, Release, Wipe,
     WriteRequest,
 };
 
@@ -32,7 +32,7 @@ impl Entry {
     }
 
     /// How the section was entered.
-    pub fn access(&self) -> Access {
+    pub fn access(&self) -> Kind {
         self.interval.access
     }
 
@@ -238,7 +238,7 @@ impl Oracle {
     }
 
     /// Enters the exclusive critical section of `key` (a mutex, a write lock) with the
-    /// acquisition's fencing token: [`enter_as`](Self::enter_as) with [`Access::Exclusive`].
+    /// acquisition's fencing token: [`enter_as`](Self::enter_as) with [`Kind::Exclusive`].
     ///
     /// # Errors
     ///
@@ -253,11 +253,11 @@ impl Oracle {
         fence: u64,
         held: impl FnOnce() -> bool,
     ) -> RedisResult<Entry> {
-        self.enter_as(key, Access::Exclusive, fence, held).await
+        self.enter_as(key, Kind::Exclusive, fence, held).await
     }
 
     /// Enters the critical section of `key` as a reader: [`enter_as`](Self::enter_as) with
-    /// [`Access::Shared`] and no fencing token (readers get none).
+    /// [`Kind::Shared`] and no fencing token (readers get none).
     ///
     /// # Errors
     ///
@@ -267,7 +267,7 @@ impl Oracle {
     ///
     /// When `key` contains a tab or a newline.
     pub async fn enter_shared(&self, key: &str, held: impl FnOnce() -> bool) -> RedisResult<Entry> {
-        self.enter_as(key, Access::Shared, 0, held).await
+        self.enter_as(key, Kind::Shared, 0, held).await
     }
 
     /// Enters the critical section of `key` with `access`: stamps the enter time, checks the
@@ -288,7 +288,7 @@ impl Oracle {
     pub async fn enter_as(
         &self,
         key: &str,
-        access: Access,
+        access: Kind,
         fence: u64,
         held: impl FnOnce() -> bool,
     ) -> RedisResult<Entry> {
@@ -394,7 +394,7 @@ impl Oracle {
     /// exclusive one entered without a token (they hold none, so the fenced resource is not
     /// theirs to write).
     pub async fn write(&self, entry: &Entry) -> RedisResult<bool> {
-        if entry.interval.access != Access::Exclusive || entry.interval.fence == 0 {
+        if entry.interval.access != Kind::Exclusive || entry.interval.fence == 0 {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "fenced writes are for exclusive sections",
@@ -772,7 +772,7 @@ mod tests {
         let mut r1 = a.enter_shared("k", || true).await.unwrap();
         let mut r2 = a.enter_shared("k", || true).await.unwrap();
         assert_eq!((r2.occupancy(), r2.collided_with().len()), (2, 0));
-        assert_eq!(r2.access(), Access::Shared);
+        assert_eq!(r2.access(), Kind::Shared);
         assert!(
             a.write(&r2).await.is_err(),
             "a reader has no token to write with"
@@ -792,19 +792,10 @@ mod tests {
         a.finish(w, Outcome::Completed).await.unwrap();
         a.finish(r3, Outcome::Completed).await.unwrap();
         // Two permits of "s": the third holder collides with the two inside.
-        let p1 = a
-            .enter_as("s", Access::Permit(2), 0, || true)
-            .await
-            .unwrap();
-        let p2 = a
-            .enter_as("s", Access::Permit(2), 0, || true)
-            .await
-            .unwrap();
+        let p1 = a.enter_as("s", Kind::Permits(2), 0, || true).await.unwrap();
+        let p2 = a.enter_as("s", Kind::Permits(2), 0, || true).await.unwrap();
         assert!(p2.collided_with().is_empty());
-        let p3 = a
-            .enter_as("s", Access::Permit(2), 0, || true)
-            .await
-            .unwrap();
+        let p3 = a.enter_as("s", Kind::Permits(2), 0, || true).await.unwrap();
         assert_eq!(p3.collided_with().len(), 2);
         for p in [p1, p2, p3] {
             a.finish(p, Outcome::Completed).await.unwrap();

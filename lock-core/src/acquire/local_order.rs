@@ -1,0 +1,334 @@
+//! The local side of an acquire: the local key it lines up in (reentry first), the order of
+//! local queue and Redis for each [`Order`](crate::kind::Order), and the locks a local holder
+//! hands over.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use super::{Acquire, Seen, When};
+use crate::backend_error::BackendError;
+use crate::error::{ConfigError, LockError};
+use crate::guard::LockGuard;
+use crate::held::{Grant, Hold, LeaseMode};
+use crate::key::RedisKeys;
+use crate::kind::Kind;
+use crate::local::LocalLocks;
+use crate::local_key::LocalKeyRef;
+use crate::owner::Owner;
+use crate::release::{Attempt, ReleaseOnDrop};
+use crate::store::{NewLease, Renewal};
+use crate::token::Token;
+
+/// The answer of an acquire that has nothing to acquire: a nested guard of a lock the task
+/// holds, or a refusal.
+type Answer = Result<LockGuard, LockError>;
+
+/// A grant and the local place that goes with it.
+type Placed = (OwnedSemaphorePermit, Grant);
+
+/// Where an acquire may take over a lock a local holder hands over, and what it takes.
+pub(super) struct Handoff<'a> {
+    pub(super) local_key: &'a LocalKeyRef<Hold>,
+    mode: LeaseMode,
+    permits: u32,
+}
+
+impl Acquire {
+    /// The local key this acquire lines up in; `Err` with the answer when there is nothing to
+    /// acquire.
+    pub(super) fn local_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+        let inner = &self.inner();
+        if let Err(refused) = inner.capabilities().serves(self.kind) {
+            return Err(Err(refused.into()));
+        }
+        match self.kind {
+            Kind::Exclusive | Kind::Fair => self.exclusive_key(owner),
+            Kind::Shared => self.reader_key(owner),
+            Kind::Permits { limit } => {
+                if self.permits == 0 || self.permits > limit {
+                    return Err(Err(ConfigError::Permits {
+                        permits: limit,
+                        wanted: self.permits,
+                    }
+                    .into()));
+                }
+                // A local queue with the semaphore's permits: at most that many tasks of this
+                // process contend in Redis, the others line up here first come, first served.
+                // Permits are not reentrant.
+                Ok(inner.local.semaphore_key(&self.key, limit))
+            }
+        }
+    }
+
+    /// A nested guard of `reentered`, the task's hold of this key.
+    fn nested(&self, reentered: Result<Arc<Hold>, LockError>) -> Answer {
+        reentered.map(|held| LockGuard::new(self.inner().local.clone(), held))
+    }
+
+    /// The local key of a mutex or fair lock: the one of the key, or of its fair line.
+    fn exclusive_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+        let local = &self.inner().local;
+        if local.reads(&self.key, owner) {
+            return Err(Err(LockError::WriteInsideRead {
+                key: self.key.clone(),
+            }));
+        }
+        // The mutex and the fair lock of a key are one Redis lock: a task holding either
+        // nests the other.
+        if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+            return Err(self.nested(reentered));
+        }
+        Ok(match self.kind {
+            Kind::Fair => local.fair_key(&self.key),
+            _ => local.local_key(&self.key),
+        })
+    }
+
+    /// A reader's local key, its task's own.
+    fn reader_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+        let local = &self.inner().local;
+        // A read inside this task's write lock (or fair lock) shares it.
+        if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
+            return Err(self.nested(reentered));
+        }
+        // Readers do not exclude each other: each task has a local key of its own, for
+        // reentrancy.
+        let local_key = local.reader_key(&self.key, owner);
+        match local.reenter(&local_key, owner) {
+            Some(reentered) => Err(self.nested(reentered)),
+            None => Ok(local_key),
+        }
+    }
+
+    /// The usual order: first the local queue (one task per key per process contends in
+    /// Redis; first come, first served), then Redis, unless the last local holder handed the
+    /// lock over.
+    pub(super) async fn local_then_in_redis(
+        &self,
+        local_key: &LocalKeyRef<Hold>,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<Placed, LockError> {
+        let permit = queue_for(&local_key.queue, self.permits, when, Some(local_key)).await;
+        let Some(permit) = permit else {
+            return Err(self.busy(when.started, self.local_holder(local_key)));
+        };
+        let handoff = self.handoff(local_key, mode);
+        // The last local holder handed the lock over: no Redis round trip.
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((permit, grant));
+        }
+        self.yield_to_others(local_key, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+            .await?;
+        Ok((permit, grant))
+    }
+
+    /// A semaphore's order in this process, first come, first served: a place of the local
+    /// queue (a semaphore's permits' worth of tasks contend in Redis), then the turn (one task
+    /// at a time waits in Redis, so a release does not wake every local waiter at once), then
+    /// Redis. The turn's holder is the first local waiter: a permit a local holder hands over
+    /// goes to it, also while it waits in Redis, never to a task that came later. Every waiting
+    /// acquire counts as a local waiter from its arrival to its grant, so a release hands over
+    /// whenever one waits, wherever it waits. A zero wait tries Redis once and that is all: it
+    /// never stands in the line, so it takes no turn (siblings mid-try do not refuse it) and no
+    /// handed-over permit (those are for the waiters).
+    pub(super) async fn permits_in_order(
+        &self,
+        local_key: &LocalKeyRef<Hold>,
+        limit: u32,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<Placed, LockError> {
+        let _waiting = (!when.try_once).then(|| local_key.queued());
+        let Some(place) = queue_for(&local_key.queue, self.permits, when, None).await else {
+            return Err(self.busy(when.started, Seen::default()));
+        };
+        if when.try_once {
+            let grant = self
+                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+                .await?;
+            return Ok((place, grant));
+        }
+        let turn = self.inner().local.semaphore_turn(&self.key, limit);
+        let Some(_turn) = queue_for(&turn.queue, 1, when, None).await else {
+            return Err(self.busy(when.started, Seen::default()));
+        };
+        let handoff = self.handoff(local_key, mode);
+        if let Some(grant) = self.take_handed_over(&handoff).await {
+            return Ok((place, grant));
+        }
+        self.yield_to_others(local_key, when).await;
+        let grant = self
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff))
+            .await?;
+        Ok((place, grant))
+    }
+
+    /// A fair lock's order: every waiter of every process lines up in Redis (a local queue
+    /// first would let a task of this process that came later take its place in Redis before
+    /// an earlier one elsewhere); the local place, the fair local key's (a mutex waiter of the
+    /// key holds its own place while it waits in Redis), is taken once Redis granted the lock.
+    /// It is free then, or about to be: the previous local holder gives it back right after its
+    /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
+    /// given back when it ends), and the grant is renewed every half lease meanwhile.
+    pub(super) async fn in_line_then_local(
+        &self,
+        local_key: &LocalKeyRef<Hold>,
+        mode: LeaseMode,
+        when: When,
+    ) -> Result<Placed, LockError> {
+        let lease = mode.lease();
+        let mut grant = self
+            .acquire_in_redis(self.redis_keys(), lease, when, None)
+            .await?;
+        // Dropped while waiting for the place: the granted lock goes back in the background.
+        let mut on_drop = ReleaseOnDrop::new(
+            self.inner().releaser(),
+            Attempt::new(&grant.keys, grant.token.take()),
+        );
+        on_drop.arm();
+        let placed = self
+            .keep_until_placed(local_key, &on_drop.target, &mut grant.sent_at, lease, when)
+            .await;
+        on_drop.disarm();
+        let token = on_drop.target.token.take();
+        drop(on_drop);
+        let permit = match placed {
+            Ok(permit) => permit,
+            Err(answer) => {
+                self.give_back(&grant.keys, token).await;
+                return Err(match answer {
+                    Some(Renewal::Unknown) => LockError::backend(
+                        Some(&self.key),
+                        BackendError::undecided(
+                            "the renewal of a fair grant got no decisive answer",
+                        ),
+                    ),
+                    // The wait ran out, or the grant was lost while waiting for the local place.
+                    _ => self.busy(when.started, Seen::default()),
+                });
+            }
+        };
+        // The queue is never closed; a closed one would be a bug, reported as undecided.
+        let permit = permit.map_err(|_| {
+            LockError::backend(
+                Some(&self.key),
+                BackendError::undecided("the local queue was closed"),
+            )
+        })?;
+        Ok((permit, Grant { token, ..grant }))
+    }
+
+    /// Waits for a fair grant's local place, renewing the grant in Redis every half lease
+    /// meanwhile (`sent_at` follows the renewals). `Err` when the wait ran out (`None`) or a
+    /// renewal did not keep the grant (its answer).
+    async fn keep_until_placed(
+        &self,
+        local_key: &LocalKeyRef<Hold>,
+        granted: &Attempt<'_>,
+        sent_at: &mut Instant,
+        lease: std::time::Duration,
+        when: When,
+    ) -> Result<Result<OwnedSemaphorePermit, tokio::sync::AcquireError>, Option<Renewal>> {
+        loop {
+            let renew_at = *sent_at + lease / 2;
+            let until = when.deadline.map_or(renew_at, |d| d.min(renew_at));
+            let queued = local_key.queue.clone().acquire_owned();
+            if let Ok(permit) = tokio::time::timeout_at(until, queued).await {
+                return Ok(permit);
+            }
+            if when.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(None);
+            }
+            // Still waiting for the place: keep the grant ours meanwhile.
+            let renewed_at = Instant::now();
+            let pair = [(granted.keys, granted.token.as_str())];
+            let store = &self.inner().store;
+            match store.renew(&pair, NewLease::AtLeast(lease)).await.first() {
+                Some(Renewal::Renewed) => *sent_at = renewed_at,
+                other => return Err(other.copied()),
+            }
+        }
+    }
+
+    fn handoff<'a>(&self, local_key: &'a LocalKeyRef<Hold>, mode: LeaseMode) -> Handoff<'a> {
+        Handoff {
+            local_key,
+            mode,
+            permits: self.permits,
+        }
+    }
+
+    /// The local holder of `local_key`, if one holds it (for a `Busy` answer): how long it still
+    /// holds, and its name, this locker's.
+    fn local_holder(&self, local_key: &LocalKeyRef<Hold>) -> Seen {
+        local_key
+            .holder()
+            .upgrade()
+            .map_or_else(Seen::default, |h| Seen {
+                ttl: Some(h.valid_until().saturating_duration_since(Instant::now())),
+                holder: Some(self.inner().settings.holder.clone()),
+            })
+    }
+
+    /// The lock the last local holder handed over, if one waits in the local key and fits this
+    /// acquire; one that does not fit goes back to Redis first.
+    pub(super) async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
+        match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
+            Ok(grant) => Some(grant),
+            Err(baton) => {
+                self.give_back(&baton.keys, Token::issued(baton.token))
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
+    /// they get their turn.
+    async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) {
+        if let Some(until) = local_key.yield_until() {
+            let until = when.deadline.map_or(until, |d| d.min(until));
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    /// Releases in Redis a lock granted to this acquire that it cannot use: a lock handed over
+    /// that does not fit it, a fair grant whose wait ran out (finished in the background if
+    /// this future is dropped meanwhile).
+    async fn give_back(&self, keys: &RedisKeys, token: Token) {
+        let inner = &self.inner();
+        let mut on_drop = ReleaseOnDrop::new(inner.releaser(), Attempt::new(keys, token));
+        on_drop.arm();
+        let token = on_drop.target.token.as_str();
+        if let Err(error) = inner.store.release(keys, token).await {
+            tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
+        }
+        on_drop.disarm();
+    }
+}
+
+/// `places` places of a local `queue`, first come first served, by `when`'s deadline (at
+/// once for a zero wait); counted as queued in `local_key` meanwhile, when given (the local
+/// handoff looks at it). `None` when the wait ran out.
+async fn queue_for(
+    queue: &Arc<Semaphore>,
+    places: u32,
+    when: When,
+    local_key: Option<&LocalKeyRef<Hold>>,
+) -> Option<OwnedSemaphorePermit> {
+    if when.try_once {
+        return queue.clone().try_acquire_many_owned(places).ok();
+    }
+    let _queued = local_key.map(|local_key| local_key.queued());
+    let queued = queue.clone().acquire_many_owned(places);
+    match when.deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
+        None => Some(queued.await),
+    }
+    .and_then(Result::ok)
+}

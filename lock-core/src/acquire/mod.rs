@@ -1,0 +1,345 @@
+//! [`Acquire`]: the configurable, awaitable acquisition of one lock.
+//!
+//! The builder and its future are here, with the frame of one acquire (`run`, `take`); what
+//! differs between kinds is asked of [`Kind`]. The rest is a file per step:
+//! `local_order.rs` (the local key and the order of local queue and Redis, local handoffs),
+//! `in_redis.rs` (the tries in Redis), `wait.rs` (what one wait in Redis holds between tries),
+//! `report.rs` (spans, logs and the outcome label).
+
+mod in_redis;
+mod local_order;
+mod report;
+mod wait;
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::{Instrument, Span};
+
+use crate::error::{DurationSetting, LockError};
+use crate::guard::LockGuard;
+use crate::held::{Hold, LeaseMode, Terms};
+use crate::key::{self, RedisKeys};
+use crate::kind::{Kind, Order};
+use crate::limits;
+use crate::locker::{Inner, Locker};
+use crate::metrics;
+use crate::owner::Owner;
+use crate::token::Token;
+use crate::with_lock::OnLost;
+
+/// An acquisition of one lock, configured with builder methods and started by `.await`.
+///
+/// Created by [`Locker::lock`]. Without [`lease`](Self::lease) the lock gets the locker's
+/// watchdog lease and is renewed while its guard lives.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # async fn demo(locker: lock_core::Locker) -> Result<(), lock_core::LockError> {
+/// // Fail fast when someone else holds it:
+/// let guard = locker.lock("order:7").wait(Duration::ZERO).await?;
+/// // Wait up to 3 s, with a fixed 10 s lease and no watchdog:
+/// let other = locker.lock("order:8").wait(Duration::from_secs(3)).lease(Duration::from_secs(10)).await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+///
+/// [`LockError::Busy`] when the wait ran out, [`LockError::InvalidKey`],
+/// [`LockError::Config`] for a lease outside 1 ms to 365 days, [`LockError::WrongType`],
+/// [`LockError::Backend`] when Redis failed (the wait is not used up retrying a dead server
+/// beyond the deadline), [`LockError::Lost`] for a reentrant acquire of a lock this task
+/// holds but has lost, and [`LockError::ShutDown`] once the locker was shut down (an acquire
+/// waiting then ends at once).
+///
+/// # Cancel safety
+///
+/// Dropping the future mid-wait leaves nothing behind: the local queue place and the release
+/// subscription are given up, and if an acquire command was in flight, a background
+/// compare-and-delete removes the lock it may still take on the server.
+#[derive(Debug)]
+#[must_use = "an acquire does nothing until it is `.await`ed"]
+pub struct Acquire {
+    locker: Locker,
+    key: String,
+    kind: Kind,
+    /// Semaphore permits taken at once (1 for a lock).
+    permits: u32,
+    wait: Option<Duration>,
+    lease: Option<Duration>,
+    max_hold: Option<Duration>,
+    /// What [`with_lock`](Self::with_lock) does on a loss.
+    on_lost: OnLost,
+    /// Started by [`skip_if_busy`](Self::skip_if_busy): a busy answer is counted as a skip.
+    skip: bool,
+}
+
+impl Acquire {
+    pub(crate) fn new(locker: Locker, key: String, kind: Kind) -> Self {
+        Self {
+            locker,
+            key,
+            kind,
+            permits: 1,
+            wait: None,
+            lease: None,
+            max_hold: None,
+            on_lost: OnLost::Abort,
+            skip: false,
+        }
+    }
+
+    /// Takes `permits` permits at once (semaphores only).
+    pub(crate) fn permits(mut self, permits: u32) -> Self {
+        self.permits = permits;
+        self
+    }
+
+    /// The longest time to wait for the lock; `Duration::ZERO` tries exactly once, and a wait
+    /// beyond 100 years has no deadline (it waits until the lock is free). Any value is
+    /// accepted. Default: the locker's `default_wait`.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// A fixed lease: the lock expires this long after acquisition unless released or
+    /// [extended](LockGuard::extend), and the watchdog never renews it. From 1 ms (Redis
+    /// counts TTLs in milliseconds) to 365 days ([`MAX_LEASE`](crate::MAX_LEASE)); the acquire
+    /// refuses anything else with [`ConfigError::OutOfRange`] before asking Redis.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// The longest a watchdog lock is held (overrides the locker's `max_hold`): the watchdog's
+    /// last renewals are cut so that the key ends in Redis when the hold does, even if the
+    /// holder hangs and never releases, and the guard then reports
+    /// [`LostReason::MaxHold`](crate::LostReason::MaxHold). Any value: zero ends the lock at
+    /// once (a 1 ms lease), and a `max_hold` beyond 100 years is no limit (so `Duration::MAX`
+    /// lifts the locker's). A fixed [`lease`](Self::lease) ignores it.
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// What [`with_lock`](Self::with_lock) does when the lock is lost while its body runs.
+    /// Default: [`OnLost::Abort`]. A plain `.await` of the acquire ignores it.
+    pub fn on_lost(mut self, on_lost: OnLost) -> Self {
+        self.on_lost = on_lost;
+        self
+    }
+
+    pub(crate) fn on_lost_policy(&self) -> OnLost {
+        self.on_lost
+    }
+
+    /// Marks the acquire as one whose busy answer is a skip (its metric and span outcome say
+    /// `skipped`, not `busy`), and makes its wait zero unless one was set.
+    pub(crate) fn skipping(mut self) -> Self {
+        self.wait.get_or_insert(Duration::ZERO);
+        self.skip = true;
+        self
+    }
+
+    pub(crate) fn locker(&self) -> &Locker {
+        &self.locker
+    }
+
+    /// The locker's shared state, what every step of the acquire asks (its settings, local
+    /// locks, store); the one place the acquire reaches into the `Locker`.
+    fn inner(&self) -> &Inner {
+        &self.locker.inner
+    }
+}
+
+/// The future of an [`Acquire`].
+#[must_use = "futures do nothing unless polled"]
+pub struct AcquireFuture {
+    inner: Pin<Box<dyn Future<Output = Result<LockGuard, LockError>> + Send>>,
+}
+
+impl std::fmt::Debug for AcquireFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireFuture").finish_non_exhaustive()
+    }
+}
+
+impl Future for AcquireFuture {
+    type Output = Result<LockGuard, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl IntoFuture for Acquire {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = AcquireFuture;
+
+    fn into_future(self) -> AcquireFuture {
+        let span = report::acquire_span(self.kind, &self.key, self.permits);
+        let caller = report::hold_parent(self.inner().settings.trace_holds);
+        AcquireFuture {
+            inner: Box::pin(self.run(span.clone(), caller).instrument(span)),
+        }
+    }
+}
+
+/// The time frame of one acquire.
+#[derive(Debug, Clone, Copy)]
+struct When {
+    started: Instant,
+    /// `None`: no deadline (a wait beyond any sensible bound).
+    deadline: Option<Instant>,
+    /// A zero wait: one try, no queueing.
+    try_once: bool,
+}
+
+/// What a try that found the lock taken learned of its holder, for a `Busy` answer.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The holder's remaining lease, when Redis reported one.
+    ttl: Option<Duration>,
+    /// The holder's name, when its stored value carries one.
+    holder: Option<String>,
+}
+
+impl Acquire {
+    /// The acquire, run in `span` (the `lock.acquire` span, which gets its outcome); a lock
+    /// it takes gets its `lock.hold` span under `caller`.
+    async fn run(self, span: Span, caller: Span) -> Result<LockGuard, LockError> {
+        let mut outcome = report::SpanOutcome::new(&span);
+        let started = Instant::now();
+        let mut metric = metrics::Acquisition::start(self.kind, started);
+        let mut reentered = false;
+        let local = &self.inner().local;
+        // Counted until it ends, so that a shutdown waits for what it leaves behind.
+        let _working = local.in_flight.enter();
+        let result = tokio::select! {
+            biased;
+            () = local.closed() => Err(LockError::ShutDown),
+            result = self.take(started, &mut metric, &mut reentered) => result,
+        };
+        let result = match result {
+            Ok(guard) if local.is_closed() => {
+                // Granted while the locker shut down: given back at once (the shutdown may
+                // have listed the held locks before this one was registered).
+                drop(guard.release().await);
+                Err(LockError::ShutDown)
+            }
+            result => result,
+        };
+        let label = report::outcome_label(&result, reentered, self.skip);
+        metric.finish(label, reentered);
+        outcome.record(label);
+        if let (Ok(guard), false) = (&result, reentered) {
+            let trace_holds = self.inner().settings.trace_holds;
+            guard.set_hold_span(report::hold_span(&caller, &self.key, trace_holds));
+            report::granted(&self.key, started.elapsed());
+        }
+        result
+    }
+
+    /// The acquire itself; `reentered` is set when the answer is about a lock the task
+    /// already holds (a nested guard, or the loss of that lock).
+    async fn take(
+        &self,
+        started: Instant,
+        metric: &mut metrics::Acquisition,
+        reentered: &mut bool,
+    ) -> Result<LockGuard, LockError> {
+        key::validate(&self.key)?;
+        let (mode, max_hold) = self.lease_terms()?;
+        let when = self.when(started);
+        // Captured at first poll, inside the task that awaits the acquire.
+        let owner = Owner::current();
+        let local_key = match self.local_key(owner) {
+            Ok(local_key) => local_key,
+            Err(answer) => {
+                // Only a nested guard or the loss of the held lock is about a lock the task
+                // holds; other refusals are not.
+                *reentered = matches!(answer, Ok(_) | Err(LockError::Lost { .. }));
+                return answer;
+            }
+        };
+        metric.waiting();
+        let (permit, grant) = match self.kind.order() {
+            Order::LineFirst => self.in_line_then_local(&local_key, mode, when).await?,
+            Order::LocalFirst => self.local_then_in_redis(&local_key, mode, when).await?,
+            Order::PermitsTurn { limit } => {
+                self.permits_in_order(&local_key, limit, mode, when).await?
+            }
+        };
+        let terms = Terms {
+            owner,
+            mode,
+            max_hold,
+        };
+        let inner = &self.inner();
+        let held = Hold::new(
+            inner.next_id(),
+            self.key.clone(),
+            terms,
+            grant,
+            local_key,
+            permit,
+        );
+        let held = inner.local.register(held);
+        Ok(LockGuard::new(inner.local.clone(), held))
+    }
+
+    /// How the lock's lease is kept, and the longest it may be held.
+    fn lease_terms(&self) -> Result<(LeaseMode, Option<Duration>), LockError> {
+        let settings = &self.inner().settings;
+        // Saturated here, where every max_hold arrives: the watchdog adds it to an `Instant`.
+        let max_hold = self
+            .max_hold
+            .or(settings.max_hold)
+            .and_then(limits::max_hold);
+        let mode = match self.lease {
+            Some(lease) => LeaseMode::Fixed(limits::check_lease(DurationSetting::Lease, lease)?),
+            // A watchdog lease never outlives the max_hold: the key ends in Redis when the hold
+            // does, even if the holder is stuck and never releases.
+            None => LeaseMode::Watchdog(limits::lease_within(settings.watchdog_lease, max_hold)),
+        };
+        Ok((mode, max_hold))
+    }
+
+    /// The time frame of an acquire started at `started`.
+    fn when(&self, started: Instant) -> When {
+        let wait = self.wait.unwrap_or(self.inner().settings.default_wait);
+        When {
+            started,
+            deadline: limits::wait(wait).and_then(|wait| started.checked_add(wait)),
+            try_once: wait.is_zero(),
+        }
+    }
+
+    /// The Redis names this acquire takes.
+    fn redis_keys(&self) -> RedisKeys {
+        self.inner().keys_of(&self.key, self.kind)
+    }
+
+    /// A fresh token for a try.
+    fn new_token(&self) -> Token {
+        self.inner().new_token(self.kind, self.permits)
+    }
+
+    fn busy(&self, started: Instant, seen: Seen) -> LockError {
+        let waited = started.elapsed();
+        tracing::debug!(?waited, "lock busy");
+        LockError::Busy {
+            key: self.key.clone(),
+            waited,
+            holder_ttl: seen.ttl,
+            holder: seen.holder,
+        }
+    }
+}
