@@ -382,7 +382,7 @@ impl Hold {
                     "lock lost: {reason}"
                 );
             }
-            crate::metrics::lost(self.keys().access, reason);
+            crate::metrics::lost(self.keys().kind(), reason);
             self.lost_signal.notify_waiters();
             self.give_back_place();
         }

@@ -40,14 +40,9 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     /// Length of `p{h}` at the start of `lock` (at most 128 + 18 bytes).
     tagged: u16,
-    /// Which lock of the key these names serve; the store picks its scripts by it. Read as
-    /// [`kind`](Self::kind) outside `store/`, which reads the field until its rewrite.
-    pub(crate) access: Kind,
+    /// Which lock of the key these names serve; the store picks its scripts by it.
+    kind: Kind,
 }
-
-/// The name `store/` knows the kinds by until its rewrite moves it to [`Kind`] (then this line
-/// goes): one kind, one type.
-pub(crate) use crate::kind::Kind as Access;
 
 /// The word naming the main Redis key of a kind of lock.
 const fn word(kind: Kind) -> &'static str {
@@ -83,19 +78,19 @@ impl RedisKeys {
             lock: joined(&[prefix, "{", tag, "}:", word(kind), ":", key]),
             // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
-            access: kind,
+            kind,
         }
     }
 
     /// Which lock of the key these names serve.
     pub(crate) fn kind(&self) -> Kind {
-        self.access
+        self.kind
     }
 
     /// The same names, held as another kind (a read lock, a fair lock).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn held_as(mut self, kind: Kind) -> Self {
-        self.access = kind;
+        self.kind = kind;
         self
     }
 
@@ -106,10 +101,10 @@ impl RedisKeys {
     /// `p{h}:<name>:k` for a lock, `p{h}:semaphore-<name>:k` for a semaphore (whose main key is
     /// `p{h}:semaphore:k`), so a lock and a semaphore of one name never share a channel.
     fn sibling(&self, name: &str) -> String {
-        let word = word(self.access);
+        let word = word(self.kind);
         let (tagged, rest) = self.lock.split_at(self.tagged());
         let key = &rest[word.len() + 2..];
-        match self.access {
+        match self.kind {
             Kind::Permits { .. } => joined(&[tagged, ":", word, "-", name, ":", key]),
             Kind::Exclusive | Kind::Fair | Kind::Shared => joined(&[tagged, ":", name, ":", key]),
         }
@@ -163,7 +158,7 @@ impl RedisKeys {
     /// which key a script's WRONGTYPE came from: an error names the lock key and these. The
     /// flags and the latch are written with `SET` or `DEL`, which never fail on a type.
     pub(crate) fn typed_companions(&self) -> Vec<String> {
-        match self.access {
+        match self.kind {
             Kind::Exclusive => Vec::new(),
             Kind::Shared => vec![self.readers()],
             Kind::Fair | Kind::Permits { .. } => vec![self.line(), self.line_alive()],

@@ -81,7 +81,7 @@ pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
     };
     span.record("outcome", outcome.as_str());
     end_hold(hold, outcome);
-    metrics::released(held.keys().access, outcome, held.held_for());
+    metrics::released(held.keys().kind(), outcome, held.held_for());
     released
 }
 

@@ -189,7 +189,7 @@ impl Store {
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         // Timed here, once for both strategies; dropped unanswered, it counts as cancelled.
-        let call = metrics::AcquireCall::start(keys.access);
+        let call = metrics::AcquireCall::start(keys.kind());
         let result = match self {
             Self::Single(store) => store.acquire(keys, token, waiter, args).await,
             Self::RedLock(store) => store.acquire(keys, token, waiter, args).await,

@@ -22,7 +22,8 @@ use super::calls::{self, force_unlock};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
-use crate::key::{Access, RedisKeys};
+use crate::key::RedisKeys;
+use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
 use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
@@ -168,7 +169,7 @@ impl Node {
     /// server yet (otherwise only the script recognises a lock already ours), and no restart
     /// guard has to be checked first.
     fn plain_set(&self, keys: &RedisKeys, args: AcquireArgs) -> bool {
-        args.fresh_token && self.restart_guard.is_none() && keys.access == Access::Exclusive
+        args.fresh_token && self.restart_guard.is_none() && keys.kind() == Kind::Exclusive
     }
 
     /// `SET lock token NX PX lease`: the whole uncontended acquire.
@@ -192,7 +193,7 @@ impl Node {
         waiter: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
-        self.require(Need::of(keys.access)).await?;
+        self.require(Need::of(keys.kind())).await?;
         if self.plain_set(keys, args) {
             let set: Value = Self::set_nx(keys, token, args.lease)
                 .query_async(&mut self.conn.clone())
@@ -226,7 +227,7 @@ impl Node {
         args: AcquireArgs,
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
-        self.require(Need::of(keys.access)).await?;
+        self.require(Need::of(keys.kind())).await?;
         let mut conn = self.conn.clone();
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
@@ -302,7 +303,7 @@ impl Node {
     /// if it holds `token`, and nothing else (see `scripts/undo.lua`). A read grant's undo is
     /// its release (it removes the reader's entry, and nothing of the waiting writers).
     pub(crate) async fn undo(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
-        if keys.access != Access::Exclusive {
+        if keys.kind() != Kind::Exclusive {
             return self.release(keys, token).await.map(drop);
         }
         let call = release::undo(keys, token);
@@ -351,7 +352,7 @@ impl Node {
             let group: Vec<(usize, &(&RedisKeys, &str))> = locks
                 .iter()
                 .enumerate()
-                .filter(|(_, (keys, _))| RenewScript::of(keys.access) == script)
+                .filter(|(_, (keys, _))| RenewScript::of(keys.kind()) == script)
                 .collect();
             (script, group)
         });

@@ -7,7 +7,8 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::ScriptCall;
-use crate::key::{Access, RedisKeys};
+use crate::key::RedisKeys;
+use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
 use crate::store::{AcquireArgs, RestartGuard};
@@ -21,11 +22,11 @@ pub(crate) fn of_kind(
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
-    match keys.access {
-        Access::Exclusive => acquire(keys, token, waiter, args, guard),
-        Access::Fair => fair_acquire(keys, token, args, guard),
-        Access::Shared => read_acquire(keys, token, args, guard),
-        Access::Permits { limit } => permit_acquire(keys, token, limit, args, guard),
+    match keys.kind() {
+        Kind::Exclusive => acquire(keys, token, waiter, args, guard),
+        Kind::Fair => fair_acquire(keys, token, args, guard),
+        Kind::Shared => read_acquire(keys, token, args, guard),
+        Kind::Permits { limit } => permit_acquire(keys, token, limit, args, guard),
     }
 }
 
@@ -216,7 +217,7 @@ mod tests {
                 "40000"
             ]
         );
-        let fair = k.clone().held_as(Access::Fair);
+        let fair = k.clone().held_as(Kind::Fair);
         assert_eq!(
             sent(of_kind(&fair, "t", "w", args(true), Some(&guard))),
             [
@@ -232,7 +233,7 @@ mod tests {
                 "40000"
             ]
         );
-        let read = k.clone().held_as(Access::Shared);
+        let read = k.clone().held_as(Kind::Shared);
         assert_eq!(
             sent(of_kind(&read, "t", "w", args(true), None)),
             [

@@ -6,7 +6,8 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::ScriptCall;
-use crate::key::{Access, RedisKeys};
+use crate::key::RedisKeys;
+use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
 
@@ -14,11 +15,11 @@ use crate::scripts;
 /// release latch lives (zero: none). Every name a script touches is one of its KEYS (see
 /// `scripts/release.lua`).
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    match keys.access {
-        Access::Exclusive => release(keys, token, latch, None),
-        Access::Fair => release(keys, token, latch, Some((keys.line(), keys.line_alive()))),
-        Access::Shared => read_release(keys, token, latch),
-        Access::Permits { .. } => permit_release(keys, token, latch),
+    match keys.kind() {
+        Kind::Exclusive => release(keys, token, latch, None),
+        Kind::Fair => release(keys, token, latch, Some((keys.line(), keys.line_alive()))),
+        Kind::Shared => read_release(keys, token, latch),
+        Kind::Permits { .. } => permit_release(keys, token, latch),
     }
 }
 
@@ -153,14 +154,14 @@ mod tests {
         expected.extend([k.readers_waiting(), "t".into(), k.channel(), "1500".into()]);
         assert_eq!(sent(of_kind(&k, "t", latch)), expected);
 
-        let fair = k.clone().held_as(Access::Fair);
+        let fair = k.clone().held_as(Kind::Fair);
         let mut expected: Vec<String> = vec!["6".into()];
         expected.extend(common(&fair));
         expected.extend([fair.readers_waiting(), fair.line(), fair.line_alive()]);
         expected.extend(["t".into(), fair.channel(), "0".into()]);
         assert_eq!(sent(of_kind(&fair, "t", Duration::ZERO)), expected);
 
-        let read = k.clone().held_as(Access::Shared);
+        let read = k.clone().held_as(Kind::Shared);
         let mut expected: Vec<String> = vec!["4".into()];
         expected.extend(common(&read));
         expected.extend([read.readers(), "t".into(), read.channel(), "1".into()]);

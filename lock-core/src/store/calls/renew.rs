@@ -7,7 +7,8 @@ use redis::{FromRedisValue, ParsingError, Value};
 
 use super::release::Gone;
 use super::ScriptCall;
-use crate::key::{Access, RedisKeys};
+use crate::key::RedisKeys;
+use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
 use crate::store::NewLease;
@@ -26,12 +27,12 @@ pub(crate) enum RenewScript {
 impl RenewScript {
     pub(crate) const ALL: [Self; 3] = [Self::Exclusive, Self::Shared, Self::Permits];
 
-    /// The script that renews a lock held as `access`.
-    pub(crate) fn of(access: Access) -> Self {
-        match access {
-            Access::Exclusive | Access::Fair => Self::Exclusive,
-            Access::Shared => Self::Shared,
-            Access::Permits { .. } => Self::Permits,
+    /// The script that renews a lock held as `kind`.
+    pub(crate) fn of(kind: Kind) -> Self {
+        match kind {
+            Kind::Exclusive | Kind::Fair => Self::Exclusive,
+            Kind::Shared => Self::Shared,
+            Kind::Permits { .. } => Self::Permits,
         }
     }
 
@@ -171,8 +172,8 @@ mod tests {
             ]
         );
         let (ra, rb) = (
-            a.clone().held_as(Access::Shared),
-            b.clone().held_as(Access::Shared),
+            a.clone().held_as(Kind::Shared),
+            b.clone().held_as(Kind::Shared),
         );
         let exactly = NewLease::Exactly(Duration::from_secs(5));
         assert_eq!(
@@ -198,8 +199,8 @@ mod tests {
             ["2", &sa.lock, &sb.lock, "30000", "0", "ta:1", "tb:1"]
         );
         assert_eq!(
-            RenewScript::of(Access::Fair),
-            RenewScript::of(Access::Exclusive)
+            RenewScript::of(Kind::Fair),
+            RenewScript::of(Kind::Exclusive)
         );
     }
 
