@@ -16,6 +16,7 @@
 //! `:`, as the default `host:pid` does).
 
 use std::fmt;
+use std::fmt::Write as _;
 
 use crate::error::ConfigError;
 use crate::key::ShownKey;
@@ -84,11 +85,26 @@ fn host_name() -> String {
 
 /// The stored value of a new hold: `token` with the holder name (and a fair lock's mark, or a
 /// semaphore holder's permits) appended.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn stored_value(token: &str, holder: &str, kind: StoredKind) -> String {
+    let mut value = String::with_capacity(token.len() + holder.len() + 12);
+    value.push_str(token);
+    push_holder(&mut value, holder, kind);
+    value
+}
+
+/// Appends what follows the token in a stored value: `|`, the holder name, and a fair lock's
+/// mark or a semaphore holder's `:<permits>`.
+pub(crate) fn push_holder(value: &mut String, holder: &str, kind: StoredKind) {
+    value.push('|');
+    value.push_str(holder);
     match kind {
-        StoredKind::Plain => format!("{token}|{holder}"),
-        StoredKind::Fair => format!("{token}|{holder}{FAIR_MARK}"),
-        StoredKind::Permits(permits) => format!("{token}|{holder}:{permits}"),
+        StoredKind::Plain => {}
+        StoredKind::Fair => value.push_str(FAIR_MARK),
+        StoredKind::Permits(permits) => {
+            // Writing to a `String` cannot fail.
+            let _ = write!(value, ":{permits}");
+        }
     }
 }
 

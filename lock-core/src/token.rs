@@ -20,7 +20,11 @@ impl Token {
             Kind::Fair => StoredKind::Fair,
             Kind::Exclusive | Kind::Shared => StoredKind::Plain,
         };
-        Self(holder::stored_value(&random(), holder, stored))
+        // One allocation, sized for the whole value: this runs on every acquire.
+        let mut value = String::with_capacity(32 + 1 + holder.len() + 12);
+        push_random(&mut value);
+        holder::push_holder(&mut value, holder, stored);
+        Self(value)
     }
 
     /// A token this process issued, kept as text meanwhile (a lock handed over locally).
@@ -54,8 +58,22 @@ impl From<&str> for Token {
 }
 
 /// 128 random bits from the thread-local CSPRNG, as 32 hex digits.
+#[cfg(test)]
 pub(crate) fn random() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    let mut value = String::with_capacity(32);
+    push_random(&mut value);
+    value
+}
+
+/// Appends 128 random bits from the thread-local CSPRNG as 32 lowercase hex digits.
+fn push_random(value: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits = rand::random::<u128>();
+    value.extend((0..32).rev().map(|digit| {
+        let nibble = (bits >> (4 * digit)) & 0xf;
+        // A nibble is below 16: the index cannot be out of range.
+        char::from(HEX[usize::try_from(nibble).unwrap_or(0)])
+    }));
 }
 
 #[cfg(test)]
@@ -67,6 +85,15 @@ mod tests {
         let tokens: std::collections::HashSet<String> = (0..100_000).map(|_| random()).collect();
         assert_eq!(tokens.len(), 100_000);
         assert!(tokens.iter().all(|t| t.len() == 32));
+        assert!(tokens.iter().all(|t| t
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))));
+        // Every digit position takes every value: no nibble is lost or stuck.
+        for position in 0..32 {
+            let seen: std::collections::HashSet<u8> =
+                tokens.iter().map(|t| t.as_bytes()[position]).collect();
+            assert_eq!(seen.len(), 16, "digit {position}");
+        }
     }
 
     #[test]
