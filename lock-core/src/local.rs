@@ -410,7 +410,7 @@ impl LocalLocks {
             .copied()
             .unwrap_or(Renewal::Unknown);
         self.renew_calls.fetch_add(1, Ordering::Relaxed);
-        metrics::renewed(held.keys().kind(), answer);
+        metrics::renewed(held.keys().kind(), answer.label());
         match answer {
             Renewal::Renewed => {
                 held.confirm(sent_at, lease);
@@ -566,7 +566,7 @@ impl LocalLocks {
             }
             return;
         };
-        metrics::renewed(held.keys().kind(), answer);
+        metrics::renewed(held.keys().kind(), answer.label());
         match answer {
             Renewal::Renewed => held.confirm(sent_at, lease),
             Renewal::NotOurs(gone) => {

@@ -152,7 +152,6 @@ mod record {
     use crate::backend_error::BackendError;
     use crate::error::LostReason;
     use crate::kind::Kind;
-    use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
     /// recorder. Called when a locker is built; call it again after installing a recorder
@@ -216,14 +215,10 @@ mod record {
             }
         }
 
-        /// Records the call's latency by its answer.
-        pub(crate) fn finish(mut self, result: &Result<Outcome, BackendError>) {
-            let outcome = match result {
-                Ok(Outcome::Acquired) => "acquired",
-                Ok(Outcome::Busy { .. }) => "busy",
-                Ok(Outcome::NotReplicated { .. }) => "not_replicated",
-                Err(error) => backend_outcome(error),
-            };
+        /// Records the call's latency by its answer (the outcome's label, see
+        /// `store::Outcome::label`).
+        pub(crate) fn finish(mut self, result: Result<&'static str, &BackendError>) {
+            let outcome = result.unwrap_or_else(backend_outcome);
             self.record(outcome);
         }
 
@@ -326,13 +321,8 @@ mod record {
         counter!(LOST, "kind" => kind.label(), "reason" => reason.as_str()).increment(1);
     }
 
-    /// The watchdog's renewal of one lock answered `renewal`.
-    pub(crate) fn renewed(kind: Kind, renewal: Renewal) {
-        let outcome = match renewal {
-            Renewal::Renewed => "renewed",
-            Renewal::NotOurs(_) => "lost",
-            Renewal::Unknown => "failed",
-        };
+    /// The watchdog's renewal of one lock answered `outcome` (`store::Renewal::label`).
+    pub(crate) fn renewed(kind: Kind, outcome: &'static str) {
         counter!(RENEWALS, "kind" => kind.label(), "outcome" => outcome).increment(1);
     }
 
@@ -353,7 +343,6 @@ mod record {
     use crate::backend_error::BackendError;
     use crate::error::LostReason;
     use crate::kind::Kind;
-    use crate::store::{Outcome, Renewal};
 
     /// Registers the descriptions (and units) of every metric of the kit with the installed
     /// recorder. Called when a locker is built; call it again after installing a recorder
@@ -387,7 +376,7 @@ mod record {
         }
 
         #[inline(always)]
-        pub(crate) fn finish(self, _: &Result<Outcome, BackendError>) {}
+        pub(crate) fn finish(self, _: Result<&'static str, &BackendError>) {}
     }
 
     #[inline(always)]
@@ -406,7 +395,7 @@ mod record {
     pub(crate) fn lost(_: Kind, _: LostReason) {}
 
     #[inline(always)]
-    pub(crate) fn renewed(_: Kind, _: Renewal) {}
+    pub(crate) fn renewed(_: Kind, _: &'static str) {}
 
     #[inline(always)]
     pub(crate) fn renewal_calls(_: u64) {}

@@ -44,6 +44,17 @@ pub(crate) enum Outcome {
     NotReplicated { acked: u64 },
 }
 
+impl Outcome {
+    /// The metric label of this answer.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Self::Acquired => "acquired",
+            Self::Busy { .. } => "busy",
+            Self::NotReplicated { .. } => "not_replicated",
+        }
+    }
+}
+
 impl From<AcquireReply> for Outcome {
     fn from(reply: AcquireReply) -> Self {
         match reply {
@@ -194,7 +205,7 @@ impl Store {
             Self::Single(store) => store.acquire(keys, token, waiter, args).await,
             Self::RedLock(store) => store.acquire(keys, token, waiter, args).await,
         };
-        call.finish(&result);
+        call.finish(result.as_ref().map(Outcome::label));
         result
     }
 

@@ -117,6 +117,15 @@ pub(crate) enum Renewal {
 }
 
 impl Renewal {
+    /// The metric label of this answer.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Self::Renewed => "renewed",
+            Self::NotOurs(_) => "lost",
+            Self::Unknown => "failed",
+        }
+    }
+
     pub(crate) fn is_not_ours(self) -> bool {
         matches!(self, Self::NotOurs(_))
     }
