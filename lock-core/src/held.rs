@@ -60,7 +60,6 @@ pub(crate) struct Terms {
 #[derive(Debug)]
 pub(crate) struct Hold {
     id: u64,
-    key: String,
     grant: Grant,
     terms: Terms,
     /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
@@ -119,7 +118,6 @@ fn confirmed_until(sent_at: Instant, lease: Duration) -> Instant {
 impl Hold {
     pub(crate) fn new(
         id: u64,
-        key: String,
         terms: Terms,
         grant: Grant,
         local_key: LocalKeyRef<Self>,
@@ -131,7 +129,6 @@ impl Hold {
         };
         Self {
             id,
-            key,
             grant,
             terms,
             fence: AtomicU64::new(0),
@@ -171,7 +168,7 @@ impl Hold {
 
     /// The user's key.
     pub(crate) fn key(&self) -> &str {
-        &self.key
+        self.grant.keys.user_key()
     }
 
     pub(crate) fn keys(&self) -> &RedisKeys {
@@ -243,7 +240,7 @@ impl Hold {
             self.mark_lost(self.clock_reason());
         }
         LockError::Lost {
-            key: self.key.clone(),
+            key: self.key().to_owned(),
             reason: self.lost_reason().unwrap_or(LostReason::Unknown),
         }
     }
@@ -335,7 +332,7 @@ impl Hold {
         }
         if !self.escaped.swap(true, Ordering::AcqRel) {
             tracing::warn!(
-                key = %ShownKey(&self.key),
+                key = %ShownKey(self.key()),
                 "lock guard used by a task other than the one that acquired it; the lock is no \
                  longer reentrant for the acquiring task (it waits for this guard like any task)"
             );
@@ -372,10 +369,10 @@ impl Hold {
         if marked.is_ok() {
             if reason == LostReason::Shutdown {
                 // Asked for: the shutdown logs once for all of them.
-                tracing::debug!(key = %ShownKey(&self.key), held_for = ?self.held_for(), "lock given back by the shutdown");
+                tracing::debug!(key = %ShownKey(self.key()), held_for = ?self.held_for(), "lock given back by the shutdown");
             } else {
                 tracing::warn!(
-                    key = %ShownKey(&self.key),
+                    key = %ShownKey(self.key()),
                     fence = self.fence(),
                     reason = reason.as_str(),
                     held_for = ?self.held_for(),
@@ -501,7 +498,7 @@ mod tests {
             sent_at,
             handed_over: None,
         };
-        Hold::new(1, "k".into(), terms, grant, local_key, permit)
+        Hold::new(1, terms, grant, local_key, permit)
     }
 
     #[tokio::test(start_paused = true)]

@@ -40,6 +40,9 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     /// Length of `p{h}` at the start of `lock` (at most 128 + 18 bytes).
     tagged: u16,
+    /// Where the user's key starts in `lock` (after `p{h}:<word>:`): a held lock keeps no
+    /// second copy of it.
+    key_at: u16,
     /// Which lock of the key these names serve; the store picks its scripts by it.
     kind: Kind,
 }
@@ -74,12 +77,22 @@ impl RedisKeys {
         }
         let tag = std::str::from_utf8(&tag).unwrap_or_default();
         let tagged = prefix.len() + tag.len() + 2;
+        let lock = joined(&[prefix, "{", tag, "}:", word(kind), ":", key]);
         Self {
-            lock: joined(&[prefix, "{", tag, "}:", word(kind), ":", key]),
-            // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
+            // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built),
+            // the key MAX_KEY_LEN: both offsets fit.
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
+            key_at: u16::try_from(lock.len() - key.len()).unwrap_or(u16::MAX),
+            lock,
             kind,
         }
+    }
+
+    /// The user's key these names belong to.
+    pub(crate) fn user_key(&self) -> &str {
+        self.lock
+            .get(usize::from(self.key_at)..)
+            .unwrap_or_default()
     }
 
     /// Which lock of the key these names serve.
@@ -249,6 +262,22 @@ pub(crate) fn is_invisible(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_key_is_read_back_from_the_lock_name() {
+        for key in ["7", "a}x{b", "inventory:42", "p{h}:lock:k", "é:ü", ""] {
+            assert_eq!(RedisKeys::new("lock:", key).user_key(), key);
+            assert_eq!(RedisKeys::new("", key).user_key(), key);
+            assert_eq!(RedisKeys::semaphore("app:", key, 3).user_key(), key);
+            assert_eq!(
+                RedisKeys::new("lock:", key).held_as(Kind::Fair).user_key(),
+                key
+            );
+        }
+        let long = "k".repeat(MAX_KEY_LEN);
+        let prefix = "p".repeat(MAX_PREFIX_LEN);
+        assert_eq!(RedisKeys::semaphore(&prefix, &long, 1).user_key(), long);
+    }
 
     #[test]
     fn companions_share_the_kit_hash_tag() {

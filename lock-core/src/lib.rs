@@ -363,6 +363,7 @@ mod error;
 mod fence;
 mod guard;
 mod held;
+mod held_by_token;
 mod holder;
 mod in_flight;
 mod inspect;

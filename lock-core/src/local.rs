@@ -18,12 +18,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
+use crate::held_by_token::HeldByToken;
 use crate::in_flight::InFlight;
 use crate::kind::Kind;
 use crate::local_key::{Baton, LocalKey, LocalKeyRef, LocalKeys};
@@ -66,9 +66,8 @@ pub(crate) struct LocalLocks {
     readers: LocalKeys<Hold>,
     /// The semaphores, one local key per key and permit count, whose queue has that many places.
     semaphores: LocalKeys<Hold>,
-    /// The held locks (outermost guard not yet left) by Redis token. The watchdog renews these;
-    /// a local handoff passes the token on, so an answer in flight reaches the new holder.
-    held: Mutex<HashMap<String, Arc<Hold>>>,
+    /// The held locks (outermost guard not yet left) by Redis token: what the watchdog renews.
+    held: HeldByToken,
     pub(crate) store: Arc<Store>,
     pub(crate) releaser: Releaser,
     /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
@@ -116,7 +115,7 @@ impl LocalLocks {
             fairs: LocalKeys::default(),
             readers: LocalKeys::default(),
             semaphores: LocalKeys::default(),
-            held: Mutex::new(HashMap::new()),
+            held: HeldByToken::default(),
             store,
             releaser,
             renew_calls: AtomicU64::new(0),
@@ -147,7 +146,7 @@ impl LocalLocks {
     /// Locks whose outermost guard is leaving already are left to that guard's release.
     /// Returns the errors of the releases that failed (those keys end with their lease).
     pub(crate) async fn give_back_all(&self) -> Vec<LockError> {
-        let records: Vec<Arc<Hold>> = self.held.lock().values().cloned().collect();
+        let records: Vec<Arc<Hold>> = self.held.all();
         let releases =
             records
                 .into_iter()
@@ -232,10 +231,7 @@ impl LocalLocks {
     /// Locks the watchdog keeps alive now (held, without a fixed lease).
     pub(crate) fn watchdog_locks(&self) -> usize {
         self.held
-            .lock()
-            .values()
-            .filter(|held| matches!(held.mode(), LeaseMode::Watchdog(_)))
-            .count()
+            .count(|held| matches!(held.mode(), LeaseMode::Watchdog(_)))
     }
 
     /// Renewal script calls sent so far.
@@ -281,9 +277,7 @@ impl LocalLocks {
         let held = Arc::new(held);
         *held.local_key().holder() = Arc::downgrade(&held);
         metrics::held(held.keys().kind());
-        self.held
-            .lock()
-            .insert(held.token().to_owned(), held.clone());
+        self.held.insert(held.clone());
         held
     }
 
@@ -310,13 +304,7 @@ impl LocalLocks {
 
     /// Removes `held`'s record by token, unless the token has passed on to another holder.
     fn unregister(&self, held: &Arc<Hold>) {
-        let mut records = self.held.lock();
-        if records
-            .get(held.token())
-            .is_some_and(|current| Arc::ptr_eq(current, held))
-        {
-            records.remove(held.token());
-        }
+        self.held.remove(held);
     }
 
     /// Finishes a lock whose outermost guard has left, on the one path for a release and a
@@ -521,7 +509,7 @@ impl LocalLocks {
     /// are marked so and dropped.
     pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<Hold>>> {
         let mut due: HashMap<Duration, Vec<Arc<Hold>>> = HashMap::new();
-        self.held.lock().retain(|_, held| {
+        self.held.retain(|held| {
             if held.is_lost() {
                 // Marks it lost, with the reason the clock gives, if nothing did yet.
                 drop(held.lost_error());
@@ -556,7 +544,7 @@ impl LocalLocks {
         answer: Renewal,
     ) {
         let token = renewed.token();
-        let Some(held) = self.held.lock().get(token).cloned() else {
+        let Some(held) = self.held.get(token) else {
             if let Renewal::NotOurs(_) = answer {
                 if renewed.local_key().withdraw_baton(token).is_some() {
                     tracing::debug!(
@@ -579,7 +567,7 @@ impl LocalLocks {
 
     /// Marks every held watchdog lock lost at once: nothing renews them any more.
     pub(crate) fn lose_renewed(&self, reason: LostReason) {
-        let records: Vec<_> = self.held.lock().values().cloned().collect();
+        let records: Vec<_> = self.held.all();
         for held in records {
             if let LeaseMode::Watchdog(_) = held.mode() {
                 held.mark_lost(reason);

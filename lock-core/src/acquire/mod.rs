@@ -283,14 +283,7 @@ impl Acquire {
             max_hold,
         };
         let inner = &self.inner();
-        let held = Hold::new(
-            inner.next_id(),
-            self.key.clone(),
-            terms,
-            grant,
-            local_key,
-            permit,
-        );
+        let held = Hold::new(inner.next_id(), terms, grant, local_key, permit);
         let held = inner.local.register(held);
         Ok(LockGuard::new(inner.local.clone(), held))
     }
