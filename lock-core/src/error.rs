@@ -179,7 +179,9 @@ pub enum LostReason {
     /// ended there.
     MaxHold,
     /// The kit cannot tell why: the lock is not held by this holder any more (a fencing token
-    /// was refused, RedLock nodes disagreed on the cause).
+    /// was refused, RedLock nodes disagreed on the cause), or a release retried after its
+    /// connection dropped found the key gone and cannot tell its own first try's delete from a
+    /// loss (see [`LockerBuilder::release_retry_window`](crate::LockerBuilder::release_retry_window)).
     Unknown,
     /// The locker's watchdog failed (a bug, logged as an error), so nothing renews the lock:
     /// it is reported lost at once instead of silently a lease later.
