@@ -84,8 +84,8 @@ fn host_name() -> String {
 }
 
 /// The stored value of a new hold: `token` with the holder name (and a fair lock's mark, or a
-/// semaphore holder's permits) appended.
-#[cfg_attr(not(test), allow(dead_code))]
+/// semaphore holder's permits) appended (tokens build theirs with [`push_holder`]).
+#[cfg(test)]
 pub(crate) fn stored_value(token: &str, holder: &str, kind: StoredKind) -> String {
     let mut value = String::with_capacity(token.len() + holder.len() + 12);
     value.push_str(token);

@@ -40,9 +40,6 @@ pub(crate) struct RedisKeys {
     pub(crate) lock: String,
     /// Length of `p{h}` at the start of `lock` (at most 128 + 18 bytes).
     tagged: u16,
-    /// Where the user's key starts in `lock` (after `p{h}:<word>:`): a held lock keeps no
-    /// second copy of it.
-    key_at: u16,
     /// Which lock of the key these names serve; the store picks its scripts by it.
     kind: Kind,
 }
@@ -77,22 +74,19 @@ impl RedisKeys {
         }
         let tag = std::str::from_utf8(&tag).unwrap_or_default();
         let tagged = prefix.len() + tag.len() + 2;
-        let lock = joined(&[prefix, "{", tag, "}:", word(kind), ":", key]);
         Self {
-            // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built),
-            // the key MAX_KEY_LEN: both offsets fit.
+            lock: joined(&[prefix, "{", tag, "}:", word(kind), ":", key]),
+            // The prefix is at most MAX_PREFIX_LEN bytes (checked when the locker is built).
             tagged: u16::try_from(tagged).unwrap_or(u16::MAX),
-            key_at: u16::try_from(lock.len() - key.len()).unwrap_or(u16::MAX),
-            lock,
             kind,
         }
     }
 
-    /// The user's key these names belong to.
+    /// The user's key these names belong to, read back from `p{h}:<word>:k`: a held lock
+    /// keeps no second copy of it.
     pub(crate) fn user_key(&self) -> &str {
-        self.lock
-            .get(usize::from(self.key_at)..)
-            .unwrap_or_default()
+        let start = self.tagged() + 1 + word(self.kind).len() + 1;
+        self.lock.get(start..).unwrap_or_default()
     }
 
     /// Which lock of the key these names serve.

@@ -112,7 +112,8 @@ impl Acquire {
     /// A fixed lease: the lock expires this long after acquisition unless released or
     /// [extended](LockGuard::extend), and the watchdog never renews it. From 1 ms (Redis
     /// counts TTLs in milliseconds) to 365 days ([`MAX_LEASE`](crate::MAX_LEASE)); the acquire
-    /// refuses anything else with [`ConfigError::OutOfRange`](crate::ConfigError::OutOfRange) before asking Redis.
+    /// refuses anything else with
+    /// [`ConfigError::OutOfRange`](crate::ConfigError::OutOfRange) before asking Redis.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
