@@ -401,9 +401,7 @@ impl Node {
                 Ok(Some(value)) if value == token.as_bytes() => Renewal::Renewed,
                 Ok(Some(_)) => Renewal::NotOurs(Gone::Replaced),
                 Ok(None) => Renewal::NotOurs(Gone::Absent { uptime: None }),
-                Err(error) if error.code() == Some("WRONGTYPE") => {
-                    Renewal::NotOurs(Gone::Replaced)
-                }
+                Err(error) if error.code() == Some("WRONGTYPE") => Renewal::NotOurs(Gone::Replaced),
                 Err(error) => {
                     tracing::warn!(%error, "confirming a lock before its handoff failed");
                     Renewal::Unknown

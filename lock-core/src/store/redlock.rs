@@ -327,7 +327,8 @@ impl RedLockStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        self.decided(locks.len(), |node| node.renew(locks, lease)).await
+        self.decided(locks.len(), |node| node.renew(locks, lease))
+            .await
     }
 
     /// Whether a majority still has each lock under its token, changing nothing (a handoff's
