@@ -289,16 +289,16 @@ impl Acquire {
     }
 
     /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
-    /// they get their turn; returns whether it held back (an acquire that came right after
-    /// such a release: the lock is then most likely theirs).
+    /// they get their turn. Returns whether this acquire began before that moment ended (it
+    /// waited behind that release, or came within it): the lock is then most likely theirs.
     async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) -> bool {
         let Some(until) = local_key.yield_until() else {
             return false;
         };
-        let held_back = until > Instant::now();
+        let behind_it = when.started < until;
         let until = when.deadline.map_or(until, |d| d.min(until));
         tokio::time::sleep_until(until).await;
-        held_back
+        behind_it
     }
 
     /// Releases in Redis a lock granted to this acquire that it cannot use: a lock handed over

@@ -87,7 +87,8 @@ pub(crate) struct AcquireArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum NewLease {
     /// At least this long from now, never less than the lease Redis has: a watchdog renewal,
-    /// a handoff's confirmation. A longer extension the holder was told about stays.
+    /// a handoff's confirmation of a lock with more than an eighth of its lease used. A longer
+    /// extension the holder was told about stays.
     AtLeast(Duration),
     /// Exactly this long from now, shorter or longer: an explicit extension.
     Exactly(Duration),
