@@ -47,9 +47,12 @@ fn worth_handing_over(valid_until: Instant, lease: Duration) -> bool {
 /// confirmation need not renew it: at most an eighth used since Redis last confirmed it (a
 /// grant, a renewal, an earlier handoff's renewal), so the next holder starts with more than a
 /// watchdog lock ever has between two renewals (two thirds, less the margin). Only the token is
-/// compared then, and nothing is written (a hot key passes its lock on within that time).
+/// compared then, and nothing is written (a hot key passes its lock on within that time). A
+/// lock extended past its lease is confirmed by the renewal, as before, which keeps the
+/// extension.
 fn fresh(valid_until: Instant, lease: Duration) -> bool {
-    valid_until >= Instant::now() + (lease - lease / 8)
+    let now = Instant::now();
+    valid_until >= now + (lease - lease / 8) && valid_until <= now + lease
 }
 
 /// How long a handed-over lock waits for the next local holder (queued, so normally woken at

@@ -1029,10 +1029,13 @@ impl Step<'_> {
             }
             return;
         }
-        // `LocalLocks::confirm`: a lock whose validity is as fresh as a grant or renewal of
-        // this tick gives (the real rule: at most an eighth of the lease used) is compared
-        // only; otherwise the confirmation renews it.
-        let op = if hold.valid_until >= now + self.config.lease - self.config.margin {
+        // `LocalLocks::confirm` (`fresh`): a lock whose validity is as fresh as a grant or
+        // renewal of this tick gives (the real rule: at most an eighth of the lease used), and
+        // not extended past the lease, is compared only; otherwise the confirmation renews it.
+        let lease = self.config.lease;
+        let fresh =
+            hold.valid_until >= now + lease - self.config.margin && hold.valid_until <= now + lease;
+        let op = if fresh {
             Op::Confirm { token: hold.token }
         } else {
             Op::Renew {
