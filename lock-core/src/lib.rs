@@ -76,7 +76,8 @@
 //!   TTL, or the deadline. A jittered fallback retry (1 s by default) covers lost messages.
 //!   Local waiters of one key queue first come, first served, so only one task per process
 //!   contends in Redis; a release hands the lock straight to the next of them (the key keeps
-//!   its token) once one compare-and-`PEXPIRE` confirmed that Redis still holds it for us (the
+//!   its token) once Redis confirmed that it still holds it for us (a `GET` of the token; a
+//!   compare-and-`PEXPIRE` instead when more than an eighth of the lease is used) (the
 //!   release says `Ok` only then, and `Lost` when Redis had lost it behind the holder: the next
 //!   task then contends in Redis), at most 6 times in a row: then the lock goes back
 //!   through Redis, whose release tells the waiters of other processes, and this process holds

@@ -43,6 +43,18 @@ fn worth_handing_over(valid_until: Instant, lease: Duration) -> bool {
     valid_until >= Instant::now() + lease / 2
 }
 
+/// Whether a lock valid until `valid_until` has so much of its `lease` left that its handoff's
+/// confirmation need not renew it: at most an eighth used since Redis last confirmed it (a
+/// grant, a renewal, an earlier handoff's renewal), so the next holder starts with more than a
+/// watchdog lock ever has between two renewals (two thirds, less the margin). Only the token is
+/// compared then, and nothing is written (a hot key passes its lock on within that time). A
+/// lock extended past its lease is confirmed by the renewal, as before, which keeps the
+/// extension.
+fn fresh(valid_until: Instant, lease: Duration) -> bool {
+    let now = Instant::now();
+    valid_until >= now + (lease - lease / 8) && valid_until <= now + lease
+}
+
 /// How long a handed-over lock waits for the next local holder (queued, so normally woken at
 /// once) before it is released in Redis after all.
 const PICKUP: Duration = Duration::from_millis(5);
@@ -384,24 +396,29 @@ impl LocalLocks {
         fits.then_some(lease)
     }
 
-    /// Asks Redis whether `held`'s token still holds its lock, renewing the lease (never
-    /// shortening it) in the same step: a lock is handed over only on what Redis says after
-    /// its last holder left its section, never on the local clock alone.
+    /// Asks Redis whether `held`'s token still holds its lock: a lock is handed over only on
+    /// what Redis says after its last holder left its section, never on the local clock alone.
+    /// A mutex with most of its lease left ([`fresh`]) is only compared (one `GET`): the next
+    /// holder inherits the validity Redis last confirmed. Otherwise (and for a semaphore
+    /// permit) the same step renews the lease, never shortening it, and the next holder starts
+    /// with the lease renewed.
     async fn confirm(&self, held: &Hold, lease: Duration) -> Confirmation {
         let sent_at = Instant::now();
         let pair = [(held.keys(), held.token())];
-        let answer = self
-            .store
-            .renew(&pair, NewLease::AtLeast(lease))
-            .await
-            .first()
-            .copied()
-            .unwrap_or(Renewal::Unknown);
+        let renew = held.keys().kind() != Kind::Exclusive || !fresh(held.valid_until(), lease);
+        let answers = if renew {
+            self.store.renew(&pair, NewLease::AtLeast(lease)).await
+        } else {
+            self.store.confirm(&pair).await
+        };
+        let answer = answers.first().copied().unwrap_or(Renewal::Unknown);
         self.renew_calls.fetch_add(1, Ordering::Relaxed);
         metrics::renewed(held.keys().kind(), answer.label());
         match answer {
             Renewal::Renewed => {
-                held.confirm(sent_at, lease);
+                if renew {
+                    held.confirm(sent_at, lease);
+                }
                 if held.is_lost() {
                     // Marked lost meanwhile (an older renewal's answer): believe the loss.
                     Confirmation::Lost

@@ -10,8 +10,8 @@ pub type Tick = u8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mutation {
     /// Row A1 undone: `LocalLocks::finish` hands a lock to the next local task on local state
-    /// alone, without the compare-and-`PEXPIRE` that asks Redis whether the token still holds
-    /// it.
+    /// alone, without the `GET` (or compare-and-`PEXPIRE`) that asks Redis whether the token
+    /// still holds it.
     HandoffWithoutProof,
     /// Row S1 undone: `release.lua` leaves no latch, and a retried release (its first try's
     /// reply lost) that finds the key absent or another holder's trusts that its first try

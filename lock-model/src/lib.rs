@@ -14,8 +14,9 @@
 //!   first served), `LocalLocks`' records by token, the slot's baton, a watchdog, a
 //!   background releaser, and one multiplexed connection that runs its commands in order.
 //! - **Two tasks per process**, each making one acquire (watchdog mode, a wait of 3 ticks):
-//!   the local queue, the local handoff *with* its proof (`LocalLocks::finish`: a
-//!   compare-and-`PEXPIRE` confirms the token before the lock is left in the slot; `Ok` only
+//!   the local queue, the local handoff *with* its proof (`LocalLocks::finish`: a `GET`, or a
+//!   compare-and-`PEXPIRE` when the holder's validity is older than this tick's grant or
+//!   renewal would give, confirms the token before the lock is left in the slot; `Ok` only
 //!   then, `Lost` when Redis lost it), the tries in Redis (busy: subscribe, try again on a
 //!   release message or at the next tick), retries on a new connection, the drop-guards'
 //!   background jobs (an abandoned acquire's release, the withdrawal, a baton's reclaim).

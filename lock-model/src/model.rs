@@ -747,7 +747,10 @@ impl Step<'_> {
             self.give_back_place(task);
             return;
         }
-        hold.confirm(call.sent_at, self.config.lease, self.config.margin);
+        if let Op::Renew { lease, .. } = call.op {
+            hold.confirm(call.sent_at, lease, self.config.margin);
+        }
+        // A `Confirm` renewed nothing: the next holder inherits the validity Redis confirmed.
         if hold.is_lost(now) {
             // Marked lost meanwhile, or its validity ran out: believe the loss.
             *self.phase(task) = Phase::Done(Answer::Lost);
@@ -1026,10 +1029,20 @@ impl Step<'_> {
             }
             return;
         }
-        let op = Op::Renew {
-            token: hold.token,
-            lease: self.config.lease,
-            exact: false,
+        // `LocalLocks::confirm` (`fresh`): a lock whose validity is as fresh as a grant or
+        // renewal of this tick gives (the real rule: at most an eighth of the lease used), and
+        // not extended past the lease, is compared only; otherwise the confirmation renews it.
+        let lease = self.config.lease;
+        let fresh =
+            hold.valid_until >= now + lease - self.config.margin && hold.valid_until <= now + lease;
+        let op = if fresh {
+            Op::Confirm { token: hold.token }
+        } else {
+            Op::Renew {
+                token: hold.token,
+                lease: self.config.lease,
+                exact: false,
+            }
         };
         let call = self.send(process_of(task), Owner::Task(task), op, now, RETRIES);
         *self.phase(task) = Phase::Releasing(hold, Finish::Confirm(call));

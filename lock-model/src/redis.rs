@@ -31,6 +31,13 @@ impl State {
                     self.ran_after_unseen_loss(token, reply),
                 )
             }
+            Op::Confirm { token } => {
+                let reply = self.confirm(token, owner);
+                (
+                    Reply::Renew(reply),
+                    self.ran_after_unseen_loss(token, reply),
+                )
+            }
             Op::Fence { token } => {
                 let reply = self.fence(config, token);
                 let fresh = reply.is_none() && self.unseen_loss_of(token);
@@ -160,6 +167,27 @@ impl State {
                 if let Some(fence) = self.redis.data.fence.as_mut() {
                     fence.expires = fence.expires.max(until);
                 }
+                if let Owner::Task(task) = owner {
+                    if let Phase::Releasing(hold, crate::state::Finish::Confirm(_)) =
+                        &mut self.tasks[usize::from(task)]
+                    {
+                        // The handoff's proof: the key holds the token now.
+                        hold.proof = Some(hold.ghosts.kept);
+                        hold.ghosts.unseen_loss = false;
+                    }
+                }
+                RenewReply::Renewed
+            }
+            None => RenewReply::Absent,
+            Some(_) => RenewReply::Replaced,
+        }
+    }
+
+    /// `GET` of the lock key, compared with the token by the caller: nothing changes in Redis
+    /// (neither the lock's end nor its fence key's).
+    fn confirm(&mut self, token: Token, owner: Owner) -> RenewReply {
+        match self.redis.data.lock {
+            Some(lock) if lock.token == token => {
                 if let Owner::Task(task) = owner {
                     if let Phase::Releasing(hold, crate::state::Finish::Confirm(_)) =
                         &mut self.tasks[usize::from(task)]

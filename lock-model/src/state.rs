@@ -144,6 +144,12 @@ pub enum Op {
         /// `NewLease::Exactly`: set even if it shortens the TTL.
         exact: bool,
     },
+    /// `GET` of the lock key (`Store::confirm`): a handoff's confirmation while the lease Redis
+    /// last confirmed is mostly left; compares the token, writes nothing.
+    Confirm {
+        /// The holder's token.
+        token: Token,
+    },
     /// `fence.lua` (`Store::issue_fence`).
     Fence {
         /// The holder's token.
@@ -204,7 +210,7 @@ pub enum Reply {
     Acquire(AcquireReply),
     /// Of [`Op::Release`].
     Release(ReleaseReply),
-    /// Of [`Op::Renew`].
+    /// Of [`Op::Renew`] and [`Op::Confirm`].
     Renew(RenewReply),
     /// Of [`Op::Fence`]: the token, or `None` (-1) when the key is not the caller's.
     Fence(Option<u8>),

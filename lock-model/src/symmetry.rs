@@ -29,6 +29,9 @@ fn op(op: Op) -> Op {
             lease,
             exact,
         },
+        Op::Confirm { token } => Op::Confirm {
+            token: other(token),
+        },
         Op::Fence { token } => Op::Fence {
             token: other(token),
         },

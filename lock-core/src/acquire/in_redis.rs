@@ -29,19 +29,31 @@ impl Acquire {
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
     /// the deadline (its Redis calls until a bound derived from it). With a `handoff` (the
     /// semaphore's first local waiter), a permit a local holder hands over meanwhile is taken
-    /// instead, and the acquire leaves the line in Redis in the background.
+    /// instead, and the acquire leaves the line in Redis in the background. `others_wait`:
+    /// this process's last release of the lock told waiters of other lockers, so one of them
+    /// most likely holds it now.
     pub(super) async fn acquire_in_redis(
         &self,
         keys: RedisKeys,
         lease: Duration,
         when: When,
         handoff: Option<&Handoff<'_>>,
+        others_wait: bool,
     ) -> Result<Grant, LockError> {
         let inner = &self.inner();
         // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
         // replicas) after the start when the wait is shorter: a zero wait still gets one try.
         let bound = when.deadline.map(|d| d.max(when.started + inner.one_try()));
         let mut wait = Wait::new(inner, &keys, self.new_token(), when.try_once);
+        let likely_busy = others_wait && !when.try_once;
+        if likely_busy && !wait.is_subscribed() {
+            // Subscribed before the first try, a try that finds the lock taken is enough (a
+            // release after it reaches us) instead of a try, the subscription and a try again.
+            let remaining = when
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            wait.subscribe(inner, remaining).await;
+        }
         loop {
             if let Some(seen) = wait.ran_out(when.deadline) {
                 return Err(self.busy(when.started, seen));
@@ -57,7 +69,10 @@ impl Acquire {
             }
             let sent_at = wait.send();
             let flag = self.flag(when, sent_at);
-            let seen = match self.try_in(&mut wait, when, lease, flag, bound).await? {
+            let seen = match self
+                .try_in(&mut wait, when, lease, flag, bound, likely_busy)
+                .await?
+            {
                 Try::Busy(seen) => seen,
                 Try::Won => {
                     let token = wait.won(self.kind);
@@ -97,9 +112,13 @@ impl Acquire {
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
+        likely_busy: bool,
     ) -> Result<Try, LockError> {
         let (attempt, waiter) = wait.attempt();
-        match self.try_once(attempt, waiter, lease, flag, bound).await {
+        match self
+            .try_once(attempt, waiter, lease, flag, bound, likely_busy)
+            .await
+        {
             Err(LockError::Backend { source, .. }) if source.is_deadline() => {
                 Err(match wait.seen_busy() {
                     Some(seen) => self.busy(when.started, seen),
@@ -146,6 +165,7 @@ impl Acquire {
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
+        likely_busy: bool,
     ) -> Result<Try, LockError> {
         let inner = &self.inner();
         let fresh_token_per_try = inner.capabilities().fresh_token_per_try();
@@ -160,6 +180,7 @@ impl Acquire {
                 lease,
                 flag,
                 fresh_token: !attempt.sent,
+                likely_busy,
             };
             attempt.sent = true;
             let token = attempt.token.as_str();

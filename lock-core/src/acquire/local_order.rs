@@ -120,9 +120,9 @@ impl Acquire {
         if let Some(grant) = self.take_handed_over(&handoff).await {
             return Ok((permit, grant));
         }
-        self.yield_to_others(local_key, when).await;
+        let others_wait = self.yield_to_others(local_key, when).await;
         let grant = self
-            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None, others_wait)
             .await?;
         Ok((permit, grant))
     }
@@ -149,7 +149,7 @@ impl Acquire {
         };
         if when.try_once {
             let grant = self
-                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None)
+                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None, false)
                 .await?;
             return Ok((place, grant));
         }
@@ -163,7 +163,7 @@ impl Acquire {
         }
         self.yield_to_others(local_key, when).await;
         let grant = self
-            .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff))
+            .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff), false)
             .await?;
         Ok((place, grant))
     }
@@ -183,7 +183,7 @@ impl Acquire {
     ) -> Result<Placed, LockError> {
         let lease = mode.lease();
         let mut grant = self
-            .acquire_in_redis(self.redis_keys(), lease, when, None)
+            .acquire_in_redis(self.redis_keys(), lease, when, None, false)
             .await?;
         // Dropped while waiting for the place: the granted lock goes back in the background.
         let mut on_drop = ReleaseOnDrop::new(
@@ -289,12 +289,16 @@ impl Acquire {
     }
 
     /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
-    /// they get their turn.
-    async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) {
-        if let Some(until) = local_key.yield_until() {
-            let until = when.deadline.map_or(until, |d| d.min(until));
-            tokio::time::sleep_until(until).await;
-        }
+    /// they get their turn. Returns whether this acquire began before that moment ended (it
+    /// waited behind that release, or came within it): the lock is then most likely theirs.
+    async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) -> bool {
+        let Some(until) = local_key.yield_until() else {
+            return false;
+        };
+        let behind_it = when.started < until;
+        let until = when.deadline.map_or(until, |d| d.min(until));
+        tokio::time::sleep_until(until).await;
+        behind_it
     }
 
     /// Releases in Redis a lock granted to this acquire that it cannot use: a lock handed over

@@ -56,13 +56,16 @@ if KEYS[3] then
     return {2, young}
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', lease) then
+-- GET first: this script mostly serves tries that find the lock taken (an acquire's first
+-- try is a plain SET NX), and GET answers those in one command where SET NX then GET took two.
+local current = redis.call('GET', KEYS[1])
+if not current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', lease)
   -- The winner waits no more: it must not hold readers back, nor tell a later release that
   -- someone waits (the set goes with its last member).
   redis.call('ZREM', KEYS[2], ARGV[4])
   return {1, 0}
 end
-local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   -- A retry of our own acquire (its first reply was lost). Re-applying the lease is a write on
   -- this connection, so a WAIT that follows counts replicas of it (and of everything before

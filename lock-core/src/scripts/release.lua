@@ -57,8 +57,9 @@ end
 
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  local waited = math.min(redis.call('DEL', KEYS[3], KEYS[4]), 1)
+  -- One DEL for the lock and the marks of waiters: the lock key exists (it holds our token),
+  -- so any count above 1 is a waiting mark.
+  local waited = math.min(redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) - 1, 1)
   -- A fair lock's line says who waits, also when the waiting writers are gone: its waiters do
   -- not try (and join them again) after a message that names another.
   local head = KEYS[5] and first_in_fair_line()

@@ -77,13 +77,18 @@ pub(crate) struct AcquireArgs {
     /// No earlier try used this token, so nothing of it can be on the server: the try may start
     /// with a plain `SET NX PX`.
     pub(crate) fresh_token: bool,
+    /// Another locker most likely holds the lock (this process's last release of it told
+    /// waiters elsewhere): the script goes first, which answers a taken lock in one call,
+    /// instead of a plain `SET NX PX` that would fail before it.
+    pub(crate) likely_busy: bool,
 }
 
 /// The lease a renewal sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum NewLease {
     /// At least this long from now, never less than the lease Redis has: a watchdog renewal,
-    /// a handoff's confirmation. A longer extension the holder was told about stays.
+    /// a handoff's confirmation of a lock with more than an eighth of its lease used. A longer
+    /// extension the holder was told about stays.
     AtLeast(Duration),
     /// Exactly this long from now, shorter or longer: an explicit extension.
     Exactly(Duration),
@@ -240,6 +245,16 @@ impl Store {
         match self {
             Self::Single(store) => store.renew(locks, lease).await,
             Self::RedLock(store) => store.renew(locks, lease).await,
+        }
+    }
+
+    /// Whether each of `locks` (their keys, token; exclusive locks) still holds its token,
+    /// changing nothing: a handoff's confirmation while most of the lease Redis confirmed is
+    /// left (see `LocalLocks::confirm`). `Renewed` means still held; one answer per lock.
+    pub(crate) async fn confirm(&self, locks: &[(&RedisKeys, &str)]) -> Vec<Renewal> {
+        match self {
+            Self::Single(store) => store.node.confirm(locks).await,
+            Self::RedLock(store) => store.confirm(locks).await,
         }
     }
 

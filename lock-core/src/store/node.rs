@@ -166,10 +166,14 @@ impl Node {
     }
 
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
-    /// server yet (otherwise only the script recognises a lock already ours), and no restart
-    /// guard has to be checked first.
+    /// server yet (otherwise only the script recognises a lock already ours), no restart
+    /// guard has to be checked first, and the lock is not known to be taken (the script
+    /// would follow a failed `SET`).
     fn plain_set(&self, keys: &RedisKeys, args: AcquireArgs) -> bool {
-        args.fresh_token && self.restart_guard.is_none() && keys.kind() == Kind::Exclusive
+        args.fresh_token
+            && !args.likely_busy
+            && self.restart_guard.is_none()
+            && keys.kind() == Kind::Exclusive
     }
 
     /// `SET lock token NX PX lease`: the whole uncontended acquire.
@@ -372,6 +376,44 @@ impl Node {
         for (i, answer) in renewed.into_iter().flatten() {
             answers[i] = answer;
         }
+        self.dated(answers).await
+    }
+
+    /// Whether each of `locks` (exclusive locks: their keys, token) still holds its token, one
+    /// `GET` each and nothing written: a handoff's confirmation while the lease Redis last
+    /// confirmed is mostly left (its end does not move, so neither does the fence key's).
+    /// `Renewed` when the key holds the token; a value of another type is another holder's.
+    pub(crate) async fn confirm(&self, locks: &[(&RedisKeys, &str)]) -> Vec<Renewal> {
+        let answers = join_all(locks.iter().map(|(keys, token)| async move {
+            // A read: idempotent, so retried after a dropped connection like a renewal.
+            let value = retry_dropped(|| {
+                let mut conn = self.conn.clone();
+                async move {
+                    redis::cmd("GET")
+                        .arg(&keys.lock)
+                        .query_async::<Option<Vec<u8>>>(&mut conn)
+                        .await
+                        .map_err(BackendError::redis)
+                }
+            })
+            .await;
+            match value {
+                Ok(Some(value)) if value == token.as_bytes() => Renewal::Renewed,
+                Ok(Some(_)) => Renewal::NotOurs(Gone::Replaced),
+                Ok(None) => Renewal::NotOurs(Gone::Absent { uptime: None }),
+                Err(error) if error.code() == Some("WRONGTYPE") => Renewal::NotOurs(Gone::Replaced),
+                Err(error) => {
+                    tracing::warn!(%error, "confirming a lock before its handoff failed");
+                    Renewal::Unknown
+                }
+            }
+        }))
+        .await;
+        self.dated(answers).await
+    }
+
+    /// `answers`, with the server's uptime in those that found a lock absent.
+    async fn dated(&self, mut answers: Vec<Renewal>) -> Vec<Renewal> {
         let absent = |a: &Renewal| matches!(a, Renewal::NotOurs(Gone::Absent { .. }));
         if answers.iter().any(absent) {
             // Rare (a lock gone from under its holder), so worth one more round trip to tell

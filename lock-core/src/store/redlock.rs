@@ -327,21 +327,39 @@ impl RedLockStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
+        self.decided(locks.len(), |node| node.renew(locks, lease))
+            .await
+    }
+
+    /// Whether a majority still has each lock under its token, changing nothing (a handoff's
+    /// confirmation, see [`Node::confirm`]); decided as a renewal is.
+    pub(crate) async fn confirm(&self, locks: &[(&RedisKeys, &str)]) -> Vec<Renewal> {
+        self.decided(locks.len(), |node| node.confirm(locks)).await
+    }
+
+    /// The answers of `ask` on every node for `count` locks, each decided by a majority as
+    /// soon as every lock is decided either way.
+    async fn decided<'a, F, Fut>(&'a self, count: usize, ask: F) -> Vec<Renewal>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: std::future::Future<Output = Vec<Renewal>>,
+    {
+        let ask = &ask;
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
             .map(|node| async move {
-                tokio::time::timeout(self.timeout, node.renew(locks, lease))
+                tokio::time::timeout(self.timeout, ask(node))
                     .await
-                    .unwrap_or_else(|_| vec![Renewal::Unknown; locks.len()])
+                    .unwrap_or_else(|_| vec![Renewal::Unknown; count])
             })
             .collect();
         let quorum = self.quorum();
         let mut per_node = Vec::with_capacity(self.nodes.len());
-        let mut decided = vec![Renewal::Unknown; locks.len()];
+        let mut decided = vec![Renewal::Unknown; count];
         while let Some(answers) = pending.next().await {
             per_node.push(answers);
-            decided = (0..locks.len())
+            decided = (0..count)
                 .map(|i| decide(quorum, per_node.iter().map(|n| n[i])))
                 .collect();
             if decided.iter().all(|d| *d != Renewal::Unknown) {

@@ -139,7 +139,8 @@ async fn a_handoff_of_a_lock_redis_holds_is_ok_and_refreshes_the_lease() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     let name = lock_key(&server, "k");
     let token: String = server.cmd(&["GET", &name]);
-    // Most of the lease gone by: the handoff's confirmation renews it.
+    // Much of the lease gone by: the successor starts with at least seven eighths of it
+    // (what the last renewal left, or the confirmation renews it).
     tokio::time::sleep(Duration::from_millis(1200)).await;
     guard.release().await.unwrap();
     let remaining = successor.await.unwrap();
@@ -152,6 +153,72 @@ async fn a_handoff_of_a_lock_redis_holds_is_ok_and_refreshes_the_lease() {
     // The stored value: the 32-hex-digit token, then the holder name.
     let (token, holder) = token.split_once('|').unwrap();
     assert_eq!((token.len(), holder.is_empty()), (32, false));
+    assert_nothing_left(&server, &[&a]).await;
+}
+
+/// A handoff while most of the lease Redis confirmed is left writes nothing: one `GET`
+/// compares the token, and the successor inherits the holder's validity (not more). Before,
+/// every handoff ran `renew.lua` (a script and four commands in it) and renewed the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_handoff_is_confirmed_by_one_read_and_passes_the_confirmed_lease_on() {
+    let server = server();
+    let lease = Duration::from_secs(30);
+    let a = locker_with_lease(&server, lease).await;
+    let guard = a.lock("k").await.unwrap();
+    let successor = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let guard = a.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+            let remaining = guard.remaining();
+            (guard, remaining)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.reset_stats();
+    let before = guard.remaining();
+    guard.release().await.unwrap();
+    let (next, remaining) = successor.await.unwrap();
+    let sent = ["get", "evalsha", "pexpire", "pttl", "set"].map(|c| server.command_calls(c));
+    assert_eq!(
+        sent,
+        [1, 0, 0, 0, 0],
+        "the handoff's GET, EVALSHA, PEXPIRE, PTTL, SET"
+    );
+    assert!(
+        remaining <= before,
+        "the successor got {remaining:?}, more than the {before:?} Redis confirmed"
+    );
+    assert!(remaining > lease * 7 / 8, "{remaining:?}");
+    next.release().await.unwrap();
+    assert_nothing_left(&server, &[&a]).await;
+}
+
+/// A handoff with less than seven eighths of the lease left renews it in its confirmation:
+/// the successor starts with a whole lease (here the holder shortened it to 2 s of 3 s).
+/// Comparing alone would pass on less than 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_of_a_lock_with_little_lease_left_renews_it() {
+    let server = server();
+    let lease = Duration::from_secs(3);
+    let a = locker_with_lease(&server, lease).await;
+    let guard = a.lock("k").await.unwrap();
+    let successor = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let guard = a.lock("k").wait(Duration::from_secs(10)).await.unwrap();
+            let remaining = guard.remaining();
+            guard.release().await.unwrap();
+            remaining
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    guard.extend(Duration::from_secs(2)).await.unwrap();
+    guard.release().await.unwrap();
+    let remaining = successor.await.unwrap();
+    assert!(
+        remaining > Duration::from_millis(2500),
+        "the successor got {remaining:?} of a {lease:?} lease"
+    );
     assert_nothing_left(&server, &[&a]).await;
 }
 

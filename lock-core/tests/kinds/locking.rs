@@ -12,6 +12,55 @@ use lock_core::{InvalidKeyReason, LockError, Locker, LostReason, MAX_KEY_LEN};
 use lock_testkit::oracle::Oracle;
 use lock_testkit::{FaultProxy, ProxyMode};
 
+/// The next local acquirer after a release that told another locker's waiter (so the lock is
+/// most likely that waiter's now) subscribes before its first try and sends the acquire script
+/// at once: one try that finds the lock taken is enough. Whoever of the two wins, the four
+/// acquires and releases below take six scripts and one subscription. Before, the acquirer
+/// sent a plain `SET NX` first, and after a busy try subscribed and tried again: seven scripts
+/// when the other waiter won, five and no subscription when the plain `SET` did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_acquire_right_after_a_release_that_told_others_tries_once_subscribed() {
+    let server = server();
+    // No waiter wakes but by a release message: every try below is one the test expects.
+    let quiet = || async {
+        Locker::builder()
+            .url(server.url())
+            .fallback_retry(Duration::from_secs(20))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (quiet().await, quiet().await);
+    let hold = Duration::from_millis(100);
+    // The release script loaded before counting (a first EVALSHA answers NOSCRIPT).
+    a.lock("warm").await.unwrap().release().await.unwrap();
+    // A fixed lease: its release goes through Redis although a local task waits.
+    let first = a.lock("k").lease(Duration::from_secs(5)).await.unwrap();
+    let take = |locker: &Locker| {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let guard = locker
+                .lock("k")
+                .wait(Duration::from_secs(10))
+                .await
+                .unwrap();
+            tokio::time::sleep(hold).await;
+            guard.release().await.unwrap();
+        })
+    };
+    let other = take(&b);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let next = take(&a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.reset_stats();
+    first.release().await.unwrap();
+    other.await.unwrap();
+    next.await.unwrap();
+    let sent = ["evalsha", "subscribe"].map(|c| server.command_calls(c));
+    assert_eq!(sent, [6, 1], "scripts and subscriptions");
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn thirty_two_tasks_never_lose_an_update() {
     let (server, referee) = (server(), server());

@@ -188,6 +188,7 @@ mod tests {
             lease: Duration::from_millis(30_000),
             flag: Duration::from_millis(2_500),
             fresh_token,
+            likely_busy: false,
         }
     }
 
