@@ -92,10 +92,16 @@ fn ratio_target(row: &Row) -> Option<f64> {
     }
 }
 
-/// A row's label: its workload and metric (without the metric's parenthesis).
+/// A row's label: its workload and metric (without the metric's parenthesis, but saying when
+/// the second column is rslock's, so that its bar is not taken for the floor's).
 fn row_label(row: &Row) -> String {
     let metric = row.metric.split(" (").next().unwrap_or(&row.metric);
-    format!("{}: {metric}", short(&row.workload))
+    let against = if row.metric.contains("floor column: rslock") {
+        " vs rslock"
+    } else {
+        ""
+    };
+    format!("{}: {metric}{against}", short(&row.workload))
 }
 
 /// One horizontal bar per row, its length the kit/floor ratio, labelled above; a black tick

@@ -2,7 +2,8 @@
 //! time; in one process (16 tasks) and across processes (4 processes x 4 tasks, the benchmark
 //! re-executing itself as `hot-key-worker`). The same harness runs the other kinds of lock on
 //! one hot name: W8, a semaphore of 3 permits (against the permit-limited maximum, permits /
-//! measured hold), and W11, the fair lock across processes (against the floor).
+//! measured hold), and W11, the fair lock across processes (against the floor). W3 runs
+//! rslock as a third side, busy-retrying its one-try acquire as the floor retries `SET NX`.
 //!
 //! Every acquisition is recorded with `CLOCK_MONOTONIC` timestamps (comparable across
 //! processes): when the acquire returned, when release was called, when it returned. Sorted by
@@ -371,6 +372,33 @@ fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
     ]
 }
 
+/// The kit against rslock (informational: the targets are the floor's and the hold's).
+fn rslock_rows(workload: &str, kit: &[Metrics], rslock: &[Metrics]) -> Vec<Row> {
+    let row = |metric: &str, unit: &'static str, f: fn(&Metrics) -> f64| {
+        Row::new(
+            workload,
+            &format!("{metric} (floor column: rslock)"),
+            unit,
+            kit.iter().map(f).collect(),
+            rslock.iter().map(f).collect(),
+            Check::Info,
+        )
+    };
+    vec![
+        row("acquisitions/s", "", |m| m.per_sec),
+        row("handoff gap p50", "µs", |m| m.gap_p50_us),
+        row("per-task acquisitions min/max", "", |m| m.min_max),
+        row(
+            "Redis commands/acquisition, incl. inside scripts",
+            "",
+            |m| m.cmds_all,
+        ),
+        row("timeouts + errors + exclusion violations", "", |m| {
+            m.failures
+        }),
+    ]
+}
+
 /// The rows of a semaphore run. There is no floor for it: the second column is the
 /// permit-limited maximum of each run, permits / measured hold.
 fn semaphore_rows(workload: &str, permits: u32, kit: &[Metrics]) -> Vec<Row> {
@@ -438,7 +466,7 @@ const MUTEX: Taken = Taken {
     tag: "w3",
     kind: KitKind::Mutex,
     permits: 1,
-    sides: &Side::BOTH,
+    sides: &Side::WITH_RSLOCK,
 };
 
 impl Ctx {
@@ -456,12 +484,13 @@ impl Ctx {
     }
 }
 
-/// The runs of one process of `w3_tasks` tasks, per side (floor runs empty when not taken).
-async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxError> {
+/// The runs of one process of `w3_tasks` tasks, per side (kit, floor, rslock; empty when not
+/// taken).
+async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxError> {
     let p = &ctx.params;
-    let mut runs = [vec![], vec![]];
+    let mut runs = [vec![], vec![], vec![]];
     for rep in 0..p.reps {
-        for (s, side) in Side::BOTH.into_iter().enumerate() {
+        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
             if !taken.sides.contains(&side) {
                 continue;
             }
@@ -483,10 +512,12 @@ async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxEr
 
 /// W3 in one process.
 pub(crate) async fn in_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail), BoxError> {
-    let runs = one_process(ctx, MUTEX).await?;
+    let [kit, floor, rslock] = one_process(ctx, MUTEX).await?;
     let workload = format!("W3 hot key, 1 process x {} tasks", ctx.params.w3_tasks);
+    let against_rslock = rslock_rows(&workload, &kit, &rslock);
+    let runs = [kit, floor];
     let detail = HotKeyDetail::new(&workload, &runs);
-    let rows = rows(
+    let mut rows = rows(
         &workload,
         Targets {
             rate: Check::Info,
@@ -496,6 +527,7 @@ pub(crate) async fn in_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail), Bo
         },
         runs,
     );
+    rows.extend(against_rslock);
     Ok((rows, detail))
 }
 
@@ -509,7 +541,7 @@ pub(crate) async fn semaphore(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         permits,
         sides: &[Side::Kit],
     };
-    let [kit, _] = one_process(ctx, taken).await?;
+    let [kit, ..] = one_process(ctx, taken).await?;
     let mut rows = semaphore_rows(
         &format!(
             "W8 semaphore of {permits}, 1 process x {} tasks",
@@ -519,7 +551,7 @@ pub(crate) async fn semaphore(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         &kit,
     );
     taken.tag = "w8x";
-    let [kit, _] = processes(ctx, taken).await?;
+    let [kit, ..] = processes(ctx, taken).await?;
     rows.extend(semaphore_rows(
         &format!(
             "W8 semaphore of {permits}, {} processes x {} tasks",
@@ -540,7 +572,8 @@ pub(crate) async fn fair(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         permits: 1,
         sides: &Side::BOTH,
     };
-    let runs = processes(ctx, taken).await?;
+    let [kit, floor, _] = processes(ctx, taken).await?;
+    let runs = [kit, floor];
     Ok(rows(
         &format!(
             "W11 fair lock, {} processes x {} tasks",
@@ -630,13 +663,15 @@ pub(crate) async fn cross_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail),
         tag: "w3x",
         ..MUTEX
     };
-    let runs = processes(ctx, taken).await?;
+    let [kit, floor, rslock] = processes(ctx, taken).await?;
     let workload = format!(
         "W3 hot key, {} processes x {} tasks",
         p.w3_procs, p.w3_tasks_per_proc
     );
+    let against_rslock = rslock_rows(&workload, &kit, &rslock);
+    let runs = [kit, floor];
     let detail = HotKeyDetail::new(&workload, &runs);
-    let rows = rows(
+    let mut rows = rows(
         &workload,
         Targets {
             rate: Check::Info,
@@ -646,17 +681,19 @@ pub(crate) async fn cross_process(ctx: &Ctx) -> Result<(Vec<Row>, HotKeyDetail),
         },
         runs,
     );
+    rows.extend(against_rslock);
     Ok((rows, detail))
 }
 
-/// The runs of `w3_procs` worker processes of `w3_tasks_per_proc` tasks each, per side.
-async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 2], BoxError> {
+/// The runs of `w3_procs` worker processes of `w3_tasks_per_proc` tasks each, per side (kit,
+/// floor, rslock; empty when not taken).
+async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxError> {
     let p = &ctx.params;
     let exe = std::env::current_exe()?;
     let total = p.w3_procs * p.w3_tasks_per_proc;
-    let mut runs = [vec![], vec![]];
+    let mut runs = [vec![], vec![], vec![]];
     for rep in 0..p.reps {
-        for (s, side) in Side::BOTH.into_iter().enumerate() {
+        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
             if !taken.sides.contains(&side) {
                 continue;
             }

@@ -1,23 +1,25 @@
-//! One interface over the two sides of every comparison: the kit (`lock_core::Locker`) and the
-//! floor ([`Floor`]).
+//! One interface over the sides of every comparison: the kit (`lock_core::Locker`), the floor
+//! ([`Floor`]) and, in W1-W3, rslock ([`Rslock`]).
 
 use std::time::Duration;
 
 use lock_core::{LockError, LockGuard, Locker};
 
 use crate::floor::{Floor, FloorGuard};
+use crate::rslock::{Rslock, RslockGuard};
 use crate::Side;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A lock client of either side.
+/// A lock client of any side.
 #[derive(Clone)]
 pub(crate) enum Lock {
     Kit(Locker),
     Floor(Floor),
+    Rslock(Rslock),
 }
 
-/// Which lock of the kit a hot-key run takes (the floor always takes its plain mutex).
+/// Which lock of the kit a hot-key run takes (the floor and rslock always take their mutex).
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
 )]
@@ -30,10 +32,11 @@ pub(crate) enum KitKind {
     Semaphore,
 }
 
-/// A held lock of either side.
+/// A held lock of any side.
 pub(crate) enum Held {
     Kit(LockGuard),
     Floor(FloorGuard),
+    Rslock(RslockGuard),
 }
 
 /// Sets the kit's release retry window in milliseconds (default: the kit's own, 1 s).
@@ -87,6 +90,13 @@ impl Lock {
             Side::Floor => Self::Floor(
                 Floor::connect(url, prefix.to_owned(), floor_lease_ms, floor_retry).await?,
             ),
+            // The floor's lease and pause between tries: the same lock, the same waiting.
+            Side::Rslock => Self::Rslock(Rslock::connect(
+                url,
+                prefix.to_owned(),
+                floor_lease_ms,
+                floor_retry,
+            )?),
         })
     }
 
@@ -103,11 +113,12 @@ impl Lock {
                 Err(e) => Err(e.into()),
             },
             Self::Floor(floor) => Ok(floor.lock(key, wait).await?.map(Held::Floor)),
+            Self::Rslock(rslock) => Ok(rslock.lock(key, wait).await?.map(Held::Rslock)),
         }
     }
 
     /// Acquires `key` as `kind` (semaphores of `permits`), waiting up to `wait`; `Ok(None)`
-    /// when the wait ran out. The floor has only its mutex.
+    /// when the wait ran out. The floor and rslock have only their mutex.
     pub(crate) async fn acquire_as(
         &self,
         key: &str,
@@ -130,7 +141,7 @@ impl Lock {
         }
     }
 
-    /// Releases a lock; an error if it was no longer ours.
+    /// Releases a lock; an error if it was no longer ours (rslock cannot tell).
     pub(crate) async fn release(&self, held: Held) -> Result<(), BoxError> {
         match (self, held) {
             (_, Held::Kit(guard)) => Ok(guard.release().await?),
@@ -141,7 +152,12 @@ impl Lock {
                     Err(format!("floor lock {} was lost before release", guard.key).into())
                 }
             }
-            (Self::Kit(_), Held::Floor(_)) => Err("a floor guard released on the kit".into()),
+            // rslock's release reports nothing: a lost lock cannot be told from a released one.
+            (Self::Rslock(rslock), Held::Rslock(lock)) => {
+                rslock.unlock(lock).await;
+                Ok(())
+            }
+            _ => Err("a guard released on another side's client".into()),
         }
     }
 

@@ -11,7 +11,8 @@
 //! Every workload runs for the kit (`lock_core`) and for the floor (bare `SET NX PX` plus a
 //! compare-and-delete `EVALSHA` on one multiplexed connection, busy-retrying `SET NX` to
 //! wait), alternating kit, floor, kit, floor, ..., and reports the median of the runs, so that
-//! the ratio holds on a noisy machine. The table goes to stdout (progress to stderr), the JSON
+//! the ratio holds on a noisy machine. W1-W3 run the `rslock` crate as a third side (kit,
+//! floor, rslock, ...), in rows whose floor column is rslock's. The table goes to stdout (progress to stderr), the JSON
 //! with every run's value to `--json`, and SVG charts next to it (`<json stem>-*.svg`).
 
 mod charts;
@@ -26,6 +27,7 @@ mod redis_stats;
 mod reentrancy;
 mod report;
 mod residue;
+mod rslock;
 mod stats;
 mod sys;
 mod uncontended;
@@ -115,16 +117,21 @@ pub(crate) enum Side {
     Kit,
     /// Bare `SET NX PX` + compare-and-delete `EVALSHA`.
     Floor,
+    /// The `rslock` crate (W1-W3 only).
+    Rslock,
 }
 
 impl Side {
     /// The alternation order within one repetition.
     pub(crate) const BOTH: [Self; 2] = [Self::Kit, Self::Floor];
+    /// The alternation order of the workloads that run rslock too.
+    pub(crate) const WITH_RSLOCK: [Self; 3] = [Self::Kit, Self::Floor, Self::Rslock];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Kit => "kit",
             Self::Floor => "floor",
+            Self::Rslock => "rslock",
         }
     }
 }
@@ -215,7 +222,7 @@ impl Ctx {
     /// One progress line on stderr.
     pub(crate) fn progress(&self, workload: &str, rep: usize, side: Side, what: &str) {
         eprintln!(
-            "[{workload}] run {}/{} {:<5} {what}",
+            "[{workload}] run {}/{} {:<6} {what}",
             rep + 1,
             self.params.reps,
             side.name()
@@ -351,7 +358,7 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
 
     let table = report::markdown(&rows);
     println!(
-        "\nlock-bench: kit vs floor, medians of {} alternating runs each (kit/floor: median of the per-pair ratios); redis {redis_version}, {cpus} CPUs, {} sizes, {elapsed:.0} s\n",
+        "\nlock-bench: kit vs floor (and vs rslock in W1-W3, rows \"floor column: rslock\"), medians of {} alternating runs each (kit/floor: median of the per-pair ratios); redis {redis_version}, {cpus} CPUs, {} sizes, {elapsed:.0} s\n",
         ctx.params.reps,
         if ctx.params.quick { "quick" } else { "full" },
     );

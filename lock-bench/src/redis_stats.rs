@@ -115,7 +115,8 @@ impl CommandStats {
     pub(crate) fn client_sent(&self, side: Side) -> u64 {
         let inner = match side {
             Side::Kit => KIT_SCRIPT_ONLY,
-            Side::Floor => FLOOR_SCRIPT_ONLY,
+            // rslock's release script is the floor's (`GET`, `DEL`).
+            Side::Floor | Side::Rslock => FLOOR_SCRIPT_ONLY,
         };
         self.calls
             .iter()

@@ -1,4 +1,5 @@
-//! W1 (uncontended latency, one task) and W2 (throughput, many tasks on distinct keys).
+//! W1 (uncontended latency, one task) and W2 (throughput, many tasks on distinct keys), each
+//! for the kit, the floor and rslock, alternating.
 
 use std::time::Duration;
 
@@ -17,16 +18,36 @@ pub(crate) async fn cycle(lock: &Lock, key: &str, wait: Duration) -> Result<(), 
     lock.release(held).await
 }
 
+/// Per-run values of one metric, per side (kit, floor, rslock).
+type PerSide = [Vec<f64>; 3];
+
+/// The kit against rslock: a row whose floor column is rslock's.
+fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &PerSide, check: Check) -> Row {
+    let row = Row::new(
+        w,
+        &format!("{metric} (floor column: rslock)"),
+        unit,
+        values[0].clone(),
+        values[2].clone(),
+        check,
+    );
+    match check {
+        Check::RatioAtMost(x) => row.target(&format!("≤ {x:.1}x rslock")),
+        Check::RatioAtLeast(x) => row.target(&format!("≥ {x:.1}x rslock")),
+        _ => row,
+    }
+}
+
 /// W1: one task, acquire+release cycles on fresh keys.
 pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
     // [side] -> per-run values
-    let (mut p50, mut p99, mut rate) = ([vec![], vec![]], [vec![], vec![]], [vec![], vec![]]);
-    let (mut client, mut server) = ([vec![], vec![]], [vec![], vec![]]);
-    let (mut acq50, mut rel50) = ([vec![], vec![]], [vec![], vec![]]);
+    let (mut p50, mut p99, mut rate) = (PerSide::default(), PerSide::default(), PerSide::default());
+    let (mut client, mut server) = (PerSide::default(), PerSide::default());
+    let (mut acq50, mut rel50) = (PerSide::default(), PerSide::default());
     for rep in 0..p.reps {
-        for (s, side) in Side::BOTH.into_iter().enumerate() {
+        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
             let lock = ctx.open(side, &ctx.prefix("w1", rep, side)).await?;
             for i in 0..p.w1_warmup {
                 cycle(&lock, &format!("warm:{i}"), wait).await?;
@@ -73,14 +94,28 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         }
     }
     let w = "W1 uncontended, 1 task";
-    let [k50, f50] = p50;
-    let [k99, f99] = p99;
-    let [kr, fr] = rate;
-    let [kc, fc] = client;
-    let [ks, fs] = server;
-    let [ka, fa] = acq50;
-    let [kl, fl] = rel50;
-    Ok(vec![
+    let against_rslock = [
+        vs_rslock(
+            w,
+            "acquire+release p50",
+            "µs",
+            &p50,
+            Check::RatioAtMost(1.0),
+        ),
+        vs_rslock(w, "acquire+release p99", "µs", &p99, Check::Info),
+        vs_rslock(w, "acquire alone p50", "µs", &acq50, Check::Info),
+        vs_rslock(w, "release alone p50", "µs", &rel50, Check::Info),
+        vs_rslock(w, "client CPU per cycle", "µs", &client, Check::Info),
+        vs_rslock(w, "Redis CPU per cycle", "µs", &server, Check::Info),
+    ];
+    let [k50, f50, _] = p50;
+    let [k99, f99, _] = p99;
+    let [kr, fr, _] = rate;
+    let [kc, fc, _] = client;
+    let [ks, fs, _] = server;
+    let [ka, fa, _] = acq50;
+    let [kl, fl, _] = rel50;
+    let mut rows = vec![
         Row::new(
             w,
             "acquire+release p50",
@@ -95,17 +130,19 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         Row::new(w, "cycles/s", "", kr, fr, Check::Info),
         Row::new(w, "client CPU per cycle", "µs", kc, fc, Check::Info),
         Row::new(w, "Redis CPU per cycle", "µs", ks, fs, Check::Info),
-    ])
+    ];
+    rows.extend(against_rslock);
+    Ok(rows)
 }
 
 /// W2: many tasks, each cycling on its own fresh keys, for a fixed time.
 pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
-    let (mut rate, mut failures) = ([vec![], vec![]], [vec![], vec![]]);
-    let (mut client, mut server) = ([vec![], vec![]], [vec![], vec![]]);
+    let (mut rate, mut failures) = (PerSide::default(), PerSide::default());
+    let (mut client, mut server) = (PerSide::default(), PerSide::default());
     for rep in 0..p.reps {
-        for (s, side) in Side::BOTH.into_iter().enumerate() {
+        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
             let lock = ctx.open(side, &ctx.prefix("w2", rep, side)).await?;
             let cpu0 = ctx.cpu().await?;
             let started = Instant::now();
@@ -154,11 +191,18 @@ pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         }
     }
     let w = format!("W2 parallel, {} tasks", p.w2_tasks);
-    let [kr, fr] = rate;
-    let [kf, ff] = failures;
-    let [kc, fc] = client;
-    let [ks, fs] = server;
-    Ok(vec![
+    let against_rslock = [
+        vs_rslock(&w, "cycles/s", "", &rate, Check::RatioAtLeast(1.0)),
+        vs_rslock(&w, "client CPU per cycle", "µs", &client, Check::Info),
+        vs_rslock(&w, "Redis CPU per cycle", "µs", &server, Check::Info),
+        // rslock reports an unreachable server as a busy key: a failed cycle here is either.
+        vs_rslock(&w, "failed cycles", "", &failures, Check::Info),
+    ];
+    let [kr, fr, _] = rate;
+    let [kf, ff, _] = failures;
+    let [kc, fc, _] = client;
+    let [ks, fs, _] = server;
+    let mut rows = vec![
         Row::new(&w, "cycles/s", "", kr, fr, Check::RatioAtLeast(0.8)),
         Row::new(
             &w,
@@ -177,5 +221,7 @@ pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             Check::RatioAtMost(1.5),
         ),
         Row::new(&w, "failed cycles", "", kf, ff, Check::KitAllEqual(0.0)),
-    ])
+    ];
+    rows.extend(against_rslock);
+    Ok(rows)
 }

@@ -230,6 +230,8 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
                 renew_errors: errors.load(Ordering::Relaxed),
             }
         }
+        // rslock renews only inside its `using` (one timer per lock): not a side of W6.
+        Side::Rslock => return Err("W6 has no rslock side".into()),
     };
     println!("{}", serde_json::to_string(&measured)?);
     Ok(())
