@@ -116,7 +116,7 @@ impl Fence {
             Err(error) => {
                 metrics::backend_error(Operation::Fence, &error);
                 Err(LockError::backend_at(
-                    held.keys().fence(),
+                    held.keys().fence().to_string(),
                     held.key(),
                     error,
                 ))

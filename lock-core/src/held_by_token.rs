@@ -1,7 +1,7 @@
 //! [`HeldByToken`]: a locker's held locks by Redis token, the record the watchdog renews.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::collections::hash_map::{Entry, HashMap};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -17,7 +17,7 @@ use crate::held::Hold;
 /// which is then no longer renewed and ends as lost by its clock.
 #[derive(Debug, Default)]
 pub(crate) struct HeldByToken {
-    records: Mutex<HashMap<u64, Arc<Hold>>>,
+    records: Mutex<HashMap<u64, Arc<Hold>, BuildHasherDefault<SlotHasher>>>,
     /// Keyed per locker: nobody outside can aim tokens at one bucket.
     hasher: RandomState,
 }
@@ -45,12 +45,10 @@ impl HeldByToken {
     /// Removes `held`'s record, unless its token has passed on to another holder.
     pub(crate) fn remove(&self, held: &Arc<Hold>) {
         let slot = self.slot(held.token());
-        let mut records = self.records.lock();
-        if records
-            .get(&slot)
-            .is_some_and(|current| Arc::ptr_eq(current, held))
-        {
-            records.remove(&slot);
+        if let Entry::Occupied(record) = self.records.lock().entry(slot) {
+            if Arc::ptr_eq(record.get(), held) {
+                record.remove();
+            }
         }
     }
 
@@ -71,5 +69,27 @@ impl HeldByToken {
             .values()
             .filter(|held| count(held))
             .count()
+    }
+}
+
+/// The map's hasher: a slot is already a keyed hash of the token, so the map uses it as it is
+/// instead of hashing it a second time.
+#[derive(Debug, Default)]
+struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64` slots are hashed (`write_u64`); any other input still spreads.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, slot: u64) {
+        self.0 = slot;
     }
 }

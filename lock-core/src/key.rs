@@ -66,7 +66,7 @@ impl RedisKeys {
     pub(crate) fn of(prefix: &str, key: &str, kind: Kind) -> Self {
         // The tag: the first 8 bytes of the key's SHA-1, in hex.
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = sha1_smol::Sha1::from(key.as_bytes()).digest().bytes();
+        let digest = <sha1::Sha1 as sha1::Digest>::digest(key.as_bytes());
         let mut tag = [0u8; 16];
         for (i, byte) in digest[..8].iter().enumerate() {
             tag[2 * i] = HEX[usize::from(byte >> 4)];
@@ -107,57 +107,57 @@ impl RedisKeys {
 
     /// `p{h}:<name>:k` for a lock, `p{h}:semaphore-<name>:k` for a semaphore (whose main key is
     /// `p{h}:semaphore:k`), so a lock and a semaphore of one name never share a channel.
-    fn sibling(&self, name: &str) -> String {
+    fn sibling(&self, name: &'static str) -> Name<'_> {
         let word = word(self.kind);
         let (tagged, rest) = self.lock.split_at(self.tagged());
         let key = &rest[word.len() + 2..];
         match self.kind {
-            Kind::Permits { .. } => joined(&[tagged, ":", word, "-", name, ":", key]),
-            Kind::Exclusive | Kind::Fair | Kind::Shared => joined(&[tagged, ":", name, ":", key]),
+            Kind::Permits { .. } => Name::of([tagged, ":", word, "-", name, ":", key]),
+            Kind::Exclusive | Kind::Fair | Kind::Shared => Name::of([tagged, ":", name, ":", key]),
         }
     }
 
     /// The fence key: the last fencing token issued (see `scripts/fence.lua`).
-    pub(crate) fn fence(&self) -> String {
+    pub(crate) fn fence(&self) -> Name<'_> {
         self.sibling("fence")
     }
 
     /// The release channel.
-    pub(crate) fn channel(&self) -> String {
+    pub(crate) fn channel(&self) -> Name<'_> {
         self.sibling("released")
     }
 
     /// The waiting writers of this key (see `scripts/acquire.lua`). Named `waiters`: the
     /// string flag that came before it was `waiting`, and a kit of the older version on the
     /// same Redis must not meet a sorted set there.
-    pub(crate) fn waiting(&self) -> String {
+    pub(crate) fn waiting(&self) -> Name<'_> {
         self.sibling("waiters")
     }
 
     /// The readers' waiting flag of this key (see `scripts/read_acquire.lua`).
-    pub(crate) fn readers_waiting(&self) -> String {
+    pub(crate) fn readers_waiting(&self) -> Name<'_> {
         self.sibling("readers-waiting")
     }
 
     /// The readers set of this key (see `scripts/read_acquire.lua`).
-    pub(crate) fn readers(&self) -> String {
+    pub(crate) fn readers(&self) -> Name<'_> {
         self.sibling("readers")
     }
 
     /// The line of waiters of a fair lock or a semaphore (see `scripts/fair_acquire.lua`,
     /// `scripts/permit_acquire.lua`).
-    pub(crate) fn line(&self) -> String {
+    pub(crate) fn line(&self) -> Name<'_> {
         self.sibling("line")
     }
 
     /// The liveness of the waiters in the line of a fair lock or a semaphore.
-    pub(crate) fn line_alive(&self) -> String {
+    pub(crate) fn line_alive(&self) -> Name<'_> {
         self.sibling("line-alive")
     }
 
     /// The release latch of `token` (see `scripts/release.lua`).
-    pub(crate) fn latch(&self, token: &str) -> String {
-        joined(&[&self.lock[..self.tagged()], ":unlocked:", token])
+    pub(crate) fn latch<'a>(&'a self, token: &'a str) -> Name<'a> {
+        Name::of([&self.lock[..self.tagged()], ":unlocked:", token])
     }
 
     /// The other names this kind of hold's acquire and release scripts read with a type (the
@@ -167,9 +167,39 @@ impl RedisKeys {
     pub(crate) fn typed_companions(&self) -> Vec<String> {
         match self.kind {
             Kind::Exclusive => Vec::new(),
-            Kind::Shared => vec![self.readers()],
-            Kind::Fair | Kind::Permits { .. } => vec![self.line(), self.line_alive()],
+            Kind::Shared => vec![self.readers().to_string()],
+            Kind::Fair | Kind::Permits { .. } => {
+                vec![self.line().to_string(), self.line_alive().to_string()]
+            }
         }
+    }
+}
+
+/// A Redis name other than the lock key, as the parts it is made of: the store writes them
+/// straight into the command that sends the name (no string of its own per name, on every
+/// release); `to_string` joins them where a name is kept (as a channel).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Name<'a> {
+    parts: [&'a str; 7],
+    len: usize,
+}
+
+impl<'a> Name<'a> {
+    fn of<const N: usize>(parts: [&'a str; N]) -> Self {
+        let mut all = [""; 7];
+        all[..N].copy_from_slice(&parts);
+        Self { parts: all, len: N }
+    }
+
+    /// The parts, in order.
+    pub(crate) fn parts(&self) -> &[&'a str] {
+        &self.parts[..self.len]
+    }
+}
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.parts().iter().try_for_each(|part| f.write_str(part))
     }
 }
 
@@ -273,6 +303,28 @@ mod tests {
         assert_eq!(RedisKeys::semaphore(&prefix, &long, 1).user_key(), long);
     }
 
+    /// The tag is a wire format: kits of every version on one Redis must name a key alike. It
+    /// is checked against a second SHA-1 implementation, over lengths around SHA-1's 64-byte
+    /// blocks and its padding (55, 56 bytes), and the longest key.
+    #[test]
+    fn the_tag_is_the_first_16_hex_digits_of_the_keys_sha1() {
+        for len in [1, 2, 55, 56, 63, 64, 65, 119, 120, 128, 1000, MAX_KEY_LEN] {
+            let key: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            let expected = sha1_smol::Sha1::from(key.as_bytes()).digest().to_string();
+            let keys = RedisKeys::new("p:", &key);
+            assert_eq!(
+                keys.lock,
+                format!("p:{{{}}}:lock:{key}", &expected[..16]),
+                "{len}"
+            );
+        }
+        // `printf inventory:7 | sha1sum` prints ea0ed9a8cea337c6…
+        let keys = RedisKeys::new("", "inventory:7");
+        assert_eq!(keys.lock, "{ea0ed9a8cea337c6}:lock:inventory:7");
+    }
+
     #[test]
     fn companions_share_the_kit_hash_tag() {
         let keys = RedisKeys::new("lock:", "a}x{b");
@@ -281,16 +333,17 @@ mod tests {
             let close = open + name[open..].find('}').unwrap();
             name[open + 1..close].to_owned()
         };
-        assert_eq!(tag(&keys.lock), tag(&keys.fence()));
-        assert_eq!(tag(&keys.lock), tag(&keys.channel()));
-        assert_eq!(tag(&keys.lock), tag(&keys.waiting()));
-        assert_eq!(tag(&keys.lock), tag(&keys.latch("t0k")));
+        assert_eq!(tag(&keys.lock), tag(&keys.fence().to_string()));
+        assert_eq!(tag(&keys.lock), tag(&keys.channel().to_string()));
+        assert_eq!(tag(&keys.lock), tag(&keys.waiting().to_string()));
+        assert_eq!(tag(&keys.lock), tag(&keys.latch("t0k").to_string()));
         assert!(
-            keys.latch("t0k").starts_with("lock:{")
-                && keys.latch("t0k").ends_with("}:unlocked:t0k")
+            keys.latch("t0k").to_string().starts_with("lock:{")
+                && keys.latch("t0k").to_string().ends_with("}:unlocked:t0k")
         );
         assert!(
-            keys.waiting().starts_with("lock:{") && keys.waiting().ends_with("}:waiters:a}x{b")
+            keys.waiting().to_string().starts_with("lock:{")
+                && keys.waiting().to_string().ends_with("}:waiters:a}x{b")
         );
         assert_eq!(tag(&keys.lock).len(), 16);
         assert!(keys.lock.starts_with("lock:{"));
@@ -302,12 +355,15 @@ mod tests {
         let lock = RedisKeys::new("p:", "exports");
         let sem = RedisKeys::semaphore("p:", "exports", 3);
         assert!(sem.lock.ends_with("}:semaphore:exports"), "{}", sem.lock);
-        assert!(sem.channel().ends_with("}:semaphore-released:exports"));
-        assert!(sem.line().ends_with("}:semaphore-line:exports"));
+        assert!(sem
+            .channel()
+            .to_string()
+            .ends_with("}:semaphore-released:exports"));
+        assert!(sem.line().to_string().ends_with("}:semaphore-line:exports"));
         for (a, b) in [
             (&lock.lock, &sem.lock),
-            (&lock.channel(), &sem.channel()),
-            (&lock.line(), &sem.line()),
+            (&lock.channel().to_string(), &sem.channel().to_string()),
+            (&lock.line().to_string(), &sem.line().to_string()),
         ] {
             assert_ne!(a, b);
         }
@@ -321,7 +377,7 @@ mod tests {
         assert_ne!(a.lock, b.lock);
         assert_ne!(
             RedisKeys::new("p:", "k").lock,
-            RedisKeys::new("p:", "k").fence()
+            RedisKeys::new("p:", "k").fence().to_string()
         );
     }
 

@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
+
 use tokio::time::Instant;
 
 use super::local_order::Handoff;
@@ -15,6 +17,7 @@ use crate::held::Grant;
 use crate::holder;
 use crate::key::RedisKeys;
 use crate::kind::Kind;
+use crate::limits;
 use crate::release::Attempt;
 use crate::store::{AcquireArgs, Outcome};
 use crate::token::Token;
@@ -240,16 +243,17 @@ fn granted(keys: RedisKeys, token: Token, sent_at: Instant) -> Grant {
 }
 
 /// `call`, cut at `bound` if there is one (a deadline error then).
-async fn by<T>(
+///
+/// One future for both cases, the call inside a timeout that never fires without a bound: an
+/// `async fn` awaiting either the call or its timeout laid the call's state out twice, and
+/// every acquire carried (and copied) both.
+fn by<T>(
     bound: Option<Instant>,
     call: impl Future<Output = Result<T, BackendError>>,
-) -> Result<T, BackendError> {
-    match bound {
-        Some(bound) => tokio::time::timeout_at(bound, call)
-            .await
-            .unwrap_or_else(|_| Err(BackendError::deadline())),
-        None => call.await,
-    }
+) -> impl Future<Output = Result<T, BackendError>> {
+    let bound = bound.unwrap_or_else(|| Instant::now() + limits::WAIT_FOREVER);
+    tokio::time::timeout_at(bound, call)
+        .map(|answer| answer.unwrap_or_else(|_| Err(BackendError::deadline())))
 }
 
 /// The holder name in a stored value an acquire of `kind` found (see `holder.rs`): a

@@ -47,7 +47,9 @@ impl<'a> Wait<'a> {
         let subscription = if try_once || !inner.release_messages.any() {
             None
         } else {
-            inner.release_messages.subscribed(&keys.channel())
+            inner
+                .release_messages
+                .subscribed(&keys.channel().to_string())
         };
         let writer = Waiting {
             keys,
@@ -91,7 +93,7 @@ impl<'a> Wait<'a> {
             .settings
             .command_timeout
             .min(remaining.unwrap_or(Duration::MAX));
-        let channel = self.attempt.target.keys.channel();
+        let channel = self.attempt.target.keys.channel().to_string();
         let subscription = inner.release_messages.subscribe(&channel, limit).await;
         self.subscription = Some(subscription);
     }

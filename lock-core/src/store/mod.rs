@@ -208,7 +208,9 @@ impl Store {
         let call = metrics::AcquireCall::start(keys.kind());
         let result = match self {
             Self::Single(store) => store.acquire(keys, token, waiter, args).await,
-            Self::RedLock(store) => store.acquire(keys, token, waiter, args).await,
+            // Boxed: a quorum's state is many times one node's, and every acquire's future
+            // would carry it; next to several nodes' round trips the allocation is nothing.
+            Self::RedLock(store) => Box::pin(store.acquire(keys, token, waiter, args)).await,
         };
         call.finish(result.as_ref().map(Outcome::label));
         result

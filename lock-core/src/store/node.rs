@@ -178,8 +178,11 @@ impl Node {
 
     /// `SET lock token NX PX lease`: the whole uncontended acquire.
     fn set_nx(keys: &RedisKeys, token: &str, lease: Duration) -> Cmd {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(&keys.lock)
+        // Sized up front: growing a command as its arguments arrive reallocates several times,
+        // which was most of building it.
+        let mut cmd = Cmd::with_capacity(6, keys.lock.len() + token.len() + 32);
+        cmd.arg("SET")
+            .arg(&keys.lock)
             .arg(token)
             .arg("NX")
             .arg("PX")

@@ -297,7 +297,7 @@ impl RedLockStore {
                 .enumerate()
                 .filter(|(i, _)| !told.contains(i))
             {
-                let (node, channel) = (node.clone(), keys.channel());
+                let (node, channel) = (node.clone(), keys.channel().to_string());
                 tokio::spawn(async move { node.publish_release(&channel).await });
             }
         }

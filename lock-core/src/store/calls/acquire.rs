@@ -202,14 +202,22 @@ mod tests {
         let k = RedisKeys::new("p", "k");
         assert_eq!(
             sent(of_kind(&k, "t", "w", args(false), None)),
-            ["2", &k.lock, &k.waiting(), "t", "30000", "2500", "w"]
+            [
+                "2",
+                &k.lock,
+                &k.waiting().to_string(),
+                "t",
+                "30000",
+                "2500",
+                "w"
+            ]
         );
         assert_eq!(
             sent(of_kind(&k, "t", "w", args(false), Some(&guard))),
             [
                 "3",
                 &k.lock,
-                &k.waiting(),
+                &k.waiting().to_string(),
                 "p:epoch",
                 "t",
                 "30000",
@@ -224,9 +232,9 @@ mod tests {
             [
                 "5",
                 &fair.lock,
-                &fair.waiting(),
-                &fair.line(),
-                &fair.line_alive(),
+                &fair.waiting().to_string(),
+                &fair.line().to_string(),
+                &fair.line_alive().to_string(),
                 "p:epoch",
                 "t",
                 "30000",
@@ -240,9 +248,9 @@ mod tests {
             [
                 "4",
                 &read.lock,
-                &read.waiting(),
-                &read.readers(),
-                &read.readers_waiting(),
+                &read.waiting().to_string(),
+                &read.readers().to_string(),
+                &read.readers_waiting().to_string(),
                 "t",
                 "30000",
                 "2500"
@@ -254,20 +262,26 @@ mod tests {
             [
                 "4",
                 &permits.lock,
-                &permits.line(),
-                &permits.line_alive(),
+                &permits.line().to_string(),
+                &permits.line_alive().to_string(),
                 "p:epoch",
                 "t:1",
                 "30000",
                 "2500",
                 "3",
-                &permits.channel(),
+                &permits.channel().to_string(),
                 "40000"
             ]
         );
         assert_eq!(
             sent(withdraw(&k, "w")),
-            ["2", &k.lock, &k.waiting(), "w", &k.channel()]
+            [
+                "2",
+                &k.lock,
+                &k.waiting().to_string(),
+                "w",
+                &k.channel().to_string()
+            ]
         );
     }
 

@@ -54,11 +54,11 @@ mod tests {
         let window = Duration::from_secs(60);
         assert_eq!(
             sent(fence(&k, "t", window)),
-            ["2", &k.lock, &k.fence(), "t", "60000"]
+            ["2", &k.lock, &k.fence().to_string(), "t", "60000"]
         );
         assert_eq!(
             sent(raise_fence(&k, 17, window)),
-            ["2", &k.lock, &k.fence(), "17", "60000"]
+            ["2", &k.lock, &k.fence().to_string(), "17", "60000"]
         );
     }
 

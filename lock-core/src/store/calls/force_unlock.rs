@@ -23,7 +23,12 @@ mod tests {
         let k = RedisKeys::new("p", "k");
         assert_eq!(
             sent(force_unlock(&k)),
-            ["2", &k.lock, &k.readers(), &k.channel()]
+            [
+                "2",
+                &k.lock,
+                &k.readers().to_string(),
+                &k.channel().to_string()
+            ]
         );
     }
 }

@@ -111,13 +111,13 @@ mod tests {
             [
                 "8",
                 &lock.lock,
-                &lock.waiting(),
-                &lock.readers(),
-                &lock.line(),
-                &lock.line_alive(),
+                &lock.waiting().to_string(),
+                &lock.readers().to_string(),
+                &lock.line().to_string(),
+                &lock.line_alive().to_string(),
                 &semaphore.lock,
-                &semaphore.line(),
-                &semaphore.line_alive(),
+                &semaphore.line().to_string(),
+                &semaphore.line_alive().to_string(),
                 "32"
             ]
         );

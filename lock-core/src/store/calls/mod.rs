@@ -11,12 +11,30 @@ pub(crate) mod renew;
 
 use std::marker::PhantomData;
 
-use redis::{Cmd, FromRedisValue, RedisResult, ToRedisArgs, Value};
+use std::io::Write as _;
+
+use redis::{Cmd, FromRedisValue, RedisResult, RedisWrite, ToRedisArgs, Value};
 
 use super::RestartGuard;
 use crate::backend_error::BackendError;
+use crate::key::Name;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
+
+/// A name is written into the command in place, part by part: releases send three or four
+/// names besides the lock key, and none gets a string of its own.
+impl ToRedisArgs for Name<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        let mut arg = out.writer_for_next_arg();
+        for part in self.parts() {
+            // Writing into a command's buffer cannot fail: it only grows a `Vec`.
+            let _ = arg.write_all(part.as_bytes());
+        }
+    }
+}
 
 /// One call of a script, built once as the `EVALSHA` command it is sent as (also in a
 /// pipeline with `WAIT`), and decoded as `R`.
@@ -39,9 +57,10 @@ impl<R> std::fmt::Debug for ScriptCall<R> {
 impl<R: FromRedisValue> ScriptCall<R> {
     /// A call of `lua` with `keys` KEYS: `EVALSHA sha keys`, the keys and arguments to follow.
     fn new(lua: &'static Lua, keys: usize) -> Self {
-        // Sized for the calls of one lock (about a dozen arguments of a few names each) so
-        // that the hot path's acquires and releases do not grow it.
-        let mut cmd = Cmd::with_capacity(3 + keys + 6, 256);
+        // Sized for the calls of one lock (about a dozen arguments, a few names of a short key
+        // and a token) so that the hot path's acquires and releases do not grow it: each
+        // growth is a reallocation and a copy.
+        let mut cmd = Cmd::with_capacity(3 + keys + 6, 512);
         cmd.arg("EVALSHA").arg(lua.script().get_hash()).arg(keys);
         Self {
             lua,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, ParsingError, Value};
 
 use super::ScriptCall;
-use crate::key::RedisKeys;
+use crate::key::{Name, RedisKeys};
 use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
@@ -30,7 +30,7 @@ fn release(
     keys: &RedisKeys,
     token: &str,
     latch: Duration,
-    line: Option<(String, String)>,
+    line: Option<(Name<'_>, Name<'_>)>,
 ) -> ScriptCall<ReleaseReply> {
     let mut call = ScriptCall::new(&scripts::RELEASE, if line.is_some() { 6 } else { 4 });
     call.key(&keys.lock)
@@ -148,23 +148,43 @@ mod tests {
     fn each_kind_lays_out_its_script_as_its_header_says() {
         let latch = Duration::from_millis(1_500);
         let k = RedisKeys::new("p", "k");
-        let common = |k: &RedisKeys| [k.lock.clone(), k.latch("t"), k.waiting()];
+        let common = |k: &RedisKeys| {
+            [
+                k.lock.clone(),
+                k.latch("t").to_string(),
+                k.waiting().to_string(),
+            ]
+        };
         let mut expected: Vec<String> = vec!["4".into()];
         expected.extend(common(&k));
-        expected.extend([k.readers_waiting(), "t".into(), k.channel(), "1500".into()]);
+        expected.extend([
+            k.readers_waiting().to_string(),
+            "t".into(),
+            k.channel().to_string(),
+            "1500".into(),
+        ]);
         assert_eq!(sent(of_kind(&k, "t", latch)), expected);
 
         let fair = k.clone().held_as(Kind::Fair);
         let mut expected: Vec<String> = vec!["6".into()];
         expected.extend(common(&fair));
-        expected.extend([fair.readers_waiting(), fair.line(), fair.line_alive()]);
-        expected.extend(["t".into(), fair.channel(), "0".into()]);
+        expected.extend([
+            fair.readers_waiting().to_string(),
+            fair.line().to_string(),
+            fair.line_alive().to_string(),
+        ]);
+        expected.extend(["t".into(), fair.channel().to_string(), "0".into()]);
         assert_eq!(sent(of_kind(&fair, "t", Duration::ZERO)), expected);
 
         let read = k.clone().held_as(Kind::Shared);
         let mut expected: Vec<String> = vec!["4".into()];
         expected.extend(common(&read));
-        expected.extend([read.readers(), "t".into(), read.channel(), "1".into()]);
+        expected.extend([
+            read.readers().to_string(),
+            "t".into(),
+            read.channel().to_string(),
+            "1".into(),
+        ]);
         assert_eq!(
             sent(of_kind(&read, "t", Duration::from_micros(10))),
             expected
@@ -176,11 +196,11 @@ mod tests {
             [
                 "4",
                 &permits.lock,
-                &permits.latch("t"),
-                &permits.line(),
-                &permits.line_alive(),
+                &permits.latch("t").to_string(),
+                &permits.line().to_string(),
+                &permits.line_alive().to_string(),
                 "t",
-                &permits.channel(),
+                &permits.channel().to_string(),
                 "1500"
             ]
         );

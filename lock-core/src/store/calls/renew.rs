@@ -170,9 +170,9 @@ mod tests {
             [
                 "4",
                 &a.lock,
-                &a.fence(),
+                &a.fence().to_string(),
                 &b.lock,
-                &b.fence(),
+                &b.fence().to_string(),
                 "30000",
                 "0",
                 "60000",
@@ -190,9 +190,9 @@ mod tests {
             [
                 "4",
                 &ra.lock,
-                &ra.readers(),
+                &ra.readers().to_string(),
                 &rb.lock,
-                &rb.readers(),
+                &rb.readers().to_string(),
                 "5000",
                 "1",
                 "ta",
