@@ -28,11 +28,23 @@ impl ToRedisArgs for Name<'_> {
     where
         W: ?Sized + RedisWrite,
     {
-        let mut arg = out.writer_for_next_arg();
+        // Joined on the stack when short (names of keys up to about 150 bytes), so the
+        // command takes the name in one copy; written part by part into it otherwise.
+        let mut joined = [0u8; 256];
+        let mut len = 0;
         for part in self.parts() {
-            // Writing into a command's buffer cannot fail: it only grows a `Vec`.
-            let _ = arg.write_all(part.as_bytes());
+            let Some(slot) = joined.get_mut(len..len + part.len()) else {
+                let mut arg = out.writer_for_next_arg();
+                for part in self.parts() {
+                    // Writing into a command's buffer cannot fail: it only grows a `Vec`.
+                    let _ = arg.write_all(part.as_bytes());
+                }
+                return;
+            };
+            slot.copy_from_slice(part.as_bytes());
+            len += part.len();
         }
+        out.write_arg(&joined[..len]);
     }
 }
 
@@ -181,5 +193,30 @@ pub(crate) mod tests {
             .collect();
         assert_eq!(args[..2], ["EVALSHA", lua.script().get_hash()]);
         args[2..].to_vec()
+    }
+
+    /// A name goes into a command as one argument with the bytes of its string, whether it
+    /// is joined on the stack (short) or written part by part (long), and whatever follows.
+    #[test]
+    fn names_are_written_whole_short_or_long() {
+        for len in [1, 100, 200, 230, 255, 256, 300, crate::key::MAX_KEY_LEN] {
+            let key = "k".repeat(len);
+            let keys = crate::key::RedisKeys::new("prefix:", &key);
+            let mut cmd = Cmd::new();
+            cmd.arg(keys.waiting()).arg(keys.latch("t0k")).arg("next");
+            let args: Vec<&[u8]> = cmd
+                .args_iter()
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => bytes,
+                    _ => b"<not a plain argument>",
+                })
+                .collect();
+            let (waiting, latch) = (keys.waiting().to_string(), keys.latch("t0k").to_string());
+            assert_eq!(
+                args,
+                [waiting.as_bytes(), latch.as_bytes(), b"next"],
+                "{len}"
+            );
+        }
     }
 }
