@@ -4,7 +4,7 @@
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `Hold`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -57,44 +57,58 @@ pub(crate) struct Terms {
     pub(crate) max_hold: Option<Duration>,
 }
 
+/// One held lock. Kept small: a locker may hold thousands, each filed for the watchdog. What
+/// the grant brought is kept flat (no `Grant` inside: a handoff's known validity only seeds the
+/// clock), the counters are 32-bit, the yes/no marks share one byte, and the `lock.hold` span,
+/// stored only for a subscriber that wants it, is boxed.
 #[derive(Debug)]
 pub(crate) struct Hold {
     id: u64,
-    grant: Grant,
+    keys: RedisKeys,
+    token: Token,
+    /// When the winning command was sent (the lease counts from there), or when the lock was
+    /// handed over locally.
+    sent_at: Instant,
     terms: Terms,
     /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
     /// clock in microseconds, never 0).
     fence: AtomicU64,
     /// Nested guards alive (1 for a plain acquisition).
-    depth: AtomicUsize,
+    depth: AtomicU32,
     /// [`Fence`](crate::Fence) handles alive: one could still ask for a token under this
     /// Redis token, so the lock is not handed over locally while any lives. (Counted apart
     /// from the `Arc`: the watchdog's renewal in flight holds one too, and does no harm.)
-    fences: AtomicUsize,
-    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
-    validity: Mutex<Validity>,
-    /// A guard of this lock was used by a task other than its owner: the lock is no longer
-    /// reentrant for the owner (it may have been handed to that task, which may still be inside).
-    escaped: AtomicBool,
-    /// Someone took on finishing the lock (its outermost guard leaving, or the locker's
-    /// shutdown): whoever sets it releases the lock, nobody else.
-    finishing: AtomicBool,
+    fences: AtomicU32,
+    /// [`ESCAPED`], [`FINISHING`] and [`ENDED`].
+    marks: AtomicU8,
     /// Marked lost: the [`LostReason`]'s code, 0 while not marked; `lost_signal` wakes the
     /// tasks waiting in [`lost`](Self::lost).
     lost: AtomicU8,
+    /// Local handoffs in a row that led to this holder (0: taken in Redis; at most
+    /// `MAX_STREAK`).
+    streak: u8,
+    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
+    validity: Mutex<Validity>,
     lost_signal: Notify,
-    /// The outermost guard has left: the hold is over (released, dropped or handed over).
-    /// Wakes [`lost`](Self::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives
-    /// the guard; the validity clock says nothing after this.
-    ended: AtomicBool,
     /// The local queue place, given back after the Redis release completed or when lost.
     permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps its local key registered while the lock lives.
     local_key: LocalKeyRef<Self>,
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
     /// subscriber wants it (nothing is stored then).
-    hold_span: Mutex<Option<tracing::Span>>,
+    hold_span: Mutex<Option<Box<tracing::Span>>>,
 }
+
+/// A guard of this lock was used by a task other than its owner: the lock is no longer
+/// reentrant for the owner (it may have been handed to that task, which may still be inside).
+const ESCAPED: u8 = 1;
+/// Someone took on finishing the lock (its outermost guard leaving, or the locker's shutdown):
+/// whoever sets it releases the lock, nobody else.
+const FINISHING: u8 = 2;
+/// The outermost guard has left: the hold is over (released, dropped or handed over). Wakes
+/// [`lost`](Hold::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives the guard;
+/// the validity clock says nothing after this.
+const ENDED: u8 = 4;
 
 /// The validity clock of a held lock.
 #[derive(Debug, Clone, Copy)]
@@ -127,39 +141,51 @@ impl Hold {
             Some((until, _)) => until,
             None => confirmed_until(grant.sent_at, terms.mode.lease()),
         };
+        let streak = grant.handed_over.map_or(0, |(_, streak)| streak);
         Self {
             id,
-            grant,
+            keys: grant.keys,
+            token: grant.token,
+            sent_at: grant.sent_at,
             terms,
             fence: AtomicU64::new(0),
-            depth: AtomicUsize::new(1),
-            fences: AtomicUsize::new(0),
+            depth: AtomicU32::new(1),
+            fences: AtomicU32::new(0),
+            marks: AtomicU8::new(0),
+            lost: AtomicU8::new(0),
+            // A streak never passes `MAX_STREAK` (a handful).
+            streak: u8::try_from(streak).unwrap_or(u8::MAX),
             validity: Mutex::new(Validity {
                 until,
                 extended_at: None,
             }),
-            escaped: AtomicBool::new(false),
-            finishing: AtomicBool::new(false),
-            lost: AtomicU8::new(0),
             lost_signal: Notify::new(),
-            ended: AtomicBool::new(false),
             permit: Mutex::new(Some(permit)),
             local_key,
             hold_span: Mutex::new(None),
         }
     }
 
+    /// Sets `mark`; whether it was set already.
+    fn mark(&self, mark: u8) -> bool {
+        self.marks.fetch_or(mark, Ordering::AcqRel) & mark != 0
+    }
+
+    fn is_marked(&self, mark: u8) -> bool {
+        self.marks.load(Ordering::Acquire) & mark != 0
+    }
+
     /// Keeps `span` as this lock's `lock.hold` span until the release; a disabled one is not
     /// stored.
     pub(crate) fn set_hold_span(&self, span: tracing::Span) {
         if !span.is_disabled() {
-            *self.hold_span.lock() = Some(span);
+            *self.hold_span.lock() = Some(Box::new(span));
         }
     }
 
     /// The `lock.hold` span, taken by the release that ends it (closed when dropped).
     pub(crate) fn take_hold_span(&self) -> Option<tracing::Span> {
-        self.hold_span.lock().take()
+        self.hold_span.lock().take().map(|span| *span)
     }
 
     pub(crate) fn id(&self) -> u64 {
@@ -168,15 +194,15 @@ impl Hold {
 
     /// The user's key.
     pub(crate) fn key(&self) -> &str {
-        self.grant.keys.user_key()
+        self.keys.user_key()
     }
 
     pub(crate) fn keys(&self) -> &RedisKeys {
-        &self.grant.keys
+        &self.keys
     }
 
     pub(crate) fn token(&self) -> &str {
-        self.grant.token.as_str()
+        self.token.as_str()
     }
 
     /// The fencing token, if one was issued.
@@ -202,7 +228,7 @@ impl Hold {
 
     /// Local handoffs in a row that led to this holder (0: taken in Redis).
     pub(crate) fn streak(&self) -> u32 {
-        self.grant.handed_over.map_or(0, |(_, streak)| streak)
+        u32::from(self.streak)
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
@@ -213,7 +239,7 @@ impl Hold {
         &self.local_key
     }
 
-    pub(crate) fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> u32 {
         self.depth.load(Ordering::Acquire)
     }
 
@@ -229,7 +255,7 @@ impl Hold {
 
     /// How long the lock has been held.
     pub(crate) fn held_for(&self) -> Duration {
-        self.grant.sent_at.elapsed()
+        self.sent_at.elapsed()
     }
 
     /// The error that reports this lock's loss. A lock found lost by its clock alone (a fixed
@@ -327,10 +353,10 @@ impl Hold {
     /// Notes that a guard of this lock is used in the current task; when that is not the
     /// owner, the lock stops being reentrant for the owner (once, with a warning).
     pub(crate) fn touched(&self) {
-        if self.escaped.load(Ordering::Relaxed) || Owner::current() == self.terms.owner {
+        if self.is_marked(ESCAPED) || Owner::current() == self.terms.owner {
             return;
         }
-        if !self.escaped.swap(true, Ordering::AcqRel) {
+        if !self.mark(ESCAPED) {
             tracing::warn!(
                 key = %ShownKey(self.key()),
                 "lock guard used by a task other than the one that acquired it; the lock is no \
@@ -341,13 +367,13 @@ impl Hold {
 
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
-        self.terms.owner == owner && !self.escaped.load(Ordering::Acquire)
+        self.terms.owner == owner && !self.is_marked(ESCAPED)
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already
     /// did: the outermost guard left, or the shutdown released it.
     pub(crate) fn claim_finish(&self) -> bool {
-        !self.finishing.swap(true, Ordering::AcqRel)
+        !self.mark(FINISHING)
     }
 
     fn marked_lost(&self) -> bool {
@@ -388,14 +414,14 @@ impl Hold {
     /// Marks the hold over (the outermost guard left) and wakes the tasks waiting in
     /// [`lost`](Self::lost).
     pub(crate) fn end(&self) {
-        if !self.ended.swap(true, Ordering::AcqRel) {
+        if !self.mark(ENDED) {
             self.lost_signal.notify_waiters();
         }
     }
 
     /// Whether the outermost guard has left.
     pub(crate) fn is_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+        self.is_marked(ENDED)
     }
 
     /// Resolves when the lock is lost (marked so, or its confirmed validity ran out), or when
@@ -447,7 +473,7 @@ impl Hold {
     pub(crate) fn hold_ends(&self) -> Option<Instant> {
         self.terms
             .max_hold
-            .and_then(|max| self.grant.sent_at.checked_add(max))
+            .and_then(|max| self.sent_at.checked_add(max))
     }
 
     /// Gives the local queue place back (once).
