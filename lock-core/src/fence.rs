@@ -100,7 +100,7 @@ impl Fence {
         match self
             .local
             .store
-            .issue_fence(held.keys(), held.token())
+            .issue_fence(held.keys(), &held.token().stored())
             .await
         {
             // Still valid once issued: with RedLock the token is written back to a majority

@@ -201,7 +201,8 @@ impl LockGuard {
         // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
         // or left without an answer, the extension may have run all the same.
         self.held.expect_extension(sent_at, by);
-        let pair = [(self.held.keys(), self.held.token())];
+        let token = self.held.token().stored();
+        let pair = [(self.held.keys(), token.as_str())];
         match self
             .local
             .store

@@ -201,8 +201,8 @@ impl Hold {
         &self.keys
     }
 
-    pub(crate) fn token(&self) -> &str {
-        self.token.as_str()
+    pub(crate) fn token(&self) -> &Token {
+        &self.token
     }
 
     /// The fencing token, if one was issued.
@@ -520,7 +520,7 @@ mod tests {
         };
         let grant = Grant {
             keys: RedisKeys::new("p:", "k"),
-            token: "t".into(),
+            token: Token::new(&std::sync::Arc::from("t"), crate::kind::Kind::Exclusive, 1),
             sent_at,
             handed_over: None,
         };

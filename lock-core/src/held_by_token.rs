@@ -7,13 +7,14 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::held::Hold;
+use crate::token::Token;
 
 /// The held locks (outermost guard not yet left) by Redis token. A local handoff passes the
 /// token on, so a renewal answer in flight reaches the new holder.
 ///
-/// Filed under the token's hash, not a copy of it: a held lock costs the map 16 bytes, not a
-/// second string. A lookup compares the whole token, so two tokens of one hash (one chance in
-/// 2^64 per pair) never answer for each other: the later one's record replaces the earlier's,
+/// Filed under the token's hash, not a copy of it: a held lock costs the map 16 bytes. A
+/// lookup compares the whole token, so two tokens of one hash (one chance in 2^64 per pair)
+/// never answer for each other: the later one's record replaces the earlier's,
 /// which is then no longer renewed and ends as lost by its clock.
 #[derive(Debug, Default)]
 pub(crate) struct HeldByToken {
@@ -23,7 +24,7 @@ pub(crate) struct HeldByToken {
 }
 
 impl HeldByToken {
-    fn slot(&self, token: &str) -> u64 {
+    fn slot(&self, token: &Token) -> u64 {
         self.hasher.hash_one(token)
     }
 
@@ -34,7 +35,7 @@ impl HeldByToken {
     }
 
     /// Whoever holds `token` now.
-    pub(crate) fn get(&self, token: &str) -> Option<Arc<Hold>> {
+    pub(crate) fn get(&self, token: &Token) -> Option<Arc<Hold>> {
         self.records
             .lock()
             .get(&self.slot(token))

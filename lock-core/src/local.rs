@@ -31,7 +31,6 @@ use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
 use crate::store::{NewLease, Renewal, Store};
-use crate::token::Token;
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
@@ -389,7 +388,8 @@ impl LocalLocks {
     /// its last holder left its section, never on the local clock alone.
     async fn confirm(&self, held: &Hold, lease: Duration) -> Confirmation {
         let sent_at = Instant::now();
-        let pair = [(held.keys(), held.token())];
+        let token = held.token().stored();
+        let pair = [(held.keys(), token.as_str())];
         let answer = self
             .store
             .renew(&pair, NewLease::AtLeast(lease))
@@ -431,7 +431,7 @@ impl LocalLocks {
         let left = local_key.put_baton(Baton {
             id,
             keys: held.keys().clone(),
-            token: held.token().to_owned(),
+            token: held.token().clone(),
             valid_until,
             streak: held.streak() + 1,
         });
@@ -452,7 +452,7 @@ impl LocalLocks {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
             if let Some(baton) = local_key.reclaim_baton(id) {
-                if let Err(error) = store.release(&baton.keys, &baton.token).await {
+                if let Err(error) = store.release(&baton.keys, &baton.token.stored()).await {
                     tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
                 }
             }
@@ -475,8 +475,7 @@ impl LocalLocks {
         if let Kind::Permits { .. } = baton.keys.kind() {
             // A semaphore holder's token names its permits (`<token>|<holder>:<permits>`): an
             // acquire of another count cannot take it over.
-            let count = baton.token.rsplit(':').next();
-            if count.and_then(|c| c.parse::<u32>().ok()) != Some(permits) {
+            if baton.token.permits() != Some(permits) {
                 return Some(Err(baton));
             }
         }
@@ -489,7 +488,7 @@ impl LocalLocks {
         }
         Some(Ok(Grant {
             keys: baton.keys,
-            token: Token::issued(baton.token),
+            token: baton.token,
             sent_at: Instant::now(),
             handed_over: Some((baton.valid_until, baton.streak)),
         }))

@@ -13,6 +13,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::key::RedisKeys;
+use crate::token::Token;
 
 type LocalKeyMap<H> = Arc<Mutex<HashMap<String, Arc<LocalKey<H>>>>>;
 
@@ -50,7 +51,7 @@ pub(crate) struct Baton {
     /// Tells this handoff from a later one of the same local key.
     pub(crate) id: u64,
     pub(crate) keys: RedisKeys,
-    pub(crate) token: String,
+    pub(crate) token: Token,
     pub(crate) valid_until: Instant,
     /// Local handoffs in a row, this one included.
     pub(crate) streak: u32,
@@ -112,9 +113,9 @@ impl<H> LocalKey<H> {
 
     /// Takes the lock handed over under `token` out of the local key if nobody took it yet (Redis
     /// said it is no longer ours: the next local acquirer must go to Redis instead).
-    pub(crate) fn withdraw_baton(&self, token: &str) -> Option<Baton> {
+    pub(crate) fn withdraw_baton(&self, token: &Token) -> Option<Baton> {
         let mut baton = self.baton.lock();
-        if baton.as_ref().is_some_and(|b| b.token == token) {
+        if baton.as_ref().is_some_and(|b| b.token == *token) {
             baton.take().map(|baton| *baton)
         } else {
             None

@@ -79,8 +79,8 @@ pub(crate) struct Settings {
     pub(crate) release_retry_window: Duration,
     /// The `lock.hold` span at info level instead of debug.
     pub(crate) trace_holds: bool,
-    /// The holder name every stored value carries (see `holder.rs`).
-    pub(crate) holder: String,
+    /// The holder name every stored value carries (see `holder.rs`), shared by the tokens.
+    pub(crate) holder: Arc<str>,
 }
 
 pub(crate) struct Inner {

@@ -88,7 +88,12 @@ async fn tick(local: &LocalLocks) {
         local.count_renew_calls(Store::renew_calls(locks.len()));
         async move {
             let sent_at = Instant::now();
-            let pairs: Vec<_> = locks.iter().map(|h| (h.keys(), h.token())).collect();
+            let tokens: Vec<String> = locks.iter().map(|h| h.token().stored()).collect();
+            let pairs: Vec<_> = locks
+                .iter()
+                .zip(&tokens)
+                .map(|(h, token)| (h.keys(), token.as_str()))
+                .collect();
             let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
             for (held, answer) in locks.iter().zip(answers) {
                 local.renewed(held, sent_at, lease, answer);

@@ -188,14 +188,14 @@ impl Acquire {
         // Dropped while waiting for the place: the granted lock goes back in the background.
         let mut on_drop = ReleaseOnDrop::new(
             self.inner().releaser(),
-            Attempt::new(&grant.keys, grant.token.take()),
+            Attempt::new(&grant.keys, grant.token.clone()),
         );
         on_drop.arm();
         let placed = self
             .keep_until_placed(local_key, &on_drop.target, &mut grant.sent_at, lease, when)
             .await;
         on_drop.disarm();
-        let token = on_drop.target.token.take();
+        let token = on_drop.target.token.clone();
         drop(on_drop);
         let permit = match placed {
             Ok(permit) => permit,
@@ -246,7 +246,8 @@ impl Acquire {
             }
             // Still waiting for the place: keep the grant ours meanwhile.
             let renewed_at = Instant::now();
-            let pair = [(granted.keys, granted.token.as_str())];
+            let token = granted.token.stored();
+            let pair = [(granted.keys, token.as_str())];
             let store = &self.inner().store;
             match store.renew(&pair, NewLease::AtLeast(lease)).await.first() {
                 Some(Renewal::Renewed) => *sent_at = renewed_at,
@@ -271,7 +272,7 @@ impl Acquire {
             .upgrade()
             .map_or_else(Seen::default, |h| Seen {
                 ttl: Some(h.valid_until().saturating_duration_since(Instant::now())),
-                holder: Some(self.inner().settings.holder.clone()),
+                holder: Some(self.inner().settings.holder.to_string()),
             })
     }
 
@@ -281,8 +282,7 @@ impl Acquire {
         match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
             Ok(grant) => Some(grant),
             Err(baton) => {
-                self.give_back(&baton.keys, Token::issued(baton.token))
-                    .await;
+                self.give_back(&baton.keys, baton.token).await;
                 None
             }
         }
@@ -304,8 +304,8 @@ impl Acquire {
         let inner = &self.inner();
         let mut on_drop = ReleaseOnDrop::new(inner.releaser(), Attempt::new(keys, token));
         on_drop.arm();
-        let token = on_drop.target.token.as_str();
-        if let Err(error) = inner.store.release(keys, token).await {
+        let token = on_drop.target.token.stored();
+        if let Err(error) = inner.store.release(keys, &token).await {
             tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
         }
         on_drop.disarm();

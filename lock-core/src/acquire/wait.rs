@@ -105,8 +105,8 @@ impl<'a> Wait<'a> {
     }
 
     /// The attempt to send, and the token of the acquire's entry in the waiting writers.
-    pub(super) fn attempt(&mut self) -> (&mut Attempt<'a>, &str) {
-        (&mut self.attempt.target, self.writer.target.token.as_str())
+    pub(super) fn attempt(&mut self) -> (&mut Attempt<'a>, &Token) {
+        (&mut self.attempt.target, &self.writer.target.token)
     }
 
     /// A try of `kind` found the lock held. It stays armed between tries only where it holds
@@ -140,11 +140,11 @@ impl<'a> Wait<'a> {
             seen_busy,
             subscription,
             writer,
-            mut attempt,
+            attempt,
             ..
         } = self;
         drop(writer);
-        let token = attempt.target.token.take();
+        let token = attempt.target.token.clone();
         drop(attempt);
         if let (Some(subscription), Some(_), true) =
             (subscription, seen_busy, kind.leaves_channel_after_waiting())
@@ -196,8 +196,8 @@ impl<'a> Wait<'a> {
             // Registered before the messages are read, so a later one still wakes us.
             n = Box::pin(notify.notified());
             n.as_mut().enable();
-            let token = self.attempt.target.token.as_str();
-            let (for_me, now) = subscription.for_me_since(mark, |m| !turn_of_another(m, token));
+            let token = self.attempt.target.token.stored();
+            let (for_me, now) = subscription.for_me_since(mark, |m| !turn_of_another(m, &token));
             if for_me {
                 break;
             }
