@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
@@ -87,11 +87,12 @@ pub(crate) struct Hold {
     /// Local handoffs in a row that led to this holder (0: taken in Redis; at most
     /// `MAX_STREAK`).
     streak: u8,
+    /// The places of the local queue it holds (a semaphore holder's: its permits), given back
+    /// after the Redis release completed or when lost; 0 once given back.
+    places: AtomicU32,
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
     validity: Mutex<Validity>,
     lost_signal: Notify,
-    /// The local queue place, given back after the Redis release completed or when lost.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
     /// Keeps its local key registered while the lock lives.
     local_key: LocalKeyRef<Self>,
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
@@ -135,7 +136,7 @@ impl Hold {
         terms: Terms,
         grant: Grant,
         local_key: LocalKeyRef<Self>,
-        permit: OwnedSemaphorePermit,
+        places: u32,
     ) -> Self {
         let until = match grant.handed_over {
             Some((until, _)) => until,
@@ -155,12 +156,12 @@ impl Hold {
             lost: AtomicU8::new(0),
             // A streak never passes `MAX_STREAK` (a handful).
             streak: u8::try_from(streak).unwrap_or(u8::MAX),
+            places: AtomicU32::new(places),
             validity: Mutex::new(Validity {
                 until,
                 extended_at: None,
             }),
             lost_signal: Notify::new(),
-            permit: Mutex::new(Some(permit)),
             local_key,
             hold_span: Mutex::new(None),
         }
@@ -478,7 +479,10 @@ impl Hold {
 
     /// Gives the local queue place back (once).
     pub(crate) fn give_back_place(&self) {
-        drop(self.permit.lock().take());
+        let places = self.places.swap(0, Ordering::AcqRel);
+        if places > 0 {
+            self.local_key.give_back(places);
+        }
     }
 
     /// Counts a [`Fence`](crate::Fence) handle made (`true`) or dropped (`false`).
@@ -512,7 +516,7 @@ mod tests {
         max_hold: Option<Duration>,
     ) -> Hold {
         let local_key = local_keys.get("k");
-        let permit = local_key.queue.clone().try_acquire_owned().unwrap();
+        let places = local_key.try_place(1).unwrap().keep();
         let terms = Terms {
             owner: Owner::current(),
             mode: LeaseMode::Watchdog(lease),
@@ -524,7 +528,7 @@ mod tests {
             sent_at,
             handed_over: None,
         };
-        Hold::new(1, terms, grant, local_key, permit)
+        Hold::new(1, terms, grant, local_key, places)
     }
 
     #[tokio::test(start_paused = true)]
@@ -608,13 +612,13 @@ mod tests {
     async fn a_lost_lock_gives_back_its_local_place() {
         let local_keys = LocalKeys::default();
         let held = held(&local_keys, Duration::from_secs(30), Instant::now());
-        assert_eq!(held.local_key().queue.available_permits(), 0);
+        assert_eq!(held.local_key().free_places(), 0);
         held.mark_lost(LostReason::Deleted);
-        assert_eq!(held.local_key().queue.available_permits(), 1);
+        assert_eq!(held.local_key().free_places(), 1);
         // The first reason stays.
         held.mark_lost(LostReason::Expired);
         assert_eq!(held.lost_reason(), Some(LostReason::Deleted));
         held.give_back_place();
-        assert_eq!(held.local_key().queue.available_permits(), 1);
+        assert_eq!(held.local_key().free_places(), 1);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{AcquireError, Notify, Semaphore};
 use tokio::time::Instant;
 
 use crate::key::RedisKeys;
@@ -20,8 +20,10 @@ type LocalKeyMap<H> = Arc<Mutex<HashMap<String, Arc<LocalKey<H>>>>>;
 /// The per-key state shared by every local acquirer and holder (of type `H`) of one key.
 #[derive(Debug)]
 pub(crate) struct LocalKey<H> {
-    /// One permit: the task holding it is the only local one that holds or contends in Redis.
-    pub(crate) queue: Arc<Semaphore>,
+    /// One place (a semaphore's: its permits): the task holding it is the only local one that
+    /// holds or contends in Redis. Inline, not an `Arc` of its own: a [`Place`] borrows it,
+    /// and a held lock keeps its local key, so the count of places it holds is all it needs.
+    queue: Semaphore,
     /// The current local holder, for reentrancy. Weak: the holder keeps its local key alive, not
     /// the other way round.
     holder: Mutex<Weak<H>>,
@@ -57,6 +59,30 @@ pub(crate) struct Baton {
     pub(crate) streak: u32,
 }
 
+/// Places taken in a local key's queue, given back when dropped unless [`keep`](Self::keep)
+/// hands them to a held lock (which gives them back through its local key).
+#[must_use]
+#[derive(Debug)]
+pub(crate) struct Place<'a> {
+    queue: &'a Semaphore,
+    places: u32,
+}
+
+impl Place<'_> {
+    /// The places, now the caller's to give back with [`LocalKey::give_back`].
+    pub(crate) fn keep(mut self) -> u32 {
+        std::mem::take(&mut self.places)
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.places > 0 {
+            self.queue.add_permits(self.places as usize);
+        }
+    }
+}
+
 /// Counts a local task queued for a local key's permit while it lives (also when the wait is
 /// cancelled).
 pub(crate) struct Queued<'a>(&'a AtomicUsize);
@@ -70,6 +96,38 @@ impl Drop for Queued<'_> {
 impl<H> LocalKey<H> {
     /// How long after a release with remote waiters local acquirers hold back.
     const YIELD: Duration = Duration::from_millis(1);
+
+    /// `places` places of the queue, if free now.
+    pub(crate) fn try_place(&self, places: u32) -> Option<Place<'_>> {
+        let permit = self.queue.try_acquire_many(places).ok()?;
+        permit.forget();
+        Some(Place {
+            queue: &self.queue,
+            places,
+        })
+    }
+
+    /// `places` places of the queue, first come, first served. Cancel safe: a wait dropped
+    /// holds nothing.
+    pub(crate) async fn place(&self, places: u32) -> Result<Place<'_>, AcquireError> {
+        let permit = self.queue.acquire_many(places).await?;
+        permit.forget();
+        Ok(Place {
+            queue: &self.queue,
+            places,
+        })
+    }
+
+    /// Gives back places a held lock kept (see [`Place::keep`]).
+    pub(crate) fn give_back(&self, places: u32) {
+        self.queue.add_permits(places as usize);
+    }
+
+    /// Places free now.
+    #[cfg(test)]
+    pub(crate) fn free_places(&self) -> usize {
+        self.queue.available_permits()
+    }
 
     /// Records whether the last release told waiters of other lockers.
     pub(crate) fn released(&self, others_waiting: bool) {
@@ -165,7 +223,7 @@ impl<H> LocalKeys<H> {
             .entry(key.to_owned())
             .or_insert_with(|| {
                 Arc::new(LocalKey {
-                    queue: Arc::new(Semaphore::new(places)),
+                    queue: Semaphore::new(places),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
                     refs: AtomicUsize::new(0),
@@ -264,7 +322,7 @@ mod tests {
         let local_keys = LocalKeys::<()>::default();
         let a = local_keys.get("k");
         let b = local_keys.get("k");
-        assert!(Arc::ptr_eq(&a.queue, &b.queue));
+        assert!(std::ptr::eq(&*a, &*b));
         assert_eq!(local_keys.len(), 1);
         drop(a);
         assert_eq!(local_keys.len(), 1);
