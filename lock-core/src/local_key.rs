@@ -3,8 +3,10 @@
 //! Redis for a key and handoffs are first come, first served) and a reference to the current
 //! local holder (for reentrancy).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -15,11 +17,40 @@ use tokio::time::Instant;
 use crate::key::RedisKeys;
 use crate::token::Token;
 
-type LocalKeyMap<H> = Arc<Mutex<HashMap<String, Arc<LocalKey<H>>>>>;
+/// The local keys, each filed under its own name: a local key costs the set one pointer, and
+/// its name is kept once, in the local key.
+type LocalKeyMap<H> = Arc<Mutex<HashSet<Filed<H>>>>;
+
+/// A local key as its map files it: found by its name.
+#[derive(Debug)]
+struct Filed<H>(Arc<LocalKey<H>>);
+
+impl<H> Borrow<str> for Filed<H> {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
+/// As its name, so that a lookup by `&str` finds it.
+impl<H> Hash for Filed<H> {
+    fn hash<S: Hasher>(&self, state: &mut S) {
+        self.0.name.hash(state);
+    }
+}
+
+impl<H> PartialEq for Filed<H> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl<H> Eq for Filed<H> {}
 
 /// The per-key state shared by every local acquirer and holder (of type `H`) of one key.
 #[derive(Debug)]
 pub(crate) struct LocalKey<H> {
+    /// What its map files it under (the key, or the key with what sets its family apart).
+    name: Box<str>,
     /// One place (a semaphore's: its permits): the task holding it is the only local one that
     /// holds or contends in Redis. Inline, not an `Arc` of its own: a [`Place`] borrows it,
     /// and a held lock keeps its local key, so the count of places it holds is all it needs.
@@ -33,11 +64,11 @@ pub(crate) struct LocalKey<H> {
     yield_until: Mutex<Option<Instant>>,
     /// Live `LocalKeyRef`s, counted under the map's lock: the last one removes the local key (an
     /// `Arc` count would race, since a `LocalKeyRef`'s `Arc` is released after its drop ran).
-    refs: AtomicUsize,
+    refs: AtomicU32,
     /// Local tasks waiting for the key: queued for `queue`'s permit, and for a semaphore every
     /// waiting acquire until it has its permits (also while it waits for the turn or in
     /// Redis), since a handed-over permit goes to the first of them.
-    waiting: AtomicUsize,
+    waiting: AtomicU32,
     /// A lock still held in Redis, handed over by its last local holder to the next local
     /// acquirer (see `LocalLocks::hand_over`).
     /// Boxed: most local keys never hold one, and a local key lives as long as its lock.
@@ -85,7 +116,7 @@ impl Drop for Place<'_> {
 
 /// Counts a local task queued for a local key's permit while it lives (also when the wait is
 /// cancelled).
-pub(crate) struct Queued<'a>(&'a AtomicUsize);
+pub(crate) struct Queued<'a>(&'a AtomicU32);
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
@@ -219,24 +250,26 @@ impl<H> LocalKeys<H> {
     /// The local key of `key`, created with `places` places in its queue if needed.
     pub(crate) fn get_sized(&self, key: &str, places: usize) -> LocalKeyRef<H> {
         let mut local_keys = self.local_keys.lock();
-        let local_key = local_keys
-            .entry(key.to_owned())
-            .or_insert_with(|| {
-                Arc::new(LocalKey {
+        let local_key = match local_keys.get(key) {
+            Some(filed) => filed.0.clone(),
+            None => {
+                let local_key = Arc::new(LocalKey {
+                    name: key.into(),
                     queue: Semaphore::new(places),
                     holder: Mutex::new(Weak::new()),
                     yield_until: Mutex::new(None),
-                    refs: AtomicUsize::new(0),
-                    waiting: AtomicUsize::new(0),
+                    refs: AtomicU32::new(0),
+                    waiting: AtomicU32::new(0),
                     baton: Mutex::new(None),
                     handed: Notify::new(),
-                })
-            })
-            .clone();
+                });
+                local_keys.insert(Filed(local_key.clone()));
+                local_key
+            }
+        };
         local_key.refs.fetch_add(1, Ordering::AcqRel);
         drop(local_keys);
         LocalKeyRef {
-            key: key.to_owned(),
             local_key,
             local_keys: self.local_keys.clone(),
         }
@@ -244,7 +277,7 @@ impl<H> LocalKeys<H> {
 
     /// The local key of `key` if it exists (not counted as a user: for a look only).
     pub(crate) fn find(&self, key: &str) -> Option<Arc<LocalKey<H>>> {
-        self.local_keys.lock().get(key).cloned()
+        self.local_keys.lock().get(key).map(|filed| filed.0.clone())
     }
 
     /// Number of keys with local state (held, or being waited for).
@@ -256,7 +289,6 @@ impl<H> LocalKeys<H> {
 /// A counted reference to a local key; the last one removes the local key from the map.
 #[derive(Debug)]
 pub(crate) struct LocalKeyRef<H> {
-    key: String,
     local_key: Arc<LocalKey<H>>,
     local_keys: LocalKeyMap<H>,
 }
@@ -276,7 +308,6 @@ impl<H> Clone for LocalKeyRef<H> {
         self.local_key.refs.fetch_add(1, Ordering::AcqRel);
         drop(local_keys);
         Self {
-            key: self.key.clone(),
             local_key: self.local_key.clone(),
             local_keys: self.local_keys.clone(),
         }
@@ -287,7 +318,9 @@ impl<H> Drop for LocalKeyRef<H> {
     fn drop(&mut self) {
         let mut local_keys = self.local_keys.lock();
         if self.local_key.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            local_keys.remove(&self.key);
+            // Ours is the one filed under its name: a local key is removed with its last
+            // reference, under this lock, before another of that name can be filed.
+            local_keys.remove(&*self.local_key.name);
         }
     }
 }
