@@ -5,6 +5,8 @@
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -59,17 +61,20 @@ pub(crate) struct Terms {
 
 /// One held lock. Kept small: a locker may hold thousands, each filed for the watchdog. What
 /// the grant brought is kept flat (no `Grant` inside: a handoff's known validity only seeds the
-/// clock), the counters are 32-bit, the yes/no marks share one byte, and the `lock.hold` span,
-/// stored only for a subscriber that wants it, is boxed.
+/// clock), the counters are 32-bit, the yes/no marks share one byte, and what changes after
+/// the grant shares one lock ([`HoldState`]).
 #[derive(Debug)]
 pub(crate) struct Hold {
-    id: u64,
     keys: RedisKeys,
     token: Token,
     /// When the winning command was sent (the lease counts from there), or when the lock was
     /// handed over locally.
     sent_at: Instant,
-    terms: Terms,
+    /// The task it is reentrant for.
+    owner: Owner,
+    /// The lease; renewed by the watchdog unless [`FIXED`] is marked.
+    lease: Duration,
+    max_hold: Option<Duration>,
     /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
     /// clock in microseconds, never 0).
     fence: AtomicU64,
@@ -79,10 +84,10 @@ pub(crate) struct Hold {
     /// Redis token, so the lock is not handed over locally while any lives. (Counted apart
     /// from the `Arc`: the watchdog's renewal in flight holds one too, and does no harm.)
     fences: AtomicU32,
-    /// [`ESCAPED`], [`FINISHING`] and [`ENDED`].
+    /// [`FIXED`], [`ESCAPED`], [`FINISHING`] and [`ENDED`].
     marks: AtomicU8,
-    /// Marked lost: the [`LostReason`]'s code, 0 while not marked; `lost_signal` wakes the
-    /// tasks waiting in [`lost`](Self::lost).
+    /// Marked lost: the [`LostReason`]'s code, 0 while not marked; the state's lost signal
+    /// wakes the tasks waiting in [`lost`](Self::lost).
     lost: AtomicU8,
     /// Local handoffs in a row that led to this holder (0: taken in Redis; at most
     /// `MAX_STREAK`).
@@ -90,15 +95,13 @@ pub(crate) struct Hold {
     /// The places of the local queue it holds (a semaphore holder's: its permits), given back
     /// after the Redis release completed or when lost; 0 once given back.
     places: AtomicU32,
-    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
-    validity: Mutex<Validity>,
-    lost_signal: Notify,
+    state: Mutex<HoldState>,
     /// Keeps its local key registered while the lock lives.
     local_key: LocalKeyRef<Self>,
-    /// The `lock.hold` span, from the grant until the release takes it; `None` when no
-    /// subscriber wants it (nothing is stored then).
-    hold_span: Mutex<Option<Box<tracing::Span>>>,
 }
+
+/// A fixed lease, never renewed (else the watchdog renews it).
+const FIXED: u8 = 8;
 
 /// A guard of this lock was used by a task other than its owner: the lock is no longer
 /// reentrant for the owner (it may have been handed to that task, which may still be inside).
@@ -111,13 +114,21 @@ const FINISHING: u8 = 2;
 /// the validity clock says nothing after this.
 const ENDED: u8 = 4;
 
-/// The validity clock of a held lock.
-#[derive(Debug, Clone, Copy)]
-struct Validity {
+/// What changes in a held lock after its grant, under one lock: the validity clock, and the
+/// two things most locks never need, made or stored only when they are.
+#[derive(Debug)]
+struct HoldState {
+    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
     until: Instant,
     /// When the last explicit extension was sent: renewals sent before it may land after it
-    /// and must not undo a shortening.
-    extended_at: Option<Instant>,
+    /// and must not undo a shortening. As [`Hold::since_grant`] (8 bytes, not an `Instant`'s
+    /// 16).
+    extended_at: Option<NonZeroU64>,
+    /// Wakes the tasks waiting in [`Hold::lost`]; made by the first of them.
+    lost_signal: Option<Arc<Notify>>,
+    /// The `lock.hold` span, from the grant until the release takes it; `None` when no
+    /// subscriber wants it (nothing is stored then).
+    hold_span: Option<Box<tracing::Span>>,
 }
 
 /// Part of a lease treated as unsafe: clock drift between client and server, plus scheduling.
@@ -132,7 +143,6 @@ fn confirmed_until(sent_at: Instant, lease: Duration) -> Instant {
 
 impl Hold {
     pub(crate) fn new(
-        id: u64,
         terms: Terms,
         grant: Grant,
         local_key: LocalKeyRef<Self>,
@@ -144,26 +154,30 @@ impl Hold {
         };
         let streak = grant.handed_over.map_or(0, |(_, streak)| streak);
         Self {
-            id,
             keys: grant.keys,
             token: grant.token,
             sent_at: grant.sent_at,
-            terms,
+            owner: terms.owner,
+            lease: terms.mode.lease(),
+            max_hold: terms.max_hold,
             fence: AtomicU64::new(0),
             depth: AtomicU32::new(1),
             fences: AtomicU32::new(0),
-            marks: AtomicU8::new(0),
+            marks: AtomicU8::new(match terms.mode {
+                LeaseMode::Fixed(_) => FIXED,
+                LeaseMode::Watchdog(_) => 0,
+            }),
             lost: AtomicU8::new(0),
             // A streak never passes `MAX_STREAK` (a handful).
             streak: u8::try_from(streak).unwrap_or(u8::MAX),
             places: AtomicU32::new(places),
-            validity: Mutex::new(Validity {
+            state: Mutex::new(HoldState {
                 until,
                 extended_at: None,
+                lost_signal: None,
+                hold_span: None,
             }),
-            lost_signal: Notify::new(),
             local_key,
-            hold_span: Mutex::new(None),
         }
     }
 
@@ -180,17 +194,13 @@ impl Hold {
     /// stored.
     pub(crate) fn set_hold_span(&self, span: tracing::Span) {
         if !span.is_disabled() {
-            *self.hold_span.lock() = Some(Box::new(span));
+            self.state.lock().hold_span = Some(Box::new(span));
         }
     }
 
     /// The `lock.hold` span, taken by the release that ends it (closed when dropped).
     pub(crate) fn take_hold_span(&self) -> Option<tracing::Span> {
-        self.hold_span.lock().take().map(|span| *span)
-    }
-
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+        self.state.lock().hold_span.take().map(|span| *span)
     }
 
     /// The user's key.
@@ -233,7 +243,11 @@ impl Hold {
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
-        self.terms.mode
+        if self.is_marked(FIXED) {
+            LeaseMode::Fixed(self.lease)
+        } else {
+            LeaseMode::Watchdog(self.lease)
+        }
     }
 
     pub(crate) fn local_key(&self) -> &LocalKeyRef<Self> {
@@ -281,7 +295,7 @@ impl Hold {
     /// the lease there, less the safety margin that every validity keeps), or its lease ended
     /// before a renewal confirmed it.
     fn clock_reason(&self) -> LostReason {
-        match (self.terms.mode, self.hold_ends()) {
+        match (self.mode(), self.hold_ends()) {
             (LeaseMode::Watchdog(lease), Some(end))
                 if Instant::now() + safety_margin(lease) >= end =>
             {
@@ -311,8 +325,28 @@ impl Hold {
         }
     }
 
+    /// `at` as nanoseconds after the grant's `sent_at`, plus one (so the grant's own instant
+    /// is not `None`); an earlier `at` counts as the grant's instant (see
+    /// [`before_extension`](Self::before_extension)).
+    fn since_grant(&self, at: Instant) -> NonZeroU64 {
+        let nanos = at.saturating_duration_since(self.sent_at).as_nanos();
+        u64::try_from(nanos)
+            .ok()
+            .and_then(|nanos| NonZeroU64::new(nanos.saturating_add(1)))
+            .unwrap_or(NonZeroU64::MAX)
+    }
+
+    /// Whether a command sent at `sent_at` went out before the last explicit extension. One
+    /// sent before the grant (a renewal of the previous local holder, answered after a
+    /// handoff) went out before any extension of this hold.
+    fn before_extension(&self, state: &HoldState, sent_at: Instant) -> bool {
+        state
+            .extended_at
+            .is_some_and(|at| sent_at < self.sent_at || self.since_grant(sent_at) < at)
+    }
+
     pub(crate) fn valid_until(&self) -> Instant {
-        self.validity.lock().until
+        self.state.lock().until
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
@@ -320,11 +354,11 @@ impl Hold {
     /// before the last extension is ignored: it may have run before that extension in Redis
     /// and been overwritten by it.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = validity.until.max(confirmed_until(sent_at, lease));
+        state.until = state.until.max(confirmed_until(sent_at, lease));
     }
 
     /// Before an explicit extension is sent: Redis may apply it without this process hearing
@@ -332,29 +366,29 @@ impl Hold {
     /// shortened now, and renewals sent before it no longer count (they may run before it in
     /// Redis and be overwritten). A longer extension changes nothing until it is confirmed.
     pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = validity.until.min(confirmed_until(sent_at, by));
-        validity.extended_at = Some(sent_at);
+        state.until = state.until.min(confirmed_until(sent_at, by));
+        state.extended_at = Some(self.since_grant(sent_at));
     }
 
     /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
     /// unless a later extension was recorded already.
     pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = confirmed_until(sent_at, by);
-        validity.extended_at = Some(sent_at);
+        state.until = confirmed_until(sent_at, by);
+        state.extended_at = Some(self.since_grant(sent_at));
     }
 
     /// Notes that a guard of this lock is used in the current task; when that is not the
     /// owner, the lock stops being reentrant for the owner (once, with a warning).
     pub(crate) fn touched(&self) {
-        if self.is_marked(ESCAPED) || Owner::current() == self.terms.owner {
+        if self.is_marked(ESCAPED) || Owner::current() == self.owner {
             return;
         }
         if !self.mark(ESCAPED) {
@@ -368,7 +402,7 @@ impl Hold {
 
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
-        self.terms.owner == owner && !self.is_marked(ESCAPED)
+        self.owner == owner && !self.is_marked(ESCAPED)
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already
@@ -407,7 +441,7 @@ impl Hold {
                 );
             }
             crate::metrics::lost(self.keys().kind(), reason);
-            self.lost_signal.notify_waiters();
+            self.wake_watchers();
             self.give_back_place();
         }
     }
@@ -416,7 +450,17 @@ impl Hold {
     /// [`lost`](Self::lost).
     pub(crate) fn end(&self) {
         if !self.mark(ENDED) {
-            self.lost_signal.notify_waiters();
+            self.wake_watchers();
+        }
+    }
+
+    /// Wakes the tasks waiting in [`lost`](Self::lost), after a mark they look for was set.
+    /// The signal is read under the state's lock, where `lost` registers before it looks at
+    /// the marks: a watcher either registered in time to be woken, or sees the mark.
+    fn wake_watchers(&self) {
+        let signal = self.state.lock().lost_signal.clone();
+        if let Some(signal) = signal {
+            signal.notify_waiters();
         }
     }
 
@@ -429,8 +473,15 @@ impl Hold {
     /// the hold ended (only a [`LockWatch`](crate::LockWatch) sees that: no guard is left).
     pub(crate) async fn lost(&self) {
         loop {
-            // Registered before the check, so a mark in between still wakes this task.
-            let marked = self.lost_signal.notified();
+            // Registered under the state's lock before the check, so a mark in between still
+            // wakes this task (see `wake_watchers`); a `Notified` made before a
+            // `notify_waiters` is woken by it.
+            let signal;
+            let marked = {
+                let mut state = self.state.lock();
+                signal = state.lost_signal.get_or_insert_with(Arc::default).clone();
+                signal.notified()
+            };
             let mut marked = std::pin::pin!(marked);
             marked.as_mut().enable();
             if self.marked_lost() || self.is_ended() {
@@ -457,7 +508,7 @@ impl Hold {
     /// is left of its `max_hold`, so that the key ends in Redis when the hold does (renewals
     /// never shorten a lease, so the last full one already ends before that).
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
-        match self.terms.mode {
+        match self.mode() {
             LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.hold_ends() {
                 Some(end) => {
                     let left = end.saturating_duration_since(now);
@@ -472,8 +523,7 @@ impl Hold {
     /// When the `max_hold` of this lock ends, if it has one (a `max_hold` beyond the clock's
     /// range never ends).
     pub(crate) fn hold_ends(&self) -> Option<Instant> {
-        self.terms
-            .max_hold
+        self.max_hold
             .and_then(|max| self.sent_at.checked_add(max))
     }
 
@@ -528,7 +578,7 @@ mod tests {
             sent_at,
             handed_over: None,
         };
-        Hold::new(1, terms, grant, local_key, places)
+        Hold::new(terms, grant, local_key, places)
     }
 
     #[tokio::test(start_paused = true)]

@@ -427,13 +427,12 @@ impl LocalLocks {
             return false;
         };
         let local_key = held.local_key();
-        let id = held.id();
+        let (token, streak) = (held.token().clone(), held.streak() + 1);
         let left = local_key.put_baton(Baton {
-            id,
             keys: held.keys().clone(),
-            token: held.token().clone(),
+            token: token.clone(),
             valid_until,
-            streak: held.streak() + 1,
+            streak,
         });
         if !left {
             return false;
@@ -451,7 +450,7 @@ impl LocalLocks {
         runtime.spawn(async move {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
-            if let Some(baton) = local_key.reclaim_baton(id) {
+            if let Some(baton) = local_key.reclaim_baton(&token, streak) {
                 if let Err(error) = store.release(&baton.keys, &baton.token.stored()).await {
                     tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
                 }

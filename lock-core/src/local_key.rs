@@ -81,12 +81,11 @@ pub(crate) struct LocalKey<H> {
 /// over with what is known of its validity.
 #[derive(Debug)]
 pub(crate) struct Baton {
-    /// Tells this handoff from a later one of the same local key.
-    pub(crate) id: u64,
     pub(crate) keys: RedisKeys,
     pub(crate) token: Token,
     pub(crate) valid_until: Instant,
-    /// Local handoffs in a row, this one included.
+    /// Local handoffs in a row, this one included (with the token, it tells this handoff from
+    /// a later one of the same local key).
     pub(crate) streak: u32,
 }
 
@@ -211,10 +210,15 @@ impl<H> LocalKey<H> {
         }
     }
 
-    /// Takes back the lock of handoff `id` if nobody took it.
-    pub(crate) fn reclaim_baton(&self, id: u64) -> Option<Baton> {
+    /// Takes back the lock handed over under `token` as the `streak`th handoff in a row, if
+    /// nobody took it. The two name one handoff: a token is fresh with each grant in Redis,
+    /// and each handoff of it counts one more.
+    pub(crate) fn reclaim_baton(&self, token: &Token, streak: u32) -> Option<Baton> {
         let mut baton = self.baton.lock();
-        if baton.as_ref().is_some_and(|b| b.id == id) {
+        if baton
+            .as_ref()
+            .is_some_and(|b| b.token == *token && b.streak == streak)
+        {
             baton.take().map(|baton| *baton)
         } else {
             None

@@ -1,6 +1,6 @@
 //! [`Locker`], the entry point: a handle to the locks of one Redis deployment.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -89,17 +89,12 @@ pub(crate) struct Inner {
     /// The held locks' owner; guards keep it (and with it the background tasks) alive.
     pub(crate) local: Arc<LocalLocks>,
     pub(crate) release_messages: ReleaseMessages,
-    next_id: AtomicU64,
     /// A lazy locker has not checked the server's eviction policy yet (see
     /// [`Inner::answered`]).
     eviction_unchecked: AtomicBool,
 }
 
 impl Inner {
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
     pub(crate) fn keys(&self, key: &str) -> RedisKeys {
         RedisKeys::new(&self.settings.prefix, key)
     }
@@ -608,7 +603,6 @@ impl Locker {
                 settings,
                 local,
                 release_messages,
-                next_id: AtomicU64::new(1),
                 eviction_unchecked: AtomicBool::new(startup == Startup::OnFirstUse),
             }),
         }

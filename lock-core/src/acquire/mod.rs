@@ -286,7 +286,7 @@ impl Acquire {
         let inner = &self.inner();
         // The places pass to the hold, which gives them back through its local key.
         let places = permit.keep();
-        let held = Hold::new(inner.next_id(), terms, grant, local_key, places);
+        let held = Hold::new(terms, grant, local_key, places);
         let held = inner.local.register(held);
         Ok(LockGuard::new(inner.local.clone(), held))
     }
