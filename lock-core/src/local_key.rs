@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{AcquireError, Notify, Semaphore};
 use tokio::time::Instant;
 
@@ -58,10 +59,6 @@ pub(crate) struct LocalKey<H> {
     /// The current local holder, for reentrancy. Weak: the holder keeps its local key alive, not
     /// the other way round.
     holder: Mutex<Weak<H>>,
-    /// After a release that told waiters of other lockers, the next local acquirer holds back
-    /// until then, so those waiters get a fair chance instead of losing every race to a task
-    /// that was woken without a network hop.
-    yield_until: Mutex<Option<Instant>>,
     /// Live `LocalKeyRef`s, counted under the map's lock: the last one removes the local key (an
     /// `Arc` count would race, since a `LocalKeyRef`'s `Arc` is released after its drop ran).
     refs: AtomicU32,
@@ -69,12 +66,24 @@ pub(crate) struct LocalKey<H> {
     /// waiting acquire until it has its permits (also while it waits for the turn or in
     /// Redis), since a handed-over permit goes to the first of them.
     waiting: AtomicU32,
+    /// What passes between its local holders, under one lock.
+    handoffs: Mutex<Handoffs>,
+}
+
+/// What passes between the local holders of a key. Most local keys never hand a lock over,
+/// so what a handoff needs is made or stored only when it is.
+#[derive(Debug, Default)]
+struct Handoffs {
+    /// After a release that told waiters of other lockers, the next local acquirer holds back
+    /// until then, so those waiters get a fair chance instead of losing every race to a task
+    /// that was woken without a network hop.
+    yield_until: Option<Instant>,
     /// A lock still held in Redis, handed over by its last local holder to the next local
-    /// acquirer (see `LocalLocks::hand_over`).
-    /// Boxed: most local keys never hold one, and a local key lives as long as its lock.
-    baton: Mutex<Option<Box<Baton>>>,
+    /// acquirer (see `LocalLocks::hand_over`); boxed: a local key lives as long as its lock.
+    baton: Option<Box<Baton>>,
     /// Told when a baton is left: a semaphore's first local waiter may be waiting in Redis.
-    pub(crate) handed: Notify,
+    /// Made by the first waiter that listens.
+    handed: Option<Arc<Notify>>,
 }
 
 /// A lock handed over locally: the Redis key keeps the token; the next local holder takes it
@@ -161,12 +170,12 @@ impl<H> LocalKey<H> {
 
     /// Records whether the last release told waiters of other lockers.
     pub(crate) fn released(&self, others_waiting: bool) {
-        *self.yield_until.lock() = others_waiting.then(|| Instant::now() + Self::YIELD);
+        self.handoffs.lock().yield_until = others_waiting.then(|| Instant::now() + Self::YIELD);
     }
 
     /// Until when a local acquirer should hold back, if at all.
     pub(crate) fn yield_until(&self) -> Option<Instant> {
-        *self.yield_until.lock()
+        self.handoffs.lock().yield_until
     }
 
     /// Counts the caller as waiting for the key until the returned value is dropped.
@@ -184,25 +193,37 @@ impl<H> LocalKey<H> {
     /// semaphore's local key has several holders; one baton waits at a time). Returns whether it
     /// was left.
     pub(crate) fn put_baton(&self, baton: Baton) -> bool {
-        let mut place = self.baton.lock();
-        if place.is_some() {
+        let mut handoffs = self.handoffs.lock();
+        if handoffs.baton.is_some() {
             return false;
         }
-        *place = Some(Box::new(baton));
-        drop(place);
-        self.handed.notify_waiters();
+        handoffs.baton = Some(Box::new(baton));
+        let handed = handoffs.handed.clone();
+        drop(handoffs);
+        if let Some(handed) = handed {
+            handed.notify_waiters();
+        }
         true
+    }
+
+    /// Resolves when a lock is left here from now on (see [`put_baton`](Self::put_baton)).
+    /// Registered under the handoffs' lock, so a baton left after this call wakes it, and one
+    /// left before it is found by a look at the local key after it.
+    pub(crate) fn handed(&self) -> OwnedNotified {
+        let mut handoffs = self.handoffs.lock();
+        let handed = handoffs.handed.get_or_insert_with(Arc::default).clone();
+        handed.notified_owned()
     }
 
     /// Takes the lock left by the last local holder, if any.
     pub(crate) fn take_baton(&self) -> Option<Baton> {
-        self.baton.lock().take().map(|baton| *baton)
+        self.handoffs.lock().baton.take().map(|baton| *baton)
     }
 
     /// Takes the lock handed over under `token` out of the local key if nobody took it yet (Redis
     /// said it is no longer ours: the next local acquirer must go to Redis instead).
     pub(crate) fn withdraw_baton(&self, token: &Token) -> Option<Baton> {
-        let mut baton = self.baton.lock();
+        let baton = &mut self.handoffs.lock().baton;
         if baton.as_ref().is_some_and(|b| b.token == *token) {
             baton.take().map(|baton| *baton)
         } else {
@@ -214,7 +235,7 @@ impl<H> LocalKey<H> {
     /// nobody took it. The two name one handoff: a token is fresh with each grant in Redis,
     /// and each handoff of it counts one more.
     pub(crate) fn reclaim_baton(&self, token: &Token, streak: u32) -> Option<Baton> {
-        let mut baton = self.baton.lock();
+        let baton = &mut self.handoffs.lock().baton;
         if baton
             .as_ref()
             .is_some_and(|b| b.token == *token && b.streak == streak)
@@ -261,11 +282,9 @@ impl<H> LocalKeys<H> {
                     name: key.into(),
                     queue: Semaphore::new(places),
                     holder: Mutex::new(Weak::new()),
-                    yield_until: Mutex::new(None),
                     refs: AtomicU32::new(0),
                     waiting: AtomicU32::new(0),
-                    baton: Mutex::new(None),
-                    handed: Notify::new(),
+                    handoffs: Mutex::default(),
                 });
                 local_keys.insert(Filed(local_key.clone()));
                 local_key

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
+use tokio::sync::futures::{Notified, OwnedNotified};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -211,7 +211,7 @@ impl<'a> Wait<'a> {
 pub(super) struct Alarms<'n> {
     notify: Option<&'n Notify>,
     released: Option<Pin<Box<Notified<'n>>>>,
-    handed: Option<Pin<Box<Notified<'n>>>>,
+    handed: Option<Pin<Box<OwnedNotified>>>,
 }
 
 impl<'n> Alarms<'n> {
@@ -223,7 +223,7 @@ impl<'n> Alarms<'n> {
             n.as_mut().enable();
         }
         // Likewise for a local handoff, registered before the local key is looked at.
-        let mut handed = handoff.map(|h| Box::pin(h.local_key.handed.notified()));
+        let mut handed = handoff.map(|h| Box::pin(h.local_key.handed()));
         if let Some(h) = handed.as_mut() {
             h.as_mut().enable();
         }
