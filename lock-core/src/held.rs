@@ -4,8 +4,8 @@
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `Hold`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -523,8 +523,7 @@ impl Hold {
     /// When the `max_hold` of this lock ends, if it has one (a `max_hold` beyond the clock's
     /// range never ends).
     pub(crate) fn hold_ends(&self) -> Option<Instant> {
-        self.max_hold
-            .and_then(|max| self.sent_at.checked_add(max))
+        self.max_hold.and_then(|max| self.sent_at.checked_add(max))
     }
 
     /// Gives the local queue place back (once).

@@ -116,7 +116,10 @@ mod tests {
         assert!(holder::parse_lock(&fair.stored()).fair);
         assert_eq!(fair.permits(), None);
         let permits = Token::new(&holder, Kind::Permits { limit: 5 }, 3);
-        assert_eq!(holder::parse_permit(&permits.stored()), (Some("web-1:42"), 3));
+        assert_eq!(
+            holder::parse_permit(&permits.stored()),
+            (Some("web-1:42"), 3)
+        );
         assert_eq!(permits.permits(), Some(3));
         let plain = Token::new(&holder, Kind::Exclusive, 1);
         assert_eq!(plain.stored().len(), 32 + 1 + holder.len());
