@@ -14,7 +14,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
-use crate::key::{RedisKeys, ShownKey};
+use crate::key::{RedisKeys, ShownKey, Tag};
+use crate::kind::Kind;
 use crate::limits::MIN_LEASE;
 use crate::local_key::LocalKeyRef;
 use crate::owner::Owner;
@@ -65,7 +66,10 @@ pub(crate) struct Terms {
 /// the grant shares one lock ([`HoldState`]).
 #[derive(Debug)]
 pub(crate) struct Hold {
-    keys: RedisKeys,
+    /// The hash tag of its Redis names: they are built from it, the key and the prefix (read
+    /// from its local key) when a command needs them, so a held lock keeps no string.
+    tag: Tag,
+    kind: Kind,
     token: Token,
     /// When the winning command was sent (the lease counts from there), or when the lock was
     /// handed over locally.
@@ -154,7 +158,8 @@ impl Hold {
         };
         let streak = grant.handed_over.map_or(0, |(_, streak)| streak);
         Self {
-            keys: grant.keys,
+            tag: grant.keys.tag(),
+            kind: grant.keys.kind(),
             token: grant.token,
             sent_at: grant.sent_at,
             owner: terms.owner,
@@ -205,11 +210,17 @@ impl Hold {
 
     /// The user's key.
     pub(crate) fn key(&self) -> &str {
-        self.keys.user_key()
+        self.local_key.user_key()
     }
 
-    pub(crate) fn keys(&self) -> &RedisKeys {
-        &self.keys
+    /// Which lock of the key it is.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Its Redis names, built (one allocation) for a command.
+    pub(crate) fn redis_keys(&self) -> RedisKeys {
+        RedisKeys::with_tag(self.local_key.prefix(), &self.tag, self.key(), self.kind)
     }
 
     pub(crate) fn token(&self) -> &Token {
@@ -440,7 +451,7 @@ impl Hold {
                     "lock lost: {reason}"
                 );
             }
-            crate::metrics::lost(self.keys().kind(), reason);
+            crate::metrics::lost(self.kind, reason);
             self.wake_watchers();
             self.give_back_place();
         }
@@ -573,7 +584,7 @@ mod tests {
         };
         let grant = Grant {
             keys: RedisKeys::new("p:", "k"),
-            token: Token::new(&std::sync::Arc::from("t"), crate::kind::Kind::Exclusive, 1),
+            token: Token::new(&std::sync::Arc::from("t"), Kind::Exclusive, 1),
             sent_at,
             handed_over: None,
         };
@@ -582,7 +593,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_sent_before_a_shortening_extension_does_not_undo_it() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(30);
         let t0 = Instant::now();
         let held = held(&local_keys, lease, t0);
@@ -614,7 +625,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_loss_is_explained_by_what_redis_found_and_by_the_clock() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(30);
         let held = held(&local_keys, lease, Instant::now());
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -643,7 +654,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lock_past_its_max_hold_is_lost_for_that_reason() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(3);
         let max = Duration::from_secs(10);
         let held = held_at_most(&local_keys, lease, Instant::now(), Some(max));
@@ -659,7 +670,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_lock_gives_back_its_local_place() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let held = held(&local_keys, Duration::from_secs(30), Instant::now());
         assert_eq!(held.local_key().free_places(), 0);
         held.mark_lost(LostReason::Deleted);

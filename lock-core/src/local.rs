@@ -104,16 +104,17 @@ enum Confirmation {
 
 impl LocalLocks {
     pub(crate) fn new(
+        prefix: &str,
         store: Arc<Store>,
         releaser: Releaser,
         in_flight: InFlight,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            local_keys: LocalKeys::default(),
-            fairs: LocalKeys::default(),
-            readers: LocalKeys::default(),
-            semaphores: LocalKeys::default(),
+            local_keys: LocalKeys::new(prefix, false),
+            fairs: LocalKeys::new(prefix, false),
+            readers: LocalKeys::new(prefix, true),
+            semaphores: LocalKeys::new(prefix, true),
             held: HeldByToken::default(),
             store,
             releaser,
@@ -165,7 +166,7 @@ impl LocalLocks {
                         }
                     }
                     self.unregister(&held);
-                    metrics::unheld(held.keys().kind());
+                    metrics::unheld(held.kind());
                     let released = release::release_held(&self.store, &held).await;
                     Self::settle(&held, released.others_waiting);
                     match released.result {
@@ -207,7 +208,7 @@ impl LocalLocks {
     /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
     /// turn: it does not wait).
     pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> LocalKeyRef<Hold> {
-        self.semaphores.get(&format!("turn\0{limit}\0{key}"))
+        self.semaphores.get(&format!("turn:{limit}\0{key}"))
     }
 
     /// Whether `owner` holds a read lock of `key`.
@@ -275,7 +276,7 @@ impl LocalLocks {
     pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
         let held = Arc::new(held);
         *held.local_key().holder() = Arc::downgrade(&held);
-        metrics::held(held.keys().kind());
+        metrics::held(held.kind());
         self.held.insert(held.clone());
         held
     }
@@ -297,7 +298,7 @@ impl LocalLocks {
         drop(holder);
         self.unregister(held);
         held.end();
-        metrics::unheld(held.keys().kind());
+        metrics::unheld(held.kind());
         Leave::Outermost
     }
 
@@ -328,7 +329,7 @@ impl LocalLocks {
                     Self::settle(held, None);
                     let error = held.lost_error();
                     release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
-                    metrics::released(held.keys().kind(), ReleaseOutcome::Lost, held.held_for());
+                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_for());
                     return Err(error);
                 }
                 Confirmation::Undecided => {}
@@ -371,7 +372,7 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return None;
         };
-        let kind_fits = held.keys().kind().hands_over_locally();
+        let kind_fits = held.kind().hands_over_locally();
         let local_key = held.local_key();
         let fits = kind_fits
             && local_key.has_waiters()
@@ -388,8 +389,8 @@ impl LocalLocks {
     /// its last holder left its section, never on the local clock alone.
     async fn confirm(&self, held: &Hold, lease: Duration) -> Confirmation {
         let sent_at = Instant::now();
-        let token = held.token().stored();
-        let pair = [(held.keys(), token.as_str())];
+        let (keys, token) = (held.redis_keys(), held.token().stored());
+        let pair = [(&keys, token.as_str())];
         let answer = self
             .store
             .renew(&pair, NewLease::AtLeast(lease))
@@ -398,7 +399,7 @@ impl LocalLocks {
             .copied()
             .unwrap_or(Renewal::Unknown);
         self.renew_calls.fetch_add(1, Ordering::Relaxed);
-        metrics::renewed(held.keys().kind(), answer.label());
+        metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => {
                 held.confirm(sent_at, lease);
@@ -429,7 +430,7 @@ impl LocalLocks {
         let local_key = held.local_key();
         let (token, streak) = (held.token().clone(), held.streak() + 1);
         let left = local_key.put_baton(Baton {
-            keys: held.keys().clone(),
+            keys: held.redis_keys(),
             token: token.clone(),
             valid_until,
             streak,
@@ -438,11 +439,7 @@ impl LocalLocks {
             return false;
         }
         held.give_back_place();
-        metrics::released(
-            held.keys().kind(),
-            ReleaseOutcome::HandedOver,
-            held.held_for(),
-        );
+        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_for());
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let local_key = local_key.clone();
         let store = self.store.clone();
@@ -552,7 +549,7 @@ impl LocalLocks {
             }
             return;
         };
-        metrics::renewed(held.keys().kind(), answer.label());
+        metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => held.confirm(sent_at, lease),
             Renewal::NotOurs(gone) => {

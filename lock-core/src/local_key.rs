@@ -18,9 +18,21 @@ use tokio::time::Instant;
 use crate::key::RedisKeys;
 use crate::token::Token;
 
-/// The local keys, each filed under its own name: a local key costs the set one pointer, and
-/// its name is kept once, in the local key.
-type LocalKeyMap<H> = Arc<Mutex<HashSet<Filed<H>>>>;
+/// The local keys of one family (a `Locker`'s mutexes, its readers, ...).
+type LocalKeyMap<H> = Arc<Family<H>>;
+
+/// The local keys of one family, each filed under its own name (a local key costs the set one
+/// pointer, and its name is kept once, in the local key), with what a held lock needs to build
+/// its Redis names from its local key's name: it keeps neither its key nor its names.
+#[derive(Debug)]
+struct Family<H> {
+    filed: Mutex<HashSet<Filed<H>>>,
+    /// The locker's Redis key prefix.
+    prefix: Box<str>,
+    /// Names are `<qualifier>\0<key>` (a reader's task, a semaphore's limit), not the key
+    /// alone: the key follows the first NUL (a qualifier has none).
+    qualified: bool,
+}
 
 /// A local key as its map files it: found by its name.
 #[derive(Debug)]
@@ -258,15 +270,19 @@ pub(crate) struct LocalKeys<H> {
     local_keys: LocalKeyMap<H>,
 }
 
-impl<H> Default for LocalKeys<H> {
-    fn default() -> Self {
+impl<H> LocalKeys<H> {
+    /// The local keys of a family of locks of the locker of `prefix`, whose names are the
+    /// keys, or `qualified` (`<qualifier>\0<key>`).
+    pub(crate) fn new(prefix: &str, qualified: bool) -> Self {
         Self {
-            local_keys: Arc::default(),
+            local_keys: Arc::new(Family {
+                filed: Mutex::default(),
+                prefix: prefix.into(),
+                qualified,
+            }),
         }
     }
-}
 
-impl<H> LocalKeys<H> {
     /// The local key of `key`, created if needed.
     pub(crate) fn get(&self, key: &str) -> LocalKeyRef<H> {
         self.get_sized(key, 1)
@@ -274,7 +290,7 @@ impl<H> LocalKeys<H> {
 
     /// The local key of `key`, created with `places` places in its queue if needed.
     pub(crate) fn get_sized(&self, key: &str, places: usize) -> LocalKeyRef<H> {
-        let mut local_keys = self.local_keys.lock();
+        let mut local_keys = self.local_keys.filed.lock();
         let local_key = match local_keys.get(key) {
             Some(filed) => filed.0.clone(),
             None => {
@@ -300,12 +316,16 @@ impl<H> LocalKeys<H> {
 
     /// The local key of `key` if it exists (not counted as a user: for a look only).
     pub(crate) fn find(&self, key: &str) -> Option<Arc<LocalKey<H>>> {
-        self.local_keys.lock().get(key).map(|filed| filed.0.clone())
+        self.local_keys
+            .filed
+            .lock()
+            .get(key)
+            .map(|filed| filed.0.clone())
     }
 
     /// Number of keys with local state (held, or being waited for).
     pub(crate) fn len(&self) -> usize {
-        self.local_keys.lock().len()
+        self.local_keys.filed.lock().len()
     }
 }
 
@@ -314,6 +334,23 @@ impl<H> LocalKeys<H> {
 pub(crate) struct LocalKeyRef<H> {
     local_key: Arc<LocalKey<H>>,
     local_keys: LocalKeyMap<H>,
+}
+
+impl<H> LocalKeyRef<H> {
+    /// The locker's Redis key prefix.
+    pub(crate) fn prefix(&self) -> &str {
+        &self.local_keys.prefix
+    }
+
+    /// The user's key this local key is for, read from its name.
+    pub(crate) fn user_key(&self) -> &str {
+        let name = &*self.local_key.name;
+        if self.local_keys.qualified {
+            name.split_once('\0').map_or(name, |(_, key)| key)
+        } else {
+            name
+        }
+    }
 }
 
 impl<H> std::ops::Deref for LocalKeyRef<H> {
@@ -327,7 +364,7 @@ impl<H> std::ops::Deref for LocalKeyRef<H> {
 impl<H> Clone for LocalKeyRef<H> {
     fn clone(&self) -> Self {
         // Counted under the map's lock, as in `get_sized`.
-        let local_keys = self.local_keys.lock();
+        let local_keys = self.local_keys.filed.lock();
         self.local_key.refs.fetch_add(1, Ordering::AcqRel);
         drop(local_keys);
         Self {
@@ -339,7 +376,7 @@ impl<H> Clone for LocalKeyRef<H> {
 
 impl<H> Drop for LocalKeyRef<H> {
     fn drop(&mut self) {
-        let mut local_keys = self.local_keys.lock();
+        let mut local_keys = self.local_keys.filed.lock();
         if self.local_key.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Ours is the one filed under its name: a local key is removed with its last
             // reference, under this lock, before another of that name can be filed.
@@ -354,7 +391,7 @@ mod tests {
 
     #[test]
     fn a_local_key_dropped_by_many_threads_at_once_is_removed() {
-        let local_keys = Arc::new(LocalKeys::<()>::default());
+        let local_keys = Arc::new(LocalKeys::<()>::new("p:", false));
         for _ in 0..500 {
             let start = Arc::new(std::sync::Barrier::new(8));
             let threads: Vec<_> = (0..8)
@@ -374,8 +411,17 @@ mod tests {
     }
 
     #[test]
+    fn the_user_key_is_read_from_the_name() {
+        let plain = LocalKeys::<()>::new("p:", false);
+        assert_eq!(plain.get("a\0b").user_key(), "a\0b");
+        assert_eq!(plain.get("a\0b").prefix(), "p:");
+        let qualified = LocalKeys::<()>::new("p:", true);
+        assert_eq!(qualified.get("3\0a\0b").user_key(), "a\0b");
+    }
+
+    #[test]
     fn local_keys_are_shared_and_removed_with_their_last_user() {
-        let local_keys = LocalKeys::<()>::default();
+        let local_keys = LocalKeys::<()>::new("p:", false);
         let a = local_keys.get("k");
         let b = local_keys.get("k");
         assert!(std::ptr::eq(&*a, &*b));

@@ -590,6 +590,7 @@ impl Locker {
         let in_flight = InFlight::new();
         let releaser = release::start(store.clone(), in_flight.clone());
         let local = Arc::new(LocalLocks::new(
+            &settings.prefix,
             store.clone(),
             releaser,
             in_flight,
