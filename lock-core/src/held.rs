@@ -76,8 +76,9 @@ pub(crate) struct Hold {
     sent_at: Instant,
     /// The task it is reentrant for.
     owner: Owner,
-    /// The lease; renewed by the watchdog unless [`FIXED`] is marked.
-    lease: Duration,
+    /// The lease in nanoseconds (8 bytes, not a `Duration`'s 16; leases are at most a year);
+    /// renewed by the watchdog unless [`FIXED`] is marked.
+    lease_nanos: u64,
     max_hold: Option<Duration>,
     /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
     /// clock in microseconds, never 0).
@@ -122,8 +123,9 @@ const ENDED: u8 = 4;
 /// two things most locks never need, made or stored only when they are.
 #[derive(Debug)]
 struct HoldState {
-    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
-    until: Instant,
+    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin: as
+    /// nanoseconds after the grant's `sent_at` (8 bytes, not an `Instant`'s 16).
+    until: u64,
     /// When the last explicit extension was sent: renewals sent before it may land after it
     /// and must not undo a shortening. As [`Hold::since_grant`] (8 bytes, not an `Instant`'s
     /// 16).
@@ -138,6 +140,11 @@ struct HoldState {
 /// Part of a lease treated as unsafe: clock drift between client and server, plus scheduling.
 fn safety_margin(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(1)
+}
+
+/// Nanoseconds from `from` to `to`, 0 if `to` is earlier (saturated at about 584 years).
+fn nanos_between(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The end of a lease confirmed for a command sent at `sent_at`, with the safety margin.
@@ -163,7 +170,7 @@ impl Hold {
             token: grant.token,
             sent_at: grant.sent_at,
             owner: terms.owner,
-            lease: terms.mode.lease(),
+            lease_nanos: u64::try_from(terms.mode.lease().as_nanos()).unwrap_or(u64::MAX),
             max_hold: terms.max_hold,
             fence: AtomicU64::new(0),
             depth: AtomicU32::new(1),
@@ -177,7 +184,8 @@ impl Hold {
             streak: u8::try_from(streak).unwrap_or(u8::MAX),
             places: AtomicU32::new(places),
             state: Mutex::new(HoldState {
-                until,
+                // Never before `sent_at`; one that were would count as `sent_at`, the safe side.
+                until: nanos_between(grant.sent_at, until),
                 extended_at: None,
                 lost_signal: None,
                 hold_span: None,
@@ -254,10 +262,11 @@ impl Hold {
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
+        let lease = Duration::from_nanos(self.lease_nanos);
         if self.is_marked(FIXED) {
-            LeaseMode::Fixed(self.lease)
+            LeaseMode::Fixed(lease)
         } else {
-            LeaseMode::Watchdog(self.lease)
+            LeaseMode::Watchdog(lease)
         }
     }
 
@@ -340,11 +349,14 @@ impl Hold {
     /// is not `None`); an earlier `at` counts as the grant's instant (see
     /// [`before_extension`](Self::before_extension)).
     fn since_grant(&self, at: Instant) -> NonZeroU64 {
-        let nanos = at.saturating_duration_since(self.sent_at).as_nanos();
-        u64::try_from(nanos)
-            .ok()
-            .and_then(|nanos| NonZeroU64::new(nanos.saturating_add(1)))
+        NonZeroU64::new(nanos_between(self.sent_at, at).saturating_add(1))
             .unwrap_or(NonZeroU64::MAX)
+    }
+
+    /// `at` as [`HoldState::until`] keeps it; an `at` before the grant counts as the grant's
+    /// instant (an earlier end, the safe side).
+    fn after_grant(&self, at: Instant) -> u64 {
+        nanos_between(self.sent_at, at)
     }
 
     /// Whether a command sent at `sent_at` went out before the last explicit extension. One
@@ -357,7 +369,7 @@ impl Hold {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.state.lock().until
+        self.sent_at + Duration::from_nanos(self.state.lock().until)
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
@@ -369,7 +381,9 @@ impl Hold {
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.until = state.until.max(confirmed_until(sent_at, lease));
+        state.until = state
+            .until
+            .max(self.after_grant(confirmed_until(sent_at, lease)));
     }
 
     /// Before an explicit extension is sent: Redis may apply it without this process hearing
@@ -381,7 +395,9 @@ impl Hold {
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.until = state.until.min(confirmed_until(sent_at, by));
+        state.until = state
+            .until
+            .min(self.after_grant(confirmed_until(sent_at, by)));
         state.extended_at = Some(self.since_grant(sent_at));
     }
 
@@ -392,7 +408,7 @@ impl Hold {
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.until = confirmed_until(sent_at, by);
+        state.until = self.after_grant(confirmed_until(sent_at, by));
         state.extended_at = Some(self.since_grant(sent_at));
     }
 
