@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{AcquireError, Notify, Semaphore};
 use tokio::time::Instant;
@@ -40,20 +40,20 @@ struct Filed<H>(Arc<LocalKey<H>>);
 
 impl<H> Borrow<str> for Filed<H> {
     fn borrow(&self) -> &str {
-        &self.0.name
+        self.0.name.as_str()
     }
 }
 
 /// As its name, so that a lookup by `&str` finds it.
 impl<H> Hash for Filed<H> {
     fn hash<S: Hasher>(&self, state: &mut S) {
-        self.0.name.hash(state);
+        self.0.name.as_str().hash(state);
     }
 }
 
 impl<H> PartialEq for Filed<H> {
     fn eq(&self, other: &Self) -> bool {
-        self.0.name == other.0.name
+        self.0.name.as_str() == other.0.name.as_str()
     }
 }
 
@@ -63,14 +63,11 @@ impl<H> Eq for Filed<H> {}
 #[derive(Debug)]
 pub(crate) struct LocalKey<H> {
     /// What its map files it under (the key, or the key with what sets its family apart).
-    name: Box<str>,
+    name: Name,
     /// One place (a semaphore's: its permits): the task holding it is the only local one that
     /// holds or contends in Redis. Inline, not an `Arc` of its own: a [`Place`] borrows it,
     /// and a held lock keeps its local key, so the count of places it holds is all it needs.
     queue: Semaphore,
-    /// The current local holder, for reentrancy. Weak: the holder keeps its local key alive, not
-    /// the other way round.
-    holder: Mutex<Weak<H>>,
     /// Live `LocalKeyRef`s, counted under the map's lock: the last one removes the local key (an
     /// `Arc` count would race, since a `LocalKeyRef`'s `Arc` is released after its drop ran).
     refs: AtomicU32,
@@ -78,14 +75,51 @@ pub(crate) struct LocalKey<H> {
     /// waiting acquire until it has its permits (also while it waits for the turn or in
     /// Redis), since a handed-over permit goes to the first of them.
     waiting: AtomicU32,
-    /// What passes between its local holders, under one lock.
-    handoffs: Mutex<Handoffs>,
+    /// Its local holder and what passes between its local holders, under one lock.
+    state: Mutex<KeyState<H>>,
 }
 
-/// What passes between the local holders of a key. Most local keys never hand a lock over,
-/// so what a handoff needs is made or stored only when it is.
-#[derive(Debug, Default)]
-struct Handoffs {
+/// A local key's name: inline when short (most keys are), else on the heap.
+#[derive(Debug)]
+enum Name {
+    Inline { len: u8, bytes: [u8; Name::INLINE] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    /// The longest name kept inline, in bytes: what fits beside the length in the room a
+    /// `Box<str>` and the tag take anyway.
+    const INLINE: usize = 22;
+
+    fn new(name: &str) -> Self {
+        let mut bytes = [0; Self::INLINE];
+        match (bytes.get_mut(..name.len()), u8::try_from(name.len())) {
+            (Some(inline), Ok(len)) => {
+                inline.copy_from_slice(name.as_bytes());
+                Self::Inline { len, bytes }
+            }
+            _ => Self::Heap(name.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Copied whole from a `str`: always UTF-8.
+            Self::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Self::Heap(name) => name,
+        }
+    }
+}
+
+/// A local key's local holder, and what passes between its local holders. Most local keys
+/// never hand a lock over, so what a handoff needs is made or stored only when it is.
+#[derive(Debug)]
+struct KeyState<H> {
+    /// The current local holder, for reentrancy. Weak: the holder keeps its local key alive, not
+    /// the other way round.
+    holder: Weak<H>,
     /// After a release that told waiters of other lockers, the next local acquirer holds back
     /// until then, so those waiters get a fair chance instead of losing every race to a task
     /// that was woken without a network hop.
@@ -182,12 +216,12 @@ impl<H> LocalKey<H> {
 
     /// Records whether the last release told waiters of other lockers.
     pub(crate) fn released(&self, others_waiting: bool) {
-        self.handoffs.lock().yield_until = others_waiting.then(|| Instant::now() + Self::YIELD);
+        self.state.lock().yield_until = others_waiting.then(|| Instant::now() + Self::YIELD);
     }
 
     /// Until when a local acquirer should hold back, if at all.
     pub(crate) fn yield_until(&self) -> Option<Instant> {
-        self.handoffs.lock().yield_until
+        self.state.lock().yield_until
     }
 
     /// Counts the caller as waiting for the key until the returned value is dropped.
@@ -205,13 +239,13 @@ impl<H> LocalKey<H> {
     /// semaphore's local key has several holders; one baton waits at a time). Returns whether it
     /// was left.
     pub(crate) fn put_baton(&self, baton: Baton) -> bool {
-        let mut handoffs = self.handoffs.lock();
-        if handoffs.baton.is_some() {
+        let mut state = self.state.lock();
+        if state.baton.is_some() {
             return false;
         }
-        handoffs.baton = Some(Box::new(baton));
-        let handed = handoffs.handed.clone();
-        drop(handoffs);
+        state.baton = Some(Box::new(baton));
+        let handed = state.handed.clone();
+        drop(state);
         if let Some(handed) = handed {
             handed.notify_waiters();
         }
@@ -219,23 +253,23 @@ impl<H> LocalKey<H> {
     }
 
     /// Resolves when a lock is left here from now on (see [`put_baton`](Self::put_baton)).
-    /// Registered under the handoffs' lock, so a baton left after this call wakes it, and one
+    /// Registered under the state's lock, so a baton left after this call wakes it, and one
     /// left before it is found by a look at the local key after it.
     pub(crate) fn handed(&self) -> OwnedNotified {
-        let mut handoffs = self.handoffs.lock();
-        let handed = handoffs.handed.get_or_insert_with(Arc::default).clone();
+        let mut state = self.state.lock();
+        let handed = state.handed.get_or_insert_with(Arc::default).clone();
         handed.notified_owned()
     }
 
     /// Takes the lock left by the last local holder, if any.
     pub(crate) fn take_baton(&self) -> Option<Baton> {
-        self.handoffs.lock().baton.take().map(|baton| *baton)
+        self.state.lock().baton.take().map(|baton| *baton)
     }
 
     /// Takes the lock handed over under `token` out of the local key if nobody took it yet (Redis
     /// said it is no longer ours: the next local acquirer must go to Redis instead).
     pub(crate) fn withdraw_baton(&self, token: &Token) -> Option<Baton> {
-        let baton = &mut self.handoffs.lock().baton;
+        let baton = &mut self.state.lock().baton;
         if baton.as_ref().is_some_and(|b| b.token == *token) {
             baton.take().map(|baton| *baton)
         } else {
@@ -247,7 +281,7 @@ impl<H> LocalKey<H> {
     /// nobody took it. The two name one handoff: a token is fresh with each grant in Redis,
     /// and each handoff of it counts one more.
     pub(crate) fn reclaim_baton(&self, token: &Token, streak: u32) -> Option<Baton> {
-        let baton = &mut self.handoffs.lock().baton;
+        let baton = &mut self.state.lock().baton;
         if baton
             .as_ref()
             .is_some_and(|b| b.token == *token && b.streak == streak)
@@ -259,8 +293,8 @@ impl<H> LocalKey<H> {
     }
 
     /// The current local holder, locked: reentry and leaving happen under this lock.
-    pub(crate) fn holder(&self) -> MutexGuard<'_, Weak<H>> {
-        self.holder.lock()
+    pub(crate) fn holder(&self) -> MappedMutexGuard<'_, Weak<H>> {
+        MutexGuard::map(self.state.lock(), |state| &mut state.holder)
     }
 }
 
@@ -295,12 +329,16 @@ impl<H> LocalKeys<H> {
             Some(filed) => filed.0.clone(),
             None => {
                 let local_key = Arc::new(LocalKey {
-                    name: key.into(),
+                    name: Name::new(key),
                     queue: Semaphore::new(places),
-                    holder: Mutex::new(Weak::new()),
                     refs: AtomicU32::new(0),
                     waiting: AtomicU32::new(0),
-                    handoffs: Mutex::default(),
+                    state: Mutex::new(KeyState {
+                        holder: Weak::new(),
+                        yield_until: None,
+                        baton: None,
+                        handed: None,
+                    }),
                 });
                 local_keys.insert(Filed(local_key.clone()));
                 local_key
@@ -344,7 +382,7 @@ impl<H> LocalKeyRef<H> {
 
     /// The user's key this local key is for, read from its name.
     pub(crate) fn user_key(&self) -> &str {
-        let name = &*self.local_key.name;
+        let name = self.local_key.name.as_str();
         if self.local_keys.qualified {
             name.split_once('\0').map_or(name, |(_, key)| key)
         } else {
@@ -380,7 +418,7 @@ impl<H> Drop for LocalKeyRef<H> {
         if self.local_key.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Ours is the one filed under its name: a local key is removed with its last
             // reference, under this lock, before another of that name can be filed.
-            local_keys.remove(&*self.local_key.name);
+            local_keys.remove(self.local_key.name.as_str());
         }
     }
 }
@@ -408,6 +446,27 @@ mod tests {
             }
             assert_eq!(local_keys.len(), 0, "a local_key outlived its last user");
         }
+    }
+
+    #[test]
+    fn names_short_and_long_read_back() {
+        for name in [
+            "",
+            "k",
+            "é:ü\0x",
+            &"n".repeat(Name::INLINE),
+            &"n".repeat(Name::INLINE + 1),
+        ] {
+            assert_eq!(Name::new(name).as_str(), name);
+        }
+        assert!(matches!(
+            Name::new(&"n".repeat(Name::INLINE)),
+            Name::Inline { .. }
+        ));
+        assert!(matches!(
+            Name::new(&"n".repeat(Name::INLINE + 1)),
+            Name::Heap(_)
+        ));
     }
 
     #[test]
