@@ -82,7 +82,7 @@ pub(crate) struct LocalKey<H> {
 /// A local key's name: inline when short (most keys are), else on the heap.
 #[derive(Debug)]
 enum Name {
-    Inline { len: u8, bytes: [u8; Name::INLINE] },
+    Inline { len: u8, bytes: [u8; Self::INLINE] },
     Heap(Box<str>),
 }
 
