@@ -1,5 +1,6 @@
 //! [`LockerBuilder`]: the settings of a [`Locker`], their validation, and `build`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::connection::Timeouts;
@@ -111,7 +112,7 @@ impl Default for LockerBuilder {
                 command_timeout: Duration::from_secs(3),
                 release_retry_window: DEFAULT_RELEASE_RETRY_WINDOW,
                 trace_holds: false,
-                holder: holder::default_name(),
+                holder: holder::default_name().into(),
             },
             connect_timeout: Duration::from_secs(5),
         }
@@ -339,7 +340,7 @@ impl LockerBuilder {
     /// [`Locker::inspect`]: crate::Locker::inspect
     /// [`LockError::Busy`]: crate::LockError::Busy
     pub fn holder_name(mut self, name: impl Into<String>) -> Self {
-        self.settings.holder = name.into();
+        self.settings.holder = Arc::from(name.into());
         self
     }
 

@@ -80,7 +80,7 @@ impl Fence {
     /// that lost its lock gets no token); [`LockError::Backend`] when Redis fails (ask again);
     /// [`LockError::NotExclusive`] for a read lock or a semaphore permit.
     pub async fn token(&self) -> Result<u64, LockError> {
-        if !self.held.keys().kind().is_exclusive() {
+        if !self.held.kind().is_exclusive() {
             return Err(LockError::NotExclusive {
                 key: self.held.key().to_owned(),
             });
@@ -97,10 +97,11 @@ impl Fence {
         if held.is_lost() {
             return Err(held.lost_error());
         }
+        let keys = held.redis_keys();
         match self
             .local
             .store
-            .issue_fence(held.keys(), held.token())
+            .issue_fence(&keys, &held.token().stored())
             .await
         {
             // Still valid once issued: with RedLock the token is written back to a majority
@@ -116,7 +117,7 @@ impl Fence {
             Err(error) => {
                 metrics::backend_error(Operation::Fence, &error);
                 Err(LockError::backend_at(
-                    held.keys().fence().to_string(),
+                    keys.fence().to_string(),
                     held.key(),
                     error,
                 ))

@@ -75,7 +75,7 @@ impl LockGuard {
     /// ([`Locker::semaphore`](crate::Locker::semaphore)); `false` for a mutex or write lock
     /// (also for a read nested inside this task's write lock, which shares the write lock).
     pub fn is_shared(&self) -> bool {
-        !self.held.keys().kind().is_exclusive()
+        !self.held.kind().is_exclusive()
     }
 
     /// The fencing token of this acquisition: strictly greater than every token issued before
@@ -201,7 +201,8 @@ impl LockGuard {
         // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
         // or left without an answer, the extension may have run all the same.
         self.held.expect_extension(sent_at, by);
-        let pair = [(self.held.keys(), self.held.token())];
+        let (keys, token) = (self.held.redis_keys(), self.held.token().stored());
+        let pair = [(&keys, token.as_str())];
         match self
             .local
             .store
@@ -221,11 +222,7 @@ impl LockGuard {
                 let error =
                     BackendError::undecided("the extension got no decisive answer from redis");
                 metrics::backend_error(Operation::Extend, &error);
-                Err(LockError::backend_on(
-                    self.held.keys(),
-                    self.held.key(),
-                    error,
-                ))
+                Err(LockError::backend_on(&keys, self.held.key(), error))
             }
         }
     }

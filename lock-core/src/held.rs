@@ -4,15 +4,18 @@
 //! nested [`LockGuard`](crate::LockGuard) of one acquisition points at the same `Hold`.
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
-use crate::key::{RedisKeys, ShownKey};
+use crate::key::{RedisKeys, ShownKey, Tag};
+use crate::kind::Kind;
 use crate::limits::MIN_LEASE;
 use crate::local_key::LocalKeyRef;
 use crate::owner::Owner;
@@ -57,57 +60,91 @@ pub(crate) struct Terms {
     pub(crate) max_hold: Option<Duration>,
 }
 
+/// One held lock. Kept small: a locker may hold thousands, each filed for the watchdog. What
+/// the grant brought is kept flat (no `Grant` inside: a handoff's known validity only seeds the
+/// clock), the counters are 32-bit, the yes/no marks share one byte, and what changes after
+/// the grant shares one lock ([`HoldState`]).
 #[derive(Debug)]
 pub(crate) struct Hold {
-    id: u64,
-    grant: Grant,
-    terms: Terms,
+    /// The hash tag of its Redis names: they are built from it, the key and the prefix (read
+    /// from its local key) when a command needs them, so a held lock keeps no string.
+    tag: Tag,
+    kind: Kind,
+    token: Token,
+    /// When the winning command was sent (the lease counts from there), or when the lock was
+    /// handed over locally.
+    sent_at: Instant,
+    /// The task it is reentrant for.
+    owner: Owner,
+    /// The lease in nanoseconds (8 bytes, not a `Duration`'s 16; leases are at most a year);
+    /// renewed by the watchdog unless [`FIXED`] is marked.
+    lease_nanos: u64,
+    max_hold: Option<Duration>,
     /// The fencing token once issued (see `fence.rs`); 0 until then (tokens are the server's
     /// clock in microseconds, never 0).
     fence: AtomicU64,
     /// Nested guards alive (1 for a plain acquisition).
-    depth: AtomicUsize,
+    depth: AtomicU32,
     /// [`Fence`](crate::Fence) handles alive: one could still ask for a token under this
     /// Redis token, so the lock is not handed over locally while any lives. (Counted apart
     /// from the `Arc`: the watchdog's renewal in flight holds one too, and does no harm.)
-    fences: AtomicUsize,
-    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin.
-    validity: Mutex<Validity>,
-    /// A guard of this lock was used by a task other than its owner: the lock is no longer
-    /// reentrant for the owner (it may have been handed to that task, which may still be inside).
-    escaped: AtomicBool,
-    /// Someone took on finishing the lock (its outermost guard leaving, or the locker's
-    /// shutdown): whoever sets it releases the lock, nobody else.
-    finishing: AtomicBool,
-    /// Marked lost: the [`LostReason`]'s code, 0 while not marked; `lost_signal` wakes the
-    /// tasks waiting in [`lost`](Self::lost).
+    fences: AtomicU32,
+    /// [`FIXED`], [`ESCAPED`], [`FINISHING`] and [`ENDED`].
+    marks: AtomicU8,
+    /// Marked lost: the [`LostReason`]'s code, 0 while not marked; the state's lost signal
+    /// wakes the tasks waiting in [`lost`](Self::lost).
     lost: AtomicU8,
-    lost_signal: Notify,
-    /// The outermost guard has left: the hold is over (released, dropped or handed over).
-    /// Wakes [`lost`](Self::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives
-    /// the guard; the validity clock says nothing after this.
-    ended: AtomicBool,
-    /// The local queue place, given back after the Redis release completed or when lost.
-    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Local handoffs in a row that led to this holder (0: taken in Redis; at most
+    /// `MAX_STREAK`).
+    streak: u8,
+    /// The places of the local queue it holds (a semaphore holder's: its permits), given back
+    /// after the Redis release completed or when lost; 0 once given back.
+    places: AtomicU32,
+    state: Mutex<HoldState>,
     /// Keeps its local key registered while the lock lives.
     local_key: LocalKeyRef<Self>,
-    /// The `lock.hold` span, from the grant until the release takes it; `None` when no
-    /// subscriber wants it (nothing is stored then).
-    hold_span: Mutex<Option<tracing::Span>>,
 }
 
-/// The validity clock of a held lock.
-#[derive(Debug, Clone, Copy)]
-struct Validity {
-    until: Instant,
+/// A fixed lease, never renewed (else the watchdog renews it).
+const FIXED: u8 = 8;
+
+/// A guard of this lock was used by a task other than its owner: the lock is no longer
+/// reentrant for the owner (it may have been handed to that task, which may still be inside).
+const ESCAPED: u8 = 1;
+/// Someone took on finishing the lock (its outermost guard leaving, or the locker's shutdown):
+/// whoever sets it releases the lock, nobody else.
+const FINISHING: u8 = 2;
+/// The outermost guard has left: the hold is over (released, dropped or handed over). Wakes
+/// [`lost`](Hold::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives the guard;
+/// the validity clock says nothing after this.
+const ENDED: u8 = 4;
+
+/// What changes in a held lock after its grant, under one lock: the validity clock, and the
+/// two things most locks never need, made or stored only when they are.
+#[derive(Debug)]
+struct HoldState {
+    /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin: as
+    /// nanoseconds after the grant's `sent_at` (8 bytes, not an `Instant`'s 16).
+    until: u64,
     /// When the last explicit extension was sent: renewals sent before it may land after it
-    /// and must not undo a shortening.
-    extended_at: Option<Instant>,
+    /// and must not undo a shortening. As [`Hold::since_grant`] (8 bytes, not an `Instant`'s
+    /// 16).
+    extended_at: Option<NonZeroU64>,
+    /// Wakes the tasks waiting in [`Hold::lost`]; made by the first of them.
+    lost_signal: Option<Arc<Notify>>,
+    /// The `lock.hold` span, from the grant until the release takes it; `None` when no
+    /// subscriber wants it (nothing is stored then).
+    hold_span: Option<Box<tracing::Span>>,
 }
 
 /// Part of a lease treated as unsafe: clock drift between client and server, plus scheduling.
 fn safety_margin(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(1)
+}
+
+/// Nanoseconds from `from` to `to`, 0 if `to` is earlier (saturated at about 584 years).
+fn nanos_between(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The end of a lease confirmed for a command sent at `sent_at`, with the safety margin.
@@ -117,66 +154,85 @@ fn confirmed_until(sent_at: Instant, lease: Duration) -> Instant {
 
 impl Hold {
     pub(crate) fn new(
-        id: u64,
         terms: Terms,
         grant: Grant,
         local_key: LocalKeyRef<Self>,
-        permit: OwnedSemaphorePermit,
+        places: u32,
     ) -> Self {
         let until = match grant.handed_over {
             Some((until, _)) => until,
             None => confirmed_until(grant.sent_at, terms.mode.lease()),
         };
+        let streak = grant.handed_over.map_or(0, |(_, streak)| streak);
         Self {
-            id,
-            grant,
-            terms,
+            tag: grant.keys.tag(),
+            kind: grant.keys.kind(),
+            token: grant.token,
+            sent_at: grant.sent_at,
+            owner: terms.owner,
+            lease_nanos: u64::try_from(terms.mode.lease().as_nanos()).unwrap_or(u64::MAX),
+            max_hold: terms.max_hold,
             fence: AtomicU64::new(0),
-            depth: AtomicUsize::new(1),
-            fences: AtomicUsize::new(0),
-            validity: Mutex::new(Validity {
-                until,
-                extended_at: None,
+            depth: AtomicU32::new(1),
+            fences: AtomicU32::new(0),
+            marks: AtomicU8::new(match terms.mode {
+                LeaseMode::Fixed(_) => FIXED,
+                LeaseMode::Watchdog(_) => 0,
             }),
-            escaped: AtomicBool::new(false),
-            finishing: AtomicBool::new(false),
             lost: AtomicU8::new(0),
-            lost_signal: Notify::new(),
-            ended: AtomicBool::new(false),
-            permit: Mutex::new(Some(permit)),
+            // A streak never passes `MAX_STREAK` (a handful).
+            streak: u8::try_from(streak).unwrap_or(u8::MAX),
+            places: AtomicU32::new(places),
+            state: Mutex::new(HoldState {
+                // Never before `sent_at`; one that were would count as `sent_at`, the safe side.
+                until: nanos_between(grant.sent_at, until),
+                extended_at: None,
+                lost_signal: None,
+                hold_span: None,
+            }),
             local_key,
-            hold_span: Mutex::new(None),
         }
+    }
+
+    /// Sets `mark`; whether it was set already.
+    fn mark(&self, mark: u8) -> bool {
+        self.marks.fetch_or(mark, Ordering::AcqRel) & mark != 0
+    }
+
+    fn is_marked(&self, mark: u8) -> bool {
+        self.marks.load(Ordering::Acquire) & mark != 0
     }
 
     /// Keeps `span` as this lock's `lock.hold` span until the release; a disabled one is not
     /// stored.
     pub(crate) fn set_hold_span(&self, span: tracing::Span) {
         if !span.is_disabled() {
-            *self.hold_span.lock() = Some(span);
+            self.state.lock().hold_span = Some(Box::new(span));
         }
     }
 
     /// The `lock.hold` span, taken by the release that ends it (closed when dropped).
     pub(crate) fn take_hold_span(&self) -> Option<tracing::Span> {
-        self.hold_span.lock().take()
-    }
-
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+        self.state.lock().hold_span.take().map(|span| *span)
     }
 
     /// The user's key.
     pub(crate) fn key(&self) -> &str {
-        self.grant.keys.user_key()
+        self.local_key.user_key()
     }
 
-    pub(crate) fn keys(&self) -> &RedisKeys {
-        &self.grant.keys
+    /// Which lock of the key it is.
+    pub(crate) fn kind(&self) -> Kind {
+        self.kind
     }
 
-    pub(crate) fn token(&self) -> &str {
-        self.grant.token.as_str()
+    /// Its Redis names, built (one allocation) for a command.
+    pub(crate) fn redis_keys(&self) -> RedisKeys {
+        RedisKeys::with_tag(self.local_key.prefix(), &self.tag, self.key(), self.kind)
+    }
+
+    pub(crate) fn token(&self) -> &Token {
+        &self.token
     }
 
     /// The fencing token, if one was issued.
@@ -202,18 +258,23 @@ impl Hold {
 
     /// Local handoffs in a row that led to this holder (0: taken in Redis).
     pub(crate) fn streak(&self) -> u32 {
-        self.grant.handed_over.map_or(0, |(_, streak)| streak)
+        u32::from(self.streak)
     }
 
     pub(crate) fn mode(&self) -> LeaseMode {
-        self.terms.mode
+        let lease = Duration::from_nanos(self.lease_nanos);
+        if self.is_marked(FIXED) {
+            LeaseMode::Fixed(lease)
+        } else {
+            LeaseMode::Watchdog(lease)
+        }
     }
 
     pub(crate) fn local_key(&self) -> &LocalKeyRef<Self> {
         &self.local_key
     }
 
-    pub(crate) fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> u32 {
         self.depth.load(Ordering::Acquire)
     }
 
@@ -229,7 +290,7 @@ impl Hold {
 
     /// How long the lock has been held.
     pub(crate) fn held_for(&self) -> Duration {
-        self.grant.sent_at.elapsed()
+        self.sent_at.elapsed()
     }
 
     /// The error that reports this lock's loss. A lock found lost by its clock alone (a fixed
@@ -254,7 +315,7 @@ impl Hold {
     /// the lease there, less the safety margin that every validity keeps), or its lease ended
     /// before a renewal confirmed it.
     fn clock_reason(&self) -> LostReason {
-        match (self.terms.mode, self.hold_ends()) {
+        match (self.mode(), self.hold_ends()) {
             (LeaseMode::Watchdog(lease), Some(end))
                 if Instant::now() + safety_margin(lease) >= end =>
             {
@@ -284,8 +345,31 @@ impl Hold {
         }
     }
 
+    /// `at` as nanoseconds after the grant's `sent_at`, plus one (so the grant's own instant
+    /// is not `None`); an earlier `at` counts as the grant's instant (see
+    /// [`before_extension`](Self::before_extension)).
+    fn since_grant(&self, at: Instant) -> NonZeroU64 {
+        NonZeroU64::new(nanos_between(self.sent_at, at).saturating_add(1))
+            .unwrap_or(NonZeroU64::MAX)
+    }
+
+    /// `at` as [`HoldState::until`] keeps it; an `at` before the grant counts as the grant's
+    /// instant (an earlier end, the safe side).
+    fn after_grant(&self, at: Instant) -> u64 {
+        nanos_between(self.sent_at, at)
+    }
+
+    /// Whether a command sent at `sent_at` went out before the last explicit extension. One
+    /// sent before the grant (a renewal of the previous local holder, answered after a
+    /// handoff) went out before any extension of this hold.
+    fn before_extension(&self, state: &HoldState, sent_at: Instant) -> bool {
+        state
+            .extended_at
+            .is_some_and(|at| sent_at < self.sent_at || self.since_grant(sent_at) < at)
+    }
+
     pub(crate) fn valid_until(&self) -> Instant {
-        self.validity.lock().until
+        self.sent_at + Duration::from_nanos(self.state.lock().until)
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
@@ -293,11 +377,13 @@ impl Hold {
     /// before the last extension is ignored: it may have run before that extension in Redis
     /// and been overwritten by it.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = validity.until.max(confirmed_until(sent_at, lease));
+        state.until = state
+            .until
+            .max(self.after_grant(confirmed_until(sent_at, lease)));
     }
 
     /// Before an explicit extension is sent: Redis may apply it without this process hearing
@@ -305,32 +391,34 @@ impl Hold {
     /// shortened now, and renewals sent before it no longer count (they may run before it in
     /// Redis and be overwritten). A longer extension changes nothing until it is confirmed.
     pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = validity.until.min(confirmed_until(sent_at, by));
-        validity.extended_at = Some(sent_at);
+        state.until = state
+            .until
+            .min(self.after_grant(confirmed_until(sent_at, by)));
+        state.extended_at = Some(self.since_grant(sent_at));
     }
 
     /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
     /// unless a later extension was recorded already.
     pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration) {
-        let mut validity = self.validity.lock();
-        if validity.extended_at.is_some_and(|at| sent_at < at) {
+        let mut state = self.state.lock();
+        if self.before_extension(&state, sent_at) {
             return;
         }
-        validity.until = confirmed_until(sent_at, by);
-        validity.extended_at = Some(sent_at);
+        state.until = self.after_grant(confirmed_until(sent_at, by));
+        state.extended_at = Some(self.since_grant(sent_at));
     }
 
     /// Notes that a guard of this lock is used in the current task; when that is not the
     /// owner, the lock stops being reentrant for the owner (once, with a warning).
     pub(crate) fn touched(&self) {
-        if self.escaped.load(Ordering::Relaxed) || Owner::current() == self.terms.owner {
+        if self.is_marked(ESCAPED) || Owner::current() == self.owner {
             return;
         }
-        if !self.escaped.swap(true, Ordering::AcqRel) {
+        if !self.mark(ESCAPED) {
             tracing::warn!(
                 key = %ShownKey(self.key()),
                 "lock guard used by a task other than the one that acquired it; the lock is no \
@@ -341,13 +429,13 @@ impl Hold {
 
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
-        self.terms.owner == owner && !self.escaped.load(Ordering::Acquire)
+        self.owner == owner && !self.is_marked(ESCAPED)
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already
     /// did: the outermost guard left, or the shutdown released it.
     pub(crate) fn claim_finish(&self) -> bool {
-        !self.finishing.swap(true, Ordering::AcqRel)
+        !self.mark(FINISHING)
     }
 
     fn marked_lost(&self) -> bool {
@@ -379,8 +467,8 @@ impl Hold {
                     "lock lost: {reason}"
                 );
             }
-            crate::metrics::lost(self.keys().kind(), reason);
-            self.lost_signal.notify_waiters();
+            crate::metrics::lost(self.kind, reason);
+            self.wake_watchers();
             self.give_back_place();
         }
     }
@@ -388,22 +476,39 @@ impl Hold {
     /// Marks the hold over (the outermost guard left) and wakes the tasks waiting in
     /// [`lost`](Self::lost).
     pub(crate) fn end(&self) {
-        if !self.ended.swap(true, Ordering::AcqRel) {
-            self.lost_signal.notify_waiters();
+        if !self.mark(ENDED) {
+            self.wake_watchers();
+        }
+    }
+
+    /// Wakes the tasks waiting in [`lost`](Self::lost), after a mark they look for was set.
+    /// The signal is read under the state's lock, where `lost` registers before it looks at
+    /// the marks: a watcher either registered in time to be woken, or sees the mark.
+    fn wake_watchers(&self) {
+        let signal = self.state.lock().lost_signal.clone();
+        if let Some(signal) = signal {
+            signal.notify_waiters();
         }
     }
 
     /// Whether the outermost guard has left.
     pub(crate) fn is_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
+        self.is_marked(ENDED)
     }
 
     /// Resolves when the lock is lost (marked so, or its confirmed validity ran out), or when
     /// the hold ended (only a [`LockWatch`](crate::LockWatch) sees that: no guard is left).
     pub(crate) async fn lost(&self) {
         loop {
-            // Registered before the check, so a mark in between still wakes this task.
-            let marked = self.lost_signal.notified();
+            // Registered under the state's lock before the check, so a mark in between still
+            // wakes this task (see `wake_watchers`); a `Notified` made before a
+            // `notify_waiters` is woken by it.
+            let signal;
+            let marked = {
+                let mut state = self.state.lock();
+                signal = state.lost_signal.get_or_insert_with(Arc::default).clone();
+                signal.notified()
+            };
             let mut marked = std::pin::pin!(marked);
             marked.as_mut().enable();
             if self.marked_lost() || self.is_ended() {
@@ -430,7 +535,7 @@ impl Hold {
     /// is left of its `max_hold`, so that the key ends in Redis when the hold does (renewals
     /// never shorten a lease, so the last full one already ends before that).
     pub(crate) fn wants_renewal(&self, now: Instant) -> Option<Duration> {
-        match self.terms.mode {
+        match self.mode() {
             LeaseMode::Watchdog(lease) if !self.marked_lost() => match self.hold_ends() {
                 Some(end) => {
                     let left = end.saturating_duration_since(now);
@@ -445,14 +550,15 @@ impl Hold {
     /// When the `max_hold` of this lock ends, if it has one (a `max_hold` beyond the clock's
     /// range never ends).
     pub(crate) fn hold_ends(&self) -> Option<Instant> {
-        self.terms
-            .max_hold
-            .and_then(|max| self.grant.sent_at.checked_add(max))
+        self.max_hold.and_then(|max| self.sent_at.checked_add(max))
     }
 
     /// Gives the local queue place back (once).
     pub(crate) fn give_back_place(&self) {
-        drop(self.permit.lock().take());
+        let places = self.places.swap(0, Ordering::AcqRel);
+        if places > 0 {
+            self.local_key.give_back(places);
+        }
     }
 
     /// Counts a [`Fence`](crate::Fence) handle made (`true`) or dropped (`false`).
@@ -486,7 +592,7 @@ mod tests {
         max_hold: Option<Duration>,
     ) -> Hold {
         let local_key = local_keys.get("k");
-        let permit = local_key.queue.clone().try_acquire_owned().unwrap();
+        let places = local_key.try_place(1).unwrap().keep();
         let terms = Terms {
             owner: Owner::current(),
             mode: LeaseMode::Watchdog(lease),
@@ -494,16 +600,16 @@ mod tests {
         };
         let grant = Grant {
             keys: RedisKeys::new("p:", "k"),
-            token: "t".into(),
+            token: Token::new(&std::sync::Arc::from("t"), Kind::Exclusive, 1),
             sent_at,
             handed_over: None,
         };
-        Hold::new(1, terms, grant, local_key, permit)
+        Hold::new(terms, grant, local_key, places)
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_renewal_sent_before_a_shortening_extension_does_not_undo_it() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(30);
         let t0 = Instant::now();
         let held = held(&local_keys, lease, t0);
@@ -535,7 +641,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_loss_is_explained_by_what_redis_found_and_by_the_clock() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(30);
         let held = held(&local_keys, lease, Instant::now());
         tokio::time::advance(Duration::from_secs(5)).await;
@@ -564,7 +670,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lock_past_its_max_hold_is_lost_for_that_reason() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(3);
         let max = Duration::from_secs(10);
         let held = held_at_most(&local_keys, lease, Instant::now(), Some(max));
@@ -580,15 +686,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_lost_lock_gives_back_its_local_place() {
-        let local_keys = LocalKeys::default();
+        let local_keys = LocalKeys::new("p:", false);
         let held = held(&local_keys, Duration::from_secs(30), Instant::now());
-        assert_eq!(held.local_key().queue.available_permits(), 0);
+        assert_eq!(held.local_key().free_places(), 0);
         held.mark_lost(LostReason::Deleted);
-        assert_eq!(held.local_key().queue.available_permits(), 1);
+        assert_eq!(held.local_key().free_places(), 1);
         // The first reason stays.
         held.mark_lost(LostReason::Expired);
         assert_eq!(held.lost_reason(), Some(LostReason::Deleted));
         held.give_back_place();
-        assert_eq!(held.local_key().queue.available_permits(), 1);
+        assert_eq!(held.local_key().free_places(), 1);
     }
 }

@@ -1,95 +1,96 @@
 //! [`HeldByToken`]: a locker's held locks by Redis token, the record the watchdog renews.
 
-use std::collections::hash_map::{Entry, HashMap};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher, RandomState};
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use crate::held::Hold;
+use crate::token::Token;
 
 /// The held locks (outermost guard not yet left) by Redis token. A local handoff passes the
 /// token on, so a renewal answer in flight reaches the new holder.
 ///
-/// Filed under the token's hash, not a copy of it: a held lock costs the map 16 bytes, not a
-/// second string. A lookup compares the whole token, so two tokens of one hash (one chance in
-/// 2^64 per pair) never answer for each other: the later one's record replaces the earlier's,
-/// which is then no longer renewed and ends as lost by its clock.
+/// A set of the holds themselves, found by the token each carries: a held lock costs it one
+/// pointer, no copy of its token. The set's hasher is keyed per locker (`RandomState`), so
+/// nobody outside can aim tokens at one bucket.
 #[derive(Debug, Default)]
 pub(crate) struct HeldByToken {
-    records: Mutex<HashMap<u64, Arc<Hold>, BuildHasherDefault<SlotHasher>>>,
-    /// Keyed per locker: nobody outside can aim tokens at one bucket.
-    hasher: RandomState,
+    records: Mutex<HashSet<Record>>,
 }
 
-impl HeldByToken {
-    fn slot(&self, token: &str) -> u64 {
-        self.hasher.hash_one(token)
-    }
+/// A hold as the set files it: by its token.
+#[derive(Debug)]
+struct Record(Arc<Hold>);
 
+impl Borrow<Token> for Record {
+    fn borrow(&self) -> &Token {
+        self.0.token()
+    }
+}
+
+/// As its token, so that a lookup by token finds it.
+impl Hash for Record {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.token().hash(state);
+    }
+}
+
+impl PartialEq for Record {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.token() == other.0.token()
+    }
+}
+
+impl Eq for Record {}
+
+impl HeldByToken {
     /// Files `held` under its token, in place of whoever held the token before (a handoff).
     pub(crate) fn insert(&self, held: Arc<Hold>) {
-        let slot = self.slot(held.token());
-        self.records.lock().insert(slot, held);
+        self.records.lock().replace(Record(held));
     }
 
     /// Whoever holds `token` now.
-    pub(crate) fn get(&self, token: &str) -> Option<Arc<Hold>> {
+    pub(crate) fn get(&self, token: &Token) -> Option<Arc<Hold>> {
         self.records
             .lock()
-            .get(&self.slot(token))
-            .filter(|held| held.token() == token)
-            .cloned()
+            .get(token)
+            .map(|record| record.0.clone())
     }
 
     /// Removes `held`'s record, unless its token has passed on to another holder.
     pub(crate) fn remove(&self, held: &Arc<Hold>) {
-        let slot = self.slot(held.token());
-        if let Entry::Occupied(record) = self.records.lock().entry(slot) {
-            if Arc::ptr_eq(record.get(), held) {
-                record.remove();
-            }
+        let mut records = self.records.lock();
+        if records
+            .get(held.token())
+            .is_some_and(|current| Arc::ptr_eq(&current.0, held))
+        {
+            records.remove(held.token());
         }
     }
 
     /// Every held lock now.
     pub(crate) fn all(&self) -> Vec<Arc<Hold>> {
-        self.records.lock().values().cloned().collect()
+        self.records
+            .lock()
+            .iter()
+            .map(|record| record.0.clone())
+            .collect()
     }
 
     /// Keeps the records `keep` says to keep.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&Arc<Hold>) -> bool) {
-        self.records.lock().retain(|_, held| keep(held));
+        self.records.lock().retain(|record| keep(&record.0));
     }
 
     /// How many held locks `count` counts.
     pub(crate) fn count(&self, count: impl Fn(&Hold) -> bool) -> usize {
         self.records
             .lock()
-            .values()
-            .filter(|held| count(held))
+            .iter()
+            .filter(|record| count(&record.0))
             .count()
-    }
-}
-
-/// The map's hasher: a slot is already a keyed hash of the token, so the map uses it as it is
-/// instead of hashing it a second time.
-#[derive(Debug, Default)]
-struct SlotHasher(u64);
-
-impl Hasher for SlotHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` slots are hashed (`write_u64`); any other input still spreads.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, slot: u64) {
-        self.0 = slot;
     }
 }

@@ -33,8 +33,8 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub(crate) const MAX_PREFIX_LEN: usize = 128;
 
 /// The Redis names that belong to one user key. Only the lock key is kept: it is sent with every
-/// acquire, renewal and release; the others are built from it when needed, so a held lock
-/// carries one name, not five.
+/// acquire, renewal and release; the others are built from it when needed. A held lock keeps
+/// none: only the hash tag ([`Tag`]), from which it builds these for a command.
 #[derive(Debug, Clone)]
 pub(crate) struct RedisKeys {
     pub(crate) lock: String,
@@ -64,15 +64,13 @@ impl RedisKeys {
 
     /// The names of `key` held as `kind`.
     pub(crate) fn of(prefix: &str, key: &str, kind: Kind) -> Self {
-        // The tag: the first 8 bytes of the key's SHA-1, in hex.
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let digest = <sha1::Sha1 as sha1::Digest>::digest(key.as_bytes());
-        let mut tag = [0u8; 16];
-        for (i, byte) in digest[..8].iter().enumerate() {
-            tag[2 * i] = HEX[usize::from(byte >> 4)];
-            tag[2 * i + 1] = HEX[usize::from(byte & 0xf)];
-        }
-        let tag = std::str::from_utf8(&tag).unwrap_or_default();
+        Self::with_tag(prefix, &tag_of(key), key, kind)
+    }
+
+    /// The names of `key` held as `kind`, whose hash tag is known already: a held lock keeps
+    /// its tag, not its names, and builds them when a command needs them.
+    pub(crate) fn with_tag(prefix: &str, tag: &Tag, key: &str, kind: Kind) -> Self {
+        let tag = std::str::from_utf8(tag).unwrap_or_default();
         let tagged = prefix.len() + tag.len() + 2;
         Self {
             lock: joined(&[prefix, "{", tag, "}:", word(kind), ":", key]),
@@ -82,8 +80,19 @@ impl RedisKeys {
         }
     }
 
-    /// The user's key these names belong to, read back from `p{h}:<word>:k`: a held lock
-    /// keeps no second copy of it.
+    /// The hash tag of these names.
+    pub(crate) fn tag(&self) -> Tag {
+        let mut tag = [0u8; 16];
+        let end = self.tagged() - 1;
+        if let Some(read) = self.lock.as_bytes().get(end - tag.len()..end) {
+            tag.copy_from_slice(read);
+        }
+        tag
+    }
+
+    /// The user's key these names belong to, read back from `p{h}:<word>:k` (the tests check
+    /// the layout with it; a held lock reads its key from its local key).
+    #[cfg(test)]
     pub(crate) fn user_key(&self) -> &str {
         let start = self.tagged() + 1 + word(self.kind).len() + 1;
         self.lock.get(start..).unwrap_or_default()
@@ -201,6 +210,21 @@ impl fmt::Display for Name<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.parts().iter().try_for_each(|part| f.write_str(part))
     }
+}
+
+/// The hash tag of a key's Redis names: the first 8 bytes of the key's SHA-1, in hex.
+pub(crate) type Tag = [u8; 16];
+
+/// The hash tag of `key`'s Redis names.
+fn tag_of(key: &str) -> Tag {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = <sha1::Sha1 as sha1::Digest>::digest(key.as_bytes());
+    let mut tag = [0u8; 16];
+    for (i, byte) in digest[..8].iter().enumerate() {
+        tag[2 * i] = HEX[usize::from(byte >> 4)];
+        tag[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+    }
+    tag
 }
 
 /// `parts` in one string, allocated once (names are built on every acquire and release;
@@ -323,6 +347,23 @@ mod tests {
         // `printf inventory:7 | sha1sum` prints ea0ed9a8cea337c6…
         let keys = RedisKeys::new("", "inventory:7");
         assert_eq!(keys.lock, "{ea0ed9a8cea337c6}:lock:inventory:7");
+    }
+
+    #[test]
+    fn names_rebuilt_from_the_tag_are_the_same() {
+        for kind in [
+            Kind::Exclusive,
+            Kind::Fair,
+            Kind::Shared,
+            Kind::Permits { limit: 3 },
+        ] {
+            let keys = RedisKeys::of("lock:", "a}x{b", kind);
+            let rebuilt = RedisKeys::with_tag("lock:", &keys.tag(), "a}x{b", kind);
+            assert_eq!(rebuilt.lock, keys.lock);
+            assert_eq!(rebuilt.user_key(), "a}x{b");
+            assert_eq!(rebuilt.kind(), kind);
+        }
+        assert_eq!(&RedisKeys::new("", "k").tag(), &tag_of("k"));
     }
 
     #[test]

@@ -31,7 +31,6 @@ use crate::metrics::{self, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
 use crate::store::{NewLease, Renewal, Store};
-use crate::token::Token;
 
 /// Local handoffs in a row before a lock goes back through Redis, so that waiters of other
 /// lockers (who cannot be seen from here without a round trip) get their turn.
@@ -117,16 +116,17 @@ enum Confirmation {
 
 impl LocalLocks {
     pub(crate) fn new(
+        prefix: &str,
         store: Arc<Store>,
         releaser: Releaser,
         in_flight: InFlight,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            local_keys: LocalKeys::default(),
-            fairs: LocalKeys::default(),
-            readers: LocalKeys::default(),
-            semaphores: LocalKeys::default(),
+            local_keys: LocalKeys::new(prefix, false),
+            fairs: LocalKeys::new(prefix, false),
+            readers: LocalKeys::new(prefix, true),
+            semaphores: LocalKeys::new(prefix, true),
             held: HeldByToken::default(),
             store,
             releaser,
@@ -178,7 +178,7 @@ impl LocalLocks {
                         }
                     }
                     self.unregister(&held);
-                    metrics::unheld(held.keys().kind());
+                    metrics::unheld(held.kind());
                     let released = release::release_held(&self.store, &held).await;
                     Self::settle(&held, released.others_waiting);
                     match released.result {
@@ -220,7 +220,7 @@ impl LocalLocks {
     /// waiter, which takes a permit a local holder hands over (a zero-wait acquire takes no
     /// turn: it does not wait).
     pub(crate) fn semaphore_turn(&self, key: &str, limit: u32) -> LocalKeyRef<Hold> {
-        self.semaphores.get(&format!("turn\0{limit}\0{key}"))
+        self.semaphores.get(&format!("turn:{limit}\0{key}"))
     }
 
     /// Whether `owner` holds a read lock of `key`.
@@ -288,7 +288,7 @@ impl LocalLocks {
     pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
         let held = Arc::new(held);
         *held.local_key().holder() = Arc::downgrade(&held);
-        metrics::held(held.keys().kind());
+        metrics::held(held.kind());
         self.held.insert(held.clone());
         held
     }
@@ -310,7 +310,7 @@ impl LocalLocks {
         drop(holder);
         self.unregister(held);
         held.end();
-        metrics::unheld(held.keys().kind());
+        metrics::unheld(held.kind());
         Leave::Outermost
     }
 
@@ -341,7 +341,7 @@ impl LocalLocks {
                     Self::settle(held, None);
                     let error = held.lost_error();
                     release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
-                    metrics::released(held.keys().kind(), ReleaseOutcome::Lost, held.held_for());
+                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_for());
                     return Err(error);
                 }
                 Confirmation::Undecided => {}
@@ -384,7 +384,7 @@ impl LocalLocks {
         let LeaseMode::Watchdog(lease) = held.mode() else {
             return None;
         };
-        let kind_fits = held.keys().kind().hands_over_locally();
+        let kind_fits = held.kind().hands_over_locally();
         let local_key = held.local_key();
         let fits = kind_fits
             && local_key.has_waiters()
@@ -404,8 +404,9 @@ impl LocalLocks {
     /// with the lease renewed.
     async fn confirm(&self, held: &Hold, lease: Duration) -> Confirmation {
         let sent_at = Instant::now();
-        let pair = [(held.keys(), held.token())];
-        let renew = held.keys().kind() != Kind::Exclusive || !fresh(held.valid_until(), lease);
+        let (keys, token) = (held.redis_keys(), held.token().stored());
+        let pair = [(&keys, token.as_str())];
+        let renew = held.kind() != Kind::Exclusive || !fresh(held.valid_until(), lease);
         let answers = if renew {
             self.store.renew(&pair, NewLease::AtLeast(lease)).await
         } else {
@@ -413,7 +414,7 @@ impl LocalLocks {
         };
         let answer = answers.first().copied().unwrap_or(Renewal::Unknown);
         self.renew_calls.fetch_add(1, Ordering::Relaxed);
-        metrics::renewed(held.keys().kind(), answer.label());
+        metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => {
                 if renew {
@@ -444,23 +445,18 @@ impl LocalLocks {
             return false;
         };
         let local_key = held.local_key();
-        let id = held.id();
+        let (token, streak) = (held.token().clone(), held.streak() + 1);
         let left = local_key.put_baton(Baton {
-            id,
-            keys: held.keys().clone(),
-            token: held.token().to_owned(),
+            keys: held.redis_keys(),
+            token: token.clone(),
             valid_until,
-            streak: held.streak() + 1,
+            streak,
         });
         if !left {
             return false;
         }
         held.give_back_place();
-        metrics::released(
-            held.keys().kind(),
-            ReleaseOutcome::HandedOver,
-            held.held_for(),
-        );
+        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_for());
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let local_key = local_key.clone();
         let store = self.store.clone();
@@ -468,8 +464,8 @@ impl LocalLocks {
         runtime.spawn(async move {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
-            if let Some(baton) = local_key.reclaim_baton(id) {
-                if let Err(error) = store.release(&baton.keys, &baton.token).await {
+            if let Some(baton) = local_key.reclaim_baton(&token, streak) {
+                if let Err(error) = store.release(&baton.keys, &baton.token.stored()).await {
                     tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
                 }
             }
@@ -492,8 +488,7 @@ impl LocalLocks {
         if let Kind::Permits { .. } = baton.keys.kind() {
             // A semaphore holder's token names its permits (`<token>|<holder>:<permits>`): an
             // acquire of another count cannot take it over.
-            let count = baton.token.rsplit(':').next();
-            if count.and_then(|c| c.parse::<u32>().ok()) != Some(permits) {
+            if baton.token.permits() != Some(permits) {
                 return Some(Err(baton));
             }
         }
@@ -506,7 +501,7 @@ impl LocalLocks {
         }
         Some(Ok(Grant {
             keys: baton.keys,
-            token: Token::issued(baton.token),
+            token: baton.token,
             sent_at: Instant::now(),
             handed_over: Some((baton.valid_until, baton.streak)),
         }))
@@ -571,7 +566,7 @@ impl LocalLocks {
             }
             return;
         };
-        metrics::renewed(held.keys().kind(), answer.label());
+        metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => held.confirm(sent_at, lease),
             Renewal::NotOurs(gone) => {

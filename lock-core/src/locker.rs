@@ -1,6 +1,6 @@
 //! [`Locker`], the entry point: a handle to the locks of one Redis deployment.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -79,8 +79,8 @@ pub(crate) struct Settings {
     pub(crate) release_retry_window: Duration,
     /// The `lock.hold` span at info level instead of debug.
     pub(crate) trace_holds: bool,
-    /// The holder name every stored value carries (see `holder.rs`).
-    pub(crate) holder: String,
+    /// The holder name every stored value carries (see `holder.rs`), shared by the tokens.
+    pub(crate) holder: Arc<str>,
 }
 
 pub(crate) struct Inner {
@@ -89,17 +89,12 @@ pub(crate) struct Inner {
     /// The held locks' owner; guards keep it (and with it the background tasks) alive.
     pub(crate) local: Arc<LocalLocks>,
     pub(crate) release_messages: ReleaseMessages,
-    next_id: AtomicU64,
     /// A lazy locker has not checked the server's eviction policy yet (see
     /// [`Inner::answered`]).
     eviction_unchecked: AtomicBool,
 }
 
 impl Inner {
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
     pub(crate) fn keys(&self, key: &str) -> RedisKeys {
         RedisKeys::new(&self.settings.prefix, key)
     }
@@ -595,6 +590,7 @@ impl Locker {
         let in_flight = InFlight::new();
         let releaser = release::start(store.clone(), in_flight.clone());
         let local = Arc::new(LocalLocks::new(
+            &settings.prefix,
             store.clone(),
             releaser,
             in_flight,
@@ -608,7 +604,6 @@ impl Locker {
                 settings,
                 local,
                 release_messages,
-                next_id: AtomicU64::new(1),
                 eviction_unchecked: AtomicBool::new(startup == Startup::OnFirstUse),
             }),
         }

@@ -81,7 +81,7 @@ pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
     };
     span.record("outcome", outcome.as_str());
     end_hold(hold, outcome);
-    metrics::released(held.keys().kind(), outcome, held.held_for());
+    metrics::released(held.kind(), outcome, held.held_for());
     released
 }
 
@@ -106,7 +106,8 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     // Includes the confirmed lease having run out. A lock the shutdown marked lost (to stop
     // its holder before the key goes) is still ours until Redis says otherwise.
     let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
-    let result = store.release(held.keys(), held.token()).await;
+    let keys = held.redis_keys();
+    let result = store.release(&keys, &held.token().stored()).await;
     let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
     let released = match result {
         Ok(reply) if reply.ours && !was_lost => Ok(()),
@@ -120,7 +121,7 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
             );
             Err(held.lost_error())
         }
-        Err(error) => Err(LockError::backend_on(held.keys(), held.key(), error)),
+        Err(error) => Err(LockError::backend_on(&keys, held.key(), error)),
     };
     if released.is_ok() {
         let held_for = held.held_for();
@@ -183,7 +184,7 @@ impl Pending for Attempt<'_> {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Abandoned {
             keys: self.keys.clone(),
-            token: self.token.take(),
+            token: self.token.clone(),
         }
     }
 }
@@ -200,7 +201,7 @@ impl Pending for Waiting<'_> {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Withdraw {
             keys: self.keys.clone(),
-            token: self.token.take(),
+            token: self.token.clone(),
         }
     }
 }
@@ -260,13 +261,14 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                         }
                     },
                     ReleaseJob::Withdraw { keys, token } => {
-                        store.withdraw(&keys, token.as_str()).await
+                        store.withdraw(&keys, &token.stored()).await
                     }
                     ReleaseJob::Abandoned { keys, token } => {
                         // The attempt's command may still be on its way: try a few times.
+                        let token = token.stored();
                         for delay in [0, 100, 500, 2000] {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
-                            match store.release(&keys, token.as_str()).await {
+                            match store.release(&keys, &token).await {
                                 Ok(r) if r.ours => {
                                     tracing::debug!(lock = %ShownKey(&keys.lock), "removed a lock taken by an abandoned acquire");
                                     break;

@@ -1,59 +1,73 @@
 //! [`Token`]: what an acquirer stores under a lock key, and what proves the lock is its own.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use crate::holder::{self, StoredKind};
 use crate::kind::Kind;
 
-/// The stored value of one try of an acquire: 128 random bits, the holder's name and what the
+/// The token of one try of an acquire: 128 random bits, the holder's name and what the
 /// scripts count of its kind (see `holder.rs`). Only its issuer knows it, so every change to a
-/// lock key compares it first; it crosses into `store/` as [`as_str`](Self::as_str).
+/// lock key compares it first; it crosses into `store/` as its [`stored`](Self::stored) value.
+///
+/// Kept as the bits, not the text: a held lock carries its token for as long as it is held,
+/// and the stored value (`<32 hex digits>|<holder>...`) is written only where it is sent. The
+/// holder name is the locker's, shared by all its tokens.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Token(String);
+pub(crate) struct Token {
+    random: [u8; 16],
+    holder: Arc<str>,
+    kind: StoredKind,
+}
 
 impl Token {
     /// A fresh token of `holder` for a try of `kind` (of `permits` permits for a semaphore): a
     /// fair lock's is marked, a semaphore holder's names its permits.
-    pub(crate) fn new(holder: &str, kind: Kind, permits: u32) -> Self {
-        let stored = match kind {
+    pub(crate) fn new(holder: &Arc<str>, kind: Kind, permits: u32) -> Self {
+        let kind = match kind {
             Kind::Permits { .. } => StoredKind::Permits(permits),
             Kind::Fair => StoredKind::Fair,
             Kind::Exclusive | Kind::Shared => StoredKind::Plain,
         };
-        // One allocation, sized for the whole value: this runs on every acquire.
-        let mut value = String::with_capacity(32 + 1 + holder.len() + 12);
-        push_random(&mut value);
-        holder::push_holder(&mut value, holder, stored);
-        Self(value)
+        Self {
+            random: rand::random(),
+            holder: holder.clone(),
+            kind,
+        }
     }
 
-    /// A token this process issued, kept as text meanwhile (a lock handed over locally).
-    pub(crate) fn issued(value: String) -> Self {
-        Self(value)
+    /// The value stored in Redis: `<token>|<holder>`, with a fair lock's mark or a semaphore
+    /// holder's permits. Built for each command that sends it, in one allocation.
+    pub(crate) fn stored(&self) -> String {
+        let mut value = String::with_capacity(32 + 1 + self.holder.len() + 12);
+        push_hex(&mut value, &self.random);
+        holder::push_holder(&mut value, &self.holder, self.kind);
+        value
     }
 
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Takes the token out, leaving an empty one: for a release-on-drop being disarmed and
-    /// dropped, whose token lives on in a grant.
-    pub(crate) fn take(&mut self) -> Self {
-        Self(std::mem::take(&mut self.0))
+    /// The permits a semaphore holder's token counts (`None` for a lock's).
+    pub(crate) fn permits(&self) -> Option<u32> {
+        match self.kind {
+            StoredKind::Permits(permits) => Some(permits),
+            StoredKind::Plain | StoredKind::Fair => None,
+        }
     }
 }
 
-/// As the text (what `Debug` of a grant or a held lock showed before tokens had a type).
+/// By the random bits alone: equal tokens have equal bits, and the name is the same for
+/// every token of a locker.
+impl Hash for Token {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.random.hash(state);
+    }
+}
+
+/// As the stored value (what `Debug` of a grant or a held lock showed before tokens were
+/// kept as bits).
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
-    }
-}
-
-#[cfg(test)]
-impl From<&str> for Token {
-    fn from(value: &str) -> Self {
-        Self(value.to_owned())
+        fmt::Debug::fmt(&self.stored(), f)
     }
 }
 
@@ -61,19 +75,17 @@ impl From<&str> for Token {
 #[cfg(test)]
 pub(crate) fn random() -> String {
     let mut value = String::with_capacity(32);
-    push_random(&mut value);
+    push_hex(&mut value, &rand::random());
     value
 }
 
-/// Appends 128 random bits from the thread-local CSPRNG as 32 lowercase hex digits.
-fn push_random(value: &mut String) {
+/// Appends `bits` as 32 lowercase hex digits.
+fn push_hex(value: &mut String, bits: &[u8; 16]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bits = rand::random::<u128>();
-    value.extend((0..32).rev().map(|digit| {
-        let nibble = (bits >> (4 * digit)) & 0xf;
-        // A nibble is below 16: the index cannot be out of range.
-        char::from(HEX[usize::try_from(nibble).unwrap_or(0)])
-    }));
+    for byte in bits {
+        value.push(char::from(HEX[usize::from(byte >> 4)]));
+        value.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
 }
 
 #[cfg(test)]
@@ -98,17 +110,21 @@ mod tests {
 
     #[test]
     fn a_token_carries_its_holder_and_kind() {
-        let fair = Token::new("web-1:42", Kind::Fair, 1);
-        assert_eq!(holder::parse_lock(fair.as_str()).holder, Some("web-1:42"));
-        assert!(holder::parse_lock(fair.as_str()).fair);
-        let permits = Token::new("web-1:42", Kind::Permits { limit: 5 }, 3);
+        let holder: Arc<str> = Arc::from("web-1:42");
+        let fair = Token::new(&holder, Kind::Fair, 1);
+        assert_eq!(holder::parse_lock(&fair.stored()).holder, Some("web-1:42"));
+        assert!(holder::parse_lock(&fair.stored()).fair);
+        assert_eq!(fair.permits(), None);
+        let permits = Token::new(&holder, Kind::Permits { limit: 5 }, 3);
         assert_eq!(
-            holder::parse_permit(permits.as_str()),
+            holder::parse_permit(&permits.stored()),
             (Some("web-1:42"), 3)
         );
-        assert_ne!(
-            Token::new("a", Kind::Exclusive, 1),
-            Token::new("a", Kind::Exclusive, 1)
-        );
+        assert_eq!(permits.permits(), Some(3));
+        let plain = Token::new(&holder, Kind::Exclusive, 1);
+        assert_eq!(plain.stored().len(), 32 + 1 + holder.len());
+        assert_eq!(plain.stored(), plain.clone().stored());
+        assert_ne!(plain, Token::new(&holder, Kind::Exclusive, 1));
+        assert_eq!(format!("{plain:?}"), format!("{:?}", plain.stored()));
     }
 }

@@ -164,7 +164,7 @@ impl Acquire {
     async fn try_once(
         &self,
         attempt: &mut Attempt<'_>,
-        waiter: &str,
+        waiter: &Token,
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
@@ -186,10 +186,14 @@ impl Acquire {
                 likely_busy,
             };
             attempt.sent = true;
-            let token = attempt.token.as_str();
+            // One stored value for both when the waiting entry is this try's own (the usual
+            // case: only a RedLock retry changes the token).
+            let token = attempt.token.stored();
+            let other_waiter = (*waiter != attempt.token).then(|| waiter.stored());
+            let waiter = other_waiter.as_deref().unwrap_or(&token);
             let reply = by(
                 bound,
-                inner.store.acquire(attempt.keys, token, waiter, args),
+                inner.store.acquire(attempt.keys, &token, waiter, args),
             )
             .await;
             let error = match reply {

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::{Acquire, Seen, When};
@@ -15,7 +14,7 @@ use crate::held::{Grant, Hold, LeaseMode};
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::local::LocalLocks;
-use crate::local_key::LocalKeyRef;
+use crate::local_key::{LocalKey, LocalKeyRef, Place};
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
 use crate::store::{NewLease, Renewal};
@@ -26,7 +25,7 @@ use crate::token::Token;
 type Answer = Result<LockGuard, LockError>;
 
 /// A grant and the local place that goes with it.
-type Placed = (OwnedSemaphorePermit, Grant);
+type Placed<'k> = (Place<'k>, Grant);
 
 /// Where an acquire may take over a lock a local holder hands over, and what it takes.
 pub(super) struct Handoff<'a> {
@@ -105,13 +104,13 @@ impl Acquire {
     /// The usual order: first the local queue (one task per key per process contends in
     /// Redis; first come, first served), then Redis, unless the last local holder handed the
     /// lock over.
-    pub(super) async fn local_then_in_redis(
+    pub(super) async fn local_then_in_redis<'k>(
         &self,
-        local_key: &LocalKeyRef<Hold>,
+        local_key: &'k LocalKeyRef<Hold>,
         mode: LeaseMode,
         when: When,
-    ) -> Result<Placed, LockError> {
-        let permit = queue_for(&local_key.queue, self.permits, when, Some(local_key)).await;
+    ) -> Result<Placed<'k>, LockError> {
+        let permit = queue_for(local_key, self.permits, when, true).await;
         let Some(permit) = permit else {
             return Err(self.busy(when.started, self.local_holder(local_key)));
         };
@@ -136,15 +135,15 @@ impl Acquire {
     /// whenever one waits, wherever it waits. A zero wait tries Redis once and that is all: it
     /// never stands in the line, so it takes no turn (siblings mid-try do not refuse it) and no
     /// handed-over permit (those are for the waiters).
-    pub(super) async fn permits_in_order(
+    pub(super) async fn permits_in_order<'k>(
         &self,
-        local_key: &LocalKeyRef<Hold>,
+        local_key: &'k LocalKeyRef<Hold>,
         limit: u32,
         mode: LeaseMode,
         when: When,
-    ) -> Result<Placed, LockError> {
+    ) -> Result<Placed<'k>, LockError> {
         let _waiting = (!when.try_once).then(|| local_key.queued());
-        let Some(place) = queue_for(&local_key.queue, self.permits, when, None).await else {
+        let Some(place) = queue_for(local_key, self.permits, when, false).await else {
             return Err(self.busy(when.started, Seen::default()));
         };
         if when.try_once {
@@ -154,7 +153,7 @@ impl Acquire {
             return Ok((place, grant));
         }
         let turn = self.inner().local.semaphore_turn(&self.key, limit);
-        let Some(_turn) = queue_for(&turn.queue, 1, when, None).await else {
+        let Some(_turn) = queue_for(&turn, 1, when, false).await else {
             return Err(self.busy(when.started, Seen::default()));
         };
         let handoff = self.handoff(local_key, mode);
@@ -175,12 +174,12 @@ impl Acquire {
     /// It is free then, or about to be: the previous local holder gives it back right after its
     /// release in Redis. The wait for the place keeps to the acquire's deadline (the grant is
     /// given back when it ends), and the grant is renewed every half lease meanwhile.
-    pub(super) async fn in_line_then_local(
+    pub(super) async fn in_line_then_local<'k>(
         &self,
-        local_key: &LocalKeyRef<Hold>,
+        local_key: &'k LocalKeyRef<Hold>,
         mode: LeaseMode,
         when: When,
-    ) -> Result<Placed, LockError> {
+    ) -> Result<Placed<'k>, LockError> {
         let lease = mode.lease();
         let mut grant = self
             .acquire_in_redis(self.redis_keys(), lease, when, None, false)
@@ -188,14 +187,14 @@ impl Acquire {
         // Dropped while waiting for the place: the granted lock goes back in the background.
         let mut on_drop = ReleaseOnDrop::new(
             self.inner().releaser(),
-            Attempt::new(&grant.keys, grant.token.take()),
+            Attempt::new(&grant.keys, grant.token.clone()),
         );
         on_drop.arm();
         let placed = self
             .keep_until_placed(local_key, &on_drop.target, &mut grant.sent_at, lease, when)
             .await;
         on_drop.disarm();
-        let token = on_drop.target.token.take();
+        let token = on_drop.target.token.clone();
         drop(on_drop);
         let permit = match placed {
             Ok(permit) => permit,
@@ -226,18 +225,18 @@ impl Acquire {
     /// Waits for a fair grant's local place, renewing the grant in Redis every half lease
     /// meanwhile (`sent_at` follows the renewals). `Err` when the wait ran out (`None`) or a
     /// renewal did not keep the grant (its answer).
-    async fn keep_until_placed(
+    async fn keep_until_placed<'k>(
         &self,
-        local_key: &LocalKeyRef<Hold>,
+        local_key: &'k LocalKeyRef<Hold>,
         granted: &Attempt<'_>,
         sent_at: &mut Instant,
         lease: std::time::Duration,
         when: When,
-    ) -> Result<Result<OwnedSemaphorePermit, tokio::sync::AcquireError>, Option<Renewal>> {
+    ) -> Result<Result<Place<'k>, tokio::sync::AcquireError>, Option<Renewal>> {
         loop {
             let renew_at = *sent_at + lease / 2;
             let until = when.deadline.map_or(renew_at, |d| d.min(renew_at));
-            let queued = local_key.queue.clone().acquire_owned();
+            let queued = local_key.place(1);
             if let Ok(permit) = tokio::time::timeout_at(until, queued).await {
                 return Ok(permit);
             }
@@ -246,7 +245,8 @@ impl Acquire {
             }
             // Still waiting for the place: keep the grant ours meanwhile.
             let renewed_at = Instant::now();
-            let pair = [(granted.keys, granted.token.as_str())];
+            let token = granted.token.stored();
+            let pair = [(granted.keys, token.as_str())];
             let store = &self.inner().store;
             match store.renew(&pair, NewLease::AtLeast(lease)).await.first() {
                 Some(Renewal::Renewed) => *sent_at = renewed_at,
@@ -271,7 +271,7 @@ impl Acquire {
             .upgrade()
             .map_or_else(Seen::default, |h| Seen {
                 ttl: Some(h.valid_until().saturating_duration_since(Instant::now())),
-                holder: Some(self.inner().settings.holder.clone()),
+                holder: Some(self.inner().settings.holder.to_string()),
             })
     }
 
@@ -281,8 +281,7 @@ impl Acquire {
         match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
             Ok(grant) => Some(grant),
             Err(baton) => {
-                self.give_back(&baton.keys, Token::issued(baton.token))
-                    .await;
+                self.give_back(&baton.keys, baton.token).await;
                 None
             }
         }
@@ -308,28 +307,28 @@ impl Acquire {
         let inner = &self.inner();
         let mut on_drop = ReleaseOnDrop::new(inner.releaser(), Attempt::new(keys, token));
         on_drop.arm();
-        let token = on_drop.target.token.as_str();
-        if let Err(error) = inner.store.release(keys, token).await {
+        let token = on_drop.target.token.stored();
+        if let Err(error) = inner.store.release(keys, &token).await {
             tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
         }
         on_drop.disarm();
     }
 }
 
-/// `places` places of a local `queue`, first come first served, by `when`'s deadline (at
-/// once for a zero wait); counted as queued in `local_key` meanwhile, when given (the local
+/// `places` places of `local_key`'s queue, first come first served, by `when`'s deadline (at
+/// once for a zero wait); counted as queued in `local_key` meanwhile when `counted` (the local
 /// handoff looks at it). `None` when the wait ran out.
 async fn queue_for(
-    queue: &Arc<Semaphore>,
+    local_key: &LocalKey<Hold>,
     places: u32,
     when: When,
-    local_key: Option<&LocalKeyRef<Hold>>,
-) -> Option<OwnedSemaphorePermit> {
+    counted: bool,
+) -> Option<Place<'_>> {
     if when.try_once {
-        return queue.clone().try_acquire_many_owned(places).ok();
+        return local_key.try_place(places);
     }
-    let _queued = local_key.map(|local_key| local_key.queued());
-    let queued = queue.clone().acquire_many_owned(places);
+    let _queued = counted.then(|| local_key.queued());
+    let queued = local_key.place(places);
     match when.deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
         None => Some(queued.await),

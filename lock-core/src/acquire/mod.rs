@@ -284,7 +284,9 @@ impl Acquire {
             max_hold,
         };
         let inner = &self.inner();
-        let held = Hold::new(inner.next_id(), terms, grant, local_key, permit);
+        // The places pass to the hold, which gives them back through its local key.
+        let places = permit.keep();
+        let held = Hold::new(terms, grant, local_key, places);
         let held = inner.local.register(held);
         Ok(LockGuard::new(inner.local.clone(), held))
     }

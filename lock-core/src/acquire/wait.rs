@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
+use tokio::sync::futures::{Notified, OwnedNotified};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -107,8 +107,8 @@ impl<'a> Wait<'a> {
     }
 
     /// The attempt to send, and the token of the acquire's entry in the waiting writers.
-    pub(super) fn attempt(&mut self) -> (&mut Attempt<'a>, &str) {
-        (&mut self.attempt.target, self.writer.target.token.as_str())
+    pub(super) fn attempt(&mut self) -> (&mut Attempt<'a>, &Token) {
+        (&mut self.attempt.target, &self.writer.target.token)
     }
 
     /// A try of `kind` found the lock held. It stays armed between tries only where it holds
@@ -142,11 +142,11 @@ impl<'a> Wait<'a> {
             seen_busy,
             subscription,
             writer,
-            mut attempt,
+            attempt,
             ..
         } = self;
         drop(writer);
-        let token = attempt.target.token.take();
+        let token = attempt.target.token.clone();
         drop(attempt);
         if let (Some(subscription), Some(_), true) =
             (subscription, seen_busy, kind.leaves_channel_after_waiting())
@@ -198,8 +198,8 @@ impl<'a> Wait<'a> {
             // Registered before the messages are read, so a later one still wakes us.
             n = Box::pin(notify.notified());
             n.as_mut().enable();
-            let token = self.attempt.target.token.as_str();
-            let (for_me, now) = subscription.for_me_since(mark, |m| !turn_of_another(m, token));
+            let token = self.attempt.target.token.stored();
+            let (for_me, now) = subscription.for_me_since(mark, |m| !turn_of_another(m, &token));
             if for_me {
                 break;
             }
@@ -213,7 +213,7 @@ impl<'a> Wait<'a> {
 pub(super) struct Alarms<'n> {
     notify: Option<&'n Notify>,
     released: Option<Pin<Box<Notified<'n>>>>,
-    handed: Option<Pin<Box<Notified<'n>>>>,
+    handed: Option<Pin<Box<OwnedNotified>>>,
 }
 
 impl<'n> Alarms<'n> {
@@ -225,7 +225,7 @@ impl<'n> Alarms<'n> {
             n.as_mut().enable();
         }
         // Likewise for a local handoff, registered before the local key is looked at.
-        let mut handed = handoff.map(|h| Box::pin(h.local_key.handed.notified()));
+        let mut handed = handoff.map(|h| Box::pin(h.local_key.handed()));
         if let Some(h) = handed.as_mut() {
             h.as_mut().enable();
         }
