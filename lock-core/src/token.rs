@@ -82,10 +82,14 @@ pub(crate) fn random() -> String {
 /// Appends `bits` as 32 lowercase hex digits.
 fn push_hex(value: &mut String, bits: &[u8; 16]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    for byte in bits {
-        value.push(char::from(HEX[usize::from(byte >> 4)]));
-        value.push(char::from(HEX[usize::from(byte & 0xf)]));
+    // Written as bytes, then added in one go: pushing 32 chars one by one cost most of
+    // building a token's value, which every acquire and release does.
+    let mut hex = [0u8; 32];
+    for (digits, byte) in hex.chunks_exact_mut(2).zip(bits) {
+        digits[0] = HEX[usize::from(byte >> 4)];
+        digits[1] = HEX[usize::from(byte & 0xf)];
     }
+    value.push_str(std::str::from_utf8(&hex).unwrap_or_default());
 }
 
 #[cfg(test)]
@@ -106,6 +110,13 @@ mod tests {
                 tokens.iter().map(|t| t.as_bytes()[position]).collect();
             assert_eq!(seen.len(), 16, "digit {position}");
         }
+        // High nibble first, bytes in order.
+        let mut value = String::from(">");
+        let bits = [
+            0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 0xff, 0, 0, 0, 0, 0, 0x10,
+        ];
+        push_hex(&mut value, &bits);
+        assert_eq!(value, ">0123456789abcdef00ff000000000010");
     }
 
     #[test]
