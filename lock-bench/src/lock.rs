@@ -39,7 +39,7 @@ pub(crate) enum Held {
     Rslock(RslockGuard),
 }
 
-/// Sets the kit's release retry window in milliseconds (default: the kit's own, 1 s).
+/// Sets the kit's release retry window in milliseconds (default: the kit's own, none).
 pub(crate) const RELEASE_WINDOW_ENV: &str = "LOCK_BENCH_RELEASE_WINDOW_MS";
 
 /// Builds a kit locker with the benchmark's settings: its own key prefix, a short fence
