@@ -217,13 +217,9 @@ pub(crate) type Tag = [u8; 16];
 
 /// The hash tag of `key`'s Redis names.
 fn tag_of(key: &str) -> Tag {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = <sha1::Sha1 as sha1::Digest>::digest(key.as_bytes());
     let mut tag = [0u8; 16];
-    for (i, byte) in digest[..8].iter().enumerate() {
-        tag[2 * i] = HEX[usize::from(byte >> 4)];
-        tag[2 * i + 1] = HEX[usize::from(byte & 0xf)];
-    }
+    crate::hex::encode_into(&digest[..8], &mut tag);
     tag
 }
 

@@ -365,6 +365,7 @@ mod fence;
 mod guard;
 mod held;
 mod held_by_token;
+mod hex;
 mod holder;
 mod in_flight;
 mod inspect;

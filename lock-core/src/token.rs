@@ -81,14 +81,10 @@ pub(crate) fn random() -> String {
 
 /// Appends `bits` as 32 lowercase hex digits.
 fn push_hex(value: &mut String, bits: &[u8; 16]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     // Written as bytes, then added in one go: pushing 32 chars one by one cost most of
     // building a token's value, which every acquire and release does.
     let mut hex = [0u8; 32];
-    for (digits, byte) in hex.chunks_exact_mut(2).zip(bits) {
-        digits[0] = HEX[usize::from(byte >> 4)];
-        digits[1] = HEX[usize::from(byte & 0xf)];
-    }
+    crate::hex::encode_into(bits, &mut hex);
     value.push_str(std::str::from_utf8(&hex).unwrap_or_default());
 }
 
