@@ -116,7 +116,7 @@ pub(crate) struct Subscription {
 }
 
 /// The last [`Messages::KEPT`] release messages of a channel, numbered: a message may name
-/// the one waiter it is for (see `scripts/permit_release.lua`, `scripts/release.lua`), and
+/// the one waiter it is for (see `scripts/permit_release.lua`, `scripts/fair_release.lua`), and
 /// messages following each other quickly must not hide that from the waiter named in an
 /// earlier one.
 #[derive(Debug, Default)]

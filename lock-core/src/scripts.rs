@@ -22,16 +22,19 @@ pub(crate) enum Preamble {
     Latch,
     /// `scripts/fence_expiry.lua`: `fence_expiry`, how long a fence key lives.
     FenceExpiry,
+    /// `scripts/channel.lua`: `release_channel`, the release channel of a lock's main key.
+    Channel,
 }
 
 impl Preamble {
     #[cfg(test)]
-    const ALL: [Self; 5] = [
+    const ALL: [Self; 6] = [
         Self::Guard,
         Self::Clock,
         Self::Line,
         Self::Latch,
         Self::FenceExpiry,
+        Self::Channel,
     ];
 
     fn text(self) -> &'static str {
@@ -41,6 +44,7 @@ impl Preamble {
             Self::Line => include_str!("scripts/line.lua"),
             Self::Latch => include_str!("scripts/latch.lua"),
             Self::FenceExpiry => include_str!("scripts/fence_expiry.lua"),
+            Self::Channel => include_str!("scripts/channel.lua"),
         }
     }
 
@@ -53,6 +57,7 @@ impl Preamble {
             Self::Line => &["first_in_line(", "join_line("],
             Self::Latch => &["leave_latch(", "latched("],
             Self::FenceExpiry => &["fence_expiry("],
+            Self::Channel => &["release_channel("],
         }
     }
 }
@@ -125,12 +130,14 @@ scripts! {
     PERMIT_ACQUIRE = "permit_acquire.lua" after Guard, Clock, Line;
     /// A waiting writer that stopped waiting leaves the waiting writers.
     WITHDRAW = "withdraw.lua";
-    /// Compare the token, delete, leave the latch, publish (the fair lock's line too).
-    RELEASE = "release.lua" after Clock, Line, Latch;
+    /// Compare the token, delete, leave the latch, publish.
+    RELEASE = "release.lua" after Latch, Channel;
+    /// As `RELEASE`, and tell the first waiter in the fair lock's line.
+    FAIR_RELEASE = "fair_release.lua" after Clock, Line, Latch, Channel;
     /// Drop a read lock; the last reader out tells a waiting writer.
-    READ_RELEASE = "read_release.lua" after Clock, Latch;
+    READ_RELEASE = "read_release.lua" after Clock, Latch, Channel;
     /// Give semaphore permits back and tell the first waiter in line.
-    PERMIT_RELEASE = "permit_release.lua" after Clock, Line, Latch;
+    PERMIT_RELEASE = "permit_release.lua" after Clock, Line, Latch, Channel;
     /// Compare the token and delete, nothing else (a RedLock node's grant to a try that did
     /// not win a majority).
     UNDO = "undo.lua";
@@ -211,6 +218,43 @@ mod tests {
                 }
             }
             assert_eq!(lua.script().get_hash().len(), 40, "{}", lua.name);
+        }
+    }
+
+    /// The channel a release script names (channel.lua) is the one waiters subscribe to
+    /// (`RedisKeys::channel`), for every kind's main key and for user keys and prefixes that
+    /// look like parts of a name.
+    #[test]
+    fn the_release_channel_a_script_names_is_the_one_waiters_listen_on() {
+        use crate::key::{RedisKeys, MAX_KEY_LEN, MAX_PREFIX_LEN};
+        let server = lock_testkit::RedisServer::start().expect("redis-server");
+        let lua = format!(
+            "{}return release_channel(KEYS[1])",
+            Preamble::Channel.text()
+        );
+        let long_key = "k:".repeat(MAX_KEY_LEN / 2);
+        let long_prefix = ":".repeat(MAX_PREFIX_LEN);
+        let keys = [
+            "7",
+            "",
+            "a}x{b",
+            "p{h}:lock:k",
+            "}:",
+            ":",
+            "x:lock:y",
+            "é:ü",
+            &long_key,
+        ];
+        for prefix in ["", "p:", "lock:", "semaphore:", &long_prefix] {
+            for key in keys {
+                for names in [
+                    RedisKeys::new(prefix, key),
+                    RedisKeys::semaphore(prefix, key, 3),
+                ] {
+                    let named: String = server.cmd(&["EVAL", &lua, "1", &names.lock]);
+                    assert_eq!(named, names.channel().to_string(), "{}", names.lock);
+                }
+            }
         }
     }
 }

@@ -239,7 +239,7 @@ impl<'n> Alarms<'n> {
 
 /// Whether a release message names a waiter other than `token`: the release of a semaphore
 /// or a fair lock names the first waiter in line (`scripts/permit_release.lua`,
-/// `scripts/release.lua`), and the others would only find the lock or permits kept for it.
+/// `scripts/fair_release.lua`), and the others would only find the lock or permits kept for it.
 /// `1` (and the empty message of a wake-up after a reconnection) is for every waiter.
 fn turn_of_another(message: &str, token: &str) -> bool {
     !message.is_empty() && message != "1" && message != token

@@ -8,14 +8,13 @@
 -- removes it).
 --
 -- KEYS[1]  the lock key (see read_acquire.lua for the layout)
--- KEYS[2]  the release latch of this token
--- KEYS[3]  the waiting writers of the lock key (see acquire.lua)
--- KEYS[4]  the readers set of the lock key
+-- KEYS[2]  the waiting writers of the lock key (see acquire.lua)
+-- KEYS[3]  the readers set of the lock key
+-- KEYS[4]  (only with a release retry window) the release latch of this token
 -- ARGV[1]  the caller's token
--- ARGV[2]  the release channel of the lock key (a channel, not a key)
--- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
---          after it does not trust a missing latch, see `Node::release`)
---          or 0: no latch (a retry that finds the key gone cannot tell, and says so)
+-- ARGV[2]  how long the latch lives, in milliseconds: the release retry window (see latch.lua)
+--
+-- The message on the release channel (release_channel, see channel.lua) is '1'.
 --
 -- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
@@ -30,31 +29,31 @@
 -- lease runs, or is of another type. In the lost cases the entry is removed.
 local now = server_ms()
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
-local score = tonumber(redis.call('ZSCORE', KEYS[4], ARGV[1]) or '')
+local score = tonumber(redis.call('ZSCORE', KEYS[3], ARGV[1]) or '')
 if ok and current == 'readers' and score and score > now then
-  redis.call('ZREM', KEYS[4], ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.0f', now))
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
   local answer = 1
-  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   if last[2] then
     -- Readers remain: the marker lives as long as the longest of their leases.
     local ttl = math.max(tonumber(last[2]) - now, 1)
     redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
   else
     redis.call('DEL', KEYS[1])
-    if redis.call('EXISTS', KEYS[3]) == 1 then
-      redis.pcall('PUBLISH', ARGV[2], '1')
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
       answer = 2
     end
   end
-  leave_latch(KEYS[2], answer, ARGV[3])
+  leave_latch(KEYS[4], answer, ARGV[2])
   return answer
 end
 if score then
   -- Not ours any more (expired, or the marker is gone or replaced): the entry goes. An entry
   -- still there means no earlier try of this release ran (it removes the entry), so the latch
   -- need not be asked.
-  redis.call('ZREM', KEYS[4], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
   if score <= now then
     return -2
   end
@@ -63,7 +62,7 @@ if score then
   end
   return 0
 end
-local earlier = latched(KEYS[2])
+local earlier = latched(KEYS[4])
 if earlier then
   return earlier
 end

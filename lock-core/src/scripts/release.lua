@@ -1,28 +1,26 @@
--- Release the lock if, and only if, it is still held by the caller's token; leave a latch that
--- proves it; tell the waiters of other lockers, if any flagged that they wait (a locker's own
--- waiters queue in its process and need no message).
+-- Release a mutex if, and only if, it is still held by the caller's token; leave a latch that
+-- proves it (with a release retry window); tell the waiters of other lockers, if any flagged
+-- that they wait (a locker's own waiters queue in its process and need no message). A fair
+-- lock's release is fair_release.lua.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the release latch of this token (`..:unlocked:<token>`)
--- KEYS[3]  the waiting writers of this lock key (acquirers of other lockers that found it
+-- KEYS[2]  the waiting writers of this lock key (acquirers of other lockers that found it
 --          held, see acquire.lua): deleted by a release (whoever waits tries again, and joins
 --          again if it loses); when the token does not hold the lock it may be an abandoned
---          acquire's (a mutex's or a fair waiter's), whose entry goes: if it was the last and
---          no writer holds the lock, readers that let it go first are told (as withdraw.lua)
--- KEYS[4]  the readers' waiting flag of this lock key (set by readers that found it held, see
---          read_acquire.lua): like KEYS[3], another locker waits
--- KEYS[5]  (fair locks only) the line of the lock key, and
--- KEYS[6]  its liveness set (see fair_acquire.lua): when the token does not hold the lock, it
---          may be an abandoned waiter's, which leaves the line here instead of blocking it
---          until its liveness ends
+--          acquire's, whose entry goes: if it was the last and no writer holds the lock,
+--          readers that let it go first are told (as withdraw.lua)
+-- KEYS[3]  the readers' waiting flag of this lock key (set by readers that found it held, see
+--          read_acquire.lua): like KEYS[2], another locker waits
+-- KEYS[4]  (only with a release retry window) the release latch of this token
+--          (`..:unlocked:<token>`, see latch.lua)
 -- ARGV[1]  the caller's token
--- ARGV[2]  the release channel of this lock key (a channel, not a key); the message is '1'
---          (every waiter may try), or for a fair lock the token of the first waiter in line
--- ARGV[3]  how long the latch lives, in milliseconds: the release retry window (a retry answered
+-- ARGV[2]  how long the latch lives, in milliseconds: the release retry window (a retry answered
 --          after it does not trust a missing latch, see `Node::release`)
---          or 0: no latch (a retry that finds the key gone cannot tell, and says so)
 --
--- KEYS[2] to KEYS[6] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
+-- The message on the release channel (release_channel, see channel.lua) is '1': every waiter
+-- may try.
+--
+-- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
 -- although they usually do not exist. Inside a script a Redis Cluster checks each command's
 -- key on its own: an undeclared key of a migrating slot that is not on this node would fail the
 -- script after it deleted the lock key (no latch, no message, an error for a lock it did
@@ -38,60 +36,36 @@
 --      first reply was lost); nobody waited then
 --   4  as 3, and another locker waited then
 --  -1  the key is absent and no latch: the lock was lost (expired, deleted, or forgotten by a
---      restart) before any release of ours ran
+--      restart) before any release of ours ran, or, with no latch kept, before this try
 --   0  the key holds another token, or is of another type, and no latch: lost, left alone
 --
 -- The latch is how a retried release tells "my first try ran" from "my first try never reached
--- Redis". Without it a retry that finds the key absent or taken could not know whether this
--- release deleted it or the lock had been lost before: a lost lock would be reported released.
+-- Redis". Without it a retry that finds the key absent or taken cannot know whether this
+-- release deleted it or the lock had been lost before: the kit then says the lock was lost,
+-- never released (see `Node::release`).
 --
 -- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
 -- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
 -- back to the holder's TTL and the safety-net retry.
--- A fair lock's first waiter in line that is still alive (see line.lua, prepended to this
--- script): the release message names it, the only waiter that may take the lock (the others
--- need not try).
-local function first_in_fair_line()
-  return first_in_line(KEYS[5], KEYS[6], server_ms())
-end
-
 local ok, current = pcall(redis.call, 'GET', KEYS[1])
 if ok and current == ARGV[1] then
   -- One DEL for the lock and the marks of waiters: the lock key exists (it holds our token),
   -- so any count above 1 is a waiting mark.
-  local waited = math.min(redis.call('DEL', KEYS[1], KEYS[3], KEYS[4]) - 1, 1)
-  -- A fair lock's line says who waits, also when the waiting writers are gone: its waiters do
-  -- not try (and join them again) after a message that names another.
-  local head = KEYS[5] and first_in_fair_line()
-  if head then
-    waited = 1
-  end
-  leave_latch(KEYS[2], waited + 1, ARGV[3])
+  local waited = math.min(redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) - 1, 1)
+  leave_latch(KEYS[4], waited + 1, ARGV[2])
   if waited == 1 then
-    redis.pcall('PUBLISH', ARGV[2], head or '1')
+    redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
   end
   return waited + 1
 end
 -- Not ours (or not any more): an abandoned acquire's waiting entry goes. Readers that waited
 -- for it are told when it was the last writer waiting and none holds the lock; they would
 -- otherwise sleep until the set's TTL, the longest waiter's whole wait.
-if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[3]) == 0
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0
     and ok and (not current or current == 'readers') then
-  redis.pcall('PUBLISH', ARGV[2], '1')
+  redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
 end
-if KEYS[5] then
-  local head = redis.call('ZRANGE', KEYS[5], 0, 0)[1]
-  redis.call('ZREM', KEYS[5], ARGV[1])
-  redis.call('ZREM', KEYS[6], ARGV[1])
-  if head == ARGV[1] then
-    -- The first in line gave up: the next one is told (the lock may be free).
-    local next_head = first_in_fair_line()
-    if next_head then
-      redis.pcall('PUBLISH', ARGV[2], next_head)
-    end
-  end
-end
-local earlier = latched(KEYS[2])
+local earlier = latched(KEYS[4])
 if earlier then
   return earlier
 end

@@ -12,70 +12,36 @@ use crate::limits::lease_ms;
 use crate::scripts;
 
 /// The release script of the kind `keys` are held as, for `token`; `latch` is how long the
-/// release latch lives (zero: none). Every name a script touches is one of its KEYS (see
-/// `scripts/release.lua`).
+/// release latch lives (zero: none, and its name is not sent). Every name a script touches is
+/// one of its KEYS (see `scripts/release.lua`).
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    match keys.kind() {
-        Kind::Exclusive => release(keys, token, latch, None),
-        Kind::Fair => release(keys, token, latch, Some((keys.line(), keys.line_alive()))),
-        Kind::Shared => read_release(keys, token, latch),
-        Kind::Permits { .. } => permit_release(keys, token, latch),
+    let (script, names): (_, [Name<'_>; 2]) = match keys.kind() {
+        Kind::Exclusive => (&scripts::RELEASE, [keys.waiting(), keys.readers_waiting()]),
+        Kind::Fair => (
+            &scripts::FAIR_RELEASE,
+            [keys.waiting(), keys.readers_waiting()],
+        ),
+        Kind::Shared => (&scripts::READ_RELEASE, [keys.waiting(), keys.readers()]),
+        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, [keys.line(), keys.line_alive()]),
+    };
+    let line = matches!(keys.kind(), Kind::Fair).then(|| [keys.line(), keys.line_alive()]);
+    let latch = (!latch.is_zero()).then(|| (keys.latch(token), lease_ms(latch)));
+    let count = 3 + line.map_or(0, |line| line.len()) + usize::from(latch.is_some());
+    let mut call = ScriptCall::new(script, count);
+    call.key(&keys.lock);
+    for name in names.into_iter().chain(line.into_iter().flatten()) {
+        call.key(name);
     }
-}
-
-/// `scripts/release.lua`: KEYS the lock, the latch, the waiting writers, the readers' waiting
-/// flag [, the line, its liveness: a fair lock's]; ARGV the token, the release channel, the
-/// latch's life.
-fn release(
-    keys: &RedisKeys,
-    token: &str,
-    latch: Duration,
-    line: Option<(Name<'_>, Name<'_>)>,
-) -> ScriptCall<ReleaseReply> {
-    let mut call = ScriptCall::new(&scripts::RELEASE, if line.is_some() { 6 } else { 4 });
-    call.key(&keys.lock)
-        .key(keys.latch(token))
-        .key(keys.waiting())
-        .key(keys.readers_waiting());
-    if let Some((line, alive)) = line {
-        call.key(line).key(alive);
-    }
-    call.arg(token).arg(keys.channel()).arg(latch_ms(latch));
+    // The latch's name only with a window: a name sent costs Redis a string on every release.
+    let latch_ms = match latch {
+        Some((name, ms)) => {
+            call.key(name);
+            ms
+        }
+        None => 0,
+    };
+    call.arg(token).arg(latch_ms);
     call
-}
-
-/// `scripts/read_release.lua`: KEYS the lock, the latch, the waiting writers, the readers;
-/// ARGV the token, the release channel, the latch's life.
-fn read_release(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    let mut call = ScriptCall::new(&scripts::READ_RELEASE, 4);
-    call.key(&keys.lock)
-        .key(keys.latch(token))
-        .key(keys.waiting())
-        .key(keys.readers());
-    call.arg(token).arg(keys.channel()).arg(latch_ms(latch));
-    call
-}
-
-/// `scripts/permit_release.lua`: KEYS the semaphore's set, the latch, the line, its liveness;
-/// ARGV the holder, the release channel, the latch's life.
-fn permit_release(keys: &RedisKeys, holder: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    let mut call = ScriptCall::new(&scripts::PERMIT_RELEASE, 4);
-    call.key(&keys.lock)
-        .key(keys.latch(holder))
-        .key(keys.line())
-        .key(keys.line_alive());
-    call.arg(holder).arg(keys.channel()).arg(latch_ms(latch));
-    call
-}
-
-/// The latch's life in milliseconds; a zero window writes no latch (`lease_ms` would round it
-/// up to 1 ms).
-fn latch_ms(latch: Duration) -> u64 {
-    if latch.is_zero() {
-        0
-    } else {
-        lease_ms(latch)
-    }
 }
 
 /// `scripts/undo.lua`: KEYS the lock; ARGV the try's token. Answers 1 when it deleted the key.
@@ -143,66 +109,69 @@ mod tests {
     use super::*;
     use crate::store::calls::tests::{int, sent};
 
-    /// Each script's KEYS and ARGV in the order of its `.lua` header.
+    /// Each script's KEYS and ARGV in the order of its `.lua` header; the latch's name only
+    /// with a window.
     #[test]
     fn each_kind_lays_out_its_script_as_its_header_says() {
         let latch = Duration::from_millis(1_500);
         let k = RedisKeys::new("p", "k");
-        let common = |k: &RedisKeys| {
-            [
-                k.lock.clone(),
-                k.latch("t").to_string(),
-                k.waiting().to_string(),
-            ]
+        let names = |k: &RedisKeys, names: &[Name<'_>]| -> Vec<String> {
+            std::iter::once(k.lock.clone())
+                .chain(names.iter().map(Name::to_string))
+                .collect()
         };
-        let mut expected: Vec<String> = vec!["4".into()];
-        expected.extend(common(&k));
-        expected.extend([
-            k.readers_waiting().to_string(),
-            "t".into(),
-            k.channel().to_string(),
-            "1500".into(),
-        ]);
-        assert_eq!(sent(of_kind(&k, "t", latch)), expected);
+        let with = |count: &str, keys: Vec<String>, args: [&str; 2]| -> Vec<String> {
+            std::iter::once(count.to_string())
+                .chain(keys)
+                .chain(args.map(String::from))
+                .collect()
+        };
+
+        let mutex = names(&k, &[k.waiting(), k.readers_waiting()]);
+        assert_eq!(
+            sent(of_kind(&k, "t", Duration::ZERO)),
+            with("3", mutex.clone(), ["t", "0"])
+        );
+        let mut latched = mutex;
+        latched.push(k.latch("t").to_string());
+        assert_eq!(
+            sent(of_kind(&k, "t", latch)),
+            with("4", latched, ["t", "1500"])
+        );
 
         let fair = k.clone().held_as(Kind::Fair);
-        let mut expected: Vec<String> = vec!["6".into()];
-        expected.extend(common(&fair));
-        expected.extend([
-            fair.readers_waiting().to_string(),
-            fair.line().to_string(),
-            fair.line_alive().to_string(),
-        ]);
-        expected.extend(["t".into(), fair.channel().to_string(), "0".into()]);
-        assert_eq!(sent(of_kind(&fair, "t", Duration::ZERO)), expected);
+        let line = [
+            fair.waiting(),
+            fair.readers_waiting(),
+            fair.line(),
+            fair.line_alive(),
+        ];
+        assert_eq!(
+            sent(of_kind(&fair, "t", Duration::ZERO)),
+            with("5", names(&fair, &line), ["t", "0"])
+        );
+        let mut latched = names(&fair, &line);
+        latched.push(fair.latch("t").to_string());
+        assert_eq!(
+            sent(of_kind(&fair, "t", latch)),
+            with("6", latched, ["t", "1500"])
+        );
 
+        // A window under a millisecond is rounded up, not down to "no latch".
         let read = k.clone().held_as(Kind::Shared);
-        let mut expected: Vec<String> = vec!["4".into()];
-        expected.extend(common(&read));
-        expected.extend([
-            read.readers().to_string(),
-            "t".into(),
-            read.channel().to_string(),
-            "1".into(),
-        ]);
+        let mut latched = names(&read, &[read.waiting(), read.readers()]);
+        latched.push(read.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&read, "t", Duration::from_micros(10))),
-            expected
+            with("4", latched, ["t", "1"])
         );
 
         let permits = RedisKeys::semaphore("p", "k", 3);
+        let mut latched = names(&permits, &[permits.line(), permits.line_alive()]);
+        latched.push(permits.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&permits, "t", latch)),
-            [
-                "4",
-                &permits.lock,
-                &permits.latch("t").to_string(),
-                &permits.line().to_string(),
-                &permits.line_alive().to_string(),
-                "t",
-                &permits.channel().to_string(),
-                "1500"
-            ]
+            with("4", latched, ["t", "1500"])
         );
         assert_eq!(sent(undo(&k, "t")), ["1", &k.lock, "t"]);
     }
