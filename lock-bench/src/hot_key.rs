@@ -25,6 +25,9 @@ use crate::stats::percentile;
 use crate::sys::mono_ns;
 use crate::{Ctx, Side};
 
+/// `GET`s timed before each hot-key run for its round trip.
+const ROUND_TRIPS: usize = 300;
+
 /// One acquisition, in `CLOCK_MONOTONIC` nanoseconds.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub(crate) struct Event {
@@ -126,6 +129,25 @@ async fn contend(lock: &Lock, spec: &Spec) -> Result<Outcome, BoxError> {
     Ok(outcome)
 }
 
+/// The median round trip of a `GET` (of a key nobody writes) sent right after a hold as the
+/// workers hold, in µs: the floor of a local handoff, which waits for one `GET` sent by a task
+/// that just came back from its hold (runtime threads that idled through the hold answer later
+/// than busy ones). Measured before a run's command counts are taken, so not counted.
+async fn get_after_hold_us(ctx: &Ctx, hold_for: Duration) -> Result<f64, BoxError> {
+    let mut conn = ctx.conn();
+    let mut times = Vec::with_capacity(ROUND_TRIPS);
+    for _ in 0..ROUND_TRIPS {
+        hold(hold_for).await;
+        let sent = mono_ns();
+        let _: Option<String> = redis::cmd("GET")
+            .arg("lock-bench:round-trip")
+            .query_async(&mut conn)
+            .await?;
+        times.push(mono_ns().saturating_sub(sent));
+    }
+    Ok(percentile(&mut times, 50.0) / 1e3)
+}
+
 /// The metrics of one run.
 #[derive(Debug, Clone)]
 struct Metrics {
@@ -138,6 +160,9 @@ struct Metrics {
     per_sec: f64,
     gap_p50_us: f64,
     gap_p99_us: f64,
+    /// A `GET`'s round trip p50 right after a hold, just before the run: the local handoff's
+    /// confirmation costs one.
+    round_trip_us: f64,
     other_task_pct: f64,
     min_max: f64,
     cmds_all: f64,
@@ -152,6 +177,7 @@ fn analyze(
     go_ns: u64,
     stats: &CommandStats,
     redis_cpu_secs: f64,
+    round_trip_us: f64,
     side: Side,
 ) -> Metrics {
     let events = &mut outcome.events;
@@ -204,6 +230,7 @@ fn analyze(
         per_sec,
         gap_p50_us: percentile(&mut gaps, 50.0) / 1e3,
         gap_p99_us: percentile(&mut gaps, 99.0) / 1e3,
+        round_trip_us,
         other_task_pct: other as f64 / handoffs * 100.0,
         min_max: if max == 0 {
             0.0
@@ -333,6 +360,12 @@ fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
         ),
         row("handoff gap p99", "µs", |m| m.gap_p99_us, Check::Info),
         row("handoff gap mean", "µs", |m| m.gap_mean_us, Check::Info),
+        row(
+            "a GET's round trip p50 after a hold, just before the run",
+            "µs",
+            |m| m.round_trip_us,
+            Check::Info,
+        ),
         row(
             "hold as measured (mean)",
             "µs",
@@ -496,13 +529,23 @@ async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxEr
             }
             let lock = ctx.open(side, &ctx.prefix(taken.tag, rep, side)).await?;
             let spec = ctx.hot_key_spec(taken, 0, p.w3_tasks);
+            let round_trip = get_after_hold_us(ctx, spec.hold).await?;
             let before = ctx.stats().await?;
             let cpu0 = ctx.cpu().await?;
             let go = mono_ns();
             let outcome = contend(&lock, &spec).await?;
             let cpu = ctx.cpu().await?.server - cpu0.server;
             let stats = ctx.stats().await?.since(&before);
-            let m = analyze(outcome, p.w3_tasks, taken.permits, go, &stats, cpu, side);
+            let m = analyze(
+                outcome,
+                p.w3_tasks,
+                taken.permits,
+                go,
+                &stats,
+                cpu,
+                round_trip,
+                side,
+            );
             progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
             runs[s].push(m);
         }
@@ -744,6 +787,7 @@ async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxErro
                     return Err(format!("worker said {line:?} instead of ready").into());
                 }
             }
+            let round_trip = get_after_hold_us(ctx, Duration::from_micros(p.w3_hold_us)).await?;
             let before = ctx.stats().await?;
             let cpu0 = ctx.cpu().await?;
             let go = mono_ns();
@@ -765,7 +809,16 @@ async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxErro
             }
             let cpu = ctx.cpu().await?.server - cpu0.server;
             let stats = ctx.stats().await?.since(&before);
-            let m = analyze(outcome, total, taken.permits, go, &stats, cpu, side);
+            let m = analyze(
+                outcome,
+                total,
+                taken.permits,
+                go,
+                &stats,
+                cpu,
+                round_trip,
+                side,
+            );
             progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
             runs[s].push(m);
         }
