@@ -170,16 +170,25 @@ struct Metrics {
     failures: f64,
 }
 
+/// What the Redis server showed of one run.
+struct ServerSide<'a> {
+    /// Its commands during the run.
+    stats: &'a CommandStats,
+    /// Its CPU time during the run.
+    cpu_secs: f64,
+    /// [`get_after_hold_us`], just before the run.
+    round_trip_us: f64,
+}
+
 fn analyze(
     mut outcome: Outcome,
     tasks: usize,
     permits: u32,
     go_ns: u64,
-    stats: &CommandStats,
-    redis_cpu_secs: f64,
-    round_trip_us: f64,
+    server: ServerSide<'_>,
     side: Side,
 ) -> Metrics {
+    let stats = server.stats;
     let events = &mut outcome.events;
     events.sort_by_key(|e| e.acquired);
     let n = events.len();
@@ -226,11 +235,11 @@ fn analyze(
     Metrics {
         hold_mean_us: mean(&mut events.iter().map(|e| e.release_called - e.acquired)),
         gap_mean_us: mean(&mut gaps.iter().copied()),
-        redis_cpu_pct: redis_cpu_secs / secs * 100.0,
+        redis_cpu_pct: server.cpu_secs / secs * 100.0,
         per_sec,
         gap_p50_us: percentile(&mut gaps, 50.0) / 1e3,
         gap_p99_us: percentile(&mut gaps, 99.0) / 1e3,
-        round_trip_us,
+        round_trip_us: server.round_trip_us,
         other_task_pct: other as f64 / handoffs * 100.0,
         min_max: if max == 0 {
             0.0
@@ -541,9 +550,11 @@ async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxEr
                 p.w3_tasks,
                 taken.permits,
                 go,
-                &stats,
-                cpu,
-                round_trip,
+                ServerSide {
+                    stats: &stats,
+                    cpu_secs: cpu,
+                    round_trip_us: round_trip,
+                },
                 side,
             );
             progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
@@ -814,9 +825,11 @@ async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxErro
                 total,
                 taken.permits,
                 go,
-                &stats,
-                cpu,
-                round_trip,
+                ServerSide {
+                    stats: &stats,
+                    cpu_secs: cpu,
+                    round_trip_us: round_trip,
+                },
                 side,
             );
             progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
