@@ -400,7 +400,7 @@ fn rows(workload: &str, targets: Targets, runs: [Vec<Metrics>; 2]) -> Vec<Row> {
             targets.commands,
         ),
         row(
-            "client-sent commands/acquisition",
+            "client-sent commands/acquisition (at most)",
             "",
             |m| m.cmds_client,
             targets.commands,

@@ -3,8 +3,10 @@
 //! Redis counts a command run inside a Lua script like one sent by a client: an `EVALSHA` of
 //! the kit's acquire script shows up as `evalsha` plus its inner `set`, `time`, `get`, `set`.
 //! [`CommandStats::all`] is that literal total; [`CommandStats::client_sent`] subtracts the
-//! commands that only run inside the scripts of the side being measured, which leaves what the
-//! client sent (its round trips, pipelined or not).
+//! commands that only run inside the scripts of the side being measured, which leaves at most
+//! what the client sent (its round trips, pipelined or not): a command both the client and a
+//! script send (the kit's `GET`, `SET`, `PUBLISH`, `EXISTS`) is counted whole, so the count is
+//! never below the truth.
 
 use std::collections::BTreeMap;
 
@@ -23,10 +25,10 @@ const IGNORED: &[&str] = &[
     "select",
 ];
 
-/// Commands the kit runs only inside its scripts (acquire, release, renew).
-const KIT_SCRIPT_ONLY: &[&str] = &[
-    "set", "get", "time", "del", "publish", "pttl", "pexpire", "type", "zadd", "zrem",
-];
+/// Commands the kit runs only inside its scripts (acquire, release, renew). Not `set` (a
+/// first try is a plain `SET NX PX`), `get` (a local handoff's confirmation), `publish` (a
+/// RedLock release tells every node), `exists`: the kit sends those itself too.
+const KIT_SCRIPT_ONLY: &[&str] = &["time", "del", "pttl", "pexpire", "type", "zadd", "zrem"];
 
 /// Commands the floor runs only inside its scripts (compare-and-delete, compare-and-pexpire).
 const FLOOR_SCRIPT_ONLY: &[&str] = &["get", "del", "pexpire"];
@@ -154,7 +156,8 @@ mod tests {
         assert_eq!(delta.calls("evalsha"), 3);
         assert_eq!(delta.usec("evalsha"), 30);
         assert_eq!(delta.all(), 9);
-        assert_eq!(delta.client_sent(Side::Kit), 3);
+        // The kit sends `SET` and `GET` itself too: counted whole, never below the truth.
+        assert_eq!(delta.client_sent(Side::Kit), 9);
         assert_eq!(delta.client_sent(Side::Floor), 6);
     }
 }
