@@ -73,7 +73,13 @@ pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
             tracing::debug_span!("lock.release", key = %ShownKey(held.key()), outcome = tracing::field::Empty)
         }
     };
-    let released = release_in_redis(store, held).instrument(span.clone()).await;
+    // Not wrapped in `Instrumented` without a subscriber for the span: the wrapper cost a
+    // copy of the release's future and a span entered and left at every poll.
+    let released = if span.is_disabled() {
+        release_in_redis(store, held).await
+    } else {
+        release_in_redis(store, held).instrument(span.clone()).await
+    };
     let outcome = match &released.result {
         Ok(()) => ReleaseOutcome::Released,
         Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
