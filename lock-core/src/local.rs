@@ -341,7 +341,7 @@ impl LocalLocks {
                     Self::settle(held, None);
                     let error = held.lost_error();
                     release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
-                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_for());
+                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_since());
                     return Err(error);
                 }
                 Confirmation::Undecided => {}
@@ -456,7 +456,7 @@ impl LocalLocks {
             return false;
         }
         held.give_back_place();
-        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_for());
+        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_since());
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let local_key = local_key.clone();
         let store = self.store.clone();

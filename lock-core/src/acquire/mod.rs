@@ -248,7 +248,7 @@ impl Acquire {
         if let (Ok(guard), false) = (&result, reentered) {
             let trace_holds = self.inner().settings.trace_holds;
             guard.set_hold_span(report::hold_span(&caller, &self.key, trace_holds));
-            report::granted(&self.key, started.elapsed());
+            report::granted(&self.key, started);
         }
         result
     }
