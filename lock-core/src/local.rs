@@ -192,16 +192,6 @@ impl LocalLocks {
         join_all(releases).await.into_iter().flatten().collect()
     }
 
-    /// The local key of `key`, created if needed.
-    pub(crate) fn local_key(&self, key: &str) -> LocalKeyRef<Hold> {
-        self.local_keys.get(key)
-    }
-
-    /// The fair-lock local key of `key`, created if needed.
-    pub(crate) fn fair_key(&self, key: &str) -> LocalKeyRef<Hold> {
-        self.fairs.get(key)
-    }
-
     /// The read-lock local key of `key` for `owner`, created if needed.
     pub(crate) fn reader_key(&self, key: &str, owner: Owner) -> LocalKeyRef<Hold> {
         self.readers.get(&reader_key_name(key, owner))
@@ -281,6 +271,34 @@ impl LocalLocks {
             .into_iter()
             .filter_map(|local_keys| local_keys.find(key))
             .find_map(|local_key| self.reenter(&local_key, owner))
+    }
+
+    /// The local key an exclusive acquire of `key` lines up in (its fair line's when `fair`),
+    /// made if needed; `Err` with a nested guard (or the loss) when `owner` holds the key's
+    /// exclusive lock as either kind (one Redis lock). One lookup for the usual acquire: the
+    /// local key it lines up in is where a hold of its own kind is, and the other family is
+    /// searched only when it has keys at all.
+    pub(crate) fn exclusive_key(
+        &self,
+        key: &str,
+        owner: Owner,
+        fair: bool,
+    ) -> Result<LocalKeyRef<Hold>, Result<Arc<Hold>, LockError>> {
+        let (mine, other) = if fair {
+            (&self.fairs, &self.local_keys)
+        } else {
+            (&self.local_keys, &self.fairs)
+        };
+        let local_key = mine.get(key);
+        let reentered = self.reenter(&local_key, owner).or_else(|| {
+            other
+                .find(key)
+                .and_then(|other| self.reenter(&other, owner))
+        });
+        match reentered {
+            Some(reentered) => Err(reentered),
+            None => Ok(local_key),
+        }
     }
 
     /// Registers a lock Redis granted (or a local handoff passed on): its local key names it as the
