@@ -13,11 +13,12 @@
 //! join a lock whose outermost guard is leaving.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -85,9 +86,15 @@ pub(crate) struct LocalLocks {
     renew_calls: AtomicU64,
     /// Work under way that ends in Redis: acquires, finishing locks, background jobs.
     pub(crate) in_flight: InFlight,
-    /// Cancelled by [`Locker::shutdown`](crate::Locker::shutdown): acquires fail with
-    /// `ShutDown`, and the watchdog and the release listener stop.
+    /// Cancelled by [`Locker::shutdown`](crate::Locker::shutdown): the watchdog and the
+    /// release listener stop.
     closed: CancellationToken,
+    /// Set by the shutdown too, before `closed` is cancelled: acquires fail with `ShutDown`.
+    /// Apart from the token because every acquire reads it and waits on it: the token's
+    /// look and wait each take its tree's locks, this flag and signal none but the signal's own.
+    closing: AtomicBool,
+    /// Wakes the acquires under way when `closing` is set.
+    close_signal: Notify,
     /// Stops the watchdog and the release listener when the last locker and guard are gone.
     _shutdown: DropGuard,
 }
@@ -133,23 +140,33 @@ impl LocalLocks {
             renew_calls: AtomicU64::new(0),
             in_flight,
             closed: shutdown.clone(),
+            closing: AtomicBool::new(false),
+            close_signal: Notify::new(),
             _shutdown: shutdown.drop_guard(),
         }
     }
 
     /// Whether the locker was shut down.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+        self.closing.load(Ordering::SeqCst)
     }
 
     /// Resolves when the locker is shut down.
     pub(crate) async fn closed(&self) {
-        self.closed.cancelled().await;
+        // Made before the flag is read: a `notify_waiters` after that reaches it (whether or
+        // not it was polled yet), and one before it set the flag first.
+        let signal = self.close_signal.notified();
+        if self.is_closed() {
+            return;
+        }
+        signal.await;
     }
 
     /// Shuts the locker down: acquires fail from now on, acquires waiting wake up and fail,
     /// the watchdog and the release listener stop.
     pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.close_signal.notify_waiters();
         self.closed.cancel();
     }
 
