@@ -14,7 +14,7 @@ use crate::kind::Kind;
 /// Kept as the bits, not the text: a held lock carries its token for as long as it is held,
 /// and the stored value (`<32 hex digits>|<holder>...`) is written only where it is sent. The
 /// holder name is the locker's, shared by all its tokens.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Eq)]
 pub(crate) struct Token {
     random: [u8; 16],
     holder: Arc<str>,
@@ -52,6 +52,16 @@ impl Token {
             StoredKind::Permits(permits) => Some(permits),
             StoredKind::Plain | StoredKind::Fair => None,
         }
+    }
+}
+
+/// Field by field, the holder name by pointer first: a locker's tokens share one, and tokens
+/// are compared on every acquire and release (the name's bytes only when the pointers differ).
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        self.random == other.random
+            && self.kind == other.kind
+            && (Arc::ptr_eq(&self.holder, &other.holder) || self.holder == other.holder)
     }
 }
 
