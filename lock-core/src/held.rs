@@ -293,6 +293,11 @@ impl Hold {
         self.sent_at.elapsed()
     }
 
+    /// When the hold started (what [`held_for`](Self::held_for) counts from).
+    pub(crate) fn held_since(&self) -> Instant {
+        self.sent_at
+    }
+
     /// The error that reports this lock's loss. A lock found lost by its clock alone (a fixed
     /// lease that ended, renewals that failed) is marked lost here if nothing marked it yet,
     /// so the loss is logged and counted once whoever notices it first.

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
 use parking_lot::Mutex;
 
 use crate::held::Hold;
@@ -14,11 +15,12 @@ use crate::token::Token;
 /// token on, so a renewal answer in flight reaches the new holder.
 ///
 /// A set of the holds themselves, found by the token each carries: a held lock costs it one
-/// pointer, no copy of its token. The set's hasher is keyed per locker (`RandomState`), so
-/// nobody outside can aim tokens at one bucket.
+/// pointer, no copy of its token. The set's hasher is foldhash (quicker than SipHash, and a
+/// hold is filed and unfiled with every acquire and release), seeded at random per locker;
+/// tokens are random and secret besides, so nobody outside can aim them at one bucket.
 #[derive(Debug, Default)]
 pub(crate) struct HeldByToken {
-    records: Mutex<HashSet<Record>>,
+    records: Mutex<HashSet<Record, RandomState>>,
 }
 
 /// A hold as the set files it: by its token.
@@ -63,11 +65,13 @@ impl HeldByToken {
     /// Removes `held`'s record, unless its token has passed on to another holder.
     pub(crate) fn remove(&self, held: &Arc<Hold>) {
         let mut records = self.records.lock();
-        if records
-            .get(held.token())
-            .is_some_and(|current| Arc::ptr_eq(&current.0, held))
+        // Taken out in one lookup (the usual case: the record is `held`'s), and put back in
+        // the rare one where a handoff passed the token on.
+        if let Some(other) = records
+            .take(held.token())
+            .filter(|current| !Arc::ptr_eq(&current.0, held))
         {
-            records.remove(held.token());
+            records.insert(other);
         }
     }
 

@@ -13,11 +13,12 @@
 //! join a lock whose outermost guard is leaving.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
@@ -85,9 +86,15 @@ pub(crate) struct LocalLocks {
     renew_calls: AtomicU64,
     /// Work under way that ends in Redis: acquires, finishing locks, background jobs.
     pub(crate) in_flight: InFlight,
-    /// Cancelled by [`Locker::shutdown`](crate::Locker::shutdown): acquires fail with
-    /// `ShutDown`, and the watchdog and the release listener stop.
+    /// Cancelled by [`Locker::shutdown`](crate::Locker::shutdown): the watchdog and the
+    /// release listener stop.
     closed: CancellationToken,
+    /// Set by the shutdown too, before `closed` is cancelled: acquires fail with `ShutDown`.
+    /// Apart from the token because every acquire reads it and waits on it: the token's
+    /// look and wait each take its tree's locks, this flag and signal none but the signal's own.
+    closing: AtomicBool,
+    /// Wakes the acquires under way when `closing` is set.
+    close_signal: Notify,
     /// Stops the watchdog and the release listener when the last locker and guard are gone.
     _shutdown: DropGuard,
 }
@@ -133,23 +140,33 @@ impl LocalLocks {
             renew_calls: AtomicU64::new(0),
             in_flight,
             closed: shutdown.clone(),
+            closing: AtomicBool::new(false),
+            close_signal: Notify::new(),
             _shutdown: shutdown.drop_guard(),
         }
     }
 
     /// Whether the locker was shut down.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.is_cancelled()
+        self.closing.load(Ordering::SeqCst)
     }
 
     /// Resolves when the locker is shut down.
     pub(crate) async fn closed(&self) {
-        self.closed.cancelled().await;
+        // Made before the flag is read: a `notify_waiters` after that reaches it (whether or
+        // not it was polled yet), and one before it set the flag first.
+        let signal = self.close_signal.notified();
+        if self.is_closed() {
+            return;
+        }
+        signal.await;
     }
 
     /// Shuts the locker down: acquires fail from now on, acquires waiting wake up and fail,
     /// the watchdog and the release listener stop.
     pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.close_signal.notify_waiters();
         self.closed.cancel();
     }
 
@@ -190,16 +207,6 @@ impl LocalLocks {
                     }
                 });
         join_all(releases).await.into_iter().flatten().collect()
-    }
-
-    /// The local key of `key`, created if needed.
-    pub(crate) fn local_key(&self, key: &str) -> LocalKeyRef<Hold> {
-        self.local_keys.get(key)
-    }
-
-    /// The fair-lock local key of `key`, created if needed.
-    pub(crate) fn fair_key(&self, key: &str) -> LocalKeyRef<Hold> {
-        self.fairs.get(key)
     }
 
     /// The read-lock local key of `key` for `owner`, created if needed.
@@ -283,6 +290,34 @@ impl LocalLocks {
             .find_map(|local_key| self.reenter(&local_key, owner))
     }
 
+    /// The local key an exclusive acquire of `key` lines up in (its fair line's when `fair`),
+    /// made if needed; `Err` with a nested guard (or the loss) when `owner` holds the key's
+    /// exclusive lock as either kind (one Redis lock). One lookup for the usual acquire: the
+    /// local key it lines up in is where a hold of its own kind is, and the other family is
+    /// searched only when it has keys at all.
+    pub(crate) fn exclusive_key(
+        &self,
+        key: &str,
+        owner: Owner,
+        fair: bool,
+    ) -> Result<LocalKeyRef<Hold>, Result<Arc<Hold>, LockError>> {
+        let (mine, other) = if fair {
+            (&self.fairs, &self.local_keys)
+        } else {
+            (&self.local_keys, &self.fairs)
+        };
+        let local_key = mine.get(key);
+        let reentered = self.reenter(&local_key, owner).or_else(|| {
+            other
+                .find(key)
+                .and_then(|other| self.reenter(&other, owner))
+        });
+        match reentered {
+            Some(reentered) => Err(reentered),
+            None => Ok(local_key),
+        }
+    }
+
     /// Registers a lock Redis granted (or a local handoff passed on): its local key names it as the
     /// local holder, and its token's record is renewed from now on (for a watchdog lock).
     pub(crate) fn register(&self, held: Hold) -> Arc<Hold> {
@@ -341,7 +376,7 @@ impl LocalLocks {
                     Self::settle(held, None);
                     let error = held.lost_error();
                     release::end_hold(held.take_hold_span(), ReleaseOutcome::Lost);
-                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_for());
+                    metrics::released(held.kind(), ReleaseOutcome::Lost, held.held_since());
                     return Err(error);
                 }
                 Confirmation::Undecided => {}
@@ -456,7 +491,7 @@ impl LocalLocks {
             return false;
         }
         held.give_back_place();
-        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_for());
+        metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_since());
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let local_key = local_key.clone();
         let store = self.store.clone();

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use foldhash::fast::RandomState;
 use parking_lot::{MappedMutexGuard, Mutex, MutexGuard};
 use tokio::sync::futures::OwnedNotified;
 use tokio::sync::{AcquireError, Notify, Semaphore};
@@ -24,9 +25,13 @@ type LocalKeyMap<H> = Arc<Family<H>>;
 /// The local keys of one family, each filed under its own name (a local key costs the set one
 /// pointer, and its name is kept once, in the local key), with what a held lock needs to build
 /// its Redis names from its local key's name: it keeps neither its key nor its names.
+///
+/// Hashed with foldhash, seeded at random per set: every acquire and release looks a key up
+/// here, and SipHash cost several times as much on short keys; the random seed still keeps
+/// users' keys from being chosen to collide.
 #[derive(Debug)]
 struct Family<H> {
-    filed: Mutex<HashSet<Filed<H>>>,
+    filed: Mutex<HashSet<Filed<H>, RandomState>>,
     /// The locker's Redis key prefix.
     prefix: Box<str>,
     /// Names are `<qualifier>\0<key>` (a reader's task, a semaphore's limit), not the key
@@ -34,26 +39,27 @@ struct Family<H> {
     qualified: bool,
 }
 
-/// A local key as its map files it: found by its name.
+/// A local key as its map files it: found by its name's bytes (a lookup need not check that
+/// an inline name is UTF-8, which it always is).
 #[derive(Debug)]
 struct Filed<H>(Arc<LocalKey<H>>);
 
-impl<H> Borrow<str> for Filed<H> {
-    fn borrow(&self) -> &str {
-        self.0.name.as_str()
+impl<H> Borrow<[u8]> for Filed<H> {
+    fn borrow(&self) -> &[u8] {
+        self.0.name.as_bytes()
     }
 }
 
-/// As its name, so that a lookup by `&str` finds it.
+/// As its name's bytes, so that a lookup by `&[u8]` finds it.
 impl<H> Hash for Filed<H> {
     fn hash<S: Hasher>(&self, state: &mut S) {
-        self.0.name.as_str().hash(state);
+        self.0.name.as_bytes().hash(state);
     }
 }
 
 impl<H> PartialEq for Filed<H> {
     fn eq(&self, other: &Self) -> bool {
-        self.0.name.as_str() == other.0.name.as_str()
+        self.0.name.as_bytes() == other.0.name.as_bytes()
     }
 }
 
@@ -109,6 +115,13 @@ impl Name {
                 std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
             }
             Self::Heap(name) => name,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Self::Heap(name) => name.as_bytes(),
         }
     }
 }
@@ -325,7 +338,7 @@ impl<H> LocalKeys<H> {
     /// The local key of `key`, created with `places` places in its queue if needed.
     pub(crate) fn get_sized(&self, key: &str, places: usize) -> LocalKeyRef<H> {
         let mut local_keys = self.local_keys.filed.lock();
-        let local_key = match local_keys.get(key) {
+        let local_key = match local_keys.get(key.as_bytes()) {
             Some(filed) => filed.0.clone(),
             None => {
                 let local_key = Arc::new(LocalKey {
@@ -357,7 +370,7 @@ impl<H> LocalKeys<H> {
         self.local_keys
             .filed
             .lock()
-            .get(key)
+            .get(key.as_bytes())
             .map(|filed| filed.0.clone())
     }
 
@@ -418,7 +431,7 @@ impl<H> Drop for LocalKeyRef<H> {
         if self.local_key.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
             // Ours is the one filed under its name: a local key is removed with its last
             // reference, under this lock, before another of that name can be filed.
-            local_keys.remove(self.local_key.name.as_str());
+            local_keys.remove(self.local_key.name.as_bytes());
         }
     }
 }

@@ -141,8 +141,6 @@ pub(crate) use record::{
 
 #[cfg(feature = "metrics")]
 mod record {
-    use std::time::Duration;
-
     use ::metrics::{
         counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
     };
@@ -309,11 +307,12 @@ mod record {
         gauge!(HELD, "kind" => kind.label()).decrement(1.0);
     }
 
-    /// A held lock's release ended with `outcome` after it was held `held_for`.
-    pub(crate) fn released(kind: Kind, outcome: ReleaseOutcome, held_for: Duration) {
+    /// A held lock's release ended with `outcome` after it was held since `since`.
+    pub(crate) fn released(kind: Kind, outcome: ReleaseOutcome, since: Instant) {
         let (kind, outcome) = (kind.label(), outcome.as_str());
         counter!(RELEASES, "kind" => kind, "outcome" => outcome).increment(1);
-        histogram!(HOLD, "kind" => kind, "outcome" => outcome).record(held_for.as_secs_f64());
+        histogram!(HOLD, "kind" => kind, "outcome" => outcome)
+            .record(since.elapsed().as_secs_f64());
     }
 
     /// A lock was marked lost.
@@ -335,8 +334,6 @@ mod record {
 /// Without the feature: the same calls, doing nothing (and inlined away).
 #[cfg(not(feature = "metrics"))]
 mod record {
-    use std::time::Duration;
-
     use tokio::time::Instant;
 
     use super::{Operation, ReleaseOutcome};
@@ -389,7 +386,8 @@ mod record {
     pub(crate) fn unheld(_: Kind) {}
 
     #[inline(always)]
-    pub(crate) fn released(_: Kind, _: ReleaseOutcome, _: Duration) {}
+    // Takes the start of the hold, not its length: without the feature the clock is not read.
+    pub(crate) fn released(_: Kind, _: ReleaseOutcome, _: Instant) {}
 
     #[inline(always)]
     pub(crate) fn lost(_: Kind, _: LostReason) {}

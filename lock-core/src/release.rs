@@ -73,7 +73,13 @@ pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
             tracing::debug_span!("lock.release", key = %ShownKey(held.key()), outcome = tracing::field::Empty)
         }
     };
-    let released = release_in_redis(store, held).instrument(span.clone()).await;
+    // Not wrapped in `Instrumented` without a subscriber for the span: the wrapper cost a
+    // copy of the release's future and a span entered and left at every poll.
+    let released = if span.is_disabled() {
+        release_in_redis(store, held).await
+    } else {
+        release_in_redis(store, held).instrument(span.clone()).await
+    };
     let outcome = match &released.result {
         Ok(()) => ReleaseOutcome::Released,
         Err(LockError::Lost { .. }) => ReleaseOutcome::Lost,
@@ -81,7 +87,7 @@ pub(crate) async fn release_held(store: &Store, held: &Hold) -> Released {
     };
     span.record("outcome", outcome.as_str());
     end_hold(hold, outcome);
-    metrics::released(held.kind(), outcome, held.held_for());
+    metrics::released(held.kind(), outcome, held.held_since());
     released
 }
 
@@ -123,7 +129,8 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
         }
         Err(error) => Err(LockError::backend_on(&keys, held.key(), error)),
     };
-    if released.is_ok() {
+    // The clock is read only for a subscriber that may log the release.
+    if released.is_ok() && tracing::level_enabled!(tracing::Level::INFO) {
         let held_for = held.held_for();
         // A hold longer than a whole lease is worth an operator's eye (a long critical
         // section, or one that hung); ordinary ones are debug chatter.

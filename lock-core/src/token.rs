@@ -14,7 +14,7 @@ use crate::kind::Kind;
 /// Kept as the bits, not the text: a held lock carries its token for as long as it is held,
 /// and the stored value (`<32 hex digits>|<holder>...`) is written only where it is sent. The
 /// holder name is the locker's, shared by all its tokens.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, Eq)]
 pub(crate) struct Token {
     random: [u8; 16],
     holder: Arc<str>,
@@ -55,11 +55,22 @@ impl Token {
     }
 }
 
+/// Field by field, the holder name by pointer first: a locker's tokens share one, and tokens
+/// are compared on every acquire and release (the name's bytes only when the pointers differ).
+impl PartialEq for Token {
+    fn eq(&self, other: &Self) -> bool {
+        self.random == other.random
+            && self.kind == other.kind
+            && (Arc::ptr_eq(&self.holder, &other.holder) || self.holder == other.holder)
+    }
+}
+
 /// By the random bits alone: equal tokens have equal bits, and the name is the same for
-/// every token of a locker.
+/// every token of a locker. As one integer: a hasher takes it in one step, not as a slice
+/// with its length.
 impl Hash for Token {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.random.hash(state);
+        state.write_u128(u128::from_ne_bytes(self.random));
     }
 }
 

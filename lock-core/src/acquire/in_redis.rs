@@ -191,9 +191,12 @@ impl Acquire {
             let token = attempt.token.stored();
             let other_waiter = (*waiter != attempt.token).then(|| waiter.stored());
             let waiter = other_waiter.as_deref().unwrap_or(&token);
+            // Boxed: the call's state (some 900 bytes) would otherwise be part of every
+            // future above it, up to the acquire's own, and copied with each as it starts;
+            // one allocation costs less than those copies.
             let reply = by(
                 bound,
-                inner.store.acquire(attempt.keys, &token, waiter, args),
+                Box::pin(inner.store.acquire(attempt.keys, &token, waiter, args)),
             )
             .await;
             let error = match reply {

@@ -76,13 +76,9 @@ impl Acquire {
         }
         // The mutex and the fair lock of a key are one Redis lock: a task holding either
         // nests the other.
-        if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
-            return Err(self.nested(reentered));
-        }
-        Ok(match self.kind {
-            Kind::Fair => local.fair_key(&self.key),
-            _ => local.local_key(&self.key),
-        })
+        local
+            .exclusive_key(&self.key, owner, self.kind == Kind::Fair)
+            .map_err(|reentered| self.nested(reentered))
     }
 
     /// A reader's local key, its task's own.

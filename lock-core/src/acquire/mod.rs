@@ -187,9 +187,14 @@ impl IntoFuture for Acquire {
     fn into_future(self) -> AcquireFuture {
         let span = report::acquire_span(self.kind, &self.key, self.permits);
         let caller = report::hold_parent(self.inner().settings.trace_holds);
-        AcquireFuture {
-            inner: Box::pin(self.run(span.clone(), caller).instrument(span)),
-        }
+        // Without a subscriber for the span, not wrapped in `Instrumented`, whose every poll
+        // enters and leaves the span.
+        let inner: Pin<Box<dyn Future<Output = _> + Send>> = if span.is_disabled() {
+            Box::pin(self.run(span, caller))
+        } else {
+            Box::pin(self.run(span.clone(), caller).instrument(span))
+        };
+        AcquireFuture { inner }
     }
 }
 
@@ -243,7 +248,7 @@ impl Acquire {
         if let (Ok(guard), false) = (&result, reentered) {
             let trace_holds = self.inner().settings.trace_holds;
             guard.set_hold_span(report::hold_span(&caller, &self.key, trace_holds));
-            report::granted(&self.key, started.elapsed());
+            report::granted(&self.key, started);
         }
         result
     }

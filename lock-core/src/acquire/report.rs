@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use tracing::Span;
 
 use crate::error::LockError;
@@ -70,8 +72,13 @@ pub(super) fn outcome_label(
     }
 }
 
-/// Logs a grant after `waited`: at info level after a long wait.
-pub(super) fn granted(key: &str, waited: Duration) {
+/// Logs a grant of an acquire started at `started`: at info level after a long wait.
+pub(super) fn granted(key: &str, started: Instant) {
+    // The clock is read only for a subscriber that may log the grant.
+    if !tracing::level_enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let waited = started.elapsed();
     if waited >= LONG_WAIT {
         tracing::info!(key = %ShownKey(key), ?waited, "lock acquired after a long wait");
     } else {
