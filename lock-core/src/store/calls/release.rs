@@ -13,7 +13,14 @@ use crate::scripts;
 
 /// The release script of the kind `keys` are held as, for `token`; `latch` is how long the
 /// release latch lives (zero: none, and its name is not sent). Every name a script touches is
-/// one of its KEYS (see `scripts/release.lua`).
+/// one of its KEYS (see `scripts/release.lua`), in its header's order:
+///
+/// - `release.lua`: the lock, the waiting writers, the readers' waiting flag [, the latch];
+/// - `fair_release.lua`: the same and the line and its liveness [, the latch];
+/// - `read_release.lua`: the lock, the waiting writers, the readers [, the latch];
+/// - `permit_release.lua`: the semaphore's set, the line, its liveness [, the latch];
+///
+/// and ARGV the token (a semaphore's: its holder) and the latch's life in milliseconds.
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
     let (script, names): (_, [Name<'_>; 2]) = match keys.kind() {
         Kind::Exclusive => (&scripts::RELEASE, [keys.waiting(), keys.readers_waiting()]),
