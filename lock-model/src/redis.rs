@@ -167,19 +167,25 @@ impl State {
                 if let Some(fence) = self.redis.data.fence.as_mut() {
                     fence.expires = fence.expires.max(until);
                 }
-                if let Owner::Task(task) = owner {
-                    if let Phase::Releasing(hold, crate::state::Finish::Confirm(_)) =
-                        &mut self.tasks[usize::from(task)]
-                    {
-                        // The handoff's proof: the key holds the token now.
-                        hold.proof = Some(hold.ghosts.kept);
-                        hold.ghosts.unseen_loss = false;
-                    }
-                }
+                self.prove_handoff(owner);
                 RenewReply::Renewed
             }
             None => RenewReply::Absent,
             Some(_) => RenewReply::Replaced,
+        }
+    }
+
+    /// A confirmation (`renew.lua` or `GET`) found the key holding the token: when `owner` is
+    /// a task confirming its handoff, that is the handoff's proof.
+    fn prove_handoff(&mut self, owner: Owner) {
+        if let Owner::Task(task) = owner {
+            if let Phase::Releasing(hold, crate::state::Finish::Confirm(_)) =
+                &mut self.tasks[usize::from(task)]
+            {
+                // The handoff's proof: the key holds the token now.
+                hold.proof = Some(hold.ghosts.kept);
+                hold.ghosts.unseen_loss = false;
+            }
         }
     }
 
@@ -188,15 +194,7 @@ impl State {
     fn confirm(&mut self, token: Token, owner: Owner) -> RenewReply {
         match self.redis.data.lock {
             Some(lock) if lock.token == token => {
-                if let Owner::Task(task) = owner {
-                    if let Phase::Releasing(hold, crate::state::Finish::Confirm(_)) =
-                        &mut self.tasks[usize::from(task)]
-                    {
-                        // The handoff's proof: the key holds the token now.
-                        hold.proof = Some(hold.ghosts.kept);
-                        hold.ghosts.unseen_loss = false;
-                    }
-                }
+                self.prove_handoff(owner);
                 RenewReply::Renewed
             }
             None => RenewReply::Absent,
