@@ -526,6 +526,54 @@ impl Ctx {
     }
 }
 
+/// What a hot-key run measures around it: started just before the tasks go, finished when
+/// their outcome is in.
+struct RunMeter {
+    round_trip_us: f64,
+    stats: CommandStats,
+    server_cpu: f64,
+    go: u64,
+}
+
+impl RunMeter {
+    /// Times a `GET` after a hold (see [`get_after_hold_us`]), then reads the server's command
+    /// counts and CPU and the clock the run starts at.
+    async fn start(ctx: &Ctx, hold_for: Duration) -> Result<Self, BoxError> {
+        let round_trip_us = get_after_hold_us(ctx, hold_for).await?;
+        let stats = ctx.stats().await?;
+        let server_cpu = ctx.cpu().await?.server;
+        Ok(Self {
+            round_trip_us,
+            stats,
+            server_cpu,
+            go: mono_ns(),
+        })
+    }
+
+    /// The run's metrics from its outcome and what the server did since the start; reported
+    /// as progress.
+    async fn finish(
+        self,
+        ctx: &Ctx,
+        outcome: Outcome,
+        tasks: usize,
+        taken: Taken,
+        rep: usize,
+        side: Side,
+    ) -> Result<Metrics, BoxError> {
+        let cpu_secs = ctx.cpu().await?.server - self.server_cpu;
+        let stats = ctx.stats().await?.since(&self.stats);
+        let server = ServerSide {
+            stats: &stats,
+            cpu_secs,
+            round_trip_us: self.round_trip_us,
+        };
+        let m = analyze(outcome, tasks, taken.permits, self.go, server, side);
+        progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
+        Ok(m)
+    }
+}
+
 /// The runs of one process of `w3_tasks` tasks, per side (kit, floor, rslock; empty when not
 /// taken).
 async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxError> {
@@ -538,26 +586,11 @@ async fn one_process(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxEr
             }
             let lock = ctx.open(side, &ctx.prefix(taken.tag, rep, side)).await?;
             let spec = ctx.hot_key_spec(taken, 0, p.w3_tasks);
-            let round_trip = get_after_hold_us(ctx, spec.hold).await?;
-            let before = ctx.stats().await?;
-            let cpu0 = ctx.cpu().await?;
-            let go = mono_ns();
+            let meter = RunMeter::start(ctx, spec.hold).await?;
             let outcome = contend(&lock, &spec).await?;
-            let cpu = ctx.cpu().await?.server - cpu0.server;
-            let stats = ctx.stats().await?.since(&before);
-            let m = analyze(
-                outcome,
-                p.w3_tasks,
-                taken.permits,
-                go,
-                ServerSide {
-                    stats: &stats,
-                    cpu_secs: cpu,
-                    round_trip_us: round_trip,
-                },
-                side,
-            );
-            progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
+            let m = meter
+                .finish(ctx, outcome, p.w3_tasks, taken, rep, side)
+                .await?;
             runs[s].push(m);
         }
     }
@@ -798,10 +831,7 @@ async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxErro
                     return Err(format!("worker said {line:?} instead of ready").into());
                 }
             }
-            let round_trip = get_after_hold_us(ctx, Duration::from_micros(p.w3_hold_us)).await?;
-            let before = ctx.stats().await?;
-            let cpu0 = ctx.cpu().await?;
-            let go = mono_ns();
+            let meter = RunMeter::start(ctx, Duration::from_micros(p.w3_hold_us)).await?;
             for (_, stdin, _) in &mut workers {
                 stdin.write_all(b"go\n").await?;
                 stdin.flush().await?;
@@ -818,21 +848,7 @@ async fn processes(ctx: &Ctx, taken: Taken) -> Result<[Vec<Metrics>; 3], BoxErro
                     return Err(format!("worker failed: {status}").into());
                 }
             }
-            let cpu = ctx.cpu().await?.server - cpu0.server;
-            let stats = ctx.stats().await?.since(&before);
-            let m = analyze(
-                outcome,
-                total,
-                taken.permits,
-                go,
-                ServerSide {
-                    stats: &stats,
-                    cpu_secs: cpu,
-                    round_trip_us: round_trip,
-                },
-                side,
-            );
-            progress(ctx, &taken.tag.to_uppercase(), rep, side, &m, &stats);
+            let m = meter.finish(ctx, outcome, total, taken, rep, side).await?;
             runs[s].push(m);
         }
     }
