@@ -22,21 +22,23 @@ use crate::scripts;
 ///
 /// and ARGV the token (a semaphore's: its holder) and the latch's life in milliseconds.
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    let (script, names): (_, [Name<'_>; 2]) = match keys.kind() {
-        Kind::Exclusive => (&scripts::RELEASE, [keys.waiting(), keys.readers_waiting()]),
-        Kind::Fair => (
-            &scripts::FAIR_RELEASE,
-            [keys.waiting(), keys.readers_waiting()],
+    let waiting = || [keys.waiting(), keys.readers_waiting()];
+    let line = || [keys.line(), keys.line_alive()];
+    let (script, names, fair_line): (_, _, Option<[Name<'_>; 2]>) = match keys.kind() {
+        Kind::Exclusive => (&scripts::RELEASE, waiting(), None),
+        Kind::Fair => (&scripts::FAIR_RELEASE, waiting(), Some(line())),
+        Kind::Shared => (
+            &scripts::READ_RELEASE,
+            [keys.waiting(), keys.readers()],
+            None,
         ),
-        Kind::Shared => (&scripts::READ_RELEASE, [keys.waiting(), keys.readers()]),
-        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, [keys.line(), keys.line_alive()]),
+        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, line(), None),
     };
-    let line = matches!(keys.kind(), Kind::Fair).then(|| [keys.line(), keys.line_alive()]);
     let latch = (!latch.is_zero()).then(|| (keys.latch(token), lease_ms(latch)));
-    let count = 3 + line.map_or(0, |line| line.len()) + usize::from(latch.is_some());
+    let count = 3 + fair_line.map_or(0, |line| line.len()) + usize::from(latch.is_some());
     let mut call = ScriptCall::new(script, count);
     call.key(&keys.lock);
-    for name in names.into_iter().chain(line.into_iter().flatten()) {
+    for name in names.into_iter().chain(fair_line.into_iter().flatten()) {
         call.key(name);
     }
     // The latch's name only with a window: a name sent costs Redis a string on every release.
