@@ -81,7 +81,7 @@ impl LockInfo {
     /// Acquirers waiting for it in Redis: the waiting writers of a mutex or a read-write lock,
     /// the line of a fair lock or a semaphore. A locker's own tasks queue in its process and
     /// only its first waiting one waits in Redis, so this counts waiting lockers more than
-    /// waiting tasks; readers waiting for a writer are not counted (they leave only a flag).
+    /// waiting tasks; readers waiting for a writer are not counted (they leave one mark for all).
     pub fn waiters(&self) -> u32 {
         self.waiters
     }

@@ -7,9 +7,8 @@
 //! | the lock | `p{h}:lock:k` | string: the holder's token and name (`<token>\|<holder>`, a fair lock's `<token>\|<holder>\|fair`, see `holder.rs`), with the lease as TTL |
 //! | the fence | `p{h}:fence:k` | string: the last fencing token issued, expiring with the lock plus the fence window (and not before the server's clock passed the token plus the window) |
 //! | release channel | `p{h}:released:k` | pub/sub channel, one message per release that another locker waits for |
-//! | waiting writers | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait, with a TTL (as long as the last to join may wait); read locks let them go first |
+//! | waiting marks | `p{h}:waiters:k` | sorted set: the tokens of exclusive acquirers of other lockers that wait (score 0; read locks let them go first) and the member `readers` (score -1) when readers of other lockers wait for a writer, with a TTL (as long as the last to join may wait) |
 //! | release latch | `p{h}:unlocked:<token>` | string, left by a release for the release retry window when one is set (none by default): proof for its retry |
-//! | readers' waiting flag | `p{h}:readers-waiting:k` | string, set with a TTL by a reader of another locker that waits for a writer |
 //! | readers | `p{h}:readers:k` | sorted set: the read locks' tokens, scored by the end of their lease (ms); the lock key then holds the marker `readers` |
 //! | fair lock's line | `p{h}:line:k`, `p{h}:line-alive:k` | sorted sets: waiting tokens by arrival (us), and by when each stops counting as alive (ms) |
 //! | semaphore | `p{h}:semaphore:k` | sorted set: the permit holders (`<token>\|<holder>:<permits>`), scored by the end of their lease (ms) |
@@ -136,16 +135,12 @@ impl RedisKeys {
         self.sibling("released")
     }
 
-    /// The waiting writers of this key (see `scripts/acquire.lua`). Named `waiters`: the
+    /// The waiting marks of this key: the waiting writers and the readers' mark (see
+    /// `scripts/acquire.lua`, `scripts/read_acquire.lua`). Named `waiters`: the
     /// string flag that came before it was `waiting`, and a kit of the older version on the
     /// same Redis must not meet a sorted set there.
     pub(crate) fn waiting(&self) -> Name<'_> {
         self.sibling("waiters")
-    }
-
-    /// The readers' waiting flag of this key (see `scripts/read_acquire.lua`).
-    pub(crate) fn readers_waiting(&self) -> Name<'_> {
-        self.sibling("readers-waiting")
     }
 
     /// The readers set of this key (see `scripts/read_acquire.lua`).

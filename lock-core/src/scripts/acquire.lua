@@ -14,7 +14,8 @@
 --          acquirer for a moment), and read locks let a writer in it go first (see
 --          read_acquire.lua). The caller joins it here; a try that wins leaves it, and an
 --          acquire that stops waiting leaves it through withdraw.lua (one whose process died
---          stays until the set's TTL ends)
+--          stays until the set's TTL ends). Writers score 0; the set also holds the readers'
+--          mark, scored -1, when readers of other lockers wait (see read_acquire.lua)
 -- KEYS[3]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua,
 --          which is prepended to this script)
 -- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder

@@ -5,7 +5,8 @@
 --
 -- KEYS[1]  the lock key (a holder's stored value `<token>|<holder>[|fair]`, or the marker
 --          "readers", see read_acquire.lua)
--- KEYS[2]  the waiting writers of the lock key (see acquire.lua)
+-- KEYS[2]  the waiting marks of the lock key (see acquire.lua): writers score 0, the readers'
+--          mark -1 (see read_acquire.lua) and is not counted
 -- KEYS[3]  the readers set of the lock key (token -> end of lease, ms)
 -- KEYS[4]  the lock key's line, KEYS[5] its liveness (fair locks, see fair_acquire.lua)
 -- KEYS[6]  the semaphore's set of the same user key (`<token>|<holder>:<permits>` -> end of
@@ -48,7 +49,7 @@ end
 local current = redis.call('GET', KEYS[1])
 if current then
   local pttl = redis.call('PTTL', KEYS[1])
-  local writers = #redis.call('ZRANGE', KEYS[2], 0, -1)
+  local writers = #redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf')
   if current ~= 'readers' then
     return {1, pttl, writers, #live(KEYS[5]) / 2, 1, current}
   end

@@ -8,7 +8,8 @@
 -- KEYS[3]  the line's liveness (sorted set: holder -> alive until, ms)
 -- KEYS[4]  (only with a release retry window) the release latch of this holder
 -- ARGV[1]  the holder: `<token>|<holder>:<permits>`
--- ARGV[2]  how long the latch lives, in milliseconds: the release retry window (see latch.lua)
+-- ARGV[2]  (only with KEYS[4]) how long the latch lives, in milliseconds: the release retry
+--          window (see latch.lua)
 --
 -- The message on the release channel (release_channel, see channel.lua) is the holder name of
 -- the first waiter in line, the only one that needs to try (see permit_acquire.lua).

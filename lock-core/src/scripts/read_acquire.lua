@@ -8,29 +8,31 @@
 -- ends on its own, not with the others'.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the waiting writers of the lock key (see acquire.lua): exclusive acquirers of other
---          lockers that found the lock taken and wait. One that stops waiting leaves at once
---          (withdraw.lua), one that wins with its grant
+-- KEYS[2]  the waiting marks of the lock key (see acquire.lua): the waiting writers, exclusive
+--          acquirers of other lockers that found the lock taken and wait, each scored 0 (one
+--          that stops waiting leaves at once, withdraw.lua; one that wins with its grant), and
+--          the readers' mark, the member `readers` scored -1: added here when a writer holds
+--          the lock, so that the writer's release tells the readers (release.lua deletes the
+--          set). Only scores from 0 up count as a writer that waits: if a writer's hold ends
+--          without its release (its lease ran out, a force unlock), the readers' mark must not
+--          keep the other readers out. The mark shares the writers' key so that the hot path's
+--          release sends one name for both (a member, never a token: tokens hold a `|`)
 -- KEYS[3]  the readers set of the lock key (a sorted set: token -> end of its lease in ms)
--- KEYS[4]  the readers' waiting flag of the lock key: set here when a writer holds the lock, so
---          that the writer's release tells the readers (release.lua deletes it with the waiting
---          writers). A flag of its own: if a writer's hold ends without its release (its lease
---          ran out, a force unlock), a reader's flag must not keep the other readers out
--- KEYS[5]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
+-- KEYS[4]  (restart guard only, never in a Cluster) the node's epoch key (see guard.lua)
 -- ARGV[1]  the caller's token: `<token>|<holder>`, >= 128 random bits in hex and the holder
 --          name (see holder.rs); compared whole, like any token
 -- ARGV[2]  the lease in milliseconds (>= 1)
--- ARGV[3]  how long the caller may wait, in milliseconds: the waiting flag lives at least that
+-- ARGV[3]  how long the caller may wait, in milliseconds: the readers' mark lives at least that
 --          long (0: the caller will not wait)
--- ARGV[4]  (with KEYS[5]) the restart guard in milliseconds
+-- ARGV[4]  (with KEYS[4]) the restart guard in milliseconds
 --
--- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1], and declared although they usually do
+-- KEYS[2] and KEYS[3] are in the hash slot of KEYS[1], and declared although they usually do
 -- not exist, so a migrating Cluster slot refuses the call before it writes anything (see
 -- acquire.lua).
 --
 -- Returns {1, 0} when ARGV[1] now holds a read lock (also when it already did: a retry with the
 -- same token is idempotent and re-applies the lease), {0, pttl, value} when a writer holds the
--- lock (its remaining lease and its stored value, which names it; the readers' waiting flag is
+-- lock (its remaining lease and its stored value, which names it; the readers' mark is
 -- set so the writer's release tells it), or
 -- when a writer waits (the waiting writers' remaining life: readers let the
 -- writer go first, so a stream of readers cannot starve it), or {2, ms} inside the restart
@@ -39,8 +41,8 @@ local lease = tonumber(ARGV[2])
 if not lease or lease < 1 then
   return redis.error_reply('ERR lock lease must be at least 1 ms')
 end
-if KEYS[5] then
-  local young = restart_guard(KEYS[5], ARGV[4])
+if KEYS[4] then
+  local young = restart_guard(KEYS[4], ARGV[4])
   if young > 0 then
     return {2, young}
   end
@@ -48,21 +50,23 @@ end
 local current = redis.call('GET', KEYS[1])
 local flag = tonumber(ARGV[3]) or 0
 if current and current ~= 'readers' then
-  -- Only ever lengthened: a reader with a short wait must not end the flag of readers that
-  -- wait longer (the writer's release would then tell nobody).
-  if flag > 0 and redis.call('PTTL', KEYS[4]) < flag then
-    redis.call('SET', KEYS[4], '1', 'PX', flag)
+  if flag > 0 then
+    redis.call('ZADD', KEYS[2], -1, 'readers')
+    -- Only ever lengthened: a reader with a short wait must not end the mark of readers that
+    -- wait longer (the writer's release would then tell nobody), nor the entries of writers.
+    if redis.call('PTTL', KEYS[2]) < flag then
+      redis.call('PEXPIRE', KEYS[2], flag)
+    end
   end
   return {0, redis.call('PTTL', KEYS[1]), current}
 end
 local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  -- A waiting writer goes first. The set is not renewed here: only writers keep it alive, so
+  -- A waiting writer goes first. The set is not renewed here: only waiters keep it alive, so
   -- an entry of a writer whose process died ends with its TTL.
-  local waiting = redis.call('PTTL', KEYS[2])
-  if waiting ~= -2 then
-    return {0, waiting}
+  if redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
+    return {0, redis.call('PTTL', KEYS[2])}
   end
 end
 redis.call('ZADD', KEYS[3], string.format('%.0f', now + lease), ARGV[1])

@@ -3,16 +3,18 @@
 -- `readers` marker: an entry alone is not enough, since a writer's token may have replaced the
 -- marker (a marker that ran out early, a server clock step) and then exclusion was broken; such
 -- a release removes the entry and reports the lock lost. The last reader out removes the marker
--- from the lock key and, if a writer waits (the waiting writers exist), tells it on the channel
+-- from the lock key and, if a writer waits (an entry scored from 0 up in the waiting marks; the
+-- readers' mark is -1), tells it on the channel
 -- (its entry stays: it keeps new readers out until that writer got its turn, and its grant
 -- removes it).
 --
 -- KEYS[1]  the lock key (see read_acquire.lua for the layout)
--- KEYS[2]  the waiting writers of the lock key (see acquire.lua)
+-- KEYS[2]  the waiting marks of the lock key (see acquire.lua and read_acquire.lua)
 -- KEYS[3]  the readers set of the lock key
 -- KEYS[4]  (only with a release retry window) the release latch of this token
 -- ARGV[1]  the caller's token
--- ARGV[2]  how long the latch lives, in milliseconds: the release retry window (see latch.lua)
+-- ARGV[2]  (only with KEYS[4]) how long the latch lives, in milliseconds: the release retry
+--          window (see latch.lua)
 --
 -- The message on the release channel (release_channel, see channel.lua) is '1'.
 --
@@ -41,7 +43,7 @@ if ok and current == 'readers' and score and score > now then
     redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
   else
     redis.call('DEL', KEYS[1])
-    if redis.call('EXISTS', KEYS[2]) == 1 then
+    if redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
       redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
       answer = 2
     end

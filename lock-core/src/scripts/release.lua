@@ -1,26 +1,27 @@
 -- Release a mutex if, and only if, it is still held by the caller's token; leave a latch that
--- proves it (with a release retry window); tell the waiters of other lockers, if any flagged
+-- proves it (with a release retry window); tell the waiters of other lockers, if any marked
 -- that they wait (a locker's own waiters queue in its process and need no message). A fair
 -- lock's release is fair_release.lua.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the waiting writers of this lock key (acquirers of other lockers that found it
---          held, see acquire.lua): deleted by a release (whoever waits tries again, and joins
---          again if it loses); when the token does not hold the lock it may be an abandoned
---          acquire's, whose entry goes: if it was the last and no writer holds the lock,
---          readers that let it go first are told (as withdraw.lua)
--- KEYS[3]  the readers' waiting flag of this lock key (set by readers that found it held, see
---          read_acquire.lua): like KEYS[2], another locker waits
--- KEYS[4]  (only with a release retry window) the release latch of this token
+-- KEYS[2]  the waiting marks of this lock key: the waiting writers (acquirers of other lockers
+--          that found it held, see acquire.lua) and the readers' mark (readers of other lockers
+--          that found it held by a writer, see read_acquire.lua). Deleted by a release (whoever
+--          waits tries again, and marks again if it loses); when the token does not hold the
+--          lock it may be an abandoned acquire's, whose entry goes: if it was the last writer
+--          waiting and no writer holds the lock, readers that let it go first are told (as
+--          withdraw.lua)
+-- KEYS[3]  (only with a release retry window) the release latch of this token
 --          (`..:unlocked:<token>`, see latch.lua)
 -- ARGV[1]  the caller's token
--- ARGV[2]  how long the latch lives, in milliseconds: the release retry window (a retry answered
---          after it does not trust a missing latch, see `Node::release`)
+-- ARGV[2]  (only with KEYS[3]) how long the latch lives, in milliseconds: the release retry
+--          window (a retry answered after it does not trust a missing latch, see
+--          `Node::release`)
 --
 -- The message on the release channel (release_channel, see channel.lua) is '1': every waiter
 -- may try.
 --
--- KEYS[2] to KEYS[4] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
+-- KEYS[2] and KEYS[3] are in the hash slot of KEYS[1] (the kit's hash tag), and declared
 -- although they usually do not exist. Inside a script a Redis Cluster checks each command's
 -- key on its own: an undeclared key of a migrating slot that is not on this node would fail the
 -- script after it deleted the lock key (no latch, no message, an error for a lock it did
@@ -29,8 +30,12 @@
 -- nothing was written, so it is sent again (by the cluster client, then by the kit); the latch
 -- makes a retry of a call that did run safe.
 --
+-- Every name and argument sent costs Redis a string on every call, and this is the hot path's
+-- release: the latch's name and life are sent only with a window, and the waiting writers and
+-- the readers' mark share one key.
+--
 -- Returns
---   1  deleted now; no other locker flagged that it waits
+--   1  deleted now; no other locker marked that it waits
 --   2  deleted now; another locker waits (it was told on the channel)
 --   3  not held, but the latch says an earlier call with this token deleted it (a retry whose
 --      first reply was lost); nobody waited then
@@ -44,32 +49,35 @@
 -- release deleted it or the lock had been lost before: the kit then says the lock was lost,
 -- never released (see `Node::release`).
 --
--- PUBLISH goes through redis.pcall: an ACL user without channel rights must not turn a release
--- that already deleted the key into an error (scripts are not rolled back). Waiters then fall
--- back to the holder's TTL and the safety-net retry.
-local ok, current = pcall(redis.call, 'GET', KEYS[1])
-if ok and current == ARGV[1] then
-  -- One DEL for the lock and the marks of waiters: the lock key exists (it holds our token),
-  -- so any count above 1 is a waiting mark.
-  local waited = math.min(redis.call('DEL', KEYS[1], KEYS[2], KEYS[3]) - 1, 1)
-  leave_latch(KEYS[4], waited + 1, ARGV[2])
-  if waited == 1 then
+-- GET goes through redis.pcall: a key of another type answers an error table, not a string, so
+-- it reads as another holder's (0), left alone. PUBLISH does too: an ACL user without channel
+-- rights must not turn a release that already deleted the key into an error (scripts are not
+-- rolled back). Waiters then fall back to the holder's TTL and the safety-net retry.
+local current = redis.pcall('GET', KEYS[1])
+if current == ARGV[1] then
+  -- One DEL for the lock and the waiting marks: the lock key exists (it holds our token), so
+  -- 2 means another locker marked that it waits.
+  local answer = redis.call('DEL', KEYS[1], KEYS[2])
+  leave_latch(KEYS[3], answer, ARGV[2])
+  if answer == 2 then
     redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
   end
-  return waited + 1
+  return answer
 end
 -- Not ours (or not any more): an abandoned acquire's waiting entry goes. Readers that waited
--- for it are told when it was the last writer waiting and none holds the lock; they would
--- otherwise sleep until the set's TTL, the longest waiter's whole wait.
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 0
-    and ok and (not current or current == 'readers') then
+-- for it are told when it was the last writer waiting (writers score 0, the readers' mark -1)
+-- and none holds the lock; they would otherwise sleep until the set's TTL, the longest
+-- waiter's whole wait. `current` is false when the key is absent, a table for another type.
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 1
+    and not redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1]
+    and (not current or current == 'readers') then
   redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
 end
-local earlier = latched(KEYS[4])
+local earlier = latched(KEYS[3])
 if earlier then
   return earlier
 end
-if ok and not current then
+if not current then
   return -1
 end
 return 0

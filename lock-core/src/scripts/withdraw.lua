@@ -1,10 +1,11 @@
 -- Withdraw a waiting writer: an exclusive acquire that joined the waiting writers (see
 -- acquire.lua) and stopped waiting (its future was dropped, or its wait ran out) leaves at
--- once, so it no longer holds read locks back. When it was the last one, and no writer holds
--- the lock, the release channel is told: readers that let it go first may try now.
+-- once, so it no longer holds read locks back. When it was the last writer waiting (the
+-- readers' mark, scored -1, is not one, see read_acquire.lua), and no writer holds the lock,
+-- the release channel is told: readers that let it go first may try now.
 --
 -- KEYS[1]  the lock key
--- KEYS[2]  the waiting writers of the lock key, in its hash slot (declared, see acquire.lua)
+-- KEYS[2]  the waiting marks of the lock key, in its hash slot (declared, see acquire.lua)
 -- ARGV[1]  the caller's token
 -- ARGV[2]  the release channel of the lock key (a channel, not a key)
 --
@@ -12,7 +13,7 @@
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
-if redis.call('EXISTS', KEYS[2]) == 0 then
+if not redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
   local ok, current = pcall(redis.call, 'GET', KEYS[1])
   if ok and (not current or current == 'readers') then
     redis.pcall('PUBLISH', ARGV[2], '1')

@@ -95,6 +95,44 @@ async fn inspect_names_the_mutex_holder_its_lease_and_its_waiters() {
     assert_nothing_left(&server, &[&a, &b, &probe]).await;
 }
 
+/// Readers waiting for a writer leave one mark in the waiting writers' set: it is not counted
+/// as a waiter, a writer waiting beside them is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_counts_waiting_writers_not_the_readers_mark() {
+    let server = server();
+    let (a, b, probe) = (
+        named(&server, "web-1").await,
+        named(&server, "web-2").await,
+        named(&server, "probe").await,
+    );
+    let writer = a.write("doc").await.unwrap();
+    let b2 = b.clone();
+    let reader = waiting(async move {
+        b2.read("doc")
+            .wait(Duration::from_secs(5))
+            .await?
+            .release()
+            .await
+    })
+    .await;
+    assert_eq!(info(&probe, "doc").await.waiters(), 0);
+    let probe2 = probe.clone();
+    let other = waiting(async move {
+        probe2
+            .write("doc")
+            .wait(Duration::from_secs(5))
+            .await?
+            .release()
+            .await
+    })
+    .await;
+    assert_eq!(info(&probe, "doc").await.waiters(), 1);
+    writer.release().await.unwrap();
+    reader.await.unwrap().unwrap();
+    other.await.unwrap().unwrap();
+    assert_nothing_left(&server, &[&a, &b, &probe]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_counts_readers_and_names_a_writer() {
     let server = server();

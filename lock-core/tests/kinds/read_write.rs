@@ -1411,6 +1411,76 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
     only_fences_left(&server, Duration::from_millis(300)).await;
 }
 
+/// The readers' mark shares the waiting writers' set (so a mutex's release sends one name for
+/// both) but is never taken for a writer. A writer's hold ends without its release (force
+/// unlocked) while a reader of another locker waits, so the reader's mark stays in the set:
+/// a new reader must still get in at once, and when the last writer waiting behind those
+/// readers gives up, a reader waiting behind it must be told at once (it tries again only
+/// after 10 s otherwise). Counting the mark as a writer fails both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readers_mark_left_by_a_writer_that_never_released_is_not_a_waiting_writer() {
+    let server = server();
+    let slow = |server: &lock_testkit::RedisServer| {
+        Locker::builder()
+            .url(server.url())
+            .fallback_retry(Duration::from_secs(10))
+            .build()
+    };
+    let (a, b) = (locker(&server).await, locker(&server).await);
+    let (c, d) = (slow(&server).await.unwrap(), slow(&server).await.unwrap());
+    let writer = a.write("cat").await.unwrap();
+    // A reader of another locker waits for the writer (its mark lives 5 s) and gives up.
+    let marked = tokio::time::timeout(
+        Duration::from_millis(200),
+        c.read("cat").wait(Duration::from_secs(5)).into_future(),
+    )
+    .await;
+    assert!(marked.is_err(), "the reader waited");
+    let marks = keys(&server, "lock:")
+        .into_iter()
+        .filter(|k| k.contains(":waiters:"))
+        .collect::<Vec<_>>();
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    let score: Option<f64> = server.cmd(&["ZSCORE", &marks[0], "readers"]);
+    assert_eq!(score, Some(-1.0), "the readers' mark in {}", marks[0]);
+    assert!(a.force_unlock("cat").await.unwrap());
+    assert!(writer.release().await.unwrap_err().is_lost());
+
+    // The mark stays, and holds no reader back.
+    let reader = b.read("cat").wait(Duration::ZERO).await.unwrap();
+    // A writer waits behind the reader; a reader waiting behind that writer is told when the
+    // writer gives up, although the mark is still in the set.
+    let giving_up = tokio::spawn({
+        let c = c.clone();
+        async move { c.write("cat").wait(Duration::from_millis(400)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let behind = tokio::spawn({
+        let d = d.clone();
+        async move {
+            let reader = d.read("cat").wait(Duration::from_secs(5)).await?;
+            Ok::<_, LockError>((Instant::now(), reader))
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !behind.is_finished(),
+        "readers let the waiting writer go first"
+    );
+    let gave_up = giving_up.await.unwrap().unwrap_err();
+    let gave_up_at = Instant::now();
+    assert!(matches!(gave_up, LockError::Busy { .. }), "{gave_up}");
+    let (entered, behind) = behind.await.unwrap().unwrap();
+    let after = entered.saturating_duration_since(gave_up_at);
+    assert!(
+        after < Duration::from_millis(1000),
+        "the reader behind the writer got in {after:?} after the writer gave up"
+    );
+    behind.release().await.unwrap();
+    reader.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b, &c, &d]).await;
+}
+
 /// K24 (smaller review item): a writer with a short wait does not shorten the life of the
 /// waiting writers that another writer, waiting longer, joined. A reader holds `cat`; a writer
 /// of another locker (fallback retry 10 s, so it does not try again meanwhile) waits 10 s; a
@@ -1450,12 +1520,12 @@ async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
     common::assert_nothing_left(&server, &[&a, &b, &c]).await;
 }
 
-/// K24, the readers' side: a reader with a short wait does not shorten the readers' waiting
-/// flag that another reader, waiting longer for a writer, set (the flag is what makes the
-/// writer's release tell the readers). A writer holds `cat`; a reader of another locker
+/// K24, the readers' side: a reader with a short wait does not shorten the readers' mark
+/// that another reader, waiting longer for a writer, set (the mark is what makes the writer's
+/// release tell the readers). A writer holds `cat`; a reader of another locker
 /// (fallback retry 10 s) waits 5 s; a third reader waits 150 ms and gives up; 400 ms later
 /// the writer releases, and the first reader must get in at once (before: the short reader's
-/// flag replaced the long one's with its own 150 ms life, the release found no flag and told
+/// mark replaced the long one's with its own 150 ms life, the release found no mark and told
 /// nobody, and the reader slept on).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_waiting_reader_does_not_cut_a_long_waiting_readers_flag() {

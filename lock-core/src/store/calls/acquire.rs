@@ -74,19 +74,18 @@ fn fair_acquire(
     call
 }
 
-/// `scripts/read_acquire.lua`: KEYS the lock, the waiting writers, the readers, the readers'
-/// waiting flag [, the epoch key]; ARGV the token, the lease, the wait [, the guard].
+/// `scripts/read_acquire.lua`: KEYS the lock, the waiting marks, the readers [, the epoch
+/// key]; ARGV the token, the lease, the wait [, the guard].
 fn read_acquire(
     keys: &RedisKeys,
     token: &str,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
-    let mut call = ScriptCall::guarded(&scripts::READ_ACQUIRE, 4, guard);
+    let mut call = ScriptCall::guarded(&scripts::READ_ACQUIRE, 3, guard);
     call.key(&keys.lock)
         .key(keys.waiting())
         .key(keys.readers())
-        .key(keys.readers_waiting())
         .guard_key(guard);
     call.arg(token)
         .arg(lease_ms(args.lease))
@@ -246,11 +245,10 @@ mod tests {
         assert_eq!(
             sent(of_kind(&read, "t", "w", args(true), None)),
             [
-                "4",
+                "3",
                 &read.lock,
                 &read.waiting().to_string(),
                 &read.readers().to_string(),
-                &read.readers_waiting().to_string(),
                 "t",
                 "30000",
                 "2500"

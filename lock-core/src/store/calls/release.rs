@@ -15,41 +15,39 @@ use crate::scripts;
 /// release latch lives (zero: none, and its name is not sent). Every name a script touches is
 /// one of its KEYS (see `scripts/release.lua`), in its header's order:
 ///
-/// - `release.lua`: the lock, the waiting writers, the readers' waiting flag [, the latch];
-/// - `fair_release.lua`: the same and the line and its liveness [, the latch];
-/// - `read_release.lua`: the lock, the waiting writers, the readers [, the latch];
+/// - `release.lua`: the lock, the waiting marks [, the latch];
+/// - `fair_release.lua`: the lock, the waiting marks, the line and its liveness [, the latch];
+/// - `read_release.lua`: the lock, the waiting marks, the readers [, the latch];
 /// - `permit_release.lua`: the semaphore's set, the line, its liveness [, the latch];
 ///
-/// and ARGV the token (a semaphore's: its holder) and the latch's life in milliseconds.
+/// and ARGV the token (a semaphore's: its holder) [, the latch's life in milliseconds].
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    let waiting = || [keys.waiting(), keys.readers_waiting()];
-    let line = || [keys.line(), keys.line_alive()];
-    let (script, names, fair_line): (_, _, Option<[Name<'_>; 2]>) = match keys.kind() {
-        Kind::Exclusive => (&scripts::RELEASE, waiting(), None),
-        Kind::Fair => (&scripts::FAIR_RELEASE, waiting(), Some(line())),
-        Kind::Shared => (
-            &scripts::READ_RELEASE,
-            [keys.waiting(), keys.readers()],
-            None,
+    let (script, names): (_, &[Name<'_>]) = match keys.kind() {
+        Kind::Exclusive => (&scripts::RELEASE, &[keys.waiting()]),
+        Kind::Fair => (
+            &scripts::FAIR_RELEASE,
+            &[keys.waiting(), keys.line(), keys.line_alive()],
         ),
-        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, line(), None),
+        Kind::Shared => (&scripts::READ_RELEASE, &[keys.waiting(), keys.readers()]),
+        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, &[keys.line(), keys.line_alive()]),
     };
     let latch = (!latch.is_zero()).then(|| (keys.latch(token), lease_ms(latch)));
-    let count = 3 + fair_line.map_or(0, |line| line.len()) + usize::from(latch.is_some());
-    let mut call = ScriptCall::new(script, count);
+    let mut call = ScriptCall::new(script, 1 + names.len() + usize::from(latch.is_some()));
     call.key(&keys.lock);
-    for name in names.into_iter().chain(fair_line.into_iter().flatten()) {
+    for name in names {
         call.key(name);
     }
-    // The latch's name only with a window: a name sent costs Redis a string on every release.
-    let latch_ms = match latch {
+    // The latch's name and life only with a window: every name or argument sent costs Redis
+    // a string on every release, the hot path's.
+    match latch {
         Some((name, ms)) => {
             call.key(name);
-            ms
+            call.arg(token).arg(ms);
         }
-        None => 0,
-    };
-    call.arg(token).arg(latch_ms);
+        None => {
+            call.arg(token);
+        }
+    }
     call
 }
 
@@ -129,41 +127,37 @@ mod tests {
                 .chain(names.iter().map(Name::to_string))
                 .collect()
         };
-        let with = |count: &str, keys: Vec<String>, args: [&str; 2]| -> Vec<String> {
+        let with = |count: &str, keys: Vec<String>, args: &[&str]| -> Vec<String> {
             std::iter::once(count.to_string())
                 .chain(keys)
-                .chain(args.map(String::from))
+                .chain(args.iter().map(|arg| arg.to_string()))
                 .collect()
         };
 
-        let mutex = names(&k, &[k.waiting(), k.readers_waiting()]);
+        // No window: no latch's name, no latch's life.
+        let mutex = names(&k, &[k.waiting()]);
         assert_eq!(
             sent(of_kind(&k, "t", Duration::ZERO)),
-            with("3", mutex.clone(), ["t", "0"])
+            with("2", mutex.clone(), &["t"])
         );
         let mut latched = mutex;
         latched.push(k.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&k, "t", latch)),
-            with("4", latched, ["t", "1500"])
+            with("3", latched, &["t", "1500"])
         );
 
         let fair = k.clone().held_as(Kind::Fair);
-        let line = [
-            fair.waiting(),
-            fair.readers_waiting(),
-            fair.line(),
-            fair.line_alive(),
-        ];
+        let line = [fair.waiting(), fair.line(), fair.line_alive()];
         assert_eq!(
             sent(of_kind(&fair, "t", Duration::ZERO)),
-            with("5", names(&fair, &line), ["t", "0"])
+            with("4", names(&fair, &line), &["t"])
         );
         let mut latched = names(&fair, &line);
         latched.push(fair.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&fair, "t", latch)),
-            with("6", latched, ["t", "1500"])
+            with("5", latched, &["t", "1500"])
         );
 
         // A window under a millisecond is rounded up, not down to "no latch".
@@ -172,7 +166,11 @@ mod tests {
         latched.push(read.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&read, "t", Duration::from_micros(10))),
-            with("4", latched, ["t", "1"])
+            with("4", latched, &["t", "1"])
+        );
+        assert_eq!(
+            sent(of_kind(&read, "t", Duration::ZERO)),
+            with("3", names(&read, &[read.waiting(), read.readers()]), &["t"])
         );
 
         let permits = RedisKeys::semaphore("p", "k", 3);
@@ -180,7 +178,7 @@ mod tests {
         latched.push(permits.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&permits, "t", latch)),
-            with("4", latched, ["t", "1500"])
+            with("4", latched, &["t", "1500"])
         );
         assert_eq!(sent(undo(&k, "t")), ["1", &k.lock, "t"]);
     }
