@@ -363,7 +363,9 @@ impl LocalLocks {
     pub(crate) async fn finish(&self, held: &Arc<Hold>) -> Result<(), LockError> {
         let _working = self.in_flight.enter();
         if let Some(lease) = self.may_hand_over(held) {
-            match self.confirm(held, lease).await {
+            // Boxed: only a handoff confirms, and its state would otherwise be part of every
+            // release's future.
+            match Box::pin(self.confirm(held, lease)).await {
                 Confirmation::Ours(valid_until) => {
                     if self.hand_over(held, valid_until) {
                         release::end_hold(held.take_hold_span(), ReleaseOutcome::HandedOver);

@@ -55,7 +55,7 @@ impl Acquire {
             let remaining = when
                 .deadline
                 .map(|d| d.saturating_duration_since(Instant::now()));
-            wait.subscribe(inner, remaining).await;
+            Box::pin(wait.subscribe(inner, remaining)).await;
         }
         loop {
             if let Some(seen) = wait.ran_out(when.deadline) {
@@ -96,13 +96,14 @@ impl Acquire {
                 wait.renew_token(self.new_token());
             }
             if !wait.is_subscribed() {
-                wait.subscribe(inner, remaining).await;
+                Box::pin(wait.subscribe(inner, remaining)).await;
                 // Try again at once: the holder may have released before we subscribed.
                 continue;
             }
             let sleep = self.pause(ttl, remaining);
             tracing::trace!(?ttl, ?sleep, "waiting for release");
-            wait.sleep(alarms, Instant::now() + sleep).await;
+            // Boxed, as the subscription: only a contended acquire takes these steps.
+            Box::pin(wait.sleep(alarms, Instant::now() + sleep)).await;
         }
     }
 
@@ -212,7 +213,9 @@ impl Acquire {
                 return Err(LockError::backend_on(attempt.keys, &self.key, error));
             }
             tracing::debug!(%error, "acquire failed; retrying");
-            tokio::time::sleep_until(retry_at).await;
+            // Boxed: a retry is off the usual path, and its timer would otherwise be part of
+            // every try's state.
+            Box::pin(tokio::time::sleep_until(retry_at)).await;
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }

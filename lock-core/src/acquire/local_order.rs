@@ -277,7 +277,9 @@ impl Acquire {
         match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
             Ok(grant) => Some(grant),
             Err(baton) => {
-                self.give_back(&baton.keys, baton.token).await;
+                // Boxed, as every step off the uncontended path: its state would otherwise
+                // be part of every acquire's future, and copied with it as it starts.
+                Box::pin(self.give_back(&baton.keys, baton.token)).await;
                 None
             }
         }

@@ -237,7 +237,7 @@ impl Acquire {
             Ok(guard) if local.is_closed() => {
                 // Granted while the locker shut down: given back at once (the shutdown may
                 // have listed the held locks before this one was registered).
-                drop(guard.release().await);
+                drop(Box::pin(guard.release()).await);
                 Err(LockError::ShutDown)
             }
             result => result,
@@ -276,11 +276,13 @@ impl Acquire {
             }
         };
         metric.waiting();
+        // The fair lock's and the semaphore's orders boxed: the mutex's uncontended acquire
+        // would otherwise carry (and copy as it starts) the largest of the three states.
         let (permit, grant) = match self.kind.order() {
-            Order::LineFirst => self.in_line_then_local(&local_key, mode, when).await?,
+            Order::LineFirst => Box::pin(self.in_line_then_local(&local_key, mode, when)).await?,
             Order::LocalFirst => self.local_then_in_redis(&local_key, mode, when).await?,
             Order::PermitsTurn { limit } => {
-                self.permits_in_order(&local_key, limit, mode, when).await?
+                Box::pin(self.permits_in_order(&local_key, limit, mode, when)).await?
             }
         };
         let terms = Terms {
