@@ -562,6 +562,29 @@ async fn wrong_type_on_the_lock_key_is_a_clear_error_and_the_key_survives() {
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
+/// A held lock's key replaced by a value of another type (an operator's or another program's
+/// write): the release answers the loss (`TakenOver`: a value the kit did not write), never
+/// `Ok` and never a Redis error, and leaves the value alone.
+#[tokio::test]
+async fn a_release_that_finds_a_value_of_another_type_reports_the_loss_and_leaves_it() {
+    let server = server();
+    let locker = locker(&server).await;
+    let guard = locker
+        .lock("k")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let name = lock_key(&server, "k");
+    let _: () = server.cmd(&["DEL", &name]);
+    let _: () = server.cmd(&["HSET", &name, "field", "1"]);
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(lost_reason(err), LostReason::TakenOver);
+    let kind: String = server.cmd(&["TYPE", &name]);
+    assert_eq!(kind, "hash");
+    let _: () = server.cmd(&["DEL", &name]);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
 #[tokio::test]
 async fn script_flush_is_transparent() {
     let server = server();
