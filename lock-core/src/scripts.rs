@@ -24,17 +24,21 @@ pub(crate) enum Preamble {
     FenceExpiry,
     /// `scripts/channel.lua`: `release_channel`, the release channel of a lock's main key.
     Channel,
+    /// `scripts/waiting.lua`: `writer_waits`, whether a lock key's waiting marks hold a
+    /// writer's entry (not only the readers' mark).
+    Waiting,
 }
 
 impl Preamble {
     #[cfg(test)]
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Guard,
         Self::Clock,
         Self::Line,
         Self::Latch,
         Self::FenceExpiry,
         Self::Channel,
+        Self::Waiting,
     ];
 
     fn text(self) -> &'static str {
@@ -45,6 +49,7 @@ impl Preamble {
             Self::Latch => include_str!("scripts/latch.lua"),
             Self::FenceExpiry => include_str!("scripts/fence_expiry.lua"),
             Self::Channel => include_str!("scripts/channel.lua"),
+            Self::Waiting => include_str!("scripts/waiting.lua"),
         }
     }
 
@@ -58,6 +63,7 @@ impl Preamble {
             Self::Latch => &["leave_latch(", "latched("],
             Self::FenceExpiry => &["fence_expiry("],
             Self::Channel => &["release_channel("],
+            Self::Waiting => &["writer_waits("],
         }
     }
 }
@@ -123,19 +129,19 @@ scripts! {
     /// Take the lock, or learn how long it stays taken and flag the wait.
     ACQUIRE = "acquire.lua" after Guard;
     /// Take a read lock, or learn how long to wait for the writer.
-    READ_ACQUIRE = "read_acquire.lua" after Guard, Clock;
+    READ_ACQUIRE = "read_acquire.lua" after Guard, Clock, Waiting;
     /// Take a fair lock in arrival order, or wait in line.
     FAIR_ACQUIRE = "fair_acquire.lua" after Guard, Clock, Line;
     /// Take semaphore permits, or wait in line.
     PERMIT_ACQUIRE = "permit_acquire.lua" after Guard, Clock, Line;
     /// A waiting writer that stopped waiting leaves the waiting writers.
-    WITHDRAW = "withdraw.lua";
+    WITHDRAW = "withdraw.lua" after Waiting;
     /// Compare the token, delete, leave the latch, publish.
     RELEASE = "release.lua" after Latch, Channel;
     /// As `RELEASE`, and tell the first waiter in the fair lock's line.
-    FAIR_RELEASE = "fair_release.lua" after Clock, Line, Latch, Channel;
+    FAIR_RELEASE = "fair_release.lua" after Clock, Line, Latch, Channel, Waiting;
     /// Drop a read lock; the last reader out tells a waiting writer.
-    READ_RELEASE = "read_release.lua" after Clock, Latch, Channel;
+    READ_RELEASE = "read_release.lua" after Clock, Latch, Channel, Waiting;
     /// Give semaphore permits back and tell the first waiter in line.
     PERMIT_RELEASE = "permit_release.lua" after Clock, Line, Latch, Channel;
     /// Compare the token and delete, nothing else (a RedLock node's grant to a try that did

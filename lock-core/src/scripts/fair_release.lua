@@ -41,7 +41,7 @@ end
 -- Not ours (or not any more): the waiting entry goes, and readers are told when it was the last
 -- (see release.lua); then the line.
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 1
-    and not redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1]
+    and not writer_waits(KEYS[2])
     and (not current or current == 'readers') then
   redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
 end

@@ -6,7 +6,7 @@
 -- KEYS[1]  the lock key (a holder's stored value `<token>|<holder>[|fair]`, or the marker
 --          "readers", see read_acquire.lua)
 -- KEYS[2]  the waiting marks of the lock key (see acquire.lua): writers score 0, the readers'
---          mark -1 (see read_acquire.lua) and is not counted
+--          mark -1 (see read_acquire.lua) and is not counted (as waiting.lua's writer_waits)
 -- KEYS[3]  the readers set of the lock key (token -> end of lease, ms)
 -- KEYS[4]  the lock key's line, KEYS[5] its liveness (fair locks, see fair_acquire.lua)
 -- KEYS[6]  the semaphore's set of the same user key (`<token>|<holder>:<permits>` -> end of

@@ -1,5 +1,5 @@
 -- Take a read (shared) lock: granted while no writer holds the lock and none waits for it.
--- guard.lua and clock.lua are prepended to this script.
+-- guard.lua, clock.lua and waiting.lua are prepended to this script.
 --
 -- Layout: the lock key is shared with the exclusive lock (a mutex of the same key is its write
 -- lock). While readers hold it, the lock key holds the marker "readers" with the longest reader
@@ -65,7 +65,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
   -- A waiting writer goes first. The set is not renewed here: only waiters keep it alive, so
   -- an entry of a writer whose process died ends with its TTL.
-  if redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
+  if writer_waits(KEYS[2]) then
     return {0, redis.call('PTTL', KEYS[2])}
   end
 end

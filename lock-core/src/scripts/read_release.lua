@@ -43,7 +43,7 @@ if ok and current == 'readers' and score and score > now then
     redis.call('SET', KEYS[1], 'readers', 'PX', ttl)
   else
     redis.call('DEL', KEYS[1])
-    if redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
+    if writer_waits(KEYS[2]) then
       redis.pcall('PUBLISH', release_channel(KEYS[1]), '1')
       answer = 2
     end

@@ -13,7 +13,7 @@
 if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
   return 0
 end
-if not redis.call('ZRANGEBYSCORE', KEYS[2], 0, '+inf', 'LIMIT', 0, 1)[1] then
+if not writer_waits(KEYS[2]) then
   local ok, current = pcall(redis.call, 'GET', KEYS[1])
   if ok and (not current or current == 'readers') then
     redis.pcall('PUBLISH', ARGV[2], '1')
