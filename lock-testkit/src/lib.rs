@@ -49,7 +49,7 @@ mod version_proxy;
 pub use cluster::{key_slot, ClusterNodeInfo, RedisCluster, CLUSTER_SLOTS};
 pub use figures::figure;
 pub use leftovers::{assert_nothing_left, Leftovers};
-pub use logs::LogBuffer;
+pub use logs::{LogBuffer, LogCapture};
 pub use proxy::{FaultProxy, ProxyMode};
 pub use sentinel::{RedisSentinel, SentinelPasswords};
 pub use server::{

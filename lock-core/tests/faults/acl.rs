@@ -229,7 +229,6 @@ async fn the_eviction_policy_warning_needs_no_config_rights() {
         let server = RedisServer::start_with(&["--maxmemory-policy", policy]).unwrap();
         create_documented_user(&server, |_| true);
         let (logs, _guard) = LogBuffer::capture(tracing::Level::WARN);
-        logs.refresh();
         let locker = Locker::builder()
             .url(documented_user_url(server.port()))
             .build()

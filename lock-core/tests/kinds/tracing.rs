@@ -4,12 +4,11 @@
 
 use crate::common;
 
-use lock_testkit::LogBuffer;
+use lock_testkit::{LogBuffer, LogCapture};
 use std::time::Duration;
 
 use common::{locker, server};
 use lock_core::Locker;
-use tracing::subscriber::DefaultGuard;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 /// The lines of `logs` that close a span named `name` (its own close, not a child's: the last
@@ -29,7 +28,7 @@ fn closed(logs: &LogBuffer, name: &str) -> Vec<String> {
 }
 
 /// Logs of this thread (the tests' runtimes have one) at `level`, span closes included.
-fn capture(level: tracing::Level) -> (LogBuffer, DefaultGuard) {
+fn capture(level: tracing::Level) -> (LogBuffer, LogCapture) {
     let logs = LogBuffer::default();
     let writer = logs.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -38,7 +37,7 @@ fn capture(level: tracing::Level) -> (LogBuffer, DefaultGuard) {
         .with_span_events(FmtSpan::CLOSE)
         .with_writer(move || writer.clone())
         .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
+    (logs, LogCapture::install(subscriber))
 }
 
 #[tokio::test]
@@ -116,7 +115,6 @@ async fn the_hold_span_is_at_info_level_only_with_trace_holds() {
 #[tokio::test]
 async fn keys_are_escaped_and_cut_in_logs_and_errors() {
     let (logs, _default) = LogBuffer::capture(tracing::Level::INFO);
-    logs.refresh();
     let server = server();
     let lease = Duration::from_millis(300);
     let holder = Locker::builder()

@@ -111,7 +111,6 @@ async fn cluster_min_replicas_acknowledged_and_refused() {
     // A replica acknowledges within milliseconds; 3 s leaves room for a loaded machine (500 ms
     // once timed out with the link up).
     let (logs, capture) = lock_testkit::LogBuffer::capture(tracing::Level::DEBUG);
-    logs.refresh();
     let locker = Locker::builder()
         .cluster(cluster.urls())
         .min_replicas(1, Duration::from_secs(3))
