@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use http::{HeaderName, Request};
+use http::{Extensions, HeaderName, Request};
 
 /// Derives the lock key (or keys) of a request, or `None` when the request has none.
 ///
@@ -47,6 +47,15 @@ pub trait KeyExtractor<B> {
     /// The lock key(s) of `request`, or `None` when it has none. Return `None` when any of
     /// several keys is missing: a request is locked on all its keys or on none.
     fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys>;
+
+    /// [`extract_keys`](Self::extract_keys) with the request in hand, which is what the layer
+    /// calls: for an extractor that reads the request more cheaply when it may move parts of
+    /// it out and back (the path parameter extractors read axum's parameters this way rather
+    /// than cloning every extension of the request). It must leave `request` as it found it
+    /// and find the same keys as `extract_keys`. The default calls `extract_keys`.
+    fn extract_keys_mut(&self, request: &mut Request<B>) -> Option<LockKeys> {
+        self.extract_keys(request)
+    }
 
     /// Whose fault it is that [`extract_keys`](Self::extract_keys) found no key in `request`,
     /// which decides the default answer (see [`MissingKey::Reject`](crate::MissingKey::Reject)).
@@ -502,16 +511,24 @@ impl KeyFrom {
         }
     }
 
-    /// The key(s) of `request`, without the prefix, or why it has none.
-    fn read<B>(&self, request: &Request<B>) -> Result<LockKeys, KeyAbsence> {
+    /// The key(s) of `request`, without the prefix, or why it has none. `extensions` are the
+    /// request's (moved out of it, or a clone) where the key is read from the path
+    /// parameters; empty otherwise.
+    fn read<B>(
+        &self,
+        request: &Request<B>,
+        extensions: &mut Extensions,
+    ) -> Result<LockKeys, KeyAbsence> {
+        #[cfg(not(feature = "axum"))]
+        let _ = extensions;
         let text = match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_params(request, std::slice::from_ref(name))?
+            Source::PathParam(name) => path_params(extensions, std::slice::from_ref(name))?
                 .pop()
                 .ok_or(KeyAbsence::Route)?,
             #[cfg(feature = "axum")]
             Source::PathParams(names) => {
-                let keys = path_params(request, names)?
+                let keys = path_params(extensions, names)?
                     .into_iter()
                     .map(|text| self.canonical_form(text))
                     .collect::<Result<Vec<_>, _>>()?;
@@ -529,6 +546,26 @@ impl KeyFrom {
         self.canonical_form(text).map(LockKeys::one)
     }
 
+    /// [`read`](Self::read) from a shared request: its extensions are cloned when the key is in
+    /// the path parameters.
+    fn read_shared<B>(&self, request: &Request<B>) -> Result<LockKeys, KeyAbsence> {
+        let mut extensions = if self.reads_the_path() {
+            request.extensions().clone()
+        } else {
+            Extensions::new()
+        };
+        self.read(request, &mut extensions)
+    }
+
+    /// The prefixed key(s), from what [`read`](Self::read) found.
+    fn with_prefix(&self, read: Result<LockKeys, KeyAbsence>) -> Option<LockKeys> {
+        let raw = read.ok()?;
+        Some(match &self.prefix {
+            Some(prefix) => raw.prefixed(prefix),
+            None => raw,
+        })
+    }
+
     /// `text` as a key: as it is, or for a typed extractor parsed and formatted again.
     fn canonical_form(&self, text: String) -> Result<String, KeyAbsence> {
         match self.canonical {
@@ -544,7 +581,7 @@ impl<B> KeyExtractor<B> for KeyFrom {
     /// parameter given twice, [`KeyAbsence::Malformed`] for a value a typed extractor cannot
     /// parse, and [`KeyAbsence::Request`] for a missing header or query parameter.
     fn absence(&self, request: &Request<B>) -> KeyAbsence {
-        match self.read(request) {
+        match self.read_shared(request) {
             Err(absence) => {
                 if absence == KeyAbsence::Malformed {
                     tracing::debug!(extractor = ?self, "the lock key value does not parse");
@@ -558,11 +595,16 @@ impl<B> KeyExtractor<B> for KeyFrom {
     }
 
     fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys> {
-        let raw = self.read(request).ok()?;
-        Some(match &self.prefix {
-            Some(prefix) => raw.prefixed(prefix),
-            None => raw,
-        })
+        self.with_prefix(self.read_shared(request))
+    }
+
+    /// Moves the request's extensions out while axum's extractor reads the path parameters
+    /// from them, and back: no clone of every extension per request.
+    fn extract_keys_mut(&self, request: &mut Request<B>) -> Option<LockKeys> {
+        let mut extensions = std::mem::take(request.extensions_mut());
+        let read = self.read(request, &mut extensions);
+        *request.extensions_mut() = extensions;
+        self.with_prefix(read)
     }
 }
 
@@ -588,17 +630,20 @@ impl fmt::Debug for KeyFrom {
 /// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
 /// reach the parameters axum stores in the request extensions after routing. No parameters (a
 /// layer before routing) or not these: [`KeyAbsence::Route`]; a parameter the client sent
-/// that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`].
+/// that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`]. `extensions` are the
+/// request's: moved into the parts the extractor reads, and back.
 #[cfg(feature = "axum")]
-fn path_params<B>(request: &Request<B>, names: &[Arc<str>]) -> Result<Vec<String>, KeyAbsence> {
+fn path_params(extensions: &mut Extensions, names: &[Arc<str>]) -> Result<Vec<String>, KeyAbsence> {
     use axum::extract::rejection::RawPathParamsRejection;
     use axum::extract::{FromRequestParts, RawPathParams};
     use futures_util::FutureExt;
 
     let (mut parts, ()) = Request::new(()).into_parts();
-    parts.extensions = request.extensions().clone();
+    parts.extensions = std::mem::take(extensions);
     // The extractor reads the extensions and never waits: one poll completes it.
-    match RawPathParams::from_request_parts(&mut parts, &()).now_or_never() {
+    let read = RawPathParams::from_request_parts(&mut parts, &()).now_or_never();
+    *extensions = parts.extensions;
+    match read {
         Some(Ok(params)) => names
             .iter()
             .map(|name| {
@@ -869,5 +914,36 @@ mod tests {
         let typed = KeyFrom::path_param_as::<u64>("sku");
         assert_eq!(typed.extract_key(&req("/skus/1")), None);
         assert_eq!(typed.absence(&req("/skus/1")), KeyAbsence::Route);
+    }
+
+    /// What the layer calls finds what `extract_keys` finds, and leaves the request's
+    /// extensions as they were (the path extractors move them out and back).
+    #[test]
+    fn extract_keys_mut_finds_the_same_keys_and_keeps_the_extensions() {
+        #[derive(Clone, Debug, PartialEq)]
+        struct Marker(u32);
+        let mut extractors = vec![
+            KeyFrom::header("x-k").prefix("h:"),
+            KeyFrom::query_param_as::<u64>("k").prefix("q:"),
+            KeyFrom::fixed("f"),
+        ];
+        #[cfg(feature = "axum")]
+        extractors.extend([KeyFrom::path_param("k"), KeyFrom::path_params(["a", "b"])]);
+        for key in extractors {
+            let mut request = Request::builder()
+                .uri("/x?k=07")
+                .header("x-k", "7")
+                .extension(Marker(7))
+                .body(())
+                .unwrap();
+            let shared = key.extract_keys(&request);
+            assert_eq!(key.extract_keys_mut(&mut request), shared, "{key:?}");
+            assert_eq!(
+                request.extensions().get::<Marker>(),
+                Some(&Marker(7)),
+                "{key:?}"
+            );
+            assert_eq!(request.extensions().len(), 1, "{key:?}");
+        }
     }
 }

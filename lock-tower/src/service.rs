@@ -97,11 +97,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
         // An empty list of keys is no key: the same fail-closed rules apply.
         let keys = self
             .key
-            .extract_keys(&request)
+            .extract_keys_mut(&mut request)
             .filter(|keys| !keys.is_empty());
         let Some(keys) = keys else {
             return match (self.settings.missing_key, self.key.absence(&request)) {
