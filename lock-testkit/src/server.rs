@@ -109,6 +109,26 @@ const MAX_PORT: u16 = 55535;
 /// Offset of the cluster bus port.
 pub(crate) const BUS_OFFSET: u16 = 10000;
 
+/// How many times [`on_free_ports`] starts a server on newly picked ports.
+const PORT_TRIES: usize = 5;
+
+/// Runs `start` (which picks its own free ports) again, up to [`PORT_TRIES`] times in all, when
+/// redis-server could not bind a port it was given (`AddrInUse` from
+/// [`RedisServer::wait_ready`]): a port free when picked can be taken before the server binds
+/// it, because the kernel hands out the same range as the source ports of outgoing
+/// connections, of this process or any other.
+pub(crate) fn on_free_ports<T>(mut start: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut tries = 1;
+    loop {
+        match start() {
+            Err(error) if error.kind() == io::ErrorKind::AddrInUse && tries < PORT_TRIES => {
+                tries += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
 /// Finds a free loopback TCP port below 55535.
 ///
 /// Ports are taken from the kernel (bind to port 0) and remembered, so this process never
@@ -215,9 +235,11 @@ impl RedisServer {
     }
 
     fn start_inner(extra: &[&str], persistence: Persistence) -> io::Result<Self> {
-        let mut server = Self::launch(free_port(), extra, persistence, |_| Ok(Kind::Server))?;
-        server.wait_ready(probe::READY_TIMEOUT)?;
-        Ok(server)
+        on_free_ports(|| {
+            let mut server = Self::launch(free_port(), extra, persistence, |_| Ok(Kind::Server))?;
+            server.wait_ready(probe::READY_TIMEOUT)?;
+            Ok(server)
+        })
     }
 
     /// Starts a server that accepts TLS on a second free loopback port
@@ -239,19 +261,21 @@ impl RedisServer {
     /// let url = server.tls_url(); // rediss://127.0.0.1:<free port>/
     /// ```
     pub fn start_tls(config: &TlsServerConfig) -> io::Result<Self> {
-        let tls = TlsListener::for_config(config);
-        let mut server = Self::launch_inner(
-            free_port(),
-            &[],
-            Persistence::None,
-            Some(tls),
-            |dir: &Path| {
-                write_tls_files(dir, config)?;
-                Ok(Kind::Server)
-            },
-        )?;
-        server.wait_ready(probe::READY_TIMEOUT)?;
-        Ok(server)
+        on_free_ports(|| {
+            let tls = TlsListener::for_config(config);
+            let mut server = Self::launch_inner(
+                free_port(),
+                &[],
+                Persistence::None,
+                Some(tls),
+                |dir: &Path| {
+                    write_tls_files(dir, config)?;
+                    Ok(Kind::Server)
+                },
+            )?;
+            server.wait_ready(probe::READY_TIMEOUT)?;
+            Ok(server)
+        })
     }
 
     /// Creates the server's directory and spawns the process without waiting for it to accept
@@ -377,11 +401,20 @@ impl RedisServer {
                 if let Some(status) = child.try_wait()? {
                     self.child = None;
                     RUNNING.fetch_sub(1, Ordering::SeqCst);
-                    return Err(io::Error::other(format!(
-                        "redis-server on port {} exited early: {status}; log tail:\n{}",
-                        self.port,
-                        self.log_tail(20)
-                    )));
+                    let tail = self.log_tail(20);
+                    // Its port was taken after it was picked: the caller may pick another.
+                    let kind = if tail.contains("Address already in use") {
+                        io::ErrorKind::AddrInUse
+                    } else {
+                        io::ErrorKind::Other
+                    };
+                    return Err(io::Error::new(
+                        kind,
+                        format!(
+                            "redis-server on port {} exited early: {status}; log tail:\n{tail}",
+                            self.port,
+                        ),
+                    ));
                 }
             }
             if let Ok(stream) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(100))
@@ -675,5 +708,44 @@ fn ping(mut stream: TcpStream, password: Option<&str>) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::other("not ready"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taken() -> io::Error {
+        io::Error::new(io::ErrorKind::AddrInUse, "taken")
+    }
+
+    #[test]
+    fn a_start_whose_port_was_taken_is_tried_again_a_few_times_only() {
+        let mut calls = 0;
+        let started = on_free_ports(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(taken())
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(started.unwrap(), 3);
+
+        let mut calls = 0;
+        let failed = on_free_ports(|| -> io::Result<()> {
+            calls += 1;
+            Err(taken())
+        });
+        assert_eq!(failed.unwrap_err().kind(), io::ErrorKind::AddrInUse);
+        assert_eq!(calls, PORT_TRIES);
+
+        let mut calls = 0;
+        let other = on_free_ports(|| -> io::Result<()> {
+            calls += 1;
+            Err(io::Error::other("not a port"))
+        });
+        assert!(other.is_err());
+        assert_eq!(calls, 1, "only a taken port is worth another try");
     }
 }

@@ -4,7 +4,7 @@ use std::io;
 use std::ops::{Index, IndexMut};
 
 use crate::probe;
-use crate::server::{free_port, Kind, Persistence, RedisServer};
+use crate::server::{free_port, on_free_ports, Kind, Persistence, RedisServer};
 
 /// `n` independent `redis-server` processes (no replication between them), as RedLock needs.
 ///
@@ -42,19 +42,21 @@ impl RedisServers {
     ///
     /// As for [`start`](Self::start).
     pub fn start_with(n: usize, extra: &[&str]) -> io::Result<Self> {
-        let mut servers = Vec::with_capacity(n);
-        for _ in 0..n {
-            servers.push(RedisServer::launch(
-                free_port(),
-                extra,
-                Persistence::None,
-                |_| Ok(Kind::Server),
-            )?);
-        }
-        for server in &mut servers {
-            server.wait_ready(probe::READY_TIMEOUT)?;
-        }
-        Ok(Self { servers })
+        on_free_ports(|| {
+            let mut servers = Vec::with_capacity(n);
+            for _ in 0..n {
+                servers.push(RedisServer::launch(
+                    free_port(),
+                    extra,
+                    Persistence::None,
+                    |_| Ok(Kind::Server),
+                )?);
+            }
+            for server in &mut servers {
+                server.wait_ready(probe::READY_TIMEOUT)?;
+            }
+            Ok(Self { servers })
+        })
     }
 
     /// `redis://127.0.0.1:<port>/` of every server, in index order.

@@ -757,3 +757,14 @@ fn fixtures_are_send_and_sync() {
     assert_send_sync::<RedisSentinel>();
     assert_send_sync::<FaultProxy>();
 }
+
+/// A server whose port is taken says so with `AddrInUse`, the error the fixtures that pick
+/// their own ports start again on other ports for.
+#[test]
+fn a_server_on_a_taken_port_fails_with_addr_in_use() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let error = RedisServer::start_on(port).unwrap_err();
+    assert_eq!(error.kind(), io::ErrorKind::AddrInUse, "{error}");
+    drop(holder);
+}

@@ -177,12 +177,16 @@ async fn control_two_mutexes_taken_in_the_callers_order_deadlock_until_the_wait_
     let server = server();
     let (a, b) = (locker(&server).await, locker(&server).await);
     let both_hold_one = std::sync::Arc::new(tokio::sync::Barrier::new(2));
+    // Neither lets go of its key before both waits ended: on a loaded machine one wait can
+    // start late enough to outlast the other and take the key it lets go of.
+    let both_waited = std::sync::Arc::new(tokio::sync::Barrier::new(2));
     let run = |locker: Locker, first: &'static str, second: &'static str| {
-        let both_hold_one = both_hold_one.clone();
+        let (both_hold_one, both_waited) = (both_hold_one.clone(), both_waited.clone());
         tokio::spawn(async move {
             let one = locker.lock(first).await.unwrap();
             both_hold_one.wait().await;
             let other = locker.lock(second).wait(Duration::from_millis(500)).await;
+            both_waited.wait().await;
             one.release().await.unwrap();
             other.map(drop)
         })
