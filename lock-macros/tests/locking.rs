@@ -248,19 +248,24 @@ async fn nested_calls_reenter_without_redis_round_trips() {
     // Warm up: scripts loaded, connections open.
     assert!(within(stock.single(1)).await.unwrap());
 
-    // An uncontended acquire is a `SET`, a release a script.
+    // An uncontended acquire is a `SET`, a release a script. The fewest of three runs: a
+    // command the kit retried on a loaded machine (a timed-out reply) adds one to a run,
+    // while a nested call that took the lock again would add two to every run.
     let lock_calls = || server.command_calls("set") + server.command_calls("evalsha");
-    server.reset_stats();
-    assert!(within(stock.single(1)).await.unwrap());
-    let single = lock_calls();
+    let mut single = u64::MAX;
+    let mut nested = u64::MAX;
+    for _ in 0..3 {
+        server.reset_stats();
+        assert!(within(stock.single(1)).await.unwrap());
+        single = single.min(lock_calls());
+        server.reset_stats();
+        assert!(
+            within(stock.outer(1)).await.unwrap(),
+            "the inner call ran under the lock"
+        );
+        nested = nested.min(lock_calls());
+    }
     assert!(single >= 2, "an acquire and a release: {single}");
-
-    server.reset_stats();
-    assert!(
-        within(stock.outer(1)).await.unwrap(),
-        "the inner call ran under the lock"
-    );
-    let nested = lock_calls();
     assert_eq!(
         nested, single,
         "the nested call took the lock in Redis again"
