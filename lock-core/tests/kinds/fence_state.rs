@@ -149,7 +149,10 @@ async fn by_default_releases_leave_nothing_at_all() {
 async fn the_fence_state_of_released_keys_is_gone_after_the_lease_and_the_window() {
     const KEYS: usize = 5_000;
     const TASKS: usize = 50;
-    let lease = Duration::from_secs(1);
+    // Renewing 5,000 locks is a round of 5,000 script calls, every third of the lease: with a
+    // 1 s lease a debug build beside other test threads on two cores fell behind and lost
+    // locks. What the test shows does not depend on the lease.
+    let lease = Duration::from_secs(3);
     let server = server();
     let locker = Locker::builder()
         .url(server.url())
