@@ -25,8 +25,15 @@ use crate::token::Token;
 /// The outcome of one acquire try in Redis (after its retries).
 enum Try {
     Won,
-    Busy(Seen),
+    /// Held by another; `split`: a RedLock node granted this try (see `Outcome::Busy`).
+    Busy {
+        seen: Seen,
+        split: bool,
+    },
 }
+
+/// The first pause after a split RedLock try; it doubles while tries keep splitting.
+const FIRST_SPLIT_PAUSE: Duration = Duration::from_millis(1);
 
 impl Acquire {
     /// Tries, and waits for release notifications or the holder's expiry between tries, until
@@ -48,6 +55,7 @@ impl Acquire {
         // replicas) after the start when the wait is shorter: a zero wait still gets one try.
         let bound = when.deadline.map(|d| d.max(when.started + inner.one_try()));
         let mut wait = Wait::new(inner, &keys, self.new_token(), when.try_once);
+        let mut split_pause = FIRST_SPLIT_PAUSE;
         let likely_busy = others_wait && !when.try_once;
         if likely_busy && !wait.is_subscribed() {
             // Subscribed before the first try, a try that finds the lock taken is enough (a
@@ -72,11 +80,11 @@ impl Acquire {
             }
             let sent_at = wait.send();
             let flag = self.flag(when, sent_at);
-            let seen = match self
+            let (seen, split) = match self
                 .try_in(&mut wait, when, lease, flag, bound, likely_busy)
                 .await?
             {
-                Try::Busy(seen) => seen,
+                Try::Busy { seen, split } => (seen, split),
                 Try::Won => {
                     let token = wait.won(self.kind);
                     return Ok(granted(keys, token, sent_at));
@@ -100,8 +108,19 @@ impl Acquire {
                 // Try again at once: the holder may have released before we subscribed.
                 continue;
             }
-            let sleep = self.pause(ttl, remaining);
-            tracing::trace!(?ttl, ?sleep, "waiting for release");
+            let mut sleep = self.pause(ttl, remaining);
+            if split {
+                // The release's message may have gone only to nodes this locker does not
+                // listen on (it listens on one): try again soon instead of at the fallback
+                // retry, backing off while tries keep splitting (a node that forgot the lock
+                // splits every try while it is held).
+                sleep = sleep.min(jitter(split_pause));
+                // At most the fallback retry, which `pause` jitters already.
+                split_pause = (split_pause * 2).min(inner.settings.fallback_retry);
+            } else {
+                split_pause = FIRST_SPLIT_PAUSE;
+            }
+            tracing::trace!(?ttl, ?sleep, split, "waiting for release");
             // Boxed, as the subscription: only a contended acquire takes these steps.
             Box::pin(wait.sleep(alarms, Instant::now() + sleep)).await;
         }
@@ -224,9 +243,12 @@ impl Acquire {
     fn answer(&self, outcome: Outcome) -> Result<Try, LockError> {
         match outcome {
             Outcome::Acquired => Ok(Try::Won),
-            Outcome::Busy { ttl, holder } => {
+            Outcome::Busy { ttl, holder, split } => {
                 let holder = holder.and_then(|value| holder_in(self.kind, &value));
-                Ok(Try::Busy(Seen { ttl, holder }))
+                Ok(Try::Busy {
+                    seen: Seen { ttl, holder },
+                    split,
+                })
             }
             Outcome::NotReplicated { acked } => Err(LockError::NotReplicated {
                 key: self.key.clone(),

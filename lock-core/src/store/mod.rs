@@ -39,6 +39,10 @@ pub(crate) enum Outcome {
     Busy {
         ttl: Option<Duration>,
         holder: Option<String>,
+        /// RedLock: a node granted this try that a majority refused. The lock was being
+        /// released as the try ran (or a node forgot it), and the release's message may have
+        /// gone only to nodes the waiter does not listen on.
+        split: bool,
     },
     /// Acquired, but fewer than the required replicas acknowledged; the lock was released again.
     NotReplicated { acked: u64 },
@@ -59,10 +63,15 @@ impl From<AcquireReply> for Outcome {
     fn from(reply: AcquireReply) -> Self {
         match reply {
             AcquireReply::Acquired => Self::Acquired,
-            AcquireReply::Busy { ttl, holder } => Self::Busy { ttl, holder },
+            AcquireReply::Busy { ttl, holder } => Self::Busy {
+                ttl,
+                holder,
+                split: false,
+            },
             AcquireReply::Guarded { for_ms } => Self::Busy {
                 ttl: Some(for_ms),
                 holder: None,
+                split: false,
             },
         }
     }

@@ -1,6 +1,7 @@
 //! The RedLock strategy: independent primaries, a lock is held when a majority holds it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -90,11 +91,14 @@ impl RedLockStore {
         let mut answered = running_rx.clone();
         self.in_flight.lock().insert(token.to_owned(), running_rx);
         let running_tx = Arc::new(running_tx);
+        // Nodes that granted this try, those that answer after the verdict included.
+        let granted = Arc::new(AtomicUsize::new(0));
         let tasks = self.nodes.iter().map(|node| {
             let node = node.clone();
             let (keys, token, waiter) = (keys.clone(), token.to_owned(), waiter.to_owned());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
+            let granted = granted.clone();
             tokio::spawn(async move {
                 let acquire = node.acquire(&keys, &token, &waiter, args);
                 let reply = tokio::time::timeout(per_node, acquire)
@@ -104,6 +108,9 @@ impl RedLockStore {
                             "redlock node did not answer in time",
                         ))
                     });
+                if matches!(reply, Ok(AcquireReply::Acquired)) {
+                    granted.fetch_add(1, Ordering::SeqCst);
+                }
                 running.send_modify(|n| *n -= 1);
                 if *running.borrow() == 0 {
                     in_flight.lock().remove(&token);
@@ -185,7 +192,11 @@ impl RedLockStore {
         join_all(self.nodes.iter().map(|node| node.undo(keys, token))).await;
         match first_error {
             Some(error) if !refused => Err(error),
-            _ => Ok(Outcome::Busy { ttl, holder }),
+            _ => Ok(Outcome::Busy {
+                ttl,
+                holder,
+                split: granted.load(Ordering::SeqCst) > 0,
+            }),
         }
     }
 

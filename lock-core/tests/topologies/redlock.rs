@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lock_core::{ConfigError, LockError, Locker};
 use lock_testkit::oracle::Oracle;
-use lock_testkit::RedisServer;
+use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 
 fn five() -> Vec<RedisServer> {
     (0..5).map(|_| RedisServer::start().unwrap()).collect()
@@ -378,7 +378,6 @@ async fn a_paused_holder_learns_it_lost_the_lock_after_resume() {
 /// 29.999 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_grant_of_a_failed_try_is_gone_when_the_acquire_answers() {
-    use lock_testkit::{FaultProxy, ProxyMode};
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
     let slow = FaultProxy::start(servers[1].port()).await.unwrap();
     let urls = vec![servers[0].url(), slow.url(), servers[2].url()];
@@ -442,11 +441,14 @@ async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
             .unwrap()
     };
     let (a, b, c) = (build().await, build().await, build().await);
+    // Waiting writers only (scored 0). The readers' mark (-1) may stay behind a reader that won
+    // its quorum: its late try on the third node can find the writer's split try's grant
+    // there, and marks that readers wait; it holds nobody back and ends with its TTL.
     let waiting_marks = |node: &RedisServer| -> usize {
         node.keys("lock:*")
             .iter()
             .filter(|k| k.contains(":waiters:"))
-            .map(|k| node.cmd::<usize>(&["ZCARD", k]))
+            .map(|k| node.cmd::<usize>(&["ZCOUNT", k, "0", "+inf"]))
             .sum()
     };
     let timed = |acquire: lock_core::Acquire| {
@@ -531,6 +533,85 @@ async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
     held.release().await.unwrap();
     for node in &nodes {
         common::assert_nothing_left_under(node, "lock:", &[], &[&a, &b, &c]).await;
+    }
+}
+
+/// A waiter listens for release messages on one RedLock node (the first), and a release tells
+/// waiters on the nodes where they marked that they wait. When a release reaches the listened-to
+/// node first, its message wakes the waiter, whose next try can reach the other nodes before
+/// the release does: it wins the first node, loses the others and undoes its grant, and the
+/// release's later messages go to nodes nobody listens on. The waiter then slept until its
+/// fallback retry although the lock was free. Here the holder's connections to nodes 1 and 2
+/// go through proxies that delay each way by 150 ms. Seen in CI under load: a writer behind a
+/// writer, busy after its whole 10 s wait (its fallback retry 20 s) with every node empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_waiter_whose_try_split_the_nodes_is_not_left_asleep() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let mut proxies = Vec::new();
+    for node in &nodes[1..] {
+        proxies.push(FaultProxy::start(node.port()).await.unwrap());
+    }
+    let build = |urls: Vec<String>| async move {
+        Locker::builder()
+            .redlock(urls)
+            .fallback_retry(Duration::from_secs(20))
+            .build()
+            .await
+            .unwrap()
+    };
+    let holder = build(
+        std::iter::once(nodes[0].url())
+            .chain(proxies.iter().map(FaultProxy::url))
+            .collect(),
+    )
+    .await;
+    let waiter = build(urls(&nodes)).await;
+    let waiting_marks = |node: &RedisServer| -> usize {
+        node.keys("lock:*")
+            .iter()
+            .filter(|k| k.contains(":waiters:"))
+            .map(|k| node.cmd::<usize>(&["ZCARD", k]))
+            .sum()
+    };
+    let held = holder.lock("doc").await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let guard = waiter.lock("doc").wait(Duration::from_secs(10)).await?;
+            Ok::<_, LockError>((Instant::now(), guard))
+        }
+    });
+    let joined = common::eventually(Duration::from_secs(3), || {
+        nodes.iter().map(waiting_marks).collect::<Vec<_>>() == [1, 1, 1]
+    })
+    .await;
+    assert!(
+        joined,
+        "{:?}",
+        nodes.iter().map(waiting_marks).collect::<Vec<_>>()
+    );
+    for proxy in &proxies {
+        proxy
+            .set_mode(ProxyMode::Delay(Duration::from_millis(150)))
+            .await;
+    }
+    held.release().await.unwrap();
+    let released = Instant::now();
+    let (in_at, guard) = waiting
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e} ({:?} after the release)", released.elapsed()));
+    let after = in_at.saturating_duration_since(released);
+    lock_testkit::figure(&format!(
+        "redlock split try (3 nodes, fallback retry 20 s): the waiter in {after:?} after the release"
+    ));
+    assert!(
+        after < Duration::from_secs(2),
+        "the waiter got in {after:?} after the release"
+    );
+    guard.release().await.unwrap();
+    for node in &nodes {
+        common::assert_nothing_left_under(node, "lock:", &[], &[&holder, &waiter]).await;
     }
 }
 
