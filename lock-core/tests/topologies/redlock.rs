@@ -29,6 +29,28 @@ async fn redlock(servers: &[RedisServer], lease: Duration) -> Locker {
         .unwrap()
 }
 
+/// The entries of waiting writers (scored 0 up) on `node`, over every key. Not the readers'
+/// mark (-1): a reader that won its quorum can leave it on a third node, when its late try
+/// there meets a writer's split grant; it holds nobody back and ends with its TTL.
+fn waiting_writers(node: &RedisServer) -> usize {
+    node.keys("lock:*")
+        .iter()
+        .filter(|k| k.contains(":waiters:"))
+        .map(|k| node.cmd::<usize>(&["ZCOUNT", k, "0", "+inf"]))
+        .sum()
+}
+
+/// `acquire` with `wait`, in a task of its own: when it got the lock, and the guard.
+fn timed(
+    acquire: lock_core::Acquire,
+    wait: Duration,
+) -> tokio::task::JoinHandle<Result<(Instant, lock_core::LockGuard), LockError>> {
+    tokio::spawn(async move {
+        let guard = acquire.wait(wait).await?;
+        Ok((Instant::now(), guard))
+    })
+}
+
 fn lock_keys(server: &RedisServer) -> Vec<String> {
     server.cmd(&["KEYS", "lock:*:lock:*"])
 }
@@ -441,28 +463,12 @@ async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
             .unwrap()
     };
     let (a, b, c) = (build().await, build().await, build().await);
-    // Waiting writers only (scored 0). The readers' mark (-1) may stay behind a reader that won
-    // its quorum: its late try on the third node can find the writer's split try's grant
-    // there, and marks that readers wait; it holds nobody back and ends with its TTL.
-    let waiting_marks = |node: &RedisServer| -> usize {
-        node.keys("lock:*")
-            .iter()
-            .filter(|k| k.contains(":waiters:"))
-            .map(|k| node.cmd::<usize>(&["ZCOUNT", k, "0", "+inf"]))
-            .sum()
-    };
-    let timed = |acquire: lock_core::Acquire| {
-        tokio::spawn(async move {
-            let guard = acquire.wait(Duration::from_secs(10)).await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        })
-    };
 
     // Readers let a waiting writer go first; the last reader's release wakes it.
     let held = a.read("doc").await.unwrap();
-    let writer = timed(b.write("doc"));
+    let writer = timed(b.write("doc"), Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let marks: Vec<usize> = nodes.iter().map(waiting_marks).collect();
+    let marks: Vec<usize> = nodes.iter().map(waiting_writers).collect();
     let new_reader = c.read("doc").wait(Duration::ZERO).await;
     assert!(
         matches!(new_reader, Err(LockError::Busy { .. })),
@@ -480,17 +486,17 @@ async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
     let read_to_write = in_at - released;
     // The winner waits no more: no entry of it stays on any node while it holds.
     let left = common::eventually(Duration::from_millis(500), || {
-        nodes.iter().map(waiting_marks).sum::<usize>() == 0
+        nodes.iter().map(waiting_writers).sum::<usize>() == 0
     })
     .await;
     assert!(
         left,
         "the winning writer's waiting entries stayed: {:?}",
-        nodes.iter().map(waiting_marks).collect::<Vec<_>>()
+        nodes.iter().map(waiting_writers).collect::<Vec<_>>()
     );
 
     // A writer behind a writer is woken by its release.
-    let second = timed(c.write("doc"));
+    let second = timed(c.write("doc"), Duration::from_secs(10));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     write.release().await.unwrap();
@@ -519,7 +525,7 @@ async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
         async move { b.write("doc").wait(Duration::from_millis(400)).await }
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let reader = timed(c.read("doc"));
+    let reader = timed(c.read("doc"), Duration::from_secs(10));
     let gave_up = quitter.await.unwrap().unwrap_err();
     let gave_up_at = Instant::now();
     assert!(gave_up.is_busy(), "{gave_up}");
@@ -566,29 +572,16 @@ async fn redlock_a_waiter_whose_try_split_the_nodes_is_not_left_asleep() {
     )
     .await;
     let waiter = build(urls(&nodes)).await;
-    let waiting_marks = |node: &RedisServer| -> usize {
-        node.keys("lock:*")
-            .iter()
-            .filter(|k| k.contains(":waiters:"))
-            .map(|k| node.cmd::<usize>(&["ZCARD", k]))
-            .sum()
-    };
     let held = holder.lock("doc").await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("doc").wait(Duration::from_secs(10)).await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        }
-    });
+    let waiting = timed(waiter.lock("doc"), Duration::from_secs(10));
     let joined = common::eventually(Duration::from_secs(3), || {
-        nodes.iter().map(waiting_marks).collect::<Vec<_>>() == [1, 1, 1]
+        nodes.iter().map(waiting_writers).collect::<Vec<_>>() == [1, 1, 1]
     })
     .await;
     assert!(
         joined,
         "{:?}",
-        nodes.iter().map(waiting_marks).collect::<Vec<_>>()
+        nodes.iter().map(waiting_writers).collect::<Vec<_>>()
     );
     for proxy in &proxies {
         proxy
@@ -701,13 +694,7 @@ async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() 
     let held = holder.lock("k").await.unwrap();
     let name = common::lock_key(&nodes[0], "k");
     let _: i64 = nodes[0].cmd(&["DEL", &name]);
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let guard = waiter.lock("k").wait(Duration::from_secs(3)).await?;
-            Ok::<_, LockError>((Instant::now(), guard))
-        }
-    });
+    let waiting = timed(waiter.lock("k"), Duration::from_secs(3));
     let listening = common::eventually(Duration::from_secs(2), || {
         !nodes[0].pubsub_channels().is_empty()
     })
