@@ -57,7 +57,6 @@ use crate::acquire::Guard;
 /// ```
 #[derive(Debug, Clone)]
 pub struct HeldLock {
-    key: Arc<str>,
     fence: Fence,
     watch: LockWatch,
     shared: bool,
@@ -66,7 +65,6 @@ pub struct HeldLock {
 impl HeldLock {
     pub(crate) fn new(guard: &LockGuard) -> Self {
         Self {
-            key: guard.key().into(),
             fence: guard.fence(),
             watch: guard.watch(),
             shared: guard.is_shared(),
@@ -106,7 +104,7 @@ impl HeldLock {
 
     /// The lock key (with its [prefix](crate::KeyFrom::prefix)).
     pub fn key(&self) -> &str {
-        &self.key
+        self.watch.key()
     }
 
     /// The fencing token of this acquisition: strictly greater than the token of every earlier
@@ -146,7 +144,15 @@ impl HeldLock {
 #[derive(Debug, Clone)]
 pub struct HeldLocks {
     /// In lock order (sorted by key for several).
-    locks: Arc<[HeldLock]>,
+    locks: Locks,
+}
+
+/// The lock of a request locked on one key inline (no allocation per request), several
+/// shared.
+#[derive(Debug, Clone)]
+enum Locks {
+    One(HeldLock),
+    All(Arc<[HeldLock]>),
 }
 
 impl HeldLocks {
@@ -155,44 +161,53 @@ impl HeldLocks {
             Guard::One(guard) => return Self::one(HeldLock::new(guard)),
             Guard::All(guard) => guard.guards().iter().map(HeldLock::new).collect(),
         };
-        Self { locks }
+        Self {
+            locks: Locks::All(locks),
+        }
     }
 
     /// The one lock of a request locked on one key: the handle its [`HeldLock`] is too.
     pub(crate) fn one(lock: HeldLock) -> Self {
         Self {
-            locks: Arc::new([lock]),
+            locks: Locks::One(lock),
+        }
+    }
+
+    fn as_slice(&self) -> &[HeldLock] {
+        match &self.locks {
+            Locks::One(lock) => std::slice::from_ref(lock),
+            Locks::All(locks) => locks,
         }
     }
 
     /// The locks, in the order they were taken (sorted by key for several).
     pub fn iter(&self) -> impl Iterator<Item = &HeldLock> {
-        self.locks.iter()
+        self.as_slice().iter()
     }
 
     /// The keys, in the order they were taken (with their [prefix](crate::KeyFrom::prefix)).
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.locks.iter().map(HeldLock::key)
+        self.as_slice().iter().map(HeldLock::key)
     }
 
     /// The lock of `key`, if this request holds it.
     pub fn get(&self, key: &str) -> Option<&HeldLock> {
-        self.locks.iter().find(|lock| lock.key() == key)
+        self.as_slice().iter().find(|lock| lock.key() == key)
     }
 
     /// How many locks (equal keys of one request are locked once).
     pub fn len(&self) -> usize {
-        self.locks.len()
+        self.as_slice().len()
     }
 
     /// Always false: a request holds at least one lock when this is present.
     pub fn is_empty(&self) -> bool {
-        self.locks.is_empty()
+        self.as_slice().is_empty()
     }
 
     /// Whether every lock is still held (see [`HeldLock::is_held`]).
     pub fn is_held(&self) -> bool {
-        self.locks.iter().all(HeldLock::is_held)
+        self.as_slice().iter().all(HeldLock::is_held)
     }
 
     /// Resolves when any of the locks is lost, or once the layer released them (see
@@ -203,7 +218,7 @@ impl HeldLocks {
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
         let mut each: Vec<Pin<Box<dyn Future<Output = ()> + Send + '_>>> = self
-            .locks
+            .as_slice()
             .iter()
             .map(|lock| Box::pin(lock.lost()) as Pin<Box<dyn Future<Output = ()> + Send + '_>>)
             .collect();
@@ -224,7 +239,7 @@ impl HeldLocks {
 
     /// The first lock found lost (in lock order), if any.
     pub fn lost_lock(&self) -> Option<&HeldLock> {
-        self.locks.iter().find(|lock| !lock.is_held())
+        self.as_slice().iter().find(|lock| !lock.is_held())
     }
 
     /// The fencing token of `key` (see [`HeldLock::fencing_token`]).

@@ -344,11 +344,13 @@ where
                         }
                     }
                 }
-                StateProj::Unpinned { step } => match mem::replace(step, Step::Done) {
-                    Step::Acquiring { mut acquire, call } => {
-                        let Poll::Ready(acquired) = Pin::new(&mut acquire).poll(cx) else {
-                            *step = Step::Acquiring { acquire, call };
-                            return Poll::Pending;
+                // A pending step is polled in place: the request and the service waiting in
+                // it are moved only once it is done.
+                StateProj::Unpinned { step } => match step {
+                    Step::Acquiring { acquire, .. } => {
+                        let acquired = ready!(Pin::new(acquire).poll(cx));
+                        let Step::Acquiring { call, .. } = mem::replace(step, Step::Done) else {
+                            continue;
                         };
                         match call.start(acquired, this.span) {
                             Ok(calling) => this.state.set(calling),
@@ -357,17 +359,18 @@ where
                             }
                         }
                     }
-                    Step::Releasing {
-                        mut release,
-                        response,
-                    } => {
-                        if Pin::new(&mut release).poll(cx).is_pending() {
-                            *step = Step::Releasing { release, response };
-                            return Poll::Pending;
-                        }
+                    Step::Releasing { release, .. } => {
+                        ready!(Pin::new(release).poll(cx));
+                        let Step::Releasing { response, .. } = mem::replace(step, Step::Done)
+                        else {
+                            continue;
+                        };
                         return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
                     }
-                    Step::Rejected { response } => {
+                    Step::Rejected { .. } => {
+                        let Step::Rejected { response } = mem::replace(step, Step::Done) else {
+                            continue;
+                        };
                         return Poll::Ready(Ok(response.map(LockedBody::unlocked)));
                     }
                     Step::Done => panic!("lock_tower::ResponseFuture polled after completion"),

@@ -133,24 +133,6 @@ impl LockKeys {
             Keys::All(keys) => Err(keys),
         }
     }
-
-    /// Puts `prefix` in front of every non-empty key.
-    fn prefixed(self, prefix: &str) -> Self {
-        let add = |key: String| {
-            if key.is_empty() {
-                key
-            } else {
-                let mut prefixed = String::with_capacity(prefix.len() + key.len());
-                prefixed.push_str(prefix);
-                prefixed.push_str(&key);
-                prefixed
-            }
-        };
-        Self(match self.0 {
-            Keys::One(key) => Keys::One(add(key)),
-            Keys::All(keys) => Keys::All(keys.into_iter().map(add).collect()),
-        })
-    }
 }
 
 impl fmt::Display for LockKeys {
@@ -296,16 +278,20 @@ enum Source {
 struct Canonical {
     /// The type's name, for `Debug`.
     type_name: &'static str,
-    /// Parses with the type's `FromStr` and formats with its `Display`; `None` when the
-    /// text does not parse. A plain function, so a typed extractor costs no allocation.
-    form: fn(&str) -> Option<String>,
+    /// Parses with the type's `FromStr` and appends its `Display` to the key being built;
+    /// `false` when the text does not parse. A plain function, so a typed extractor costs no
+    /// allocation of its own.
+    form: fn(&str, &mut String) -> bool,
 }
 
 impl Canonical {
     fn of<T: FromStr + fmt::Display>() -> Self {
         Self {
             type_name: std::any::type_name::<T>(),
-            form: |text| text.parse::<T>().ok().map(|value| value.to_string()),
+            form: |text, key| match text.parse::<T>() {
+                Ok(value) => fmt::Write::write_fmt(key, format_args!("{value}")).is_ok(),
+                Err(_) => false,
+            },
         }
     }
 }
@@ -511,9 +497,9 @@ impl KeyFrom {
         }
     }
 
-    /// The key(s) of `request`, without the prefix, or why it has none. `extensions` are the
-    /// request's (moved out of it, or a clone) where the key is read from the path
-    /// parameters; empty otherwise.
+    /// The prefixed key(s) of `request`, or why it has none. `extensions` are the request's
+    /// (moved out of it, or a clone) where the key is read from the path parameters; empty
+    /// otherwise.
     fn read<B>(
         &self,
         request: &Request<B>,
@@ -521,29 +507,38 @@ impl KeyFrom {
     ) -> Result<LockKeys, KeyAbsence> {
         #[cfg(not(feature = "axum"))]
         let _ = extensions;
-        let text = match &self.source {
+        let key = match &self.source {
             #[cfg(feature = "axum")]
-            Source::PathParam(name) => path_params(extensions, std::slice::from_ref(name))?
-                .pop()
-                .ok_or(KeyAbsence::Route)?,
+            Source::PathParam(name) => {
+                path_params(extensions, |params| self.key(param(params, name)?))?
+            }
             #[cfg(feature = "axum")]
             Source::PathParams(names) => {
-                let keys = path_params(extensions, names)?
-                    .into_iter()
-                    .map(|text| self.canonical_form(text))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let keys = path_params(extensions, |params| {
+                    // A parameter the route lacks is the server's fault, whatever the others
+                    // hold: looked for first.
+                    for name in names.iter() {
+                        param(params, name)?;
+                    }
+                    names
+                        .iter()
+                        .map(|name| self.key(param(params, name)?))
+                        .collect::<Result<Vec<_>, _>>()
+                })?;
                 return Ok(LockKeys::all(keys));
             }
             Source::Header(name) => {
                 let value = request.headers().get(name).ok_or(KeyAbsence::Request)?;
-                std::str::from_utf8(value.as_bytes())
-                    .map_err(|_| KeyAbsence::Unreadable)?
-                    .to_owned()
+                self.key(
+                    std::str::from_utf8(value.as_bytes()).map_err(|_| KeyAbsence::Unreadable)?,
+                )?
             }
-            Source::QueryParam(name) => query_param(request.uri().query().unwrap_or(""), name)?,
-            Source::Fixed(key) => return Ok(LockKeys::one(key.to_string())),
+            Source::QueryParam(name) => {
+                self.key(&query_param(request.uri().query().unwrap_or(""), name)?)?
+            }
+            Source::Fixed(key) => self.key(key)?,
         };
-        self.canonical_form(text).map(LockKeys::one)
+        Ok(LockKeys::one(key))
     }
 
     /// [`read`](Self::read) from a shared request: its extensions are cloned when the key is in
@@ -557,21 +552,25 @@ impl KeyFrom {
         self.read(request, &mut extensions)
     }
 
-    /// The prefixed key(s), from what [`read`](Self::read) found.
-    fn with_prefix(&self, read: Result<LockKeys, KeyAbsence>) -> Option<LockKeys> {
-        let raw = read.ok()?;
-        Some(match &self.prefix {
-            Some(prefix) => raw.prefixed(prefix),
-            None => raw,
-        })
-    }
-
-    /// `text` as a key: as it is, or for a typed extractor parsed and formatted again.
-    fn canonical_form(&self, text: String) -> Result<String, KeyAbsence> {
+    /// The key of the value `text`: the prefix, then the text as it is or, for a typed
+    /// extractor, parsed and formatted again; built in one allocation. An empty value (or
+    /// canonical form) is an empty key, without the prefix.
+    fn key(&self, text: &str) -> Result<String, KeyAbsence> {
+        let prefix = self.prefix.as_deref().unwrap_or("");
+        let mut key = String::with_capacity(prefix.len() + text.len());
+        key.push_str(prefix);
         match self.canonical {
-            None => Ok(text),
-            Some(canonical) => (canonical.form)(&text).ok_or(KeyAbsence::Malformed),
+            None => key.push_str(text),
+            Some(canonical) => {
+                if !(canonical.form)(text, &mut key) {
+                    return Err(KeyAbsence::Malformed);
+                }
+            }
         }
+        if key.len() == prefix.len() {
+            key.clear();
+        }
+        Ok(key)
     }
 }
 
@@ -595,7 +594,7 @@ impl<B> KeyExtractor<B> for KeyFrom {
     }
 
     fn extract_keys(&self, request: &Request<B>) -> Option<LockKeys> {
-        self.with_prefix(self.read_shared(request))
+        self.read_shared(request).ok()
     }
 
     /// Moves the request's extensions out while axum's extractor reads the path parameters
@@ -604,7 +603,7 @@ impl<B> KeyExtractor<B> for KeyFrom {
         let mut extensions = std::mem::take(request.extensions_mut());
         let read = self.read(request, &mut extensions);
         *request.extensions_mut() = extensions;
-        self.with_prefix(read)
+        read.ok()
     }
 }
 
@@ -627,13 +626,16 @@ impl fmt::Debug for KeyFrom {
     }
 }
 
-/// Reads the path parameters `names` through `axum::extract::RawPathParams`, the public way to
-/// reach the parameters axum stores in the request extensions after routing. No parameters (a
-/// layer before routing) or not these: [`KeyAbsence::Route`]; a parameter the client sent
-/// that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`]. `extensions` are the
-/// request's: moved into the parts the extractor reads, and back.
+/// Reads the path parameters through `axum::extract::RawPathParams`, the public way to reach
+/// the parameters axum stores in the request extensions after routing, and hands them to
+/// `keys`. No parameters (a layer before routing): [`KeyAbsence::Route`]; a parameter the
+/// client sent that is not UTF-8 once percent-decoded: [`KeyAbsence::Unreadable`].
+/// `extensions` are the request's: moved into the parts the extractor reads, and back.
 #[cfg(feature = "axum")]
-fn path_params(extensions: &mut Extensions, names: &[Arc<str>]) -> Result<Vec<String>, KeyAbsence> {
+fn path_params<T>(
+    extensions: &mut Extensions,
+    keys: impl FnOnce(&axum::extract::RawPathParams) -> Result<T, KeyAbsence>,
+) -> Result<T, KeyAbsence> {
     use axum::extract::rejection::RawPathParamsRejection;
     use axum::extract::{FromRequestParts, RawPathParams};
     use futures_util::FutureExt;
@@ -644,20 +646,22 @@ fn path_params(extensions: &mut Extensions, names: &[Arc<str>]) -> Result<Vec<St
     let read = RawPathParams::from_request_parts(&mut parts, &()).now_or_never();
     *extensions = parts.extensions;
     match read {
-        Some(Ok(params)) => names
-            .iter()
-            .map(|name| {
-                params
-                    .iter()
-                    .find(|(key, _)| *key == &**name)
-                    .map(|(_, value)| value.to_owned())
-                    .ok_or(KeyAbsence::Route)
-            })
-            .collect(),
+        Some(Ok(params)) => keys(&params),
         // The route matched and has parameters, but the client's bytes do not decode.
         Some(Err(RawPathParamsRejection::InvalidUtf8InPathParam(_))) => Err(KeyAbsence::Unreadable),
         Some(Err(_)) | None => Err(KeyAbsence::Route),
     }
+}
+
+/// The value of the path parameter `name`; [`KeyAbsence::Route`] when the route has none of
+/// that name.
+#[cfg(feature = "axum")]
+fn param<'a>(params: &'a axum::extract::RawPathParams, name: &str) -> Result<&'a str, KeyAbsence> {
+    params
+        .iter()
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+        .ok_or(KeyAbsence::Route)
 }
 
 /// The value of `name` in a form-encoded query string: [`KeyAbsence::Request`] when it is not
@@ -888,15 +892,21 @@ mod tests {
     }
 
     #[test]
-    fn prefix_goes_before_each_of_several_keys_but_not_an_empty_one() {
-        let keys = LockKeys::all(["7", "", "3"]).prefixed("account:");
+    fn prefix_goes_before_a_key_but_not_an_empty_one() {
+        let with = |value: &str| Request::builder().header("x-k", value).body(()).unwrap();
+        let text = KeyFrom::header("x-k").prefix("p:");
+        assert_eq!(text.extract_key(&with("x")), Some("p:x".to_owned()));
+        assert_eq!(text.extract_key(&with("")), Some(String::new()));
+        let typed = KeyFrom::header_as::<String>("x-k").prefix("p:");
+        assert_eq!(typed.extract_key(&with("")), Some(String::new()));
+        assert_eq!(typed.extract_key(&with("y")), Some("p:y".to_owned()));
         assert_eq!(
-            keys.iter().collect::<Vec<_>>(),
-            ["account:7", "", "account:3"]
+            KeyFrom::fixed("f").prefix("p:").extract_keys(&with("")),
+            Some(LockKeys::one("p:f"))
         );
         assert_eq!(
-            LockKeys::one("x").prefixed("p:").into_one_or_all(),
-            Ok("p:x".to_owned())
+            KeyFrom::fixed("f").extract_key(&with("")),
+            Some("f".to_owned())
         );
     }
 

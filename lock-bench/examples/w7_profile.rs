@@ -1,0 +1,163 @@
+//! One W7 route at a time, a fixed number of requests, for an instruction count under
+//! `valgrind --tool=callgrind` (the difference of two request counts cancels the start-up).
+//!
+//! `cargo build --release -p lock-bench --example w7_profile`, then, with a `redis-server` on
+//! `REDIS_URL`: `valgrind --tool=callgrind target/release/examples/w7_profile layer 16 250`
+//! (route: `layer`, `kit`, `floor` or `plain`; connections; requests per connection).
+
+use std::net::SocketAddr;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use lock_core::{LockError, Locker};
+use lock_tower::{DistributedLockLayer, KeyFrom, Mode};
+use redis::aio::MultiplexedConnection;
+use tokio::net::{TcpListener, TcpStream};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+static RELEASE: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    )
+});
+
+async fn echo(Path(id): Path<String>) -> String {
+    id
+}
+
+async fn floor_echo(
+    State(conn): State<MultiplexedConnection>,
+    Path(id): Path<String>,
+) -> Result<String, StatusCode> {
+    let key = format!("w7prof:floor:w7:{id}");
+    let token = format!("{:032x}", rand::random::<u128>());
+    let reply: redis::Value = redis::cmd("SET")
+        .arg(&key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    if matches!(reply, redis::Value::Nil) {
+        return Err(StatusCode::CONFLICT);
+    }
+    let _: i64 = RELEASE
+        .key(&key)
+        .arg(&token)
+        .invoke_async(&mut conn.clone())
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    Ok(id)
+}
+
+async fn kit_echo(
+    State(locker): State<Locker>,
+    Path(id): Path<String>,
+) -> Result<String, StatusCode> {
+    let guard = locker
+        .lock(format!("w7:{id}"))
+        .max_hold(lock_tower::DEFAULT_MAX_HOLD)
+        .await
+        .map_err(|e| match e {
+            LockError::Busy { .. } => StatusCode::CONFLICT,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        })?;
+    guard
+        .release()
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    Ok(id)
+}
+
+async fn load(
+    addr: SocketAddr,
+    path: &str,
+    conns: usize,
+    per_conn: usize,
+) -> Result<u64, BoxError> {
+    let clients: Vec<_> = (0..conns)
+        .map(|c| {
+            let path = path.to_owned();
+            tokio::spawn(async move {
+                let stream = TcpStream::connect(addr).await?;
+                stream.set_nodelay(true)?;
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                let driver = tokio::spawn(conn);
+                let mut bad = 0u64;
+                for i in 0..per_conn {
+                    let request = Request::get(format!("{path}{c}-{i}"))
+                        .header(http::header::HOST, "bench")
+                        .body(Empty::<Bytes>::new())?;
+                    sender.ready().await?;
+                    let response = sender.send_request(request).await?;
+                    if response.status() != StatusCode::OK {
+                        bad += 1;
+                    }
+                    response.into_body().collect().await?;
+                }
+                drop(sender);
+                driver.abort();
+                Ok::<_, BoxError>(bad)
+            })
+        })
+        .collect();
+    let mut bad = 0;
+    for client in clients {
+        bad += client.await??;
+    }
+    Ok(bad)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().collect();
+    let route = args.get(1).map_or("layer", String::as_str);
+    let conns: usize = args.get(2).map_or(Ok(16), |a| a.parse())?;
+    let per_conn: usize = args.get(3).map_or(Ok(250), |a| a.parse())?;
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let run = rand::random::<u32>();
+    let locker = Locker::builder()
+        .url(&url)
+        .prefix(format!("w7prof:{run}"))
+        .fence_retention(Duration::from_secs(120))
+        .build()
+        .await?;
+    let conn = redis::Client::open(url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
+    let app = Router::new()
+        .route("/layer/{id}", get(echo))
+        .route_layer(
+            DistributedLockLayer::new(locker.clone(), KeyFrom::path_param("id").prefix("w7:"))
+                .mode(Mode::Exclusive),
+        )
+        .route("/plain/{id}", get(echo))
+        .merge(
+            Router::new()
+                .route("/floor/{id}", get(floor_echo))
+                .with_state(conn),
+        )
+        .merge(
+            Router::new()
+                .route("/kit/{id}", get(kit_echo))
+                .with_state(locker),
+        );
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let path = format!("/{route}/{run}-");
+    let bad = load(addr, &path, conns, per_conn).await?;
+    eprintln!("{route}: {} requests, {bad} not 200", conns * per_conn);
+    Ok(())
+}
