@@ -8,6 +8,11 @@
 //! request cost without any middleware. A fourth takes the kit's lock inside the handler, as the
 //! layer does (exclusive, no wait, the layer's `max_hold`): the layer against it is what the
 //! middleware adds; it against the hand-rolled lock is lock-core's and its scripts' share.
+//!
+//! Each repetition runs the four routes in short slices, taking turns (the order rotated each
+//! slice), rather than one route after the other: on a shared machine whose load swings over
+//! seconds, every route then samples the same swings, and the ratios between routes stop
+//! following which route happened to run in a quiet moment.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -34,8 +39,23 @@ async fn echo(Path(id): Path<String>) -> String {
     id
 }
 
-/// One load run: `conns` connections sending requests back to back for `secs`.
+/// How long a route runs before the next one takes its turn (about; the route's seconds of a
+/// repetition are cut into equal slices).
+const SLICE_SECS: f64 = 0.5;
+
+/// One route's load over a repetition: the sums of its slices.
+#[derive(Default)]
 struct Load {
+    requests: u64,
+    secs: f64,
+    client_cpu_s: f64,
+    redis_cpu_s: f64,
+    latencies: Vec<u64>,
+    bad: u64,
+}
+
+/// What a repetition reports of one route.
+struct Summary {
     client_cpu_us: f64,
     redis_cpu_us: f64,
     per_sec: f64,
@@ -44,13 +64,30 @@ struct Load {
     bad: f64,
 }
 
+impl Load {
+    fn summary(mut self) -> Summary {
+        let requests = self.requests.max(1) as f64;
+        Summary {
+            client_cpu_us: self.client_cpu_s * 1e6 / requests,
+            redis_cpu_us: self.redis_cpu_s * 1e6 / requests,
+            per_sec: self.requests as f64 / self.secs,
+            p50_ms: percentile(&mut self.latencies, 50.0) / 1e6,
+            p99_ms: percentile(&mut self.latencies, 99.0) / 1e6,
+            bad: self.bad as f64,
+        }
+    }
+}
+
+/// Adds one slice of load to `into`: `conns` connections sending requests back to back for
+/// `secs`.
 async fn load(
     ctx: &Ctx,
     addr: SocketAddr,
     path: String,
     conns: usize,
     secs: f64,
-) -> Result<Load, BoxError> {
+    into: &mut Load,
+) -> Result<(), BoxError> {
     let cpu0 = ctx.cpu().await?;
     let started = Instant::now();
     let end = started + Duration::from_secs_f64(secs);
@@ -86,22 +123,19 @@ async fn load(
             })
         })
         .collect();
-    let (mut latencies, mut bad) = (Vec::new(), 0);
+    let mut requests = 0;
     for client in clients {
         let (l, b) = client.await??;
-        latencies.extend(l);
-        bad += b;
+        requests += l.len() as u64;
+        into.latencies.extend(l);
+        into.bad += b;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let (client_cpu_us, redis_cpu_us) = ctx.cpu().await?.per_op_us(&cpu0, latencies.len() as u64);
-    Ok(Load {
-        client_cpu_us,
-        redis_cpu_us,
-        per_sec: latencies.len() as f64 / elapsed,
-        p50_ms: percentile(&mut latencies, 50.0) / 1e6,
-        p99_ms: percentile(&mut latencies, 99.0) / 1e6,
-        bad: bad as f64,
-    })
+    into.secs += started.elapsed().as_secs_f64();
+    let cpu = ctx.cpu().await?;
+    into.client_cpu_s += cpu.client - cpu0.client;
+    into.redis_cpu_s += cpu.server - cpu0.server;
+    into.requests += requests;
+    Ok(())
 }
 
 /// A handler that takes a hand-rolled floor lock on its key around the same (empty) work: the
@@ -158,7 +192,9 @@ const ROUTES: [(&str, &str); 4] = [
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
-    let mut runs: [Vec<Load>; 4] = [vec![], vec![], vec![], vec![]];
+    let mut runs: [Vec<Summary>; 4] = [vec![], vec![], vec![], vec![]];
+    let slices = (p.w7_secs / SLICE_SECS).ceil().max(1.0) as usize;
+    let slice_secs = p.w7_secs / slices as f64;
     for rep in 0..p.reps {
         let locker = kit_locker(&ctx.url, &ctx.prefix("w7", rep, Side::Kit), None).await?;
         Lock::Kit(locker.clone()).warm_up("warm-up").await?;
@@ -193,22 +229,43 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
         // A short warm-up of every route (connections, allocator, scripts).
         for (path, _) in ROUTES {
-            load(ctx, addr, format!("{path}warm-{rep}-"), 8, 0.2).await?;
+            load(
+                ctx,
+                addr,
+                format!("{path}warm-{rep}-"),
+                8,
+                0.2,
+                &mut Load::default(),
+            )
+            .await?;
         }
-        // Every measured route starts once the release latches of the routes before it have
-        // expired: Redis's work expiring them is charged to no other route's run.
-        let latches =
-            release_retry_window().unwrap_or(Duration::from_secs(1)) + Duration::from_millis(300);
-        tokio::time::sleep(latches).await;
-        for (r, (path, name)) in ROUTES.into_iter().enumerate() {
-            let l = load(ctx, addr, format!("{path}{rep}-"), p.w7_conns, p.w7_secs).await?;
-            if KIT_ROUTES.contains(&r) {
-                tokio::time::sleep(latches).await;
+        // With a release window (an A/B of what it costs), a kit route's slice is followed by
+        // a pause until its release latches expired: Redis's work expiring them is charged to
+        // no other route's slice. Without one (the default) releases leave nothing to expire.
+        let latches = release_retry_window()
+            .filter(|window| !window.is_zero())
+            .map(|window| window + Duration::from_millis(300));
+        if let Some(latches) = latches {
+            tokio::time::sleep(latches).await;
+        }
+        let mut loads: [Load; 4] = Default::default();
+        for slice in 0..slices {
+            for turn in 0..ROUTES.len() {
+                let r = (slice + turn) % ROUTES.len();
+                let path = format!("{}{rep}-{slice}-", ROUTES[r].0);
+                load(ctx, addr, path, p.w7_conns, slice_secs, &mut loads[r]).await?;
+                if let (Some(latches), true) = (latches, KIT_ROUTES.contains(&r)) {
+                    tokio::time::sleep(latches).await;
+                }
             }
+        }
+        for (r, l) in loads.into_iter().enumerate() {
+            let l = l.summary();
             eprintln!(
-                "[W7] run {}/{} {name}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {} non-200, CPU per request: bench process {:.1} µs, Redis {:.1} µs",
+                "[W7] run {}/{} {}: {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {} non-200, CPU per request: bench process {:.1} µs, Redis {:.1} µs",
                 rep + 1,
                 p.reps,
+                ROUTES[r].1,
                 l.per_sec,
                 l.p50_ms,
                 l.p99_ms,
@@ -221,8 +278,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         server.abort();
     }
     let w = format!("W7 tower layer, {} connections", p.w7_conns);
-    let col = |r: usize, f: fn(&Load) -> f64| -> Vec<f64> { runs[r].iter().map(f).collect() };
-    let row = |metric: &str, unit: &'static str, f: fn(&Load) -> f64, check: Check| {
+    let col = |r: usize, f: fn(&Summary) -> f64| -> Vec<f64> { runs[r].iter().map(f).collect() };
+    let row = |metric: &str, unit: &'static str, f: fn(&Summary) -> f64, check: Check| {
         Row::new(&w, metric, unit, col(0, f), col(1, f), check)
     };
     Ok(vec![

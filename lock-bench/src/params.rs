@@ -83,7 +83,8 @@ params! {
     w6_periods: u32 = 3, 2;
     /// W7: concurrent HTTP/1.1 keep-alive connections.
     w7_conns: usize = 64, 64;
-    /// W7: seconds per run.
+    /// W7: seconds of load per route and repetition (run in slices of about 0.5 s, the routes
+    /// taking turns).
     w7_secs: f64 = 5.0, 1.0;
     /// W8: permits of the semaphore (its tasks, processes, hold and time are W3's).
     w8_permits: u32 = 3, 3;
