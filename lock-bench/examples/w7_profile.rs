@@ -4,6 +4,9 @@
 //! `cargo build --release -p lock-bench --example w7_profile`, then, with a `redis-server` on
 //! `REDIS_URL`: `valgrind --tool=callgrind target/release/examples/w7_profile layer 16 250`
 //! (route: `layer`, `kit`, `floor` or `plain`; connections; requests per connection).
+//!
+//! The routes and the load loop repeat `src/http.rs`'s, so that the profile is of the code the
+//! benchmark times: the benchmark is a binary crate, with no library to share them from.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
