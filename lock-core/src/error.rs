@@ -28,7 +28,9 @@ pub enum LockError {
         key: String,
         /// How long the acquire waited before giving up.
         waited: Duration,
-        /// The holder's remaining lease at the last attempt, when Redis reported one.
+        /// The holder's remaining lease at the last attempt, when Redis reported one. On
+        /// RedLock, how long until a majority of the nodes may be free (a node that keeps an
+        /// earlier holder's key longer does not count).
         holder_ttl: Option<Duration>,
         /// The holder's name (see
         /// [`LockerBuilder::holder_name`](crate::LockerBuilder::holder_name)) at the last

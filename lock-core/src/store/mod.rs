@@ -239,11 +239,23 @@ impl Store {
 
     /// Takes `token` out of the waiting writers of `keys` on every node it may have joined
     /// them on (an exclusive acquire that stopped waiting). A node that fails keeps the entry
-    /// until it ends on its own (at most three fallback retries).
+    /// until it ends on its own (at most three fallback retries). When a node told the lock's
+    /// waiters, every other node tells them too: a waiter listens on one node only, and that
+    /// node may have had no entry of this writer, or may still hold an earlier writer's grant
+    /// that a majority of nodes no longer has (like a RedLock release, see `RedLockStore`).
     pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) {
-        let done = join_all(self.nodes().iter().map(|node| node.withdraw(keys, token))).await;
-        for error in done.into_iter().filter_map(Result::err) {
+        let nodes = self.nodes();
+        let done = join_all(nodes.iter().map(|node| node.withdraw(keys, token))).await;
+        for error in done.iter().filter_map(|r| r.as_ref().err()) {
             tracing::debug!(%error, lock = %ShownKey(&keys.lock), "withdrawing a waiting writer failed; its entry ends on its own");
+        }
+        if done.iter().any(|told| matches!(told, Ok(true))) {
+            let channel = keys.channel().to_string();
+            let untold = nodes
+                .iter()
+                .zip(&done)
+                .filter(|(_, told)| !matches!(told, Ok(true)));
+            join_all(untold.map(|(node, _)| node.publish_release(&channel))).await;
         }
     }
 

@@ -338,12 +338,17 @@ impl Node {
 
     /// Takes `token` out of the waiting writers of an exclusive lock (an acquire that stopped
     /// waiting), so that readers need not let it go first (see `scripts/withdraw.lua`).
-    pub(crate) async fn withdraw(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
+    /// Answers whether the lock's waiters were told on this node.
+    pub(crate) async fn withdraw(
+        &self,
+        keys: &RedisKeys,
+        token: &str,
+    ) -> Result<bool, BackendError> {
         let call = acquire::withdraw(keys, token);
         retry_dropped(|| {
             let mut conn = self.conn.clone();
             let call = &call;
-            async move { call.invoke(&mut conn).await.map(drop) }
+            async move { call.invoke(&mut conn).await.map(|reply| reply == 2) }
         })
         .await
     }

@@ -88,7 +88,6 @@ impl RedLockStore {
         let started = Instant::now();
         let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
         let (running_tx, running_rx) = watch::channel(self.nodes.len());
-        let mut answered = running_rx.clone();
         self.in_flight.lock().insert(token.to_owned(), running_rx);
         let running_tx = Arc::new(running_tx);
         // Nodes that granted this try, those that answer after the verdict included.
@@ -135,7 +134,7 @@ impl RedLockStore {
             })
         });
         let total = self.nodes.len();
-        let replies = gather(
+        let (mut replies, mut running) = gather(
             tasks,
             |done: &[(Node, Result<AcquireReply, BackendError>)]| {
                 let won = done
@@ -146,35 +145,13 @@ impl RedLockStore {
             },
         )
         .await;
-        let mut won = Vec::new();
-        let mut ttl: Option<Duration> = None;
-        let mut holder: Option<String> = None;
-        let mut refused = false;
-        let mut first_error = None;
-        for (node, reply) in replies {
-            match reply {
-                Ok(AcquireReply::Acquired) => won.push(node),
-                Ok(AcquireReply::Busy {
-                    ttl: t,
-                    holder: seen,
-                }) => {
-                    refused = true;
-                    ttl = ttl.max(t);
-                    // Any node's holder will do for a message: nodes that refuse mostly agree.
-                    holder = holder.or(seen);
-                }
-                Ok(AcquireReply::Guarded { for_ms }) => {
-                    refused = true;
-                    ttl = ttl.max(Some(for_ms));
-                }
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
+        let won = replies
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok(AcquireReply::Acquired)))
+            .count();
         // Validity: what is left of the lease after the round trips and a drift allowance.
         let drift = args.lease / 100 + Duration::from_millis(2);
-        if quorum.carried(won.len()) && started.elapsed() + drift < args.lease {
+        if quorum.carried(won) && started.elapsed() + drift < args.lease {
             let _ = verdict_tx.send(Verdict::Keep);
             return Ok(Outcome::Acquired);
         }
@@ -187,13 +164,48 @@ impl RedLockStore {
         // out a whole lease for its own grant (seen in CI: Busy after a 10 s wait with the
         // "holder's" TTL at 29.999 s). On the multiplexed connection an undo sent after a
         // cut-off acquire also runs after it. The undo leaves the caller's waiting entry: it
-        // is still waiting.
-        let _ = tokio::time::timeout(per_node, answered.wait_for(|n| *n == 0)).await;
+        // is still waiting. The late answers count for when to try again.
+        let _ = tokio::time::timeout(per_node, async {
+            while let Some(late) = running.next().await {
+                replies.extend(late.ok());
+            }
+        })
+        .await;
         join_all(self.nodes.iter().map(|node| node.undo(keys, token))).await;
+        let mut frees = Vec::new();
+        let mut longest: Option<Duration> = None;
+        let mut holder: Option<String> = None;
+        let mut refused = false;
+        let mut first_error = None;
+        for (_, reply) in replies {
+            match reply {
+                Ok(AcquireReply::Acquired) => frees.push(Duration::ZERO),
+                Ok(AcquireReply::Busy { ttl, holder: seen }) => {
+                    refused = true;
+                    longest = longest.max(ttl);
+                    frees.extend(ttl);
+                    // Any node's holder will do for a message: nodes that refuse mostly agree.
+                    holder = holder.or(seen);
+                }
+                Ok(AcquireReply::Guarded { for_ms }) => {
+                    refused = true;
+                    longest = longest.max(Some(for_ms));
+                    frees.push(for_ms);
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
         match first_error {
             Some(error) if !refused => Err(error),
             _ => Ok(Outcome::Busy {
-                ttl,
+                // A waiter sleeps at most this long: until a majority may be free, not until
+                // the last node is (a node that keeps an earlier holder's key, or a waiting
+                // writer's entry, longer than the others would otherwise keep it asleep
+                // after the lock was free on a majority). Without a majority's times, the
+                // longest one seen.
+                ttl: majority_free_in(quorum, frees).or(longest),
                 holder,
                 split: granted.load(Ordering::SeqCst) > 0,
             }),
@@ -282,7 +294,7 @@ impl RedLockStore {
                 .count();
             (yes, no)
         };
-        let replies = gather(
+        let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(i, node)| {
                 let node = node.clone();
                 let (keys, token) = (keys.clone(), token.to_owned());
@@ -467,13 +479,17 @@ fn agreed(mut found: impl Iterator<Item = Gone>) -> Option<Gone> {
     })
 }
 
+/// Per-node calls still running after `gather` returned (dropped, they go on in the
+/// background).
+type Running<T> = FuturesUnordered<tokio::task::JoinHandle<T>>;
+
 /// Collects the results of spawned per-node calls until `decided` says the outcome is known;
-/// calls still running go on in the background.
+/// returns them and the calls still running.
 async fn gather<T: Send + 'static>(
     calls: impl IntoIterator<Item = tokio::task::JoinHandle<T>>,
     mut decided: impl FnMut(&[T]) -> bool,
-) -> Vec<T> {
-    let mut pending: FuturesUnordered<_> = calls.into_iter().collect();
+) -> (Vec<T>, Running<T>) {
+    let mut pending: Running<T> = calls.into_iter().collect();
     let mut done = Vec::new();
     while let Some(result) = pending.next().await {
         if let Ok(value) = result {
@@ -483,7 +499,16 @@ async fn gather<T: Send + 'static>(
             break;
         }
     }
-    done
+    (done, pending)
+}
+
+/// How long until a majority of the nodes may grant the lock: the `needed`-th soonest end
+/// among the nodes' remaining holds (`frees`, one per node that gave one: a node that granted
+/// is free at once). A node that failed, or whose key has no expiry, gives none. `None` when
+/// fewer than a majority gave one.
+fn majority_free_in(quorum: Quorum, mut frees: Vec<Duration>) -> Option<Duration> {
+    frees.sort_unstable();
+    frees.get(quorum.needed() - 1).copied()
 }
 
 /// One lock's renewal over the nodes that answered so far: renewed by a majority, lost on
@@ -517,6 +542,29 @@ mod tests {
         let five = Quorum::of(5);
         assert_eq!(five.needed(), 3);
         assert!(five.defeated(3) && !five.defeated(2));
+    }
+
+    #[test]
+    fn a_waiter_waits_until_a_majority_may_be_free() {
+        let ms = Duration::from_millis;
+        let three = Quorum::of(3);
+        // A node that keeps an earlier holder's key for a minute does not count.
+        assert_eq!(
+            majority_free_in(three, vec![ms(60_000), ms(250), ms(240)]),
+            Some(ms(250))
+        );
+        assert_eq!(
+            majority_free_in(three, vec![Duration::ZERO, ms(300)]),
+            Some(ms(300))
+        );
+        assert_eq!(majority_free_in(three, vec![ms(300)]), None);
+        assert_eq!(majority_free_in(three, vec![]), None);
+        let five = Quorum::of(5);
+        assert_eq!(
+            majority_free_in(five, vec![ms(5), ms(1), ms(4), ms(2), ms(3)]),
+            Some(ms(3))
+        );
+        assert_eq!(majority_free_in(five, vec![ms(5), ms(1)]), None);
     }
 
     #[test]

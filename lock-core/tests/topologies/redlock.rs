@@ -729,3 +729,89 @@ async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() 
         common::assert_nothing_left(node, &[&holder, &waiter]).await;
     }
 }
+
+/// A writer that stops waiting on RedLock lets waiting readers in, although they listen on a
+/// node that does not agree with the majority. A waiter listens on one node (the first); a
+/// withdrawal publishes only where it took an entry out and no writer holds the key; and a
+/// writer's entries end on their own when its wait runs out. Here node 0 still holds an
+/// earlier writer's key (as when that writer's release reached a majority first and node 0
+/// later): a reader holds nodes 1 and 2, a writer waits with entries on all three nodes, and a
+/// second reader waits (fallback retry 20 s). When the writer stops waiting, first by being
+/// dropped and then by its wait running out, the reader must get in within 500 ms: nodes 1
+/// and 2 are a majority. Before: the withdrawal told nodes 1 and 2 only, and the reader slept
+/// for the longest hold it saw, node 0's minute, not the writer's entries' end on the
+/// majority. Seen in CI: a reader busy after its whole 10 s wait behind a writer that gave up
+/// while node 0 held that writer's grant of a split try (30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_a_writer_that_stops_waiting_lets_readers_in_on_a_majority() {
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let build = || async {
+        Locker::builder()
+            .redlock(urls(&nodes))
+            .fallback_retry(Duration::from_secs(20))
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b, c) = (build().await, build().await, build().await);
+    let held = a.read("doc").await.unwrap();
+    // Node 0 now holds an earlier writer's key instead of the readers'.
+    for key in nodes[0].keys("lock:*") {
+        let _: i64 = nodes[0].cmd(&["DEL", &key]);
+    }
+    let name = common::lock_key(&nodes[1], "doc");
+    let _: () = nodes[0].cmd(&["SET", &name, "earlier|writer", "PX", "60000"]);
+
+    for dropped in [true, false] {
+        let wait = if dropped {
+            Duration::from_secs(10)
+        } else {
+            Duration::from_secs(1)
+        };
+        let writer = tokio::spawn({
+            let b = b.clone();
+            async move { b.write("doc").wait(wait).await }
+        });
+        let joined = common::eventually(Duration::from_millis(700), || {
+            nodes.iter().map(waiting_writers).collect::<Vec<_>>() == [1, 1, 1]
+        })
+        .await;
+        assert!(
+            joined,
+            "the writer's entries per node: {:?}",
+            nodes.iter().map(waiting_writers).collect::<Vec<_>>()
+        );
+        let reader = timed(c.read("doc"), Duration::from_secs(10));
+        let listening = common::eventually(Duration::from_secs(2), || {
+            !nodes[0].pubsub_channels().is_empty()
+        })
+        .await;
+        assert!(listening, "the reader's subscriber is not on node 0");
+        if dropped {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            writer.abort();
+            assert!(writer.await.unwrap_err().is_cancelled());
+        } else {
+            let gave_up = writer.await.unwrap().unwrap_err();
+            assert!(gave_up.is_busy(), "{gave_up}");
+        }
+        let left_at = Instant::now();
+        let (in_at, read) = reader.await.unwrap().unwrap_or_else(|e| {
+            panic!(
+                "the reader (writer dropped: {dropped}): {e} ({:?} after the writer left)",
+                left_at.elapsed()
+            )
+        });
+        let after = in_at.saturating_duration_since(left_at);
+        assert!(
+            after < Duration::from_millis(500),
+            "reader in {after:?} after the writer left (dropped: {dropped})"
+        );
+        read.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    let _: i64 = nodes[0].cmd(&["DEL", &name]);
+    for node in &nodes {
+        common::assert_nothing_left_under(node, "lock:", &[], &[&a, &b, &c]).await;
+    }
+}

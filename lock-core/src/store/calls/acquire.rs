@@ -124,7 +124,8 @@ fn wait_ms(wait: Duration) -> u64 {
 }
 
 /// `scripts/withdraw.lua`: KEYS the lock, the waiting writers; ARGV the waiter's token, the
-/// release channel. Answers whether the entry was there.
+/// release channel. Answers 0 when the entry was not there, 1 when it was, 2 when it was and
+/// the channel was told.
 pub(crate) fn withdraw(keys: &RedisKeys, token: &str) -> ScriptCall<i64> {
     let mut call = ScriptCall::new(&scripts::WITHDRAW, 2);
     call.key(&keys.lock).key(keys.waiting());
