@@ -755,6 +755,12 @@ async fn redlock_a_writer_that_stops_waiting_lets_readers_in_on_a_majority() {
     };
     let (a, b, c) = (build().await, build().await, build().await);
     let held = a.read("doc").await.unwrap();
+    // A majority answered; the third node's grant may still be on its way.
+    let everywhere = common::eventually(Duration::from_secs(2), || {
+        nodes.iter().all(|node| !lock_keys(node).is_empty())
+    })
+    .await;
+    assert!(everywhere, "the reader's grant is not on every node");
     // Node 0 now holds an earlier writer's key instead of the readers'.
     for key in nodes[0].keys("lock:*") {
         let _: i64 = nodes[0].cmd(&["DEL", &key]);
