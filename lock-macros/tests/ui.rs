@@ -16,6 +16,22 @@ fn ui() {
     if std::env::var_os("CARGO_PROFILE_DEV_DEBUG").is_none() {
         std::env::set_var("CARGO_PROFILE_DEV_DEBUG", "false");
     }
+    // trybuild builds its project twice, first the dependencies, then every case with one
+    // more rustc flag (`--diagnostic-width=140`), and the changed flags rebuilt the whole
+    // dependency tree. It passes its flags as cargo `--config` values, which this variable
+    // overrides: set to trybuild's flags with that one included, both builds share one tree
+    // (clean run 91 s -> 54 s). A value already set (a coverage tool's) is left alone.
+    if std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_none() {
+        let flags = [
+            "--cfg",
+            "trybuild",
+            "--verbose",
+            "-A",
+            "dead_code",
+            "--diagnostic-width=140",
+        ];
+        std::env::set_var("CARGO_ENCODED_RUSTFLAGS", flags.join("\x1f"));
+    }
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/pass/*.rs");
     t.compile_fail("tests/ui/fail/*.rs");

@@ -43,6 +43,8 @@ mod sentinel;
 mod server;
 mod servers;
 mod snapshot;
+#[cfg(feature = "test-ca")]
+mod test_ca;
 mod tls;
 mod version_proxy;
 
@@ -56,5 +58,7 @@ pub use server::{
     free_cluster_port, free_port, redis_available, running_servers, Persistence, RedisServer,
 };
 pub use servers::RedisServers;
-pub use tls::{CertAndKey, TestCa, TlsServerConfig, Validity};
+#[cfg(feature = "test-ca")]
+pub use test_ca::{TestCa, Validity};
+pub use tls::{CertAndKey, TlsServerConfig};
 pub use version_proxy::VersionProxy;
