@@ -29,6 +29,17 @@ async fn redlock(servers: &[RedisServer], lease: Duration) -> Locker {
         .unwrap()
 }
 
+/// A RedLock locker on `urls` whose waiters are woken before `fallback` only by release
+/// messages: the tests of the messages give it a fallback retry longer than their waits.
+async fn woken_by_messages(urls: Vec<String>, fallback: Duration) -> Locker {
+    Locker::builder()
+        .redlock(urls)
+        .fallback_retry(fallback)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// The entries of waiting writers (scored 0 up) on `node`, over every key. Not the readers'
 /// mark (-1): a reader that won its quorum can leave it on a third node, when its late try
 /// there meets a writer's split grant; it holds nobody back and ends with its TTL.
@@ -454,14 +465,7 @@ async fn a_late_grant_of_a_failed_try_is_gone_when_the_acquire_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_waiting_writers_hold_readers_back_and_releases_wake_them() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    let build = || async {
-        Locker::builder()
-            .redlock(urls(&nodes))
-            .fallback_retry(Duration::from_secs(20))
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || woken_by_messages(urls(&nodes), Duration::from_secs(20));
     let (a, b, c) = (build().await, build().await, build().await);
 
     // Readers let a waiting writer go first; the last reader's release wakes it.
@@ -557,14 +561,7 @@ async fn redlock_a_waiter_whose_try_split_the_nodes_is_not_left_asleep() {
     for node in &nodes[1..] {
         proxies.push(FaultProxy::start(node.port()).await.unwrap());
     }
-    let build = |urls: Vec<String>| async move {
-        Locker::builder()
-            .redlock(urls)
-            .fallback_retry(Duration::from_secs(20))
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = |urls: Vec<String>| woken_by_messages(urls, Duration::from_secs(20));
     let holder = build(
         std::iter::once(nodes[0].url())
             .chain(proxies.iter().map(FaultProxy::url))
@@ -619,14 +616,7 @@ async fn redlock_a_waiter_whose_try_split_the_nodes_is_not_left_asleep() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_remote_waiter_behind_local_tasks_gets_its_turn() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    let build = || async {
-        Locker::builder()
-            .redlock(urls(&nodes))
-            .fallback_retry(Duration::from_secs(30))
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || woken_by_messages(urls(&nodes), Duration::from_secs(30));
     let (hot, waiter) = (build().await, build().await);
     let stop = tokio_util::sync::CancellationToken::new();
     let sections = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -682,14 +672,7 @@ async fn redlock_a_remote_waiter_behind_local_tasks_gets_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    let build = || async {
-        Locker::builder()
-            .redlock(urls(&nodes))
-            .fallback_retry(Duration::from_secs(30))
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || woken_by_messages(urls(&nodes), Duration::from_secs(30));
     let (holder, waiter) = (build().await, build().await);
     let held = holder.lock("k").await.unwrap();
     let name = common::lock_key(&nodes[0], "k");
@@ -745,14 +728,7 @@ async fn redlock_a_release_wakes_a_waiter_listening_on_a_node_the_holder_lost() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_a_writer_that_stops_waiting_lets_readers_in_on_a_majority() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    let build = || async {
-        Locker::builder()
-            .redlock(urls(&nodes))
-            .fallback_retry(Duration::from_secs(20))
-            .build()
-            .await
-            .unwrap()
-    };
+    let build = || woken_by_messages(urls(&nodes), Duration::from_secs(20));
     let (a, b, c) = (build().await, build().await, build().await);
     let held = a.read("doc").await.unwrap();
     // A majority answered; the third node's grant may still be on its way.
