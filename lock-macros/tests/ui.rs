@@ -20,7 +20,9 @@ fn ui() {
     // more rustc flag (`--diagnostic-width=140`), and the changed flags rebuilt the whole
     // dependency tree. It passes its flags as cargo `--config` values, which this variable
     // overrides: set to trybuild's flags with that one included, both builds share one tree
-    // (clean run 91 s -> 54 s). A value already set (a coverage tool's) is left alone.
+    // (clean run 91 s -> 54 s). A value already set (a coverage tool's) is left alone. The
+    // flags are trybuild 1.0.122's (`src/rustflags.rs`, `src/cargo.rs`): this variable
+    // replaces trybuild's own, so a trybuild upgrade checks them again.
     if std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_none() {
         let flags = [
             "--cfg",
