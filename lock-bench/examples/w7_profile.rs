@@ -5,6 +5,12 @@
 //! `REDIS_URL`: `valgrind --tool=callgrind target/release/examples/w7_profile layer 16 250`
 //! (route: `layer`, `kit`, `floor` or `plain`; connections; requests per connection).
 //!
+//! Three more routes take W7's comparison apart: `cm` is the hand-rolled lock on `redis`'s
+//! `ConnectionManager` (the kit's reconnecting connection) instead of a plain multiplexed
+//! connection, `identity` the plain route behind a layer that does nothing (`MapResponse`
+//! with the identity), `middleware` the plain route behind the hand-rolled lock written as an
+//! axum middleware (what any lock layer pays for being middleware).
+//!
 //! The routes and the load loop repeat `src/http.rs`'s, so that the profile is of the code the
 //! benchmark times: the benchmark is a binary crate, with no library to share them from.
 
@@ -36,8 +42,8 @@ async fn echo(Path(id): Path<String>) -> String {
     id
 }
 
-async fn floor_echo(
-    State(conn): State<MultiplexedConnection>,
+async fn floor_echo<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
+    State(conn): State<C>,
     Path(id): Path<String>,
 ) -> Result<String, StatusCode> {
     let key = format!("w7prof:floor:w7:{id}");
@@ -61,6 +67,38 @@ async fn floor_echo(
         .await
         .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
     Ok(id)
+}
+
+/// The hand-rolled lock as an axum middleware: what a layer costs that does only what the
+/// hand-rolled lock in the handler does.
+async fn floor_middleware(
+    State(conn): State<MultiplexedConnection>,
+    Path(id): Path<String>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, StatusCode> {
+    let key = format!("w7prof:mw:w7:{id}");
+    let token = format!("{:032x}", rand::random::<u128>());
+    let reply: redis::Value = redis::cmd("SET")
+        .arg(&key)
+        .arg(&token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(&mut conn.clone())
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    if matches!(reply, redis::Value::Nil) {
+        return Err(StatusCode::CONFLICT);
+    }
+    let response = next.run(request).await;
+    let _: i64 = RELEASE
+        .key(&key)
+        .arg(&token)
+        .invoke_async(&mut conn.clone())
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    Ok(response)
 }
 
 async fn kit_echo(
@@ -139,6 +177,9 @@ async fn main() -> Result<(), BoxError> {
     let conn = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
+    let manager = redis::Client::open(url.as_str())?
+        .get_connection_manager()
+        .await?;
     let app = Router::new()
         .route("/layer/{id}", get(echo))
         .route_layer(
@@ -148,8 +189,28 @@ async fn main() -> Result<(), BoxError> {
         .route("/plain/{id}", get(echo))
         .merge(
             Router::new()
-                .route("/floor/{id}", get(floor_echo))
+                .route("/identity/{id}", get(echo))
+                .route_layer(tower::util::MapResponseLayer::new(
+                    |r: axum::response::Response| r,
+                )),
+        )
+        .merge(
+            Router::new()
+                .route("/middleware/{id}", get(echo))
+                .route_layer(axum::middleware::from_fn_with_state(
+                    conn.clone(),
+                    floor_middleware,
+                )),
+        )
+        .merge(
+            Router::new()
+                .route("/floor/{id}", get(floor_echo::<MultiplexedConnection>))
                 .with_state(conn),
+        )
+        .merge(
+            Router::new()
+                .route("/cm/{id}", get(floor_echo::<redis::aio::ConnectionManager>))
+                .with_state(manager),
         )
         .merge(
             Router::new()

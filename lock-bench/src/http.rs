@@ -7,9 +7,11 @@
 //! hand-rolled floor lock inside the handler: the reference for what two Redis round trips per
 //! request cost without any middleware. A fourth takes the kit's lock inside the handler, as the
 //! layer does (exclusive, no wait, the layer's `max_hold`): the layer against it is what the
-//! middleware adds; it against the hand-rolled lock is lock-core's and its scripts' share.
+//! middleware adds; it against the hand-rolled lock is lock-core's and its scripts' share. A
+//! fifth wraps the plain route in the hand-rolled lock as an axum middleware: what any lock
+//! layer pays for being middleware, whoever writes it.
 //!
-//! Each repetition runs the four routes in short slices, taking turns (the order rotated each
+//! Each repetition runs the five routes in short slices, taking turns (the order rotated each
 //! slice), rather than one route after the other: on a shared machine whose load swings over
 //! seconds, every route then samples the same swings, and the ratios between routes stop
 //! following which route happened to run in a quiet moment.
@@ -156,6 +158,28 @@ async fn floor_echo(
     Ok(id)
 }
 
+/// The hand-rolled floor lock as an axum middleware around the plain route: the layer's
+/// structure (the route's service wrapped, the response awaited through `Next`, the release
+/// after it) with nothing of the kit's.
+async fn floor_middleware(
+    State(floor): State<Floor>,
+    Path(id): Path<String>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, StatusCode> {
+    let guard = floor
+        .lock(&format!("w7-middleware:{id}"), Duration::ZERO)
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?
+        .ok_or(StatusCode::CONFLICT)?;
+    let response = next.run(request).await;
+    floor
+        .unlock(&guard)
+        .await
+        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    Ok(response)
+}
+
 /// A handler that takes the kit's lock on its key itself, as the layer would (exclusive, no
 /// wait, the layer's default `max_hold`), and releases it before answering: the layer's
 /// Redis work and lock-core's cost without the middleware, so that the layer's own share of
@@ -182,17 +206,18 @@ async fn kit_echo(
 /// The routes of `ROUTES` that take the kit's lock, whose releases leave latches in Redis.
 const KIT_ROUTES: [usize; 2] = [0, 3];
 
-/// The four routes, in the order each repetition loads them.
-const ROUTES: [(&str, &str); 4] = [
+/// The five routes, in the order each repetition loads them.
+const ROUTES: [(&str, &str); 5] = [
     ("/locked/", "DistributedLockLayer"),
     ("/plain/", "no lock"),
     ("/floor/", "hand-rolled lock in the handler"),
     ("/kit/", "the kit's lock in the handler"),
+    ("/middleware/", "hand-rolled lock as axum middleware"),
 ];
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
-    let mut runs: [Vec<Summary>; 4] = [vec![], vec![], vec![], vec![]];
+    let mut runs: [Vec<Summary>; 5] = Default::default();
     let slices = (p.w7_secs / SLICE_SECS).ceil().max(1.0) as usize;
     let slice_secs = p.w7_secs / slices as f64;
     for rep in 0..p.reps {
@@ -214,6 +239,14 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
                     .mode(Mode::Exclusive),
             )
             .route("/plain/{id}", get(echo))
+            .merge(
+                Router::new()
+                    .route("/middleware/{id}", get(echo))
+                    .route_layer(axum::middleware::from_fn_with_state(
+                        floor.clone(),
+                        floor_middleware,
+                    )),
+            )
             .merge(
                 Router::new()
                     .route("/floor/{id}", get(floor_echo))
@@ -248,7 +281,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         if let Some(latches) = latches {
             tokio::time::sleep(latches).await;
         }
-        let mut loads: [Load; 4] = Default::default();
+        let mut loads: [Load; 5] = Default::default();
         for slice in 0..slices {
             for turn in 0..ROUTES.len() {
                 let r = (slice + turn) % ROUTES.len();
@@ -345,11 +378,35 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         ),
         Row::new(
             &w,
-            "non-200 responses (floor column: no lock, hand-rolled and the kit's lock in the handler, summed)",
+            "requests/s (floor column: hand-rolled lock as axum middleware)",
+            "",
+            col(0, |l| l.per_sec),
+            col(4, |l| l.per_sec),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "bench process CPU per request (floor column: hand-rolled lock as axum middleware)",
+            "µs",
+            col(0, |l| l.client_cpu_us),
+            col(4, |l| l.client_cpu_us),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "hand-rolled lock as axum middleware: requests/s (floor column: hand-rolled lock in the handler)",
+            "",
+            col(4, |l| l.per_sec),
+            col(2, |l| l.per_sec),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "non-200 responses (floor column: no lock, the hand-rolled lock in the handler and as middleware, the kit's lock in the handler, summed)",
             "",
             col(0, |l| l.bad),
             (0..runs[1].len())
-                .map(|i| runs[1][i].bad + runs[2][i].bad + runs[3][i].bad)
+                .map(|i| (1..5).map(|r| runs[r][i].bad).sum())
                 .collect(),
             Check::KitAllEqual(0.0),
         ),
