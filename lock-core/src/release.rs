@@ -33,8 +33,15 @@ pub(crate) enum ReleaseJob {
         held: Arc<Hold>,
     },
     /// An acquire attempt with this token may have landed after its caller gave up (a timed
-    /// out or cancelled command still runs on the server): delete the lock if it holds it.
-    Abandoned { keys: RedisKeys, token: Token },
+    /// out or cancelled command still runs on the server): delete the lock if it holds it,
+    /// or take the attempt out of the line it stands in. `in_flight`: a try may still be on
+    /// its way, so a release that finds nothing tries again a few times; otherwise the last
+    /// try was answered, and one answer from Redis settles it.
+    Abandoned {
+        keys: RedisKeys,
+        token: Token,
+        in_flight: bool,
+    },
     /// An exclusive acquire with this token joined the waiting writers and stopped waiting
     /// without the lock: take it out, so that readers need not let it go first.
     Withdraw { keys: RedisKeys, token: Token },
@@ -168,6 +175,9 @@ pub(crate) struct Attempt<'a> {
     pub(crate) token: Token,
     /// A try with `token` went out (it may have landed, whatever its reply said).
     pub(crate) sent: bool,
+    /// A try with `token` may still be on its way or running: sent and not answered (or
+    /// nothing is known). False only between the tries of a waiter that stands in a line.
+    pub(crate) in_flight: bool,
 }
 
 impl<'a> Attempt<'a> {
@@ -176,6 +186,7 @@ impl<'a> Attempt<'a> {
             keys,
             token,
             sent: false,
+            in_flight: true,
         }
     }
 
@@ -184,6 +195,7 @@ impl<'a> Attempt<'a> {
     pub(crate) fn renew_token(&mut self, token: Token) {
         self.token = token;
         self.sent = false;
+        self.in_flight = true;
     }
 }
 
@@ -192,6 +204,7 @@ impl Pending for Attempt<'_> {
         ReleaseJob::Abandoned {
             keys: self.keys.clone(),
             token: self.token.clone(),
+            in_flight: self.in_flight,
         }
     }
 }
@@ -270,8 +283,14 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                     ReleaseJob::Withdraw { keys, token } => {
                         store.withdraw(&keys, &token.stored()).await
                     }
-                    ReleaseJob::Abandoned { keys, token } => {
+                    ReleaseJob::Abandoned {
+                        keys,
+                        token,
+                        in_flight,
+                    } => {
                         // The attempt's command may still be on its way: try a few times.
+                        // Answered (a waiter between the tries of a line), one answer is
+                        // enough; a failed call is tried again all the same.
                         let token = token.stored();
                         for delay in [0, 100, 500, 2000] {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
@@ -280,7 +299,7 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                                     tracing::debug!(lock = %ShownKey(&keys.lock), "removed a lock taken by an abandoned acquire");
                                     break;
                                 }
-                                Ok(_) if delay >= 500 => break,
+                                Ok(_) if !in_flight || delay >= 500 => break,
                                 _ => {}
                             }
                         }

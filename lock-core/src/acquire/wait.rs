@@ -102,6 +102,7 @@ impl<'a> Wait<'a> {
     pub(super) fn send(&mut self) -> Instant {
         self.mark = self.subscription.as_ref().map_or(0, Subscription::mark);
         let sent_at = Instant::now();
+        self.attempt.target.in_flight = true;
         self.attempt.arm();
         sent_at
     }
@@ -118,6 +119,8 @@ impl<'a> Wait<'a> {
         if !kind.stands_in_line() || try_once {
             self.attempt.disarm();
         }
+        // Answered: until the next try, nothing of this attempt is on its way to Redis.
+        self.attempt.target.in_flight = false;
         if flagged && kind.joins_waiting_writers() {
             self.writer.arm();
         }

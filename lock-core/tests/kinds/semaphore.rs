@@ -723,3 +723,127 @@ async fn released_permits_go_to_the_local_waiters_in_arrival_order() {
     );
     common::assert_nothing_left(&server, &[&a, &b]).await;
 }
+
+/// A waiter that leaves the line behind another, or leaves no permit free for the next, tells
+/// nobody: only the first in line had permits kept for it. Here a released permit is handed
+/// over in its process to the local waiter (first come, first served), which leaves its place
+/// in the Redis line behind another process's waiter: before, that withdrawal published a
+/// message to the waiter ahead, which tried in vain (a message and a failed try for every
+/// permit handed over in a process while others wait). And it leaves with one call: its last
+/// try was answered, so nothing of it can land later (before, the call was repeated 100 and
+/// 500 ms later, as for an acquire dropped mid-try).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_leaving_the_line_that_frees_nothing_tells_nobody() {
+    let server = server();
+    // `b` retries only when told (its fallback retry is beyond the test).
+    let b = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let (a, c) = (locker(&server).await, locker(&server).await);
+    // Two permits, both held: one here, one by `a`, whose second task has a local place
+    // (two per process) and so waits in the Redis line, behind `b`'s waiter.
+    let kept = c.semaphore("s", 2).acquire().await.unwrap();
+    let held = a.semaphore("s", 2).acquire().await.unwrap();
+    let elsewhere = {
+        let sem = b.semaphore("s", 2);
+        tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
+    };
+    let line = line_key(&server, 1).await;
+    let local = {
+        let sem = a.semaphore("s", 2);
+        tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
+    };
+    let _ = line_key(&server, 2).await;
+    // The local waiter's try after it subscribed, too, is done by then.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.reset_stats();
+    held.release().await.unwrap();
+    let handed = local.await.unwrap().unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(2), || line_len(&server, &line) == 1).await,
+        "the local waiter stayed in line"
+    );
+    // Whatever a message would set off has happened by then (the other process's try is one
+    // round trip on loopback), and a repeated withdrawal too.
+    let withdrawn = server.command_calls("evalsha");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        server.command_calls("publish"),
+        0,
+        "the withdrawal told the waiter ahead of it"
+    );
+    // permit_acquire.lua is the only script that runs ZREMRANGEBYSCORE.
+    assert_eq!(
+        server.command_calls("zremrangebyscore"),
+        0,
+        "the other process's waiter tried with no permit free"
+    );
+    assert_eq!(
+        server.command_calls("evalsha"),
+        withdrawn,
+        "the withdrawal was sent again after the line had let it go"
+    );
+    assert!(!elsewhere.is_finished(), "{:?}", elsewhere.await);
+    // A permit given back is still announced to the first in line.
+    let started = std::time::Instant::now();
+    handed.release().await.unwrap();
+    let got = elsewhere.await.unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "the waiter first in line was not told of the free permit: {:?}",
+        started.elapsed()
+    );
+    for permit in [got, kept] {
+        permit.release().await.unwrap();
+    }
+    common::assert_nothing_left(&server, &[&a, &b, &c]).await;
+}
+
+/// The first in line leaving with permits free for the next tells the next at once: a
+/// 2-permit request first in line holds the one free permit back from a 1-permit request of
+/// another process; when it gives up, that one is told and gets in before its fallback retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_in_line_leaving_with_permits_free_tells_the_next() {
+    let server = server();
+    let holder = locker(&server).await;
+    let quitter = locker(&server).await;
+    let patient = Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .unwrap();
+    let held = holder.semaphore("s", 2).acquire().await.unwrap();
+    let big = {
+        let sem = quitter.semaphore("s", 2);
+        tokio::spawn(async move { sem.acquire_many(2).wait(Duration::from_secs(10)).await })
+    };
+    let _ = line_key(&server, 1).await;
+    let small = {
+        let sem = patient.semaphore("s", 2);
+        tokio::spawn(async move { sem.acquire().wait(Duration::from_secs(10)).await })
+    };
+    let line = line_key(&server, 2).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !small.is_finished(),
+        "the 1-permit request passed the 2-permit one"
+    );
+    let started = std::time::Instant::now();
+    big.abort();
+    assert!(big.await.unwrap_err().is_cancelled());
+    let got = small.await.unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the next in line waited {:?} for its fallback retry",
+        started.elapsed()
+    );
+    assert_eq!(line_len(&server, &line), 0);
+    for permit in [got, held] {
+        permit.release().await.unwrap();
+    }
+    common::assert_nothing_left(&server, &[&holder, &quitter, &patient]).await;
+}

@@ -20,16 +20,26 @@ use crate::scripts;
 /// - `read_release.lua`: the lock, the waiting marks, the readers [, the latch];
 /// - `permit_release.lua`: the semaphore's set, the line, its liveness [, the latch];
 ///
-/// and ARGV the token (a semaphore's: its holder) [, the latch's life in milliseconds].
+/// and ARGV the token (a semaphore's: its holder, and the semaphore's count) [, the latch's
+/// life in milliseconds].
 pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
-    let (script, names): (_, &[Name<'_>]) = match keys.kind() {
-        Kind::Exclusive => (&scripts::RELEASE, &[keys.waiting()]),
+    let (script, names, limit): (_, &[Name<'_>], _) = match keys.kind() {
+        Kind::Exclusive => (&scripts::RELEASE, &[keys.waiting()], None),
         Kind::Fair => (
             &scripts::FAIR_RELEASE,
             &[keys.waiting(), keys.line(), keys.line_alive()],
+            None,
         ),
-        Kind::Shared => (&scripts::READ_RELEASE, &[keys.waiting(), keys.readers()]),
-        Kind::Permits { .. } => (&scripts::PERMIT_RELEASE, &[keys.line(), keys.line_alive()]),
+        Kind::Shared => (
+            &scripts::READ_RELEASE,
+            &[keys.waiting(), keys.readers()],
+            None,
+        ),
+        Kind::Permits { limit } => (
+            &scripts::PERMIT_RELEASE,
+            &[keys.line(), keys.line_alive()],
+            Some(limit),
+        ),
     };
     let latch = (!latch.is_zero()).then(|| (keys.latch(token), lease_ms(latch)));
     let mut call = ScriptCall::new(script, 1 + names.len() + usize::from(latch.is_some()));
@@ -39,14 +49,16 @@ pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptC
     }
     // The latch's name and life only with a window: every name or argument sent costs Redis
     // a string on every release, the hot path's.
-    match latch {
-        Some((name, ms)) => {
-            call.key(name);
-            call.arg(token).arg(ms);
-        }
-        None => {
-            call.arg(token);
-        }
+    let ms = latch.map(|(name, ms)| {
+        call.key(name);
+        ms
+    });
+    call.arg(token);
+    if let Some(limit) = limit {
+        call.arg(limit);
+    }
+    if let Some(ms) = ms {
+        call.arg(ms);
     }
     call
 }
@@ -178,7 +190,15 @@ mod tests {
         latched.push(permits.latch("t").to_string());
         assert_eq!(
             sent(of_kind(&permits, "t", latch)),
-            with("4", latched, &["t", "1500"])
+            with("4", latched, &["t", "3", "1500"])
+        );
+        assert_eq!(
+            sent(of_kind(&permits, "t", Duration::ZERO)),
+            with(
+                "3",
+                names(&permits, &[permits.line(), permits.line_alive()]),
+                &["t", "3"]
+            )
         );
         assert_eq!(sent(undo(&k, "t")), ["1", &k.lock, "t"]);
     }
