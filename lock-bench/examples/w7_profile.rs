@@ -42,14 +42,14 @@ async fn echo(Path(id): Path<String>) -> String {
     id
 }
 
-async fn floor_echo<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
-    State(conn): State<C>,
-    Path(id): Path<String>,
+/// The hand-rolled lock's acquire: `SET NX PX` with a fresh random token, which it returns.
+async fn hand_rolled_lock<C: redis::aio::ConnectionLike + Clone>(
+    conn: &C,
+    key: &str,
 ) -> Result<String, StatusCode> {
-    let key = format!("w7prof:floor:w7:{id}");
     let token = format!("{:032x}", rand::random::<u128>());
     let reply: redis::Value = redis::cmd("SET")
-        .arg(&key)
+        .arg(key)
         .arg(&token)
         .arg("NX")
         .arg("PX")
@@ -60,12 +60,31 @@ async fn floor_echo<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'stati
     if matches!(reply, redis::Value::Nil) {
         return Err(StatusCode::CONFLICT);
     }
+    Ok(token)
+}
+
+/// The hand-rolled lock's release: compare-and-delete by `EVALSHA`.
+async fn hand_rolled_unlock<C: redis::aio::ConnectionLike + Clone>(
+    conn: &C,
+    key: &str,
+    token: &str,
+) -> Result<(), StatusCode> {
     let _: i64 = RELEASE
-        .key(&key)
-        .arg(&token)
+        .key(key)
+        .arg(token)
         .invoke_async(&mut conn.clone())
         .await
         .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    Ok(())
+}
+
+async fn floor_echo<C: redis::aio::ConnectionLike + Clone + Send + Sync + 'static>(
+    State(conn): State<C>,
+    Path(id): Path<String>,
+) -> Result<String, StatusCode> {
+    let key = format!("w7prof:floor:w7:{id}");
+    let token = hand_rolled_lock(&conn, &key).await?;
+    hand_rolled_unlock(&conn, &key, &token).await?;
     Ok(id)
 }
 
@@ -78,26 +97,9 @@ async fn floor_middleware(
     next: axum::middleware::Next,
 ) -> Result<axum::response::Response, StatusCode> {
     let key = format!("w7prof:mw:w7:{id}");
-    let token = format!("{:032x}", rand::random::<u128>());
-    let reply: redis::Value = redis::cmd("SET")
-        .arg(&key)
-        .arg(&token)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut conn.clone())
-        .await
-        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
-    if matches!(reply, redis::Value::Nil) {
-        return Err(StatusCode::CONFLICT);
-    }
+    let token = hand_rolled_lock(&conn, &key).await?;
     let response = next.run(request).await;
-    let _: i64 = RELEASE
-        .key(&key)
-        .arg(&token)
-        .invoke_async(&mut conn.clone())
-        .await
-        .map_err(|_| StatusCode::SERVICE_UNAVAILABLE)?;
+    hand_rolled_unlock(&conn, &key, &token).await?;
     Ok(response)
 }
 
