@@ -31,6 +31,17 @@ pub async fn locker_with_lease(server: &RedisServer, lease: Duration) -> Locker 
         .expect("connect locker")
 }
 
+/// A locker whose waiters try again only when a release message tells them: its fallback
+/// retry (10 s) is beyond any test's wait, so a waiter that gets in was told.
+pub async fn locker_woken_by_messages(server: &RedisServer) -> Locker {
+    Locker::builder()
+        .url(server.url())
+        .fallback_retry(Duration::from_secs(10))
+        .build()
+        .await
+        .expect("connect locker")
+}
+
 /// What an application that uses TLS does once at start-up: install the process's default
 /// rustls `CryptoProvider` (the kit never installs one). Later calls change nothing.
 pub fn install_crypto_provider() {

@@ -475,12 +475,7 @@ async fn mutexes_and_fair_locks_of_one_key_mixed_in_each_process_exclude_each_ot
 async fn a_fair_waiter_that_gives_up_wakes_the_readers_behind_it() {
     let server = server();
     let (a, b) = (locker(&server).await, locker(&server).await);
-    let c = Locker::builder()
-        .url(server.url())
-        .fallback_retry(Duration::from_secs(10))
-        .build()
-        .await
-        .unwrap();
+    let c = common::locker_woken_by_messages(&server).await;
     let held = a.read("k").await.unwrap();
     let fair = tokio::spawn({
         let b = b.clone();

@@ -1420,14 +1420,11 @@ async fn a_writer_that_stops_waiting_does_not_hold_readers_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readers_mark_left_by_a_writer_that_never_released_is_not_a_waiting_writer() {
     let server = server();
-    let slow = |server: &lock_testkit::RedisServer| {
-        Locker::builder()
-            .url(server.url())
-            .fallback_retry(Duration::from_secs(10))
-            .build()
-    };
     let (a, b) = (locker(&server).await, locker(&server).await);
-    let (c, d) = (slow(&server).await.unwrap(), slow(&server).await.unwrap());
+    let (c, d) = (
+        common::locker_woken_by_messages(&server).await,
+        common::locker_woken_by_messages(&server).await,
+    );
     let writer = a.write("cat").await.unwrap();
     // A reader of another locker waits for the writer (its mark lives 5 s) and gives up.
     let marked = tokio::time::timeout(
@@ -1491,12 +1488,7 @@ async fn the_readers_mark_left_by_a_writer_that_never_released_is_not_a_waiting_
 async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
     let server = server();
     let a = locker(&server).await;
-    let b = Locker::builder()
-        .url(server.url())
-        .fallback_retry(Duration::from_secs(10))
-        .build()
-        .await
-        .unwrap();
+    let b = common::locker_woken_by_messages(&server).await;
     let c = locker(&server).await;
     let held = a.read("cat").await.unwrap();
     let long = tokio::spawn({
@@ -1531,12 +1523,7 @@ async fn a_short_waiting_writer_does_not_cut_a_long_waiting_writers_place() {
 async fn a_short_waiting_reader_does_not_cut_a_long_waiting_readers_flag() {
     let server = server();
     let a = locker(&server).await;
-    let b = Locker::builder()
-        .url(server.url())
-        .fallback_retry(Duration::from_secs(10))
-        .build()
-        .await
-        .unwrap();
+    let b = common::locker_woken_by_messages(&server).await;
     let c = locker(&server).await;
     let held = a.write("cat").await.unwrap();
     let long = tokio::spawn({

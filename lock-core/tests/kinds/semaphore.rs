@@ -736,12 +736,7 @@ async fn released_permits_go_to_the_local_waiters_in_arrival_order() {
 async fn a_waiter_leaving_the_line_that_frees_nothing_tells_nobody() {
     let server = server();
     // `b` retries only when told (its fallback retry is beyond the test).
-    let b = Locker::builder()
-        .url(server.url())
-        .fallback_retry(Duration::from_secs(10))
-        .build()
-        .await
-        .unwrap();
+    let b = common::locker_woken_by_messages(&server).await;
     let (a, c) = (locker(&server).await, locker(&server).await);
     // Two permits, both held: one here, one by `a`, whose second task has a local place
     // (two per process) and so waits in the Redis line, behind `b`'s waiter.
@@ -810,12 +805,7 @@ async fn the_first_in_line_leaving_with_permits_free_tells_the_next() {
     let server = server();
     let holder = locker(&server).await;
     let quitter = locker(&server).await;
-    let patient = Locker::builder()
-        .url(server.url())
-        .fallback_retry(Duration::from_secs(10))
-        .build()
-        .await
-        .unwrap();
+    let patient = common::locker_woken_by_messages(&server).await;
     let held = holder.semaphore("s", 2).acquire().await.unwrap();
     let big = {
         let sem = quitter.semaphore("s", 2);
