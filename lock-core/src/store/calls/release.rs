@@ -49,15 +49,14 @@ pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptC
     }
     // The latch's name and life only with a window: every name or argument sent costs Redis
     // a string on every release, the hot path's.
-    let ms = latch.map(|(name, ms)| {
+    if let Some((name, _)) = &latch {
         call.key(name);
-        ms
-    });
+    }
     call.arg(token);
     if let Some(limit) = limit {
         call.arg(limit);
     }
-    if let Some(ms) = ms {
+    if let Some((_, ms)) = latch {
         call.arg(ms);
     }
     call
