@@ -68,6 +68,11 @@ impl Preamble {
     }
 }
 
+/// The line of a script's file where its preambles go (at the top when it has none): what
+/// comes before it must call none of their functions. Redis builds a script's functions anew
+/// on every call, so a script whose usual path needs none returns before they are built.
+const PREAMBLES_HERE: &str = "-- @preambles\n";
+
 /// One script: its file, the preambles it calls, and the `redis::Script` of both, composed at
 /// its first use.
 pub(crate) struct Lua {
@@ -88,16 +93,27 @@ impl Lua {
         }
     }
 
-    /// The script as sent: its preambles, then its own file.
+    /// The script as sent: its own file with its preambles at its [`PREAMBLES_HERE`] line, or
+    /// before it.
     pub(crate) fn script(&self) -> &Script {
-        self.script.get_or_init(|| {
-            let mut text = String::new();
-            for preamble in self.preambles {
-                text.push_str(preamble.text());
-            }
-            text.push_str(self.body);
-            Script::new(&text)
-        })
+        self.script.get_or_init(|| Script::new(&self.text()))
+    }
+
+    fn text(&self) -> String {
+        let (before, after) = self.split();
+        let mut text = String::from(before);
+        for preamble in self.preambles {
+            text.push_str(preamble.text());
+        }
+        text.push_str(after);
+        text
+    }
+
+    /// Its file before and after its [`PREAMBLES_HERE`] line (all after, without one).
+    fn split(&self) -> (&'static str, &'static str) {
+        self.body
+            .split_once(PREAMBLES_HERE)
+            .unwrap_or(("", self.body))
     }
 }
 
@@ -137,7 +153,7 @@ scripts! {
     /// A waiting writer that stopped waiting leaves the waiting writers.
     WITHDRAW = "withdraw.lua" after Waiting;
     /// Compare the token, delete, leave the latch, publish.
-    RELEASE = "release.lua" after Latch, Channel;
+    RELEASE = "release.lua" after Latch, Channel, Waiting;
     /// As `RELEASE`, and tell the first waiter in the fair lock's line.
     FAIR_RELEASE = "fair_release.lua" after Clock, Line, Latch, Channel, Waiting;
     /// Drop a read lock; the last reader out tells a waiting writer.
@@ -225,6 +241,31 @@ mod tests {
             }
             assert_eq!(lua.script().get_hash().len(), 40, "{}", lua.name);
         }
+    }
+
+    /// Code before a script's [`PREAMBLES_HERE`] line calls none of the preambles' functions:
+    /// they are not built yet there, and such a call fails only when that path runs.
+    #[test]
+    fn nothing_calls_a_preamble_before_it_is_built() {
+        let mut split = 0;
+        for lua in ALL {
+            let (before, after) = lua.split();
+            assert_eq!(called_by(before), Vec::new(), "{}", lua.name);
+            // The script as sent: the first part, each preamble once, the rest.
+            let text = lua.text();
+            assert!(
+                text.starts_with(before) && text.ends_with(after),
+                "{}",
+                lua.name
+            );
+            for preamble in lua.preambles {
+                assert_eq!(text.matches(preamble.text()).count(), 1, "{}", lua.name);
+            }
+            if !before.is_empty() {
+                split += 1;
+            }
+        }
+        assert!(split > 0, "no script builds its preambles late");
     }
 
     /// The channel a release script names (channel.lua) is the one waiters subscribe to

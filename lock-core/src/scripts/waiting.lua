@@ -1,7 +1,7 @@
--- The waiting marks of a lock key (`p{h}:waiters:k`), prepended to the scripts that ask whether
--- a writer waits (read_acquire.lua, read_release.lua, fair_release.lua, withdraw.lua): one
--- function, so each tells a writer's entry from the readers' mark the same way. release.lua
--- writes the same test out (see there).
+-- The waiting marks of a lock key (`p{h}:waiters:k`), composed into the scripts that ask
+-- whether a writer waits (read_acquire.lua, read_release.lua, release.lua, fair_release.lua,
+-- withdraw.lua): one function, so each tells a writer's entry from the readers' mark the same
+-- way.
 --
 -- Writers' entries are their tokens, scored 0 (acquire.lua, fair_acquire.lua); the readers'
 -- mark is the member `readers`, scored -1 (read_acquire.lua), and is never a writer.
