@@ -384,7 +384,10 @@ impl LocalLocks {
                 Confirmation::Undecided => {}
             }
         }
-        let released = release::release_held(&self.store, held).await;
+        // Boxed: the release's state (a kilobyte, the span and the Redis call's retry) would
+        // otherwise be part of every release's future up to the caller's task, copied into it
+        // as it starts and carried for good; one allocation costs less than the copies.
+        let released = Box::pin(release::release_held(&self.store, held)).await;
         Self::settle(held, released.others_waiting);
         released.result
     }
