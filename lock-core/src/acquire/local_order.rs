@@ -322,8 +322,12 @@ async fn queue_for(
     when: When,
     counted: bool,
 ) -> Option<Place<'_>> {
-    if when.try_once {
-        return local_key.try_place(places);
+    // A place free now is taken at once, without the deadline's timer (the uncontended
+    // acquire's case). Only a task that finds none waits, first come first served: the queue
+    // gives places back to its waiters before anyone can take them this way.
+    let free = local_key.try_place(places);
+    if free.is_some() || when.try_once {
+        return free;
     }
     let _queued = counted.then(|| local_key.queued());
     let queued = local_key.place(places);
