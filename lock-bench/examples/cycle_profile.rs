@@ -75,19 +75,21 @@ impl Adds {
     }
 }
 
-/// The floor's names for `key`: the lock's and, with `marks`, its waiting marks'.
-fn floor_names(prefix: &str, key: &str, adds: Adds) -> (String, String) {
+/// The floor's names for `key`: the lock's and, with `marks` only, its waiting marks' (built
+/// only where they are sent, as the kit builds its names).
+fn floor_names(prefix: &str, key: &str, adds: Adds) -> (String, Option<String>) {
     if !adds.names {
-        return (format!("{prefix}:{key}"), format!("{prefix}:waiters:{key}"));
+        let marks = adds.marks.then(|| format!("{prefix}:waiters:{key}"));
+        return (format!("{prefix}:{key}"), marks);
     }
     let digest = sha1::Sha1::digest(key.as_bytes());
     let mut tag = [0u8; 8];
     tag.copy_from_slice(&digest[..8]);
     let tag = u64::from_be_bytes(tag);
-    (
-        format!("{prefix}{{{tag:016x}}}:lock:{key}"),
-        format!("{prefix}{{{tag:016x}}}:waiters:{key}"),
-    )
+    let marks = adds
+        .marks
+        .then(|| format!("{prefix}{{{tag:016x}}}:waiters:{key}"));
+    (format!("{prefix}{{{tag:016x}}}:lock:{key}"), marks)
 }
 
 async fn floor_cycle<C: ConnectionLike + Clone>(
@@ -116,10 +118,10 @@ async fn floor_cycle<C: ConnectionLike + Clone>(
     if matches!(reply, redis::Value::Nil) {
         return Err(format!("fresh key {lock} was busy").into());
     }
-    let _: i64 = if adds.marks {
+    let _: i64 = if let Some(marks) = &marks {
         RELEASE_WITH_MARKS
             .key(&lock)
-            .key(&marks)
+            .key(marks)
             .arg(&token)
             .invoke_async(&mut conn.clone())
             .await?
