@@ -42,106 +42,104 @@ impl Acquire {
     /// instead, and the acquire leaves the line in Redis in the background. `others_wait`:
     /// this process's last release of the lock told waiters of other lockers, so one of them
     /// most likely holds it now.
-    pub(super) async fn acquire_in_redis(
-        &self,
+    // Not `async fn`: see the module's documentation of `acquire`.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn acquire_in_redis<'a>(
+        &'a self,
         keys: RedisKeys,
         lease: Duration,
         when: When,
-        handoff: Option<&Handoff<'_>>,
+        handoff: Option<&'a Handoff<'a>>,
         others_wait: bool,
-    ) -> Result<Grant, LockError> {
-        let inner = &self.inner();
-        // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
-        // replicas) after the start when the wait is shorter: a zero wait still gets one try.
-        let bound = when.deadline.map(|d| d.max(when.started + inner.one_try()));
-        let mut wait = Wait::new(inner, &keys, self.new_token(), when.try_once);
-        let mut split_pause = FIRST_SPLIT_PAUSE;
-        let likely_busy = others_wait && !when.try_once;
-        if likely_busy && !wait.is_subscribed() {
-            // Subscribed before the first try, a try that finds the lock taken is enough (a
-            // release after it reaches us) instead of a try, the subscription and a try again.
-            let remaining = when
-                .deadline
-                .map(|d| d.saturating_duration_since(Instant::now()));
-            Box::pin(wait.subscribe(inner, remaining)).await;
-        }
-        loop {
-            if let Some(seen) = wait.ran_out(when.deadline) {
-                return Err(self.busy(when.started, seen));
-            }
-            let notify = wait.notify();
-            let alarms = Alarms::set(notify.as_deref(), handoff);
-            if let Some(handoff) = handoff {
-                if let Some(grant) = self.take_handed_over(handoff).await {
-                    // Armed after a try, the attempt takes our place in line out in the
-                    // background when dropped here.
-                    return Ok(grant);
-                }
-            }
-            let sent_at = wait.send();
-            let flag = self.flag(when, sent_at);
-            let (seen, split) = match self
-                .try_in(&mut wait, when, lease, flag, bound, likely_busy)
-                .await?
-            {
-                Try::Busy { seen, split } => (seen, split),
-                Try::Won => {
-                    let token = wait.won(self.kind);
-                    return Ok(granted(keys, token, sent_at));
-                }
-            };
-            wait.found_busy(self.kind, when.try_once, !flag.is_zero());
-            let ttl = seen.ttl;
-            let remaining = when
-                .deadline
-                .map(|d| d.saturating_duration_since(Instant::now()));
-            if when.try_once || remaining.is_some_and(|r| r.is_zero()) {
-                return Err(self.busy(when.started, seen));
-            }
-            wait.keep_seen(seen);
-            if inner.capabilities().fresh_token_per_try() {
-                // A failed quorum try is undone in the background under its token.
-                wait.renew_token(self.new_token());
-            }
-            if !wait.is_subscribed() {
+    ) -> impl Future<Output = Result<Grant, LockError>> + 'a {
+        async move {
+            let inner = &self.inner();
+            // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
+            // replicas) after the start when the wait is shorter: a zero wait still gets one try.
+            let bound = when.deadline.map(|d| d.max(when.started + inner.one_try()));
+            let mut wait = Wait::new(inner, &keys, self.new_token(), when.try_once);
+            let mut split_pause = FIRST_SPLIT_PAUSE;
+            let likely_busy = others_wait && !when.try_once;
+            if likely_busy && !wait.is_subscribed() {
+                // Subscribed before the first try, a try that finds the lock taken is enough (a
+                // release after it reaches us) instead of a try, the subscription and a try again.
+                let remaining = when
+                    .deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()));
                 Box::pin(wait.subscribe(inner, remaining)).await;
-                // Try again at once: the holder may have released before we subscribed.
-                continue;
             }
-            let mut sleep = self.pause(ttl, remaining);
-            if split {
-                // The release's message may have gone only to nodes this locker does not
-                // listen on (it listens on one): try again soon instead of at the fallback
-                // retry, backing off while tries keep splitting (a node that forgot the lock
-                // splits every try while it is held).
-                sleep = sleep.min(jitter(split_pause));
-                // At most the fallback retry, which `pause` jitters already.
-                split_pause = (split_pause * 2).min(inner.settings.fallback_retry);
-            } else {
-                split_pause = FIRST_SPLIT_PAUSE;
+            loop {
+                if let Some(seen) = wait.ran_out(when.deadline) {
+                    return Err(self.busy(when.started, seen));
+                }
+                let notify = wait.notify();
+                let alarms = Alarms::set(notify.as_deref(), handoff);
+                if let Some(handoff) = handoff {
+                    if let Some(grant) = self.take_handed_over(handoff).await {
+                        // Armed after a try, the attempt takes our place in line out in the
+                        // background when dropped here.
+                        return Ok(grant);
+                    }
+                }
+                let sent_at = wait.send();
+                let flag = self.flag(when, sent_at);
+                let (attempt, waiter) = wait.attempt();
+                let tried = self
+                    .try_once(attempt, waiter, lease, flag, bound, likely_busy)
+                    .await;
+                let (seen, split) = match self.deadline_seen_busy(tried, &mut wait, when)? {
+                    Try::Busy { seen, split } => (seen, split),
+                    Try::Won => {
+                        let token = wait.won(self.kind);
+                        return Ok(granted(keys, token, sent_at));
+                    }
+                };
+                wait.found_busy(self.kind, when.try_once, !flag.is_zero());
+                let ttl = seen.ttl;
+                let remaining = when
+                    .deadline
+                    .map(|d| d.saturating_duration_since(Instant::now()));
+                if when.try_once || remaining.is_some_and(|r| r.is_zero()) {
+                    return Err(self.busy(when.started, seen));
+                }
+                wait.keep_seen(seen);
+                if inner.capabilities().fresh_token_per_try() {
+                    // A failed quorum try is undone in the background under its token.
+                    wait.renew_token(self.new_token());
+                }
+                if !wait.is_subscribed() {
+                    Box::pin(wait.subscribe(inner, remaining)).await;
+                    // Try again at once: the holder may have released before we subscribed.
+                    continue;
+                }
+                let mut sleep = self.pause(ttl, remaining);
+                if split {
+                    // The release's message may have gone only to nodes this locker does not
+                    // listen on (it listens on one): try again soon instead of at the fallback
+                    // retry, backing off while tries keep splitting (a node that forgot the lock
+                    // splits every try while it is held).
+                    sleep = sleep.min(jitter(split_pause));
+                    // At most the fallback retry, which `pause` jitters already.
+                    split_pause = (split_pause * 2).min(inner.settings.fallback_retry);
+                } else {
+                    split_pause = FIRST_SPLIT_PAUSE;
+                }
+                tracing::trace!(?ttl, ?sleep, split, "waiting for release");
+                // Boxed, as the subscription: only a contended acquire takes these steps.
+                Box::pin(wait.sleep(alarms, Instant::now() + sleep)).await;
             }
-            tracing::trace!(?ttl, ?sleep, split, "waiting for release");
-            // Boxed, as the subscription: only a contended acquire takes these steps.
-            Box::pin(wait.sleep(alarms, Instant::now() + sleep)).await;
         }
     }
 
-    /// The try of `wait`'s attempt. A try cut at the deadline after the lock was found held
-    /// is the wait running out while asking again: contention, not a Redis failure.
-    async fn try_in(
+    /// A try's answer, `tried`, as the wait's: a try cut at the deadline after the lock was
+    /// found held is the wait running out while asking again, contention, not a Redis failure.
+    fn deadline_seen_busy(
         &self,
+        tried: Result<Try, LockError>,
         wait: &mut Wait<'_>,
         when: When,
-        lease: Duration,
-        flag: Duration,
-        bound: Option<Instant>,
-        likely_busy: bool,
     ) -> Result<Try, LockError> {
-        let (attempt, waiter) = wait.attempt();
-        match self
-            .try_once(attempt, waiter, lease, flag, bound, likely_busy)
-            .await
-        {
+        match tried {
             Err(LockError::Backend { source, .. }) if source.is_deadline() => {
                 Err(match wait.seen_busy() {
                     Some(seen) => self.busy(when.started, seen),
@@ -181,61 +179,65 @@ impl Acquire {
     /// Redis; with a fresh token on a RedLock quorum, whose undo of a failed try runs in the
     /// background and must not hit the next try. Every call ends by `bound`: one still running
     /// then is abandoned (the background releaser removes what it may still take).
-    async fn try_once(
-        &self,
-        attempt: &mut Attempt<'_>,
-        waiter: &Token,
+    // Not `async fn`: see the module's documentation of `acquire`.
+    #[allow(clippy::manual_async_fn)]
+    fn try_once<'a, 'b, 'c, 't>(
+        &'a self,
+        attempt: &'b mut Attempt<'c>,
+        waiter: &'t Token,
         lease: Duration,
         flag: Duration,
         bound: Option<Instant>,
         likely_busy: bool,
-    ) -> Result<Try, LockError> {
-        let inner = &self.inner();
-        let fresh_token_per_try = inner.capabilities().fresh_token_per_try();
-        let mut backoff = Duration::from_millis(20);
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            if tries > 1 && fresh_token_per_try {
-                attempt.renew_token(self.new_token());
-            }
-            let args = AcquireArgs {
-                lease,
-                flag,
-                fresh_token: !attempt.sent,
-                likely_busy,
-            };
-            attempt.sent = true;
-            // One stored value for both when the waiting entry is this try's own (the usual
-            // case: only a RedLock retry changes the token).
-            let token = attempt.token.stored();
-            let other_waiter = (*waiter != attempt.token).then(|| waiter.stored());
-            let waiter = other_waiter.as_deref().unwrap_or(&token);
-            // Boxed: the call's state (some 900 bytes) would otherwise be part of every
-            // future above it, up to the acquire's own, and copied with each as it starts;
-            // one allocation costs less than those copies.
-            let reply = by(
-                bound,
-                Box::pin(inner.store.acquire(attempt.keys, &token, waiter, args)),
-            )
-            .await;
-            let error = match reply {
-                Ok(outcome) => {
-                    inner.answered();
-                    return self.answer(outcome);
+    ) -> impl Future<Output = Result<Try, LockError>> + use<'a, 'b, 'c, 't> {
+        async move {
+            let inner = &self.inner();
+            let fresh_token_per_try = inner.capabilities().fresh_token_per_try();
+            let mut backoff = Duration::from_millis(20);
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                if tries > 1 && fresh_token_per_try {
+                    attempt.renew_token(self.new_token());
                 }
-                Err(error) => error,
-            };
-            let retry_at = Instant::now() + backoff;
-            let in_time = bound.is_none_or(|b| retry_at < b);
-            if !(error.is_transient() && in_time) {
-                return Err(LockError::backend_on(attempt.keys, &self.key, error));
+                let args = AcquireArgs {
+                    lease,
+                    flag,
+                    fresh_token: !attempt.sent,
+                    likely_busy,
+                };
+                attempt.sent = true;
+                // One stored value for both when the waiting entry is this try's own (the usual
+                // case: only a RedLock retry changes the token).
+                let token = attempt.token.stored();
+                let other_waiter = (*waiter != attempt.token).then(|| waiter.stored());
+                let waiter = other_waiter.as_deref().unwrap_or(&token);
+                // Boxed: the call's state (some 900 bytes) would otherwise be part of every
+                // future above it, up to the acquire's own, and copied with each as it starts;
+                // one allocation costs less than those copies.
+                let reply = by(
+                    bound,
+                    Box::pin(inner.store.acquire(attempt.keys, &token, waiter, args)),
+                )
+                .await;
+                let error = match reply {
+                    Ok(outcome) => {
+                        inner.answered();
+                        return self.answer(outcome);
+                    }
+                    Err(error) => error,
+                };
+                let retry_at = Instant::now() + backoff;
+                let in_time = bound.is_none_or(|b| retry_at < b);
+                if !(error.is_transient() && in_time) {
+                    return Err(LockError::backend_on(attempt.keys, &self.key, error));
+                }
+                tracing::debug!(%error, "acquire failed; retrying");
+                // Boxed: a retry is off the usual path, and its timer would otherwise be part of
+                // every try's state.
+                Box::pin(tokio::time::sleep_until(retry_at)).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
-            tracing::debug!(%error, "acquire failed; retrying");
-            // Boxed: a retry is off the usual path, and its timer would otherwise be part of
-            // every try's state.
-            Box::pin(tokio::time::sleep_until(retry_at)).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 

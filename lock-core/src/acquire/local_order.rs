@@ -2,6 +2,7 @@
 //! local queue and Redis for each [`Order`](crate::kind::Order), and the locks a local holder
 //! hands over.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -14,7 +15,7 @@ use crate::held::{Grant, Hold, LeaseMode};
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::local::LocalLocks;
-use crate::local_key::{LocalKey, LocalKeyRef, Place};
+use crate::local_key::{Baton, LocalKey, LocalKeyRef, Place};
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
 use crate::store::{NewLease, Renewal};
@@ -100,26 +101,40 @@ impl Acquire {
     /// The usual order: first the local queue (one task per key per process contends in
     /// Redis; first come, first served), then Redis, unless the last local holder handed the
     /// lock over.
-    pub(super) async fn local_then_in_redis<'k>(
-        &self,
+    // Not `async fn`: see the module's documentation of `acquire`.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn local_then_in_redis<'a, 'k>(
+        &'a self,
         local_key: &'k LocalKeyRef<Hold>,
         mode: LeaseMode,
         when: When,
-    ) -> Result<Placed<'k>, LockError> {
-        let permit = queue_for(local_key, self.permits, when, true).await;
-        let Some(permit) = permit else {
-            return Err(self.busy(when.started, self.local_holder(local_key)));
-        };
-        let handoff = self.handoff(local_key, mode);
-        // The last local holder handed the lock over: no Redis round trip.
-        if let Some(grant) = self.take_handed_over(&handoff).await {
-            return Ok((permit, grant));
+    ) -> impl Future<Output = Result<Placed<'k>, LockError>> + use<'a, 'k> {
+        async move {
+            // Each step is looked at before anything is awaited: the uncontended acquire (a
+            // free place, nothing handed over, no release to yield to) builds no future but
+            // the one of its Redis call.
+            let permit = match local_key.try_place(self.permits) {
+                Some(place) => Some(place),
+                None => queue_for(local_key, self.permits, when, true).await,
+            };
+            let Some(permit) = permit else {
+                return Err(self.busy(when.started, self.local_holder(local_key)));
+            };
+            // The last local holder handed the lock over: no Redis round trip.
+            if let Some(taken) = LocalLocks::take_over(local_key, mode, self.permits) {
+                if let Some(grant) = self.use_handed_over(taken).await {
+                    return Ok((permit, grant));
+                }
+            }
+            let others_wait = match local_key.yield_until() {
+                Some(until) => self.yield_to_others(until, when).await,
+                None => false,
+            };
+            let grant = self
+                .acquire_in_redis(self.redis_keys(), mode.lease(), when, None, others_wait)
+                .await?;
+            Ok((permit, grant))
         }
-        let others_wait = self.yield_to_others(local_key, when).await;
-        let grant = self
-            .acquire_in_redis(self.redis_keys(), mode.lease(), when, None, others_wait)
-            .await?;
-        Ok((permit, grant))
     }
 
     /// A semaphore's order in this process, first come, first served: a place of the local
@@ -156,7 +171,9 @@ impl Acquire {
         if let Some(grant) = self.take_handed_over(&handoff).await {
             return Ok((place, grant));
         }
-        self.yield_to_others(local_key, when).await;
+        if let Some(until) = local_key.yield_until() {
+            self.yield_to_others(until, when).await;
+        }
         let grant = self
             .acquire_in_redis(self.redis_keys(), mode.lease(), when, Some(&handoff), false)
             .await?;
@@ -274,7 +291,14 @@ impl Acquire {
     /// The lock the last local holder handed over, if one waits in the local key and fits this
     /// acquire; one that does not fit goes back to Redis first.
     pub(super) async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
-        match LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)? {
+        let taken = LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)?;
+        self.use_handed_over(taken).await
+    }
+
+    /// What a local holder handed over (see [`LocalLocks::take_over`]): its grant, or `None`
+    /// once a lock that does not fit this acquire went back to Redis.
+    async fn use_handed_over(&self, taken: Result<Grant, Baton>) -> Option<Grant> {
+        match taken {
             Ok(grant) => Some(grant),
             Err(baton) => {
                 // Boxed, as every step off the uncontended path: its state would otherwise
@@ -285,13 +309,10 @@ impl Acquire {
         }
     }
 
-    /// After our own release told waiters elsewhere, holds back a moment (within the wait) so
-    /// they get their turn. Returns whether this acquire began before that moment ended (it
+    /// After our own release told waiters elsewhere, holds back until `until` (within the wait)
+    /// so they get their turn. Returns whether this acquire began before that moment ended (it
     /// waited behind that release, or came within it): the lock is then most likely theirs.
-    async fn yield_to_others(&self, local_key: &LocalKeyRef<Hold>, when: When) -> bool {
-        let Some(until) = local_key.yield_until() else {
-            return false;
-        };
+    async fn yield_to_others(&self, until: Instant, when: When) -> bool {
         let behind_it = when.started < until;
         let until = when.deadline.map_or(until, |d| d.min(until));
         tokio::time::sleep_until(until).await;

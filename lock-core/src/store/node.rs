@@ -103,6 +103,17 @@ impl Node {
         }
     }
 
+    /// [`require`](Self::require)'s answer when the servers behind the connection are known
+    /// (every call but the first ones on a connection), without building its future; `None`
+    /// when they must be read first.
+    fn required(&self, need: Need) -> Option<Result<(), BackendError>> {
+        let too_old = self.too_old(need, self.conn.generation())?;
+        Some(match too_old {
+            Some(too_old) => Err(BackendError::too_old(too_old)),
+            None => Ok(()),
+        })
+    }
+
     /// `None` when nothing is known for the connection's `generation`; then whether a server
     /// is older than `need`.
     pub(crate) fn too_old(&self, need: Need, generation: u64) -> Option<Option<TooOld>> {
@@ -200,7 +211,13 @@ impl Node {
         waiter: &str,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
-        self.require(Need::of(keys.kind())).await?;
+        let need = Need::of(keys.kind());
+        match self.required(need) {
+            Some(known) => known?,
+            // Boxed: the read (and its lock) runs once per connection, and its state would
+            // otherwise be part of every acquire's.
+            None => Box::pin(self.require(need)).await?,
+        }
         if self.plain_set(keys, args) {
             let set: Value = Self::set_nx(keys, token, args.lease)
                 .query_async(&mut self.conn.clone())
