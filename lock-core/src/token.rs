@@ -31,7 +31,7 @@ impl Token {
             Kind::Exclusive | Kind::Shared => StoredKind::Plain,
         };
         Self {
-            random: rand::random(),
+            random: random_bits(),
             holder: holder.clone(),
             kind,
         }
@@ -86,8 +86,14 @@ impl fmt::Debug for Token {
 #[cfg(test)]
 pub(crate) fn random() -> String {
     let mut value = String::with_capacity(32);
-    push_hex(&mut value, &rand::random());
+    push_hex(&mut value, &random_bits());
     value
+}
+
+/// 128 bits from the thread-local CSPRNG, drawn as one integer: drawn as `[u8; 16]`, `rand`
+/// takes each byte from a word of its own (sixteen draws).
+fn random_bits() -> [u8; 16] {
+    rand::random::<u128>().to_ne_bytes()
 }
 
 /// Appends `bits` as 32 lowercase hex digits.

@@ -8,9 +8,10 @@ mod node;
 mod redlock;
 mod single;
 
+use std::future::Future;
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use futures_util::future::{join_all, Either};
 
 pub(crate) use calls::acquire::AcquireReply;
 pub(crate) use calls::inspect::{HeldAs, Inspected};
@@ -226,14 +227,17 @@ impl Store {
     }
 
     /// Releases the lock if it holds `token`; see [`ReleaseReply`].
-    pub(crate) async fn release(
-        &self,
-        keys: &RedisKeys,
-        token: &str,
-    ) -> Result<ReleaseReply, BackendError> {
+    ///
+    /// The chosen store's own future, not one more future around it: every release runs
+    /// through here.
+    pub(crate) fn release<'a>(
+        &'a self,
+        keys: &'a RedisKeys,
+        token: &'a str,
+    ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
         match self {
-            Self::Single(store) => store.release(keys, token).await,
-            Self::RedLock(store) => store.release(keys, token).await,
+            Self::Single(store) => Either::Left(store.release(keys, token)),
+            Self::RedLock(store) => Either::Right(store.release(keys, token)),
         }
     }
 

@@ -1,6 +1,8 @@
 //! The single-server strategy: one logical Redis (a server, a cluster, a Sentinel primary),
 //! optionally with `WAIT` for replicas after each acquire.
 
+use std::future::Future;
+
 use super::node::Node;
 use super::{
     AcquireArgs, AcquireReply, Inspected, MinReplicas, NewLease, Outcome, ReleaseReply, Renewal,
@@ -45,12 +47,12 @@ impl SingleStore {
         }
     }
 
-    pub(crate) async fn release(
-        &self,
-        keys: &RedisKeys,
-        token: &str,
-    ) -> Result<ReleaseReply, BackendError> {
-        self.node.release(keys, token).await
+    pub(crate) fn release<'a>(
+        &'a self,
+        keys: &'a RedisKeys,
+        token: &'a str,
+    ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
+        self.node.release(keys, token)
     }
 
     pub(crate) async fn renew(
