@@ -18,6 +18,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -151,15 +152,10 @@ impl LocalLocks {
         self.closing.load(Ordering::SeqCst)
     }
 
-    /// Resolves when the locker is shut down.
-    pub(crate) async fn closed(&self) {
-        // Made before the flag is read: a `notify_waiters` after that reaches it (whether or
-        // not it was polled yet), and one before it set the flag first.
-        let signal = self.close_signal.notified();
-        if self.is_closed() {
-            return;
-        }
-        signal.await;
+    /// The shutdown's signal: resolves on a shutdown after it was made (whether or not it was
+    /// polled yet); one before sets [`is_closed`](Self::is_closed) first.
+    pub(crate) fn close_signal(&self) -> Notified<'_> {
+        self.close_signal.notified()
     }
 
     /// Shuts the locker down: acquires fail from now on, acquires waiting wake up and fail,

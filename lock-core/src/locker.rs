@@ -455,7 +455,8 @@ impl Locker {
     /// from then on.
     ///
     /// In order: acquires fail from now on with [`LockError::ShutDown`], those waiting at
-    /// once; the watchdog and the release listener stop; every lock held is marked lost
+    /// once (one whose Redis call is under way when its answer comes, within the call's
+    /// timeout: a lock Redis granted it is given back, and this waits for that); the watchdog and the release listener stop; every lock held is marked lost
     /// ([`LostReason::Shutdown`](crate::LostReason::Shutdown): [`LockGuard::lost`] fires, so
     /// a holder stops before another instance can enter) and released in Redis, all at once;
     /// then it waits until the releases and clean-ups running in the background (guards

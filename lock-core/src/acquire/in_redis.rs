@@ -2,6 +2,7 @@
 //! or the wait runs out.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
@@ -215,11 +216,14 @@ impl Acquire {
                 // Boxed: the call's state (some 900 bytes) would otherwise be part of every
                 // future above it, up to the acquire's own, and copied with each as it starts;
                 // one allocation costs less than those copies.
+                // Only waiting for Redis's answer meanwhile (see `shut_down.rs`).
+                self.in_call.store(true, Ordering::Release);
                 let reply = by(
                     bound,
                     Box::pin(inner.store.acquire(attempt.keys, &token, waiter, args)),
                 )
                 .await;
+                self.in_call.store(false, Ordering::Release);
                 let error = match reply {
                     Ok(outcome) => {
                         inner.answered();

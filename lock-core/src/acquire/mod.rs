@@ -4,7 +4,8 @@
 //! differs between kinds is asked of [`Kind`]. The rest is a file per step:
 //! `local_order.rs` (the local key and the order of local queue and Redis, local handoffs),
 //! `in_redis.rs` (the tries in Redis), `wait.rs` (what one wait in Redis holds between tries),
-//! `report.rs` (spans, logs and the outcome label).
+//! `report.rs` (spans, logs and the outcome label), `shut_down.rs` (how a shutdown ends an
+//! acquire).
 //!
 //! The steps an uncontended acquire awaits (`run`, `take`, `local_then_in_redis`,
 //! `acquire_in_redis`, `try_once`) are written `fn .. -> impl Future { async move { .. } }`,
@@ -16,10 +17,12 @@
 mod in_redis;
 mod local_order;
 mod report;
+mod shut_down;
 mod wait;
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -63,7 +66,7 @@ use crate::with_lock::OnLost;
 /// [`LockError::Backend`] when Redis failed (the wait is not used up retrying a dead server
 /// beyond the deadline), [`LockError::Lost`] for a reentrant acquire of a lock this task
 /// holds but has lost, and [`LockError::ShutDown`] once the locker was shut down (an acquire
-/// waiting then ends at once).
+/// waiting then ends at once, one whose Redis call is under way when its answer comes).
 ///
 /// # Cancel safety
 ///
@@ -85,6 +88,8 @@ pub struct Acquire {
     on_lost: OnLost,
     /// Started by [`skip_if_busy`](Self::skip_if_busy): a busy answer is counted as a skip.
     skip: bool,
+    /// A try's Redis call is under way (see `shut_down.rs`).
+    in_call: AtomicBool,
 }
 
 impl Acquire {
@@ -99,6 +104,7 @@ impl Acquire {
             max_hold: None,
             on_lost: OnLost::Abort,
             skip: false,
+            in_call: AtomicBool::new(false),
         }
     }
 
@@ -249,10 +255,9 @@ impl Acquire {
             let local = &self.inner().local;
             // Counted until it ends, so that a shutdown waits for what it leaves behind.
             let _working = local.in_flight.enter();
-            let result = tokio::select! {
-                biased;
-                () = local.closed() => Err(LockError::ShutDown),
-                result = self.take(started, &mut metric, &mut reentered) => result,
+            let result = {
+                let take = std::pin::pin!(self.take(started, &mut metric, &mut reentered));
+                shut_down::until_shut_down(local, &self.in_call, take).await
             };
             let result = match result {
                 Ok(guard) if local.is_closed() => {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, locker, server};
 use lock_core::{ConfigError, LockError, Locker, LostReason};
-use lock_testkit::{free_port, RedisServer, VersionProxy};
+use lock_testkit::{free_port, FaultProxy, ProxyMode, RedisServer, VersionProxy};
 
 /// Tries `acquire` until it succeeds or `limit` passes; the last error otherwise.
 async fn first_ok<T, F, Fut>(limit: Duration, mut acquire: F) -> Result<T, LockError>
@@ -400,6 +400,87 @@ async fn shutdown_releases_everything_and_refuses_acquires() {
     taken.release().await.unwrap();
     blocker.release().await.unwrap();
     assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// Shutdown while acquires wait in two ways. One queued behind this locker's own holder
+/// (waiting for its local place) ends with `ShutDown` at once. One whose Redis call is under
+/// way (each way through a proxy delayed 400 ms) is left to get its answer: it ends with
+/// `ShutDown` when the answer comes, the lock Redis granted it is given back, and `shutdown`
+/// returns only after that, with nothing of the locker's left in Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_a_local_waiter_at_once_and_a_call_in_flight_at_its_answer() {
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .build()
+        .await
+        .expect("connect locker");
+    let holder = locker.lock("shut:local").await.unwrap();
+    let queued = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let answer = locker
+                .lock("shut:local")
+                .wait(Duration::from_secs(30))
+                .await;
+            (answer, Instant::now())
+        })
+    };
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(400)))
+        .await;
+    let in_flight = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let answer = locker
+                .lock("shut:flight")
+                .wait(Duration::from_secs(30))
+                .await;
+            (answer, Instant::now())
+        })
+    };
+    // The call is on its way: its answer is due some 800 ms after it was sent.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!queued.is_finished() && !in_flight.is_finished());
+
+    let started = Instant::now();
+    locker
+        .shutdown(Duration::from_secs(10))
+        .await
+        .expect("a clean shutdown");
+    let returned = started.elapsed();
+    let (queued, queued_at) = queued.await.unwrap();
+    let (in_flight, in_flight_at) = in_flight.await.unwrap();
+    lock_testkit::figure(&format!(
+        "shutdown with a local waiter and an acquire's call in flight (400 ms each way): \
+         waiter ended after {:?}, the call's acquire after {:?}, shutdown returned after {returned:?}",
+        queued_at - started,
+        in_flight_at - started,
+    ));
+    assert!(matches!(queued, Err(LockError::ShutDown)), "{queued:?}");
+    assert!(
+        queued_at - started < Duration::from_millis(300),
+        "the local waiter ended {:?} after the shutdown began",
+        queued_at - started
+    );
+    assert!(
+        matches!(in_flight, Err(LockError::ShutDown)),
+        "{in_flight:?}"
+    );
+    // Its answer came some 600 ms after the shutdown began, not at once.
+    assert!(
+        in_flight_at - started > Duration::from_millis(300),
+        "the acquire in flight ended {:?} after the shutdown began",
+        in_flight_at - started
+    );
+    assert!(
+        returned >= in_flight_at - started,
+        "shutdown returned before the acquire in flight ended"
+    );
+    assert!(holder.release().await.is_err());
+    proxy.set_mode(ProxyMode::Pass).await;
+    assert_nothing_left(&server, &[&locker]).await;
 }
 
 /// Any timeout, from none to `Duration::MAX`: no panic, every acquire refused afterwards,
