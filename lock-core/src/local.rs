@@ -403,7 +403,7 @@ impl LocalLocks {
         self: &Arc<Self>,
         held: &Arc<Hold>,
     ) -> Result<(), LockError> {
-        let mut on_drop = ReleaseOnDrop::new(&self.releaser, (self.clone(), held.clone()));
+        let mut on_drop = ReleaseOnDrop::new(&self.releaser, (self, held));
         on_drop.arm();
         let result = self.finish(held).await;
         on_drop.disarm();

@@ -158,8 +158,10 @@ pub(crate) trait Pending {
     fn job(&mut self) -> ReleaseJob;
 }
 
-/// A held lock whose outermost guard is being finished.
-impl Pending for (Arc<LocalLocks>, Arc<Hold>) {
+/// A held lock whose outermost guard is being finished. Borrowed, and cloned only for the
+/// background releaser: the locker's `Arc` is shared by all its tasks, and counting it up and
+/// down on every release made the cores pass its count between them.
+impl Pending for (&Arc<LocalLocks>, &Arc<Hold>) {
     fn job(&mut self) -> ReleaseJob {
         ReleaseJob::Finish {
             local: self.0.clone(),
