@@ -9,7 +9,7 @@ use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, locker, server};
-use lock_core::{ConfigError, LockError, Locker, LostReason};
+use lock_core::{ConfigError, LockError, LockGuard, Locker, LostReason};
 use lock_testkit::{free_port, FaultProxy, ProxyMode, RedisServer, VersionProxy};
 
 /// Tries `acquire` until it succeeds or `limit` passes; the last error otherwise.
@@ -402,6 +402,18 @@ async fn shutdown_releases_everything_and_refuses_acquires() {
     assert_nothing_left(&server, &[&locker, &other]).await;
 }
 
+/// Acquires `key` (waiting up to 30 s) in a task of its own: its answer, and when it came.
+fn acquire_in_task(
+    locker: &Locker,
+    key: &'static str,
+) -> tokio::task::JoinHandle<(Result<LockGuard, LockError>, Instant)> {
+    let locker = locker.clone();
+    tokio::spawn(async move {
+        let answer = locker.lock(key).wait(Duration::from_secs(30)).await;
+        (answer, Instant::now())
+    })
+}
+
 /// Shutdown while acquires wait in two ways. One queued behind this locker's own holder
 /// (waiting for its local place) ends with `ShutDown` at once. One whose Redis call is under
 /// way (each way through a proxy delayed 400 ms) is left to get its answer: it ends with
@@ -417,29 +429,11 @@ async fn shutdown_ends_a_local_waiter_at_once_and_a_call_in_flight_at_its_answer
         .await
         .expect("connect locker");
     let holder = locker.lock("shut:local").await.unwrap();
-    let queued = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            let answer = locker
-                .lock("shut:local")
-                .wait(Duration::from_secs(30))
-                .await;
-            (answer, Instant::now())
-        })
-    };
+    let queued = acquire_in_task(&locker, "shut:local");
     proxy
         .set_mode(ProxyMode::Delay(Duration::from_millis(400)))
         .await;
-    let in_flight = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            let answer = locker
-                .lock("shut:flight")
-                .wait(Duration::from_secs(30))
-                .await;
-            (answer, Instant::now())
-        })
-    };
+    let in_flight = acquire_in_task(&locker, "shut:flight");
     // The call is on its way: its answer is due some 800 ms after it was sent.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!queued.is_finished() && !in_flight.is_finished());
