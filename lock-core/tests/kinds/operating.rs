@@ -416,7 +416,7 @@ fn acquire_in_task(
 
 /// Shutdown while acquires wait in two ways. One queued behind this locker's own holder
 /// (waiting for its local place) ends with `ShutDown` at once. One whose Redis call is under
-/// way (each way through a proxy delayed 400 ms) is left to get its answer: it ends with
+/// way (each way through a proxy delayed 700 ms) is left to get its answer: it ends with
 /// `ShutDown` when the answer comes, the lock Redis granted it is given back, and `shutdown`
 /// returns only after that, with nothing of the locker's left in Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,23 +431,24 @@ async fn shutdown_ends_a_local_waiter_at_once_and_a_call_in_flight_at_its_answer
     let holder = locker.lock("shut:local").await.unwrap();
     let queued = acquire_in_task(&locker, "shut:local");
     proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(400)))
+        .set_mode(ProxyMode::Delay(Duration::from_millis(700)))
         .await;
     let in_flight = acquire_in_task(&locker, "shut:flight");
-    // The call is on its way: its answer is due some 800 ms after it was sent.
+    // The call is on its way: its answer is due some 1.4 s after it was sent (a second to
+    // spare for a loaded machine's late wake-ups before the assertions below).
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!queued.is_finished() && !in_flight.is_finished());
 
     let started = Instant::now();
     locker
-        .shutdown(Duration::from_secs(10))
+        .shutdown(Duration::from_secs(30))
         .await
         .expect("a clean shutdown");
     let returned = started.elapsed();
     let (queued, queued_at) = queued.await.unwrap();
     let (in_flight, in_flight_at) = in_flight.await.unwrap();
     lock_testkit::figure(&format!(
-        "shutdown with a local waiter and an acquire's call in flight (400 ms each way): \
+        "shutdown with a local waiter and an acquire's call in flight (700 ms each way): \
          waiter ended after {:?}, the call's acquire after {:?}, shutdown returned after {returned:?}",
         queued_at - started,
         in_flight_at - started,
@@ -462,7 +463,7 @@ async fn shutdown_ends_a_local_waiter_at_once_and_a_call_in_flight_at_its_answer
         matches!(in_flight, Err(LockError::ShutDown)),
         "{in_flight:?}"
     );
-    // Its answer came some 600 ms after the shutdown began, not at once.
+    // Its answer came some 1.2 s after the shutdown began, not at once.
     assert!(
         in_flight_at - started > Duration::from_millis(300),
         "the acquire in flight ended {:?} after the shutdown began",
