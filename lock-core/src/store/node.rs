@@ -81,37 +81,25 @@ impl Node {
     /// RedLock node down at start-up, the first call after a Sentinel failover), after reading
     /// it. Nothing is sent when it refuses.
     pub(crate) async fn require(&self, need: Need) -> Result<(), BackendError> {
-        let generation = self.conn.generation();
-        let too_old = match self.too_old(need, generation) {
-            Some(too_old) => too_old,
-            None => {
-                // One read for the acquires that all start at once (a lazy locker's first
-                // burst): the others wait for it and find its answer.
-                let _reading = self.reading.lock().await;
-                match self.too_old(need, generation) {
-                    Some(too_old) => too_old,
-                    None => {
-                        self.read_server(generation).await?;
-                        self.too_old(need, generation).flatten()
-                    }
-                }
-            }
-        };
-        match too_old {
-            Some(too_old) => Err(BackendError::too_old(too_old)),
-            None => Ok(()),
+        if let Some(known) = self.required(need) {
+            return known;
         }
+        // One read for the acquires that all start at once (a lazy locker's first burst): the
+        // others wait for it and find its answer.
+        let _reading = self.reading.lock().await;
+        if let Some(known) = self.required(need) {
+            return known;
+        }
+        let generation = self.conn.generation();
+        self.read_server(generation).await?;
+        refusal(self.too_old(need, generation).flatten())
     }
 
     /// [`require`](Self::require)'s answer when the servers behind the connection are known
     /// (every call but the first ones on a connection), without building its future; `None`
     /// when they must be read first.
     fn required(&self, need: Need) -> Option<Result<(), BackendError>> {
-        let too_old = self.too_old(need, self.conn.generation())?;
-        Some(match too_old {
-            Some(too_old) => Err(BackendError::too_old(too_old)),
-            None => Ok(()),
-        })
+        self.too_old(need, self.conn.generation()).map(refusal)
     }
 
     /// `None` when nothing is known for the connection's `generation`; then whether a server
@@ -599,6 +587,14 @@ where
     Fut: std::future::Future<Output = Result<T, BackendError>>,
 {
     retry_dropped_noting(call, |_| ()).await
+}
+
+/// A call's answer to a check of the servers' versions: refused when one is too old.
+fn refusal(too_old: Option<TooOld>) -> Result<(), BackendError> {
+    match too_old {
+        Some(too_old) => Err(BackendError::too_old(too_old)),
+        None => Ok(()),
+    }
 }
 
 /// [`retry_dropped`], telling `retrying_after` each error it retries after.
