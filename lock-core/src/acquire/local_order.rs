@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use futures_util::future::Either;
 use tokio::time::Instant;
 
 use super::{Acquire, Seen, When};
@@ -113,10 +114,7 @@ impl Acquire {
             // Each step is looked at before anything is awaited: the uncontended acquire (a
             // free place, nothing handed over, no release to yield to) builds no future but
             // the one of its Redis call.
-            let permit = match local_key.try_place(self.permits) {
-                Some(place) => Some(place),
-                None => queue_for(local_key, self.permits, when, true).await,
-            };
+            let permit = queue_for(local_key, self.permits, when, true).await;
             let Some(permit) = permit else {
                 return Err(self.busy(when.started, self.local_holder(local_key)));
             };
@@ -337,19 +335,30 @@ impl Acquire {
 /// `places` places of `local_key`'s queue, first come first served, by `when`'s deadline (at
 /// once for a zero wait); counted as queued in `local_key` meanwhile when `counted` (the local
 /// handoff looks at it). `None` when the wait ran out.
-async fn queue_for(
+///
+/// A place free now is taken at once, without building the wait's future or its deadline's
+/// timer (the uncontended acquire's case). Only a task that finds none waits, first come first
+/// served: the queue gives places back to its waiters before anyone can take them this way.
+fn queue_for(
+    local_key: &LocalKey<Hold>,
+    places: u32,
+    when: When,
+    counted: bool,
+) -> impl Future<Output = Option<Place<'_>>> {
+    let free = local_key.try_place(places);
+    if free.is_some() || when.try_once {
+        return Either::Left(std::future::ready(free));
+    }
+    Either::Right(wait_for_place(local_key, places, when, counted))
+}
+
+/// [`queue_for`]'s wait, once no place was free.
+async fn wait_for_place(
     local_key: &LocalKey<Hold>,
     places: u32,
     when: When,
     counted: bool,
 ) -> Option<Place<'_>> {
-    // A place free now is taken at once, without the deadline's timer (the uncontended
-    // acquire's case). Only a task that finds none waits, first come first served: the queue
-    // gives places back to its waiters before anyone can take them this way.
-    let free = local_key.try_place(places);
-    if free.is_some() || when.try_once {
-        return free;
-    }
     let _queued = counted.then(|| local_key.queued());
     let queued = local_key.place(places);
     match when.deadline {
