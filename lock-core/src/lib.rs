@@ -367,6 +367,7 @@ mod held;
 mod held_by_token;
 mod hex;
 mod holder;
+mod in_box;
 mod in_flight;
 mod inspect;
 mod key;

@@ -26,6 +26,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::held_by_token::HeldByToken;
+use crate::in_box::in_box;
 use crate::in_flight::InFlight;
 use crate::kind::Kind;
 use crate::local_key::{Baton, LocalKey, LocalKeyRef, LocalKeys};
@@ -361,7 +362,7 @@ impl LocalLocks {
         if let Some(lease) = self.may_hand_over(held) {
             // Boxed: only a handoff confirms, and its state would otherwise be part of every
             // release's future.
-            match Box::pin(self.confirm(held, lease)).await {
+            match in_box(|| self.confirm(held, lease)).await {
                 Confirmation::Ours(valid_until) => {
                     if self.hand_over(held, valid_until) {
                         release::end_hold(held.take_hold_span(), ReleaseOutcome::HandedOver);
@@ -383,7 +384,7 @@ impl LocalLocks {
         // Boxed: the release's state (a kilobyte, the span and the Redis call's retry) would
         // otherwise be part of every release's future up to the caller's task, copied into it
         // as it starts and carried for good; one allocation costs less than the copies.
-        let released = Box::pin(release::release_held(&self.store, held)).await;
+        let released = in_box(|| release::release_held(&self.store, held)).await;
         Self::settle(held, released.others_waiting);
         released.result
     }

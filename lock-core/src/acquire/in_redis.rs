@@ -16,6 +16,7 @@ use crate::backend_error::BackendError;
 use crate::error::LockError;
 use crate::held::Grant;
 use crate::holder;
+use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::limits;
@@ -220,7 +221,7 @@ impl Acquire {
                 self.in_call.store(true, Ordering::Release);
                 let reply = by(
                     bound,
-                    Box::pin(inner.store.acquire(attempt.keys, &token, waiter, args)),
+                    in_box(|| inner.store.acquire(attempt.keys, &token, waiter, args)),
                 )
                 .await;
                 self.in_call.store(false, Ordering::Release);

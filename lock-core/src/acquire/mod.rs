@@ -32,6 +32,7 @@ use tracing::{Instrument, Span};
 use crate::error::{DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Hold, LeaseMode, Terms};
+use crate::in_box::in_box;
 use crate::key::{self, RedisKeys};
 use crate::kind::{Kind, Order};
 use crate::limits;
@@ -209,13 +210,6 @@ impl IntoFuture for Acquire {
         };
         AcquireFuture { inner }
     }
-}
-
-/// The future `make` returns, built in place in a new box: `Box::pin(make())` built it on the
-/// stack and copied it over whole.
-fn in_box<F>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
-    let slot = Box::<F>::new_uninit();
-    Box::into_pin(Box::write(slot, make()))
 }
 
 /// The time frame of one acquire.
