@@ -16,7 +16,7 @@
 //! `:`, as the default `host:pid` does).
 
 use std::fmt;
-use std::fmt::Write as _;
+use std::io;
 
 use crate::error::ConfigError;
 use crate::key::ShownKey;
@@ -84,27 +84,28 @@ fn host_name() -> String {
 }
 
 /// The stored value of a new hold: `token` with the holder name (and a fair lock's mark, or a
-/// semaphore holder's permits) appended (tokens build theirs with [`push_holder`]).
+/// semaphore holder's permits) appended (tokens write theirs with [`write_holder`]).
 #[cfg(test)]
 pub(crate) fn stored_value(token: &str, holder: &str, kind: StoredKind) -> String {
-    let mut value = String::with_capacity(token.len() + holder.len() + 12);
-    value.push_str(token);
-    push_holder(&mut value, holder, kind);
-    value
+    let mut value = token.as_bytes().to_vec();
+    // Writing to a `Vec` cannot fail.
+    let _ = write_holder(&mut value, holder, kind);
+    String::from_utf8(value).unwrap_or_default()
 }
 
-/// Appends what follows the token in a stored value: `|`, the holder name, and a fair lock's
+/// Writes what follows the token in a stored value: `|`, the holder name, and a fair lock's
 /// mark or a semaphore holder's `:<permits>`.
-pub(crate) fn push_holder(value: &mut String, holder: &str, kind: StoredKind) {
-    value.push('|');
-    value.push_str(holder);
+pub(crate) fn write_holder(
+    out: &mut impl io::Write,
+    holder: &str,
+    kind: StoredKind,
+) -> io::Result<()> {
+    out.write_all(b"|")?;
+    out.write_all(holder.as_bytes())?;
     match kind {
-        StoredKind::Plain => {}
-        StoredKind::Fair => value.push_str(FAIR_MARK),
-        StoredKind::Permits(permits) => {
-            // Writing to a `String` cannot fail.
-            let _ = write!(value, ":{permits}");
-        }
+        StoredKind::Plain => Ok(()),
+        StoredKind::Fair => out.write_all(FAIR_MARK.as_bytes()),
+        StoredKind::Permits(permits) => write!(out, ":{permits}"),
     }
 }
 

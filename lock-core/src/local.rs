@@ -502,7 +502,7 @@ impl LocalLocks {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
             if let Some(baton) = local_key.reclaim_baton(&token, streak) {
-                if let Err(error) = store.release(&baton.keys, &baton.token.stored()).await {
+                if let Err(error) = store.release(&baton.keys, &baton.token).await {
                     tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
                 }
             }

@@ -120,7 +120,7 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     // its holder before the key goes) is still ours until Redis says otherwise.
     let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
     let keys = held.redis_keys();
-    let result = store.release(&keys, &held.token().stored()).await;
+    let result = store.release(&keys, held.token()).await;
     let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
     let released = match result {
         Ok(reply) if reply.ours && !was_lost => Ok(()),
@@ -293,7 +293,6 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                         // The attempt's command may still be on its way: try a few times.
                         // Answered (a waiter between the tries of a line), one answer is
                         // enough; a failed call is tried again all the same.
-                        let token = token.stored();
                         for delay in [0, 100, 500, 2000] {
                             tokio::time::sleep(Duration::from_millis(delay)).await;
                             match store.release(&keys, &token).await {

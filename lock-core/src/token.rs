@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::io;
 use std::sync::Arc;
 
 use crate::holder::{self, StoredKind};
@@ -9,7 +10,9 @@ use crate::kind::Kind;
 
 /// The token of one try of an acquire: 128 random bits, the holder's name and what the
 /// scripts count of its kind (see `holder.rs`). Only its issuer knows it, so every change to a
-/// lock key compares it first; it crosses into `store/` as its [`stored`](Self::stored) value.
+/// lock key compares it first. The acquire's and the release's calls take it as it is and
+/// write its stored value into their commands in place (see `store/calls`); other calls take
+/// the [`stored`](Self::stored) value as a string.
 ///
 /// Kept as the bits, not the text: a held lock carries its token for as long as it is held,
 /// and the stored value (`<32 hex digits>|<holder>...`) is written only where it is sent. The
@@ -38,12 +41,27 @@ impl Token {
     }
 
     /// The value stored in Redis: `<token>|<holder>`, with a fair lock's mark or a semaphore
-    /// holder's permits. Built for each command that sends it, in one allocation.
+    /// holder's permits, for the calls that need it as a string. The acquire's and the
+    /// release's commands take the token itself, which writes this into them in place (see
+    /// `store/calls`), and build no string.
     pub(crate) fn stored(&self) -> String {
-        let mut value = String::with_capacity(32 + 1 + self.holder.len() + 12);
-        push_hex(&mut value, &self.random);
-        holder::push_holder(&mut value, &self.holder, self.kind);
-        value
+        let mut value = Vec::with_capacity(self.stored_capacity());
+        // Writing to a `Vec` cannot fail.
+        let _ = self.write_stored(&mut value);
+        String::from_utf8(value).unwrap_or_default()
+    }
+
+    /// At least the stored value's length (a semaphore's permits counted as ten digits).
+    pub(crate) fn stored_capacity(&self) -> usize {
+        32 + 1 + self.holder.len() + 11
+    }
+
+    /// Writes the stored value into `out`: 32 hex digits, then the holder part.
+    pub(crate) fn write_stored(&self, out: &mut impl io::Write) -> io::Result<()> {
+        let mut hex = [0u8; 32];
+        crate::hex::encode_into(&self.random, &mut hex);
+        out.write_all(&hex)?;
+        holder::write_holder(out, &self.holder, self.kind)
     }
 
     /// The permits a semaphore holder's token counts (`None` for a lock's).
@@ -96,10 +114,9 @@ fn random_bits() -> [u8; 16] {
     rand::random::<u128>().to_ne_bytes()
 }
 
-/// Appends `bits` as 32 lowercase hex digits.
+/// Appends `bits` as 32 lowercase hex digits (as [`Token::write_stored`] writes them).
+#[cfg(test)]
 fn push_hex(value: &mut String, bits: &[u8; 16]) {
-    // Written as bytes, then added in one go: pushing 32 chars one by one cost most of
-    // building a token's value, which every acquire and release does.
     let mut hex = [0u8; 32];
     crate::hex::encode_into(bits, &mut hex);
     value.push_str(std::str::from_utf8(&hex).unwrap_or_default());

@@ -209,11 +209,6 @@ impl Acquire {
                     likely_busy,
                 };
                 attempt.sent = true;
-                // One stored value for both when the waiting entry is this try's own (the usual
-                // case: only a RedLock retry changes the token).
-                let token = attempt.token.stored();
-                let other_waiter = (*waiter != attempt.token).then(|| waiter.stored());
-                let waiter = other_waiter.as_deref().unwrap_or(&token);
                 // Boxed: the call's state (some 900 bytes) would otherwise be part of every
                 // future above it, up to the acquire's own, and copied with each as it starts;
                 // one allocation costs less than those copies.
@@ -221,7 +216,11 @@ impl Acquire {
                 self.in_call.store(true, Ordering::Release);
                 let reply = by(
                     bound,
-                    in_box(|| inner.store.acquire(attempt.keys, &token, waiter, args)),
+                    in_box(|| {
+                        inner
+                            .store
+                            .acquire(attempt.keys, &attempt.token, waiter, args)
+                    }),
                 )
                 .await;
                 self.in_call.store(false, Ordering::Release);

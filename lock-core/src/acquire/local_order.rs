@@ -324,8 +324,7 @@ impl Acquire {
         let inner = &self.inner();
         let mut on_drop = ReleaseOnDrop::new(inner.releaser(), Attempt::new(keys, token));
         on_drop.arm();
-        let token = on_drop.target.token.stored();
-        if let Err(error) = inner.store.release(keys, &token).await {
+        if let Err(error) = inner.store.release(keys, &on_drop.target.token).await {
             tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
         }
         on_drop.disarm();

@@ -26,6 +26,7 @@ use crate::error::{ConfigError, LockError};
 use crate::key::{RedisKeys, ShownKey};
 use crate::metrics;
 use crate::server_version;
+use crate::token::Token;
 
 /// Most keys renewed by one script call.
 pub(crate) const BATCH: usize = 500;
@@ -210,8 +211,8 @@ impl Store {
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
+        token: &Token,
+        waiter: &Token,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         // Timed here, once for both strategies; dropped unanswered, it counts as cancelled.
@@ -233,7 +234,7 @@ impl Store {
     pub(crate) fn release<'a>(
         &'a self,
         keys: &'a RedisKeys,
-        token: &'a str,
+        token: &'a Token,
     ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
         match self {
             Self::Single(store) => Either::Left(store.release(keys, token)),

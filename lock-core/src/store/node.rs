@@ -27,6 +27,7 @@ use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
 use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
+use crate::token::Token;
 
 /// What a node's server(s) said they are (see [`Node::read_server`]).
 #[derive(Debug, Default)]
@@ -176,10 +177,10 @@ impl Node {
     }
 
     /// `SET lock token NX PX lease`: the whole uncontended acquire.
-    fn set_nx(keys: &RedisKeys, token: &str, lease: Duration) -> Cmd {
+    fn set_nx(keys: &RedisKeys, token: &Token, lease: Duration) -> Cmd {
         // Sized up front: growing a command as its arguments arrive reallocates several times,
         // which was most of building it.
-        let mut cmd = Cmd::with_capacity(6, keys.lock.len() + token.len() + 32);
+        let mut cmd = Cmd::with_capacity(6, keys.lock.len() + token.stored_capacity() + 32);
         cmd.arg("SET")
             .arg(&keys.lock)
             .arg(token)
@@ -195,8 +196,8 @@ impl Node {
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
+        token: &Token,
+        waiter: &Token,
         args: AcquireArgs,
     ) -> Result<AcquireReply, BackendError> {
         let need = Need::of(keys.kind());
@@ -234,8 +235,8 @@ impl Node {
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
+        token: &Token,
+        waiter: &Token,
         args: AcquireArgs,
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
@@ -274,7 +275,7 @@ impl Node {
     pub(crate) async fn release(
         &self,
         keys: &RedisKeys,
-        token: &str,
+        token: &Token,
     ) -> Result<ReleaseReply, BackendError> {
         let call = release::of_kind(keys, token, self.latch);
         let first_sent = Instant::now();
@@ -314,7 +315,7 @@ impl Node {
     /// Undoes this node's grant to a RedLock try that did not win a majority: deletes the lock
     /// if it holds `token`, and nothing else (see `scripts/undo.lua`). A read grant's undo is
     /// its release (it removes the reader's entry, and nothing of the waiting writers).
-    pub(crate) async fn undo(&self, keys: &RedisKeys, token: &str) -> Result<(), BackendError> {
+    pub(crate) async fn undo(&self, keys: &RedisKeys, token: &Token) -> Result<(), BackendError> {
         if keys.kind() != Kind::Exclusive {
             return self.release(keys, token).await.map(drop);
         }

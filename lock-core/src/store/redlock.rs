@@ -17,6 +17,7 @@ use super::{
 };
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
+use crate::token::Token;
 
 /// Votes of `nodes` independent nodes, decided by a majority.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +55,7 @@ pub(crate) struct RedLockStore {
     /// Per token, how many node acquires of it are still running. A release waits for them:
     /// a grant that lands on a slow node after the release went there would stay until its
     /// lease.
-    pub(crate) in_flight: Arc<Mutex<HashMap<String, watch::Receiver<usize>>>>,
+    pub(crate) in_flight: Arc<Mutex<HashMap<Token, watch::Receiver<usize>>>>,
 }
 
 /// What the acquiring caller decided, for the per-node tasks of an acquire.
@@ -78,8 +79,8 @@ impl RedLockStore {
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
+        token: &Token,
+        waiter: &Token,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         let quorum = self.quorum();
@@ -88,13 +89,13 @@ impl RedLockStore {
         let started = Instant::now();
         let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
         let (running_tx, running_rx) = watch::channel(self.nodes.len());
-        self.in_flight.lock().insert(token.to_owned(), running_rx);
+        self.in_flight.lock().insert(token.clone(), running_rx);
         let running_tx = Arc::new(running_tx);
         // Nodes that granted this try, those that answer after the verdict included.
         let granted = Arc::new(AtomicUsize::new(0));
         let tasks = self.nodes.iter().map(|node| {
             let node = node.clone();
-            let (keys, token, waiter) = (keys.clone(), token.to_owned(), waiter.to_owned());
+            let (keys, token, waiter) = (keys.clone(), token.clone(), waiter.clone());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
             let granted = granted.clone();
@@ -274,7 +275,7 @@ impl RedLockStore {
     pub(crate) async fn release(
         &self,
         keys: &RedisKeys,
-        token: &str,
+        token: &Token,
     ) -> Result<ReleaseReply, BackendError> {
         let running = self.in_flight.lock().get(token).cloned();
         if let Some(mut running) = running {
@@ -297,7 +298,7 @@ impl RedLockStore {
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(i, node)| {
                 let node = node.clone();
-                let (keys, token) = (keys.clone(), token.to_owned());
+                let (keys, token) = (keys.clone(), token.clone());
                 tokio::spawn(async move { (i, node.release(&keys, &token).await) })
             }),
             |done| {

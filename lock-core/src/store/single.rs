@@ -9,6 +9,7 @@ use super::{
 };
 use crate::backend_error::BackendError;
 use crate::key::RedisKeys;
+use crate::token::Token;
 
 /// Locks on one logical Redis.
 #[derive(Debug)]
@@ -21,8 +22,8 @@ impl SingleStore {
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
-        token: &str,
-        waiter: &str,
+        token: &Token,
+        waiter: &Token,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         let Some(min) = self.min_replicas else {
@@ -50,7 +51,7 @@ impl SingleStore {
     pub(crate) fn release<'a>(
         &'a self,
         keys: &'a RedisKeys,
-        token: &'a str,
+        token: &'a Token,
     ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
         self.node.release(keys, token)
     }

@@ -12,13 +12,14 @@ use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
 use crate::store::{AcquireArgs, RestartGuard};
+use crate::token::Token;
 
 /// The acquire script of the kind `keys` are held as, for `token`; `waiter` is the acquire's
 /// entry in the waiting writers (an exclusive lock's, see `scripts/acquire.lua`).
 pub(crate) fn of_kind(
     keys: &RedisKeys,
-    token: &str,
-    waiter: &str,
+    token: &Token,
+    waiter: &Token,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
@@ -38,8 +39,8 @@ pub(crate) fn of_kind(
 /// token, the lease, the wait, the waiter [, the guard].
 fn acquire(
     keys: &RedisKeys,
-    token: &str,
-    waiter: &str,
+    token: &Token,
+    waiter: &Token,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
@@ -57,7 +58,7 @@ fn acquire(
 /// [, the epoch key]; ARGV the token, the lease, the stay in line [, the guard].
 fn fair_acquire(
     keys: &RedisKeys,
-    token: &str,
+    token: &Token,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
@@ -78,7 +79,7 @@ fn fair_acquire(
 /// key]; ARGV the token, the lease, the wait [, the guard].
 fn read_acquire(
     keys: &RedisKeys,
-    token: &str,
+    token: &Token,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
 ) -> ScriptCall<AcquireReply> {
@@ -99,7 +100,7 @@ fn read_acquire(
 /// channel [, the guard]. A semaphore's line says who waits: it has no waiting writers.
 fn permit_acquire(
     keys: &RedisKeys,
-    holder: &str,
+    holder: &Token,
     limit: u32,
     args: AcquireArgs,
     guard: Option<&RestartGuard>,
@@ -180,6 +181,8 @@ impl FromRedisValue for AcquireReply {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::store::calls::tests::{int, sent};
 
@@ -200,35 +203,43 @@ mod tests {
             guard: Duration::from_secs(40),
         };
         let k = RedisKeys::new("p", "k");
+        let holder: Arc<str> = Arc::from("h");
+        let (t, w) = (
+            Token::new(&holder, Kind::Exclusive, 1),
+            Token::new(&holder, Kind::Exclusive, 1),
+        );
+        let permit = Token::new(&holder, Kind::Permits { limit: 3 }, 1);
+        let (ts, ws, ps) = (t.stored(), w.stored(), permit.stored());
+        let (ts, ws, ps) = (ts.as_str(), ws.as_str(), ps.as_str());
         assert_eq!(
-            sent(of_kind(&k, "t", "w", args(false), None)),
+            sent(of_kind(&k, &t, &w, args(false), None)),
             [
                 "2",
                 &k.lock,
                 &k.waiting().to_string(),
-                "t",
+                ts,
                 "30000",
                 "2500",
-                "w"
+                ws
             ]
         );
         assert_eq!(
-            sent(of_kind(&k, "t", "w", args(false), Some(&guard))),
+            sent(of_kind(&k, &t, &w, args(false), Some(&guard))),
             [
                 "3",
                 &k.lock,
                 &k.waiting().to_string(),
                 "p:epoch",
-                "t",
+                ts,
                 "30000",
                 "2500",
-                "w",
+                ws,
                 "40000"
             ]
         );
         let fair = k.clone().held_as(Kind::Fair);
         assert_eq!(
-            sent(of_kind(&fair, "t", "w", args(true), Some(&guard))),
+            sent(of_kind(&fair, &t, &w, args(true), Some(&guard))),
             [
                 "5",
                 &fair.lock,
@@ -236,7 +247,7 @@ mod tests {
                 &fair.line().to_string(),
                 &fair.line_alive().to_string(),
                 "p:epoch",
-                "t",
+                ts,
                 "30000",
                 "2500",
                 "40000"
@@ -244,27 +255,27 @@ mod tests {
         );
         let read = k.clone().held_as(Kind::Shared);
         assert_eq!(
-            sent(of_kind(&read, "t", "w", args(true), None)),
+            sent(of_kind(&read, &t, &w, args(true), None)),
             [
                 "3",
                 &read.lock,
                 &read.waiting().to_string(),
                 &read.readers().to_string(),
-                "t",
+                ts,
                 "30000",
                 "2500"
             ]
         );
         let permits = RedisKeys::semaphore("p", "k", 3);
         assert_eq!(
-            sent(of_kind(&permits, "t:1", "w", args(true), Some(&guard))),
+            sent(of_kind(&permits, &permit, &w, args(true), Some(&guard))),
             [
                 "4",
                 &permits.lock,
                 &permits.line().to_string(),
                 &permits.line_alive().to_string(),
                 "p:epoch",
-                "t:1",
+                ps,
                 "30000",
                 "2500",
                 "3",
@@ -273,12 +284,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            sent(withdraw(&k, "w")),
+            sent(withdraw(&k, ws)),
             [
                 "2",
                 &k.lock,
                 &k.waiting().to_string(),
-                "w",
+                ws,
                 &k.channel().to_string()
             ]
         );

@@ -20,6 +20,7 @@ use crate::backend_error::BackendError;
 use crate::key::Name;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
+use crate::token::Token;
 
 /// A name is written into the command in place, part by part: releases send three or four
 /// names besides the lock key, and none gets a string of its own.
@@ -45,6 +46,31 @@ impl ToRedisArgs for Name<'_> {
             len += part.len();
         }
         out.write_arg(&joined[..len]);
+    }
+}
+
+/// A token is written into the command in place as its stored value (see `holder.rs`): the
+/// acquire's `SET` and every release send one, and a string of its own for each cost an
+/// allocation and its free.
+impl ToRedisArgs for &Token {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        // Written on the stack and added in one copy, as a name is; part by part into the
+        // command (which cannot fail: it only grows a `Vec`) should it not fit.
+        let mut stored = [0u8; 160];
+        let written = {
+            let mut rest = &mut stored[..];
+            let room = rest.len();
+            self.write_stored(&mut rest).map(|()| room - rest.len())
+        };
+        match written {
+            Ok(len) => out.write_arg(&stored[..len]),
+            Err(_) => {
+                let _ = self.write_stored(&mut out.writer_for_next_arg());
+            }
+        }
     }
 }
 
@@ -217,6 +243,38 @@ pub(crate) mod tests {
                 [waiting.as_bytes(), latch.as_bytes(), b"next"],
                 "{len}"
             );
+        }
+    }
+
+    /// A token goes into a command as one argument, its stored value, for every kind and
+    /// holder name, between the arguments around it.
+    #[test]
+    fn tokens_are_written_as_their_stored_value() {
+        use crate::kind::Kind;
+        let longest = "h".repeat(crate::holder::MAX_HOLDER_NAME_LEN);
+        for holder in ["h", "web-1:42", longest.as_str()] {
+            let holder: std::sync::Arc<str> = std::sync::Arc::from(holder);
+            for (kind, permits) in [
+                (Kind::Exclusive, 1),
+                (Kind::Shared, 1),
+                (Kind::Fair, 1),
+                (Kind::Permits { limit: 5 }, 3),
+                (Kind::Permits { limit: u32::MAX }, u32::MAX),
+            ] {
+                let token = Token::new(&holder, kind, permits);
+                let mut cmd = Cmd::new();
+                cmd.arg("before").arg(&token).arg("after");
+                let args: Vec<&[u8]> = cmd
+                    .args_iter()
+                    .map(|arg| match arg {
+                        redis::Arg::Simple(bytes) => bytes,
+                        _ => b"<not a plain argument>",
+                    })
+                    .collect();
+                let stored = token.stored();
+                assert_eq!(args, [&b"before"[..], stored.as_bytes(), b"after"]);
+                assert!(stored.len() <= token.stored_capacity(), "{stored}");
+            }
         }
     }
 }

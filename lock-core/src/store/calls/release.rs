@@ -10,6 +10,7 @@ use crate::key::{Name, RedisKeys};
 use crate::kind::Kind;
 use crate::limits::lease_ms;
 use crate::scripts;
+use crate::token::Token;
 
 /// The release script of the kind `keys` are held as, for `token`; `latch` is how long the
 /// release latch lives (zero: none, and its name is not sent). Every name a script touches is
@@ -22,7 +23,11 @@ use crate::scripts;
 ///
 /// and ARGV the token (a semaphore's: its holder, and the semaphore's count) [, the latch's
 /// life in milliseconds].
-pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptCall<ReleaseReply> {
+pub(crate) fn of_kind(
+    keys: &RedisKeys,
+    token: &Token,
+    latch: Duration,
+) -> ScriptCall<ReleaseReply> {
     let (script, names, limit): (_, &[Name<'_>], _) = match keys.kind() {
         Kind::Exclusive => (&scripts::RELEASE, &[keys.waiting()], None),
         Kind::Fair => (
@@ -41,7 +46,11 @@ pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptC
             Some(limit),
         ),
     };
-    let latch = (!latch.is_zero()).then(|| (keys.latch(token), lease_ms(latch)));
+    // The latch is named by the stored value, built as a string only for it.
+    let latched = (!latch.is_zero()).then(|| token.stored());
+    let latch = latched
+        .as_deref()
+        .map(|stored| (keys.latch(stored), lease_ms(latch)));
     let mut call = ScriptCall::new(script, 1 + names.len() + usize::from(latch.is_some()));
     call.key(&keys.lock);
     for name in names {
@@ -63,7 +72,7 @@ pub(crate) fn of_kind(keys: &RedisKeys, token: &str, latch: Duration) -> ScriptC
 }
 
 /// `scripts/undo.lua`: KEYS the lock; ARGV the try's token. Answers 1 when it deleted the key.
-pub(crate) fn undo(keys: &RedisKeys, token: &str) -> ScriptCall<i64> {
+pub(crate) fn undo(keys: &RedisKeys, token: &Token) -> ScriptCall<i64> {
     let mut call = ScriptCall::new(&scripts::UNDO, 1);
     call.key(&keys.lock);
     call.arg(token);
@@ -124,6 +133,8 @@ pub(crate) enum Gone {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::store::calls::tests::{int, sent};
 
@@ -133,6 +144,9 @@ mod tests {
     fn each_kind_lays_out_its_script_as_its_header_says() {
         let latch = Duration::from_millis(1_500);
         let k = RedisKeys::new("p", "k");
+        let t = Token::new(&Arc::from("h"), Kind::Exclusive, 1);
+        let ts = t.stored();
+        let ts = ts.as_str();
         let names = |k: &RedisKeys, names: &[Name<'_>]| -> Vec<String> {
             std::iter::once(k.lock.clone())
                 .chain(names.iter().map(Name::to_string))
@@ -148,58 +162,58 @@ mod tests {
         // No window: no latch's name, no latch's life.
         let mutex = names(&k, &[k.waiting()]);
         assert_eq!(
-            sent(of_kind(&k, "t", Duration::ZERO)),
-            with("2", mutex.clone(), &["t"])
+            sent(of_kind(&k, &t, Duration::ZERO)),
+            with("2", mutex.clone(), &[ts])
         );
         let mut latched = mutex;
-        latched.push(k.latch("t").to_string());
+        latched.push(k.latch(ts).to_string());
         assert_eq!(
-            sent(of_kind(&k, "t", latch)),
-            with("3", latched, &["t", "1500"])
+            sent(of_kind(&k, &t, latch)),
+            with("3", latched, &[ts, "1500"])
         );
 
         let fair = k.clone().held_as(Kind::Fair);
         let line = [fair.waiting(), fair.line(), fair.line_alive()];
         assert_eq!(
-            sent(of_kind(&fair, "t", Duration::ZERO)),
-            with("4", names(&fair, &line), &["t"])
+            sent(of_kind(&fair, &t, Duration::ZERO)),
+            with("4", names(&fair, &line), &[ts])
         );
         let mut latched = names(&fair, &line);
-        latched.push(fair.latch("t").to_string());
+        latched.push(fair.latch(ts).to_string());
         assert_eq!(
-            sent(of_kind(&fair, "t", latch)),
-            with("5", latched, &["t", "1500"])
+            sent(of_kind(&fair, &t, latch)),
+            with("5", latched, &[ts, "1500"])
         );
 
         // A window under a millisecond is rounded up, not down to "no latch".
         let read = k.clone().held_as(Kind::Shared);
         let mut latched = names(&read, &[read.waiting(), read.readers()]);
-        latched.push(read.latch("t").to_string());
+        latched.push(read.latch(ts).to_string());
         assert_eq!(
-            sent(of_kind(&read, "t", Duration::from_micros(10))),
-            with("4", latched, &["t", "1"])
+            sent(of_kind(&read, &t, Duration::from_micros(10))),
+            with("4", latched, &[ts, "1"])
         );
         assert_eq!(
-            sent(of_kind(&read, "t", Duration::ZERO)),
-            with("3", names(&read, &[read.waiting(), read.readers()]), &["t"])
+            sent(of_kind(&read, &t, Duration::ZERO)),
+            with("3", names(&read, &[read.waiting(), read.readers()]), &[ts])
         );
 
         let permits = RedisKeys::semaphore("p", "k", 3);
         let mut latched = names(&permits, &[permits.line(), permits.line_alive()]);
-        latched.push(permits.latch("t").to_string());
+        latched.push(permits.latch(ts).to_string());
         assert_eq!(
-            sent(of_kind(&permits, "t", latch)),
-            with("4", latched, &["t", "3", "1500"])
+            sent(of_kind(&permits, &t, latch)),
+            with("4", latched, &[ts, "3", "1500"])
         );
         assert_eq!(
-            sent(of_kind(&permits, "t", Duration::ZERO)),
+            sent(of_kind(&permits, &t, Duration::ZERO)),
             with(
                 "3",
                 names(&permits, &[permits.line(), permits.line_alive()]),
-                &["t", "3"]
+                &[ts, "3"]
             )
         );
-        assert_eq!(sent(undo(&k, "t")), ["1", &k.lock, "t"]);
+        assert_eq!(sent(undo(&k, &t)), ["1", &k.lock, ts]);
     }
 
     #[test]
