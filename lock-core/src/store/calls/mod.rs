@@ -247,12 +247,14 @@ pub(crate) mod tests {
     }
 
     /// A token goes into a command as one argument, its stored value, for every kind and
-    /// holder name, between the arguments around it.
+    /// holder name, between the arguments around it; also one longer than any the kit
+    /// accepts, which does not fit the stack and is written part by part.
     #[test]
     fn tokens_are_written_as_their_stored_value() {
         use crate::kind::Kind;
         let longest = "h".repeat(crate::holder::MAX_HOLDER_NAME_LEN);
-        for holder in ["h", "web-1:42", longest.as_str()] {
+        let too_long = "x".repeat(300);
+        for holder in ["h", "web-1:42", longest.as_str(), too_long.as_str()] {
             let holder: std::sync::Arc<str> = std::sync::Arc::from(holder);
             for (kind, permits) in [
                 (Kind::Exclusive, 1),
