@@ -221,6 +221,16 @@ pub(crate) mod tests {
         args[2..].to_vec()
     }
 
+    /// A command's arguments, as the bytes sent.
+    fn arg_bytes(cmd: &Cmd) -> Vec<&[u8]> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes,
+                _ => b"<not a plain argument>",
+            })
+            .collect()
+    }
+
     /// A name goes into a command as one argument with the bytes of its string, whether it
     /// is joined on the stack (short) or written part by part (long), and whatever follows.
     #[test]
@@ -230,13 +240,7 @@ pub(crate) mod tests {
             let keys = crate::key::RedisKeys::new("prefix:", &key);
             let mut cmd = Cmd::new();
             cmd.arg(keys.waiting()).arg(keys.latch("t0k")).arg("next");
-            let args: Vec<&[u8]> = cmd
-                .args_iter()
-                .map(|arg| match arg {
-                    redis::Arg::Simple(bytes) => bytes,
-                    _ => b"<not a plain argument>",
-                })
-                .collect();
+            let args = arg_bytes(&cmd);
             let (waiting, latch) = (keys.waiting().to_string(), keys.latch("t0k").to_string());
             assert_eq!(
                 args,
@@ -266,13 +270,7 @@ pub(crate) mod tests {
                 let token = Token::new(&holder, kind, permits);
                 let mut cmd = Cmd::new();
                 cmd.arg("before").arg(&token).arg("after");
-                let args: Vec<&[u8]> = cmd
-                    .args_iter()
-                    .map(|arg| match arg {
-                        redis::Arg::Simple(bytes) => bytes,
-                        _ => b"<not a plain argument>",
-                    })
-                    .collect();
+                let args = arg_bytes(&cmd);
                 let stored = token.stored();
                 assert_eq!(args, [&b"before"[..], stored.as_bytes(), b"after"]);
                 assert!(stored.len() <= token.stored_capacity(), "{stored}");
