@@ -27,6 +27,10 @@ pub const MAX_HOLDER_NAME_LEN: usize = 64;
 /// What marks a fair lock's stored value (see the module docs).
 const FAIR_MARK: &str = "|fair";
 
+/// The longest part after the holder name: a semaphore holder's `:` and permits (ten digits
+/// at most), longer than the fair lock's mark.
+pub(crate) const MAX_SUFFIX_LEN: usize = 1 + 10;
+
 /// Checks a holder name: 1 to [`MAX_HOLDER_NAME_LEN`] bytes, no `|` (the separator of the
 /// stored value), no control or invisible characters (it is shown in error messages and logs).
 pub(crate) fn validate(name: &str) -> Result<(), ConfigError> {
@@ -238,6 +242,11 @@ mod tests {
             StoredKind::Permits(u32::MAX),
         ] {
             let value = stored_value(&token, &name, kind);
+            assert!(
+                value.len() <= crate::token::MAX_STORED_LEN,
+                "{}",
+                value.len()
+            );
             assert!(
                 value.len() <= crate::release_messages::MAX_MESSAGE,
                 "{}",

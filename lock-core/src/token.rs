@@ -8,6 +8,10 @@ use std::sync::Arc;
 use crate::holder::{self, StoredKind};
 use crate::kind::Kind;
 
+/// The longest stored value of a holder name the kit accepts.
+pub(crate) const MAX_STORED_LEN: usize =
+    32 + 1 + holder::MAX_HOLDER_NAME_LEN + holder::MAX_SUFFIX_LEN;
+
 /// The token of one try of an acquire: 128 random bits, the holder's name and what the
 /// scripts count of its kind (see `holder.rs`). Only its issuer knows it, so every change to a
 /// lock key compares it first. The acquire's and the release's calls take it as it is and
@@ -53,7 +57,7 @@ impl Token {
 
     /// At least the stored value's length (a semaphore's permits counted as ten digits).
     pub(crate) fn stored_capacity(&self) -> usize {
-        32 + 1 + self.holder.len() + 11
+        32 + 1 + self.holder.len() + holder::MAX_SUFFIX_LEN
     }
 
     /// Writes the stored value into `out`: 32 hex digits, then the holder part.

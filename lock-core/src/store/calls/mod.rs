@@ -20,7 +20,7 @@ use crate::backend_error::BackendError;
 use crate::key::Name;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
-use crate::token::Token;
+use crate::token::{Token, MAX_STORED_LEN};
 
 /// A name is written into the command in place, part by part: releases send three or four
 /// names besides the lock key, and none gets a string of its own.
@@ -59,7 +59,7 @@ impl ToRedisArgs for &Token {
     {
         // Written on the stack and added in one copy, as a name is; part by part into the
         // command (which cannot fail: it only grows a `Vec`) should it not fit.
-        let mut stored = [0u8; 160];
+        let mut stored = [0u8; MAX_STORED_LEN];
         let written = {
             let mut rest = &mut stored[..];
             let room = rest.len();
