@@ -48,6 +48,8 @@ params! {
     floor_retry_us: u64 = 0, 0;
     /// W1: acquire+release cycles on fresh keys, one task.
     w1_cycles: usize = 5_000, 500;
+    /// W1: slices each side's cycles are cut into; the sides take turns slice by slice.
+    w1_slices: usize = 20, 5;
     /// W1: untimed warm-up cycles before each measured run.
     w1_warmup: usize = 200, 50;
     /// W2: tasks, each on its own fresh keys.

@@ -38,56 +38,103 @@ fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &PerSide, check:
     }
 }
 
-/// W1: one task, acquire+release cycles on fresh keys.
+/// One side's cycles over a W1 repetition: the sums of its slices.
+#[derive(Default)]
+struct Cycles {
+    latencies: Vec<u64>,
+    acquires: Vec<u64>,
+    releases: Vec<u64>,
+    secs: f64,
+    client_cpu_s: f64,
+    redis_cpu_s: f64,
+}
+
+impl Cycles {
+    /// Runs `keys` one cycle after another on `lock`, adding their times and CPU.
+    async fn run(
+        &mut self,
+        ctx: &Ctx,
+        lock: &Lock,
+        keys: &[String],
+        wait: Duration,
+    ) -> Result<(), BoxError> {
+        let cpu0 = ctx.cpu().await?;
+        let started = Instant::now();
+        for key in keys {
+            let t = Instant::now();
+            let held = lock
+                .acquire(key, wait)
+                .await?
+                .ok_or_else(|| format!("fresh key {key} was busy"))?;
+            let t1 = Instant::now();
+            lock.release(held).await?;
+            let t2 = Instant::now();
+            self.latencies.push((t2 - t).as_nanos() as u64);
+            self.acquires.push((t1 - t).as_nanos() as u64);
+            self.releases.push((t2 - t1).as_nanos() as u64);
+        }
+        self.secs += started.elapsed().as_secs_f64();
+        let cpu = ctx.cpu().await?;
+        self.client_cpu_s += cpu.client - cpu0.client;
+        self.redis_cpu_s += cpu.server - cpu0.server;
+        Ok(())
+    }
+}
+
+/// W1: one task, acquire+release cycles on fresh keys. Each repetition cuts every side's
+/// cycles into slices and runs them taking turns, the order rotated each slice (as W7's
+/// routes): on a shared machine whose load swings over seconds, the sides then sample the
+/// same swings, where one side's whole run after the other's compared two moments.
 pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
+    let sides = Side::WITH_RSLOCK;
+    let slices = p.w1_slices.clamp(1, p.w1_cycles.max(1));
+    let per_slice = p.w1_cycles.div_ceil(slices);
     // [side] -> per-run values
     let (mut p50, mut p99, mut rate) = (PerSide::default(), PerSide::default(), PerSide::default());
     let (mut client, mut server) = (PerSide::default(), PerSide::default());
     let (mut acq50, mut rel50) = (PerSide::default(), PerSide::default());
     for rep in 0..p.reps {
-        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
+        let mut locks = Vec::with_capacity(sides.len());
+        for side in sides {
             let lock = ctx.open(side, &ctx.prefix("w1", rep, side)).await?;
             for i in 0..p.w1_warmup {
                 cycle(&lock, &format!("warm:{i}"), wait).await?;
             }
-            // Keys are made before the clock starts: both sides get the same strings.
-            let keys: Vec<String> = (0..p.w1_cycles).map(|i| format!("key:{i}")).collect();
-            let mut latencies = Vec::with_capacity(keys.len());
-            let (mut acquires, mut releases) = (Vec::new(), Vec::new());
-            let cpu0 = ctx.cpu().await?;
-            let started = Instant::now();
-            for key in &keys {
-                let t = Instant::now();
-                let held = lock
-                    .acquire(key, wait)
-                    .await?
-                    .ok_or_else(|| format!("fresh key {key} was busy"))?;
-                let t1 = Instant::now();
-                lock.release(held).await?;
-                let t2 = Instant::now();
-                latencies.push((t2 - t).as_nanos() as u64);
-                acquires.push((t1 - t).as_nanos() as u64);
-                releases.push((t2 - t1).as_nanos() as u64);
+            locks.push(lock);
+        }
+        // Keys are made before the clock starts: every side gets the same strings (under its
+        // own prefix).
+        let keys: Vec<String> = (0..p.w1_cycles).map(|i| format!("key:{i}")).collect();
+        let mut runs: [Cycles; 3] = Default::default();
+        for (slice, keys) in keys.chunks(per_slice).enumerate() {
+            for turn in 0..sides.len() {
+                let s = (slice + turn) % sides.len();
+                runs[s].run(ctx, &locks[s], keys, wait).await?;
             }
-            let secs = started.elapsed().as_secs_f64();
-            let (c, sv) = ctx.cpu().await?.per_op_us(&cpu0, keys.len() as u64);
-            let (a, b) = (
-                percentile(&mut latencies, 50.0) / 1e3,
-                percentile(&mut latencies, 99.0) / 1e3,
+        }
+        for (s, mut run) in runs.into_iter().enumerate() {
+            let cycles = run.latencies.len().max(1) as f64;
+            let (c, sv) = (
+                run.client_cpu_s * 1e6 / cycles,
+                run.redis_cpu_s * 1e6 / cycles,
             );
-            let r = keys.len() as f64 / secs;
+            let (a, b) = (
+                percentile(&mut run.latencies, 50.0) / 1e3,
+                percentile(&mut run.latencies, 99.0) / 1e3,
+            );
+            let r = cycles / run.secs;
             ctx.progress(
                 "W1",
                 rep,
-                side,
+                sides[s],
                 &format!("p50 {a:.1} µs, p99 {b:.1} µs, {r:.0} cycles/s, CPU per cycle: client {c:.1} µs, Redis {sv:.1} µs"),
             );
             client[s].push(c);
             server[s].push(sv);
-            acq50[s].push(percentile(&mut acquires, 50.0) / 1e3);
-            rel50[s].push(percentile(&mut releases, 50.0) / 1e3);
+            acq50[s].push(percentile(&mut run.acquires, 50.0) / 1e3);
+            rel50[s].push(percentile(&mut run.releases, 50.0) / 1e3);
             p50[s].push(a);
             p99[s].push(b);
             rate[s].push(r);
