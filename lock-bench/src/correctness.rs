@@ -90,7 +90,9 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
                     }
                     locks
                 }
-                Side::Floor | Side::Rslock => vec![Some(ctx.open(side, &prefix).await?)],
+                Side::Floor | Side::Rslock | Side::Guarded => {
+                    vec![Some(ctx.open(side, &prefix).await?)]
+                }
             };
             let (value, failed) = increments(ctx, locks, &format!("{prefix}counter-value")).await?;
             ctx.progress(

@@ -90,6 +90,9 @@ impl Lock {
             Side::Floor => Self::Floor(
                 Floor::connect(url, prefix.to_owned(), floor_lease_ms, floor_retry).await?,
             ),
+            Side::Guarded => Self::Floor(
+                Floor::connect_guarded(url, prefix.to_owned(), floor_lease_ms, floor_retry).await?,
+            ),
             // The floor's lease and pause between tries: the same lock, the same waiting.
             Side::Rslock => Self::Rslock(Rslock::connect(
                 url,

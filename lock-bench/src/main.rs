@@ -119,6 +119,9 @@ pub(crate) enum Side {
     Floor,
     /// The `rslock` crate (W1-W3 only).
     Rslock,
+    /// The floor with what the kit does for five of its guarantees (W1 only; see
+    /// `floor.rs`).
+    Guarded,
 }
 
 impl Side {
@@ -132,6 +135,7 @@ impl Side {
             Self::Kit => "kit",
             Self::Floor => "floor",
             Self::Rslock => "rslock",
+            Self::Guarded => "floor+guarantees",
         }
     }
 }

@@ -118,7 +118,7 @@ impl CommandStats {
         let inner = match side {
             Side::Kit => KIT_SCRIPT_ONLY,
             // rslock's release script is the floor's (`GET`, `DEL`).
-            Side::Floor | Side::Rslock => FLOOR_SCRIPT_ONLY,
+            Side::Floor | Side::Rslock | Side::Guarded => FLOOR_SCRIPT_ONLY,
         };
         self.calls
             .iter()

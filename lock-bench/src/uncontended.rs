@@ -21,8 +21,11 @@ pub(crate) async fn cycle(lock: &Lock, key: &str, wait: Duration) -> Result<(), 
 /// Per-run values of one metric, per side (kit, floor, rslock).
 type PerSide = [Vec<f64>; 3];
 
+/// W1's per-run values of one metric, per side (kit, floor, rslock, floor+guarantees).
+type W1Sides = [Vec<f64>; 4];
+
 /// The kit against rslock: a row whose floor column is rslock's.
-fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &PerSide, check: Check) -> Row {
+fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &[Vec<f64>], check: Check) -> Row {
     let row = Row::new(
         w,
         &format!("{metric} (floor column: rslock)"),
@@ -88,13 +91,13 @@ impl Cycles {
 pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
-    let sides = Side::WITH_RSLOCK;
+    let sides = [Side::Kit, Side::Floor, Side::Rslock, Side::Guarded];
     let slices = p.w1_slices.clamp(1, p.w1_cycles.max(1));
     let per_slice = p.w1_cycles.div_ceil(slices);
     // [side] -> per-run values
-    let (mut p50, mut p99, mut rate) = (PerSide::default(), PerSide::default(), PerSide::default());
-    let (mut client, mut server) = (PerSide::default(), PerSide::default());
-    let (mut acq50, mut rel50) = (PerSide::default(), PerSide::default());
+    let (mut p50, mut p99, mut rate) = (W1Sides::default(), W1Sides::default(), W1Sides::default());
+    let (mut client, mut server) = (W1Sides::default(), W1Sides::default());
+    let (mut acq50, mut rel50) = (W1Sides::default(), W1Sides::default());
     for rep in 0..p.reps {
         let mut locks = Vec::with_capacity(sides.len());
         for side in sides {
@@ -107,7 +110,7 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         // Keys are made before the clock starts: every side gets the same strings (under its
         // own prefix).
         let keys: Vec<String> = (0..p.w1_cycles).map(|i| format!("key:{i}")).collect();
-        let mut runs: [Cycles; 3] = Default::default();
+        let mut runs: [Cycles; 4] = Default::default();
         for (slice, keys) in keys.chunks(per_slice).enumerate() {
             for turn in 0..sides.len() {
                 let s = (slice + turn) % sides.len();
@@ -155,13 +158,50 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         vs_rslock(w, "client CPU per cycle", "µs", &client, Check::Info),
         vs_rslock(w, "Redis CPU per cycle", "µs", &server, Check::Info),
     ];
-    let [k50, f50, _] = p50;
-    let [k99, f99, _] = p99;
-    let [kr, fr, _] = rate;
-    let [kc, fc, _] = client;
-    let [ks, fs, _] = server;
-    let [ka, fa, _] = acq50;
-    let [kl, fl, _] = rel50;
+    // What the kit costs above a hand-rolled lock with its guarantees, and what those cost.
+    let guarded = "floor column: the floor with the kit's guarantees";
+    let guarded_alone = "kit column: the floor with the kit's guarantees";
+    let against_guarded = [
+        Row::new(
+            w,
+            &format!("acquire+release p50 ({guarded})"),
+            "µs",
+            p50[0].clone(),
+            p50[3].clone(),
+            Check::Info,
+        ),
+        Row::new(
+            w,
+            &format!("client CPU per cycle ({guarded})"),
+            "µs",
+            client[0].clone(),
+            client[3].clone(),
+            Check::Info,
+        ),
+        Row::new(
+            w,
+            &format!("acquire+release p50 ({guarded_alone})"),
+            "µs",
+            p50[3].clone(),
+            p50[1].clone(),
+            Check::Info,
+        ),
+        Row::new(
+            w,
+            &format!("client CPU per cycle ({guarded_alone})"),
+            "µs",
+            client[3].clone(),
+            client[1].clone(),
+            Check::Info,
+        ),
+    ];
+    let [k50, f50, _, _] = p50;
+    let [k99, f99, _, _] = p99;
+    let [kr, fr, _, _] = rate;
+    let [kc, fc, _, _] = client;
+    let [ks, fs, _, _] = server;
+    let [ka, fa, _, _] = acq50;
+    let [kl, fl, _, _] = rel50;
     let mut rows = vec![
         Row::new(
             w,
@@ -179,6 +219,7 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         Row::new(w, "Redis CPU per cycle", "µs", ks, fs, Check::Info),
     ];
     rows.extend(against_rslock);
+    rows.extend(against_guarded);
     Ok(rows)
 }
 

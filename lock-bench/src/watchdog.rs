@@ -231,7 +231,7 @@ pub(crate) async fn worker(args: WorkerArgs) -> Result<(), BoxError> {
             }
         }
         // rslock renews only inside its `using` (one timer per lock): not a side of W6.
-        Side::Rslock => return Err("W6 has no rslock side".into()),
+        Side::Rslock | Side::Guarded => return Err("W6 has no rslock or guarded floor side".into()),
     };
     println!("{}", serde_json::to_string(&measured)?);
     Ok(())
