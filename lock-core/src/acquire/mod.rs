@@ -23,6 +23,7 @@ mod wait;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,11 +32,13 @@ use tracing::{Instrument, Span};
 
 use crate::error::{DurationSetting, LockError};
 use crate::guard::LockGuard;
-use crate::held::{Hold, LeaseMode, Terms};
+use crate::held::{Grant, Hold, LeaseMode, Terms};
 use crate::in_box::in_box;
 use crate::key::{self, RedisKeys};
 use crate::kind::{Kind, Order};
 use crate::limits;
+use crate::local::LocalLocks;
+use crate::local_key::LocalKeyRef;
 use crate::locker::{Inner, Locker};
 use crate::metrics;
 use crate::owner::Owner;
@@ -212,6 +215,25 @@ impl IntoFuture for Acquire {
     }
 }
 
+/// The guard of a lock granted on `terms`: its hold, registered with the locker's local locks.
+///
+/// Not inlined into the acquire's state machine: built there, the hold (200 bytes, then moved
+/// into its `Arc`) took room in the acquire's own stack frame, which stays above the frames of
+/// the Redis call's every poll, so one cycle touched those stack lines as well; called, it is
+/// built lower down, in stack the Redis call used already. The data an uncontended cycle
+/// touches is just over the data cache (32 KB): cachegrind, one task, 503 -> 451 misses a cycle.
+#[inline(never)]
+fn guard_for(
+    local: &Arc<LocalLocks>,
+    terms: Terms,
+    grant: Grant,
+    local_key: LocalKeyRef<Hold>,
+    places: u32,
+) -> LockGuard {
+    let held = local.register(Hold::new(terms, grant, local_key, places));
+    LockGuard::new(local.clone(), held)
+}
+
 /// The time frame of one acquire.
 #[derive(Debug, Clone, Copy)]
 struct When {
@@ -316,12 +338,15 @@ impl Acquire {
                 mode,
                 max_hold,
             };
-            let inner = &self.inner();
             // The places pass to the hold, which gives them back through its local key.
             let places = permit.keep();
-            let held = Hold::new(terms, grant, local_key, places);
-            let held = inner.local.register(held);
-            Ok(LockGuard::new(inner.local.clone(), held))
+            Ok(guard_for(
+                &self.inner().local,
+                terms,
+                grant,
+                local_key,
+                places,
+            ))
         }
     }
 

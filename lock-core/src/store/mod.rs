@@ -23,6 +23,7 @@ pub(crate) use single::SingleStore;
 
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, LockError};
+use crate::in_box::in_box;
 use crate::key::{RedisKeys, ShownKey};
 use crate::metrics;
 use crate::server_version;
@@ -221,7 +222,7 @@ impl Store {
             Self::Single(store) => store.acquire(keys, token, waiter, args).await,
             // Boxed: a quorum's state is many times one node's, and every acquire's future
             // would carry it; next to several nodes' round trips the allocation is nothing.
-            Self::RedLock(store) => Box::pin(store.acquire(keys, token, waiter, args)).await,
+            Self::RedLock(store) => in_box(|| store.acquire(keys, token, waiter, args)).await,
         };
         call.finish(result.as_ref().map(Outcome::label));
         result

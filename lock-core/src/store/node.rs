@@ -22,6 +22,7 @@ use super::calls::{self, force_unlock};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
+use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::limits::lease_ms;
@@ -205,7 +206,7 @@ impl Node {
             Some(known) => known?,
             // Boxed: the read (and its lock) runs once per connection, and its state would
             // otherwise be part of every acquire's.
-            None => Box::pin(self.require(need)).await?,
+            None => in_box(|| self.require(need)).await?,
         }
         if self.plain_set(keys, args) {
             let set: Value = Self::set_nx(keys, token, args.lease)

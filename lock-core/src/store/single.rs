@@ -8,6 +8,7 @@ use super::{
     AcquireArgs, AcquireReply, Inspected, MinReplicas, NewLease, Outcome, ReleaseReply, Renewal,
 };
 use crate::backend_error::BackendError;
+use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::token::Token;
 
@@ -37,11 +38,11 @@ impl SingleStore {
         // which every acquire's future would otherwise carry (and copy) to serve a setting most
         // lockers leave off.
         let (reply, acked) =
-            Box::pin(self.node.acquire_with_wait(keys, token, waiter, args, min)).await?;
+            in_box(|| self.node.acquire_with_wait(keys, token, waiter, args, min)).await?;
         match reply {
             AcquireReply::Acquired if acked < min.replicas => {
                 // Fail closed: a lock that did not reach the replicas is given back.
-                Box::pin(self.node.release(keys, token)).await?;
+                in_box(|| self.node.release(keys, token)).await?;
                 Ok(Outcome::NotReplicated { acked })
             }
             reply => Ok(reply.into()),
