@@ -158,43 +158,26 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         vs_rslock(w, "client CPU per cycle", "µs", &client, Check::Info),
         vs_rslock(w, "Redis CPU per cycle", "µs", &server, Check::Info),
     ];
-    // What the kit costs above a hand-rolled lock with its guarantees, and what those cost.
+    // What the kit costs above a hand-rolled lock with its guarantees (sides 0 and 3), and
+    // what those cost (sides 3 and 1).
     let guarded = "floor column: the floor with the kit's guarantees";
     let guarded_alone = "kit column: the floor with the kit's guarantees";
-    let against_guarded = [
-        Row::new(
-            w,
-            &format!("acquire+release p50 ({guarded})"),
-            "µs",
-            p50[0].clone(),
-            p50[3].clone(),
-            Check::Info,
-        ),
-        Row::new(
-            w,
-            &format!("client CPU per cycle ({guarded})"),
-            "µs",
-            client[0].clone(),
-            client[3].clone(),
-            Check::Info,
-        ),
-        Row::new(
-            w,
-            &format!("acquire+release p50 ({guarded_alone})"),
-            "µs",
-            p50[3].clone(),
-            p50[1].clone(),
-            Check::Info,
-        ),
-        Row::new(
-            w,
-            &format!("client CPU per cycle ({guarded_alone})"),
-            "µs",
-            client[3].clone(),
-            client[1].clone(),
-            Check::Info,
-        ),
-    ];
+    let mut against_guarded = Vec::new();
+    for (note, (kit, floor)) in [(guarded, (0, 3)), (guarded_alone, (3, 1))] {
+        for (metric, values) in [
+            ("acquire+release p50", &p50),
+            ("client CPU per cycle", &client),
+        ] {
+            against_guarded.push(Row::new(
+                w,
+                &format!("{metric} ({note})"),
+                "µs",
+                values[kit].clone(),
+                values[floor].clone(),
+                Check::Info,
+            ));
+        }
+    }
     let [k50, f50, _, _] = p50;
     let [k99, f99, _, _] = p99;
     let [kr, fr, _, _] = rate;
