@@ -35,7 +35,7 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// [`RELEASE`] that deletes the lock's waiting marks (KEYS[2]) with it.
+/// [`RELEASE`] that deletes the lock's waiting marks (`KEYS[2]`) with it.
 static RELEASE_WITH_MARKS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1], KEYS[2]) end return 0",
