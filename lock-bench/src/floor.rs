@@ -42,8 +42,8 @@ static RELEASE_WITH_MARKS: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// The kit's command timeout: the guarded floor's bound on its acquire's call when the wait is
-/// shorter.
+/// The kit's command timeout: the guarded floor's acquire calls end by the wait's deadline, or
+/// this long after the acquire started when the wait is shorter (one try, as the kit's).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A hand-rolled lock client.
@@ -158,7 +158,8 @@ impl Floor {
         )
     }
 
-    async fn set_nx(&self, key: &str, token: &str, wait: Duration) -> redis::RedisResult<bool> {
+    /// `SET NX PX`; the guarded floor's call ends by `bound`.
+    async fn set_nx(&self, key: &str, token: &str, bound: Instant) -> redis::RedisResult<bool> {
         let mut set = redis::cmd("SET");
         set.arg(key)
             .arg(token)
@@ -166,7 +167,7 @@ impl Floor {
             .arg("PX")
             .arg(self.lease_ms);
         let reply: redis::Value = if self.guarded.is_some() {
-            tokio::time::timeout(wait.max(COMMAND_TIMEOUT), self.conn.query(&set))
+            tokio::time::timeout_at(bound, self.conn.query(&set))
                 .await
                 .map_err(|_| {
                     redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
@@ -184,7 +185,9 @@ impl Floor {
         key: &str,
         wait: Duration,
     ) -> redis::RedisResult<Option<FloorGuard>> {
-        let deadline = Instant::now() + wait;
+        let started = Instant::now();
+        let deadline = started + wait;
+        let bound = deadline.max(started + COMMAND_TIMEOUT);
         let (key, marks) = self.names(key);
         let mut token = token();
         if let Some(holder) = &self.guarded {
@@ -192,7 +195,7 @@ impl Floor {
             token.push_str(holder);
         }
         loop {
-            if self.set_nx(&key, &token, wait).await? {
+            if self.set_nx(&key, &token, bound).await? {
                 return Ok(Some(FloorGuard { key, token, marks }));
             }
             if Instant::now() >= deadline {
