@@ -59,7 +59,8 @@ struct Cli {
     /// Where to write the JSON results.
     #[arg(long, default_value = "target/bench.json")]
     json: PathBuf,
-    /// Redis to run against; without it a `redis-server` is started on a free port.
+    /// Redis to run against; without it (or with an empty value, as `REDIS_URL=` gives) a
+    /// `redis-server` is started on a free port.
     #[arg(long, env = "REDIS_URL")]
     redis_url: Option<String>,
     /// Run only these workloads (comma-separated).
@@ -273,7 +274,7 @@ async fn bench(cli: Cli) -> Result<(), BoxError> {
     if params.reps == 0 {
         return Err("--reps must be at least 1".into());
     }
-    let (url, _server) = match cli.redis_url.clone() {
+    let (url, _server) = match cli.redis_url.clone().filter(|url| !url.is_empty()) {
         Some(url) => (url, None),
         None => {
             let server = lock_testkit::RedisServer::start()?;

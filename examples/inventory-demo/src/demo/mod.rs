@@ -739,7 +739,8 @@ pub struct DemoArgs {
     /// Milliseconds between reading and writing the stock in every handler.
     #[arg(long, default_value_t = 5)]
     pub think_ms: u64,
-    /// Use this Redis instead of starting a redis-server on a free port.
+    /// Use this Redis instead of starting a redis-server on a free port (an empty value, as
+    /// `REDIS_URL=` gives, counts as none, as in `scripts/demo.sh`).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: Option<String>,
     /// No progress bars.
@@ -760,7 +761,7 @@ impl DemoArgs {
             concurrency: self.concurrency,
             variants: self.variants,
             chaos: self.chaos,
-            redis_url: self.redis_url,
+            redis_url: self.redis_url.filter(|url| !url.is_empty()),
             think: Duration::from_millis(self.think_ms),
             progress: !self.quiet,
             report: self.report,
@@ -781,6 +782,25 @@ mod tests {
         assert_eq!(percentile(&sorted, 0.99), ms(99));
         assert_eq!(percentile(&[ms(7)], 0.99), ms(7));
         assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn an_empty_redis_url_starts_a_redis_server() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            demo: DemoArgs,
+        }
+        let parse = |args: &[&str]| {
+            let cli = <Cli as clap::Parser>::try_parse_from([&["inventory-demo"], args].concat())
+                .expect("the demo's flags parse");
+            cli.demo.into_config("inventory").redis_url
+        };
+        assert_eq!(parse(&["--redis-url", ""]), None);
+        assert_eq!(
+            parse(&["--redis-url", "redis://127.0.0.1:7/"]).as_deref(),
+            Some("redis://127.0.0.1:7/")
+        );
     }
 
     #[test]
