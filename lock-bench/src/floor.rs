@@ -14,6 +14,10 @@
 //! acquire's call bounded by a timer, which ends a wait on time however slow Redis is; and
 //! `redis`'s `ConnectionManager` with the kit's timeouts, which comes back after a dropped
 //! connection. What the kit costs above it is what its own structure costs.
+//!
+//! Each of the five can also be added alone ([`Guarantees`], [`Floor::connect_with`]):
+//! `examples/cycle_profile.rs` takes this file as a module of its own and adds them one at a
+//! time, to count what each costs.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -46,6 +50,51 @@ static RELEASE_WITH_MARKS: LazyLock<Script> = LazyLock::new(|| {
 /// this long after the acquire started when the wait is shorter (one try, as the kit's).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// What the floor adds of the kit's work (see the module's documentation), each one thing the
+/// kit does for a guarantee.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Guarantees {
+    /// The kit's Redis names: `<prefix>{<16 hex digits of the key's SHA-1>}:lock:<key>`.
+    pub(crate) names: bool,
+    /// `<token>|<host>:<pid>` as the stored value.
+    pub(crate) holder: bool,
+    /// The release deletes the lock's waiting marks (a second key) with it.
+    pub(crate) marks: bool,
+    /// The acquire's calls end by the wait's deadline (a timer).
+    pub(crate) deadline: bool,
+    /// `redis`'s `ConnectionManager` with the kit's timeouts and reconnect retries.
+    pub(crate) reconnect: bool,
+}
+
+impl Guarantees {
+    /// All five: the floor with the kit's guarantees.
+    pub(crate) const ALL: Self = Self {
+        names: true,
+        holder: true,
+        marks: true,
+        deadline: true,
+        reconnect: true,
+    };
+
+    /// The ones named in `names`, joined by `+` (`names+holder`); `Err` with an unknown name.
+    #[cfg_attr(not(test), allow(dead_code))] // the benchmark adds all or none
+    pub(crate) fn parse(names: &str) -> Result<Self, String> {
+        let mut adds = Self::default();
+        for name in names.split('+').filter(|n| !n.is_empty()) {
+            let add = match name {
+                "names" => &mut adds.names,
+                "holder" => &mut adds.holder,
+                "marks" => &mut adds.marks,
+                "deadline" => &mut adds.deadline,
+                "reconnect" => &mut adds.reconnect,
+                other => return Err(format!("unknown guarantee {other:?}")),
+            };
+            *add = true;
+        }
+        Ok(adds)
+    }
+}
+
 /// A hand-rolled lock client.
 #[derive(Clone)]
 pub(crate) struct Floor {
@@ -53,8 +102,9 @@ pub(crate) struct Floor {
     prefix: String,
     lease_ms: u64,
     retry: Duration,
-    /// With the kit's five guarantees (see the module's documentation): the holder's name.
-    guarded: Option<String>,
+    adds: Guarantees,
+    /// With [`Guarantees::holder`]: the holder's name.
+    holder: Option<String>,
 }
 
 /// The floor's connection: a plain multiplexed one, or the guarded floor's reconnecting one.
@@ -103,16 +153,7 @@ impl Floor {
         lease_ms: u64,
         retry: Duration,
     ) -> redis::RedisResult<Self> {
-        let conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        Ok(Self {
-            conn: Conn::Plain(conn),
-            prefix,
-            lease_ms,
-            retry,
-            guarded: None,
-        })
+        Self::connect_with(url, prefix, lease_ms, retry, Guarantees::default()).await
     }
 
     /// The floor with the kit's five guarantees (see the module's documentation), on a
@@ -123,42 +164,46 @@ impl Floor {
         lease_ms: u64,
         retry: Duration,
     ) -> redis::RedisResult<Self> {
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(5)))
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(redis::Client::open(url)?, config).await?;
+        Self::connect_with(url, prefix, lease_ms, retry, Guarantees::ALL).await
+    }
+
+    /// The floor with `adds` of the kit's guarantees.
+    pub(crate) async fn connect_with(
+        url: &str,
+        prefix: String,
+        lease_ms: u64,
+        retry: Duration,
+        adds: Guarantees,
+    ) -> redis::RedisResult<Self> {
+        let client = redis::Client::open(url)?;
+        let conn = if adds.reconnect {
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(Duration::from_secs(5)))
+                .set_response_timeout(Some(COMMAND_TIMEOUT))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_secs(1));
+            Conn::Managed(ConnectionManager::new_with_config(client, config).await?)
+        } else {
+            Conn::Plain(client.get_multiplexed_async_connection().await?)
+        };
         // The kit's holder name: the host's name (the kernel's) and the process id.
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "localhost".to_owned());
+        let holder = adds.holder.then(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "localhost".to_owned());
+            format!("{host}:{}", std::process::id())
+        });
         Ok(Self {
-            conn: Conn::Managed(conn),
+            conn,
             prefix,
             lease_ms,
             retry,
-            guarded: Some(format!("{host}:{}", std::process::id())),
+            adds,
+            holder,
         })
     }
 
-    /// The lock's Redis name and, guarded, its waiting marks' name.
-    fn names(&self, key: &str) -> (String, Option<String>) {
-        if self.guarded.is_none() {
-            return (format!("{}{key}", self.prefix), None);
-        }
-        let digest = sha1::Sha1::digest(key.as_bytes());
-        let mut tag = [0u8; 8];
-        tag.copy_from_slice(&digest[..8]);
-        let tag = u64::from_be_bytes(tag);
-        let prefix = &self.prefix;
-        (
-            format!("{prefix}{{{tag:016x}}}:lock:{key}"),
-            Some(format!("{prefix}{{{tag:016x}}}:waiters:{key}")),
-        )
-    }
-
-    /// `SET NX PX`; the guarded floor's call ends by `bound`.
+    /// `SET NX PX`; with the deadline, the call ends by `bound`.
     async fn set_nx(&self, key: &str, token: &str, bound: Instant) -> redis::RedisResult<bool> {
         let mut set = redis::cmd("SET");
         set.arg(key)
@@ -166,7 +211,7 @@ impl Floor {
             .arg("NX")
             .arg("PX")
             .arg(self.lease_ms);
-        let reply: redis::Value = if self.guarded.is_some() {
+        let reply: redis::Value = if self.adds.deadline {
             tokio::time::timeout_at(bound, self.conn.query(&set))
                 .await
                 .map_err(|_| {
@@ -188,9 +233,9 @@ impl Floor {
         let started = Instant::now();
         let deadline = started + wait;
         let bound = deadline.max(started + COMMAND_TIMEOUT);
-        let (key, marks) = self.names(key);
+        let (key, marks) = names(&self.prefix, key, self.adds);
         let mut token = token();
-        if let Some(holder) = &self.guarded {
+        if let Some(holder) = &self.holder {
             token.push('|');
             token.push_str(holder);
         }
@@ -230,5 +275,55 @@ impl Floor {
         renew.arg(&guard.token).arg(self.lease_ms);
         let renewed: i64 = self.conn.invoke(&renew).await?;
         Ok(renewed == 1)
+    }
+}
+
+/// The Redis name of `key`'s lock under `prefix` and, with the marks, its waiting marks' name
+/// (built only where they are sent, as the kit builds its names).
+fn names(prefix: &str, key: &str, adds: Guarantees) -> (String, Option<String>) {
+    if !adds.names {
+        let marks = adds.marks.then(|| format!("{prefix}waiters:{key}"));
+        return (format!("{prefix}{key}"), marks);
+    }
+    let digest = sha1::Sha1::digest(key.as_bytes());
+    let mut tag = [0u8; 8];
+    tag.copy_from_slice(&digest[..8]);
+    let tag = u64::from_be_bytes(tag);
+    let marks = adds
+        .marks
+        .then(|| format!("{prefix}{{{tag:016x}}}:waiters:{key}"));
+    (format!("{prefix}{{{tag:016x}}}:lock:{key}"), marks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guarantees_parse_by_name() {
+        let adds = Guarantees::parse("names+deadline").expect("known names");
+        assert!(adds.names && adds.deadline);
+        assert!(!(adds.holder || adds.marks || adds.reconnect));
+        assert_eq!(Guarantees::parse(""), Ok(Guarantees::default()));
+        assert_eq!(
+            Guarantees::parse("names+holder+marks+deadline+reconnect"),
+            Ok(Guarantees::ALL)
+        );
+        assert!(Guarantees::parse("names+fencing").is_err());
+    }
+
+    #[test]
+    fn names_follow_the_kits_only_with_names() {
+        let plain = Guarantees::default();
+        assert_eq!(names("p:", "k", plain), ("p:k".to_owned(), None));
+        let marks = Guarantees {
+            marks: true,
+            ..plain
+        };
+        assert_eq!(names("p:", "k", marks).1.as_deref(), Some("p:waiters:k"));
+        let (lock, marks) = names("p:", "k", Guarantees::ALL);
+        // SHA-1("k") starts 13fbd79c3d390e5d.
+        assert_eq!(lock, "p:{13fbd79c3d390e5d}:lock:k");
+        assert_eq!(marks.as_deref(), Some("p:{13fbd79c3d390e5d}:waiters:k"));
     }
 }
