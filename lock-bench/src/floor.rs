@@ -46,8 +46,9 @@ static RELEASE_WITH_MARKS: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// The kit's command timeout: the guarded floor's acquire calls end by the wait's deadline, or
-/// this long after the acquire started when the wait is shorter (one try, as the kit's).
+/// The kit's command timeout: with the deadline, the floor's acquire calls end by the wait's
+/// deadline, or this long after the acquire started when the wait is shorter (one try, as the
+/// kit's).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// What the floor adds of the kit's work (see the module's documentation), each one thing the
@@ -107,7 +108,8 @@ pub(crate) struct Floor {
     holder: Option<String>,
 }
 
-/// The floor's connection: a plain multiplexed one, or the guarded floor's reconnecting one.
+/// The floor's connection: a plain multiplexed one, or (with [`Guarantees::reconnect`]) a
+/// `ConnectionManager`.
 #[derive(Clone)]
 enum Conn {
     Plain(MultiplexedConnection),
@@ -133,7 +135,8 @@ impl Conn {
     }
 }
 
-/// A held floor lock: its Redis key and token (and the guarded floor's waiting marks).
+/// A held floor lock: its Redis key and token (and, with [`Guarantees::marks`], its waiting
+/// marks' name).
 #[derive(Debug)]
 pub(crate) struct FloorGuard {
     pub(crate) key: String,
