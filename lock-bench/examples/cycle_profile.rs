@@ -76,7 +76,10 @@ async fn main() -> Result<(), BoxError> {
     let name = args.get(1).map_or("kit", String::as_str).to_owned();
     let tasks: usize = args.get(2).map_or(Ok(64), |a| a.parse())?;
     let cycles: usize = args.get(3).map_or(Ok(200), |a| a.parse())?;
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let run = rand::random::<u32>();
     let prefix = format!("cycleprof:{run}");
     let side = if name == "kit" {

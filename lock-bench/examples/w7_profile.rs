@@ -168,7 +168,10 @@ async fn main() -> Result<(), BoxError> {
     let route = args.get(1).map_or("layer", String::as_str);
     let conns: usize = args.get(2).map_or(Ok(16), |a| a.parse())?;
     let per_conn: usize = args.get(3).map_or(Ok(250), |a| a.parse())?;
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
     let run = rand::random::<u32>();
     let locker = Locker::builder()
         .url(&url)

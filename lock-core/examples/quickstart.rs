@@ -14,7 +14,10 @@ use lock_core::{LockError, Locker};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
     run(&url).await
 }
 

@@ -11,6 +11,9 @@ use lock_core::{redact_url, LockError, Locker};
 use crate::db::{Db, DbError};
 use crate::service::{AppState, Inventory, ServiceConfig};
 
+/// Where an instance finds Redis when neither `--redis-url` nor `REDIS_URL` names one.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/";
+
 /// The settings of one instance (`inventory --help`).
 #[derive(Debug, Clone, clap::Parser)]
 pub struct ServeArgs {
@@ -20,8 +23,9 @@ pub struct ServeArgs {
     /// The SQLite database file, shared by all instances (created and seeded if missing).
     #[arg(long, default_value = "inventory.db")]
     pub db: PathBuf,
-    /// The Redis server, shared by all instances.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379/")]
+    /// The Redis server, shared by all instances (an empty value, as `REDIS_URL=` gives, is
+    /// the default one).
+    #[arg(long, env = "REDIS_URL", default_value = DEFAULT_REDIS_URL)]
     pub redis_url: String,
     /// Prefix of the lock keys in Redis (the same for all instances).
     #[arg(long, default_value = "lock:")]
@@ -32,6 +36,18 @@ pub struct ServeArgs {
     /// The service's settings.
     #[command(flatten)]
     pub service: ServiceConfig,
+}
+
+impl ServeArgs {
+    /// The Redis server to use: [`redis_url`](Self::redis_url), or [`DEFAULT_REDIS_URL`] when
+    /// it is empty.
+    pub fn redis_url(&self) -> &str {
+        if self.redis_url.is_empty() {
+            DEFAULT_REDIS_URL
+        } else {
+            &self.redis_url
+        }
+    }
 }
 
 /// Why an instance could not start.
@@ -61,13 +77,14 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await;
     let listener = listener.map_err(|e| ServeError::Io(addr, e))?;
     let db = Db::open(&args.db).map_err(|e| ServeError::Db(args.db.clone(), e))?;
+    let redis_url = args.redis_url();
     let locker = Locker::builder()
-        .url(args.redis_url.as_str())
+        .url(redis_url)
         .prefix(args.lock_prefix.as_str())
         .connect_timeout(Duration::from_secs(5))
         .build()
         .await
-        .map_err(|e| ServeError::Redis(redact_url(&args.redis_url), e))?;
+        .map_err(|e| ServeError::Redis(redact_url(redis_url), e))?;
     let local = listener.local_addr().map_err(|e| ServeError::Io(addr, e))?;
     let router = make_app(Inventory::new(locker.clone(), db, args.service));
     println!("listening on http://{local}");
@@ -106,5 +123,25 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         () = terminated => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn an_empty_redis_url_is_the_default_one() {
+        let parse = |args: &[&str]| {
+            ServeArgs::try_parse_from([&["inventory"], args].concat())
+                .expect("the instance's flags parse")
+        };
+        assert_eq!(parse(&["--redis-url", ""]).redis_url(), DEFAULT_REDIS_URL);
+        assert_eq!(
+            parse(&["--redis-url", "redis://127.0.0.1:7/"]).redis_url(),
+            "redis://127.0.0.1:7/"
+        );
     }
 }
