@@ -148,17 +148,6 @@ pub(crate) struct Cpu {
     pub(crate) server: f64,
 }
 
-impl Cpu {
-    /// Microseconds of (client, server) CPU per operation since `before`.
-    pub(crate) fn per_op_us(&self, before: &Self, ops: u64) -> (f64, f64) {
-        let ops = ops.max(1) as f64;
-        (
-            (self.client - before.client) * 1e6 / ops,
-            (self.server - before.server) * 1e6 / ops,
-        )
-    }
-}
-
 /// What every workload needs: where Redis is, the parameters, a monitoring connection.
 pub(crate) struct Ctx {
     pub(crate) url: String,

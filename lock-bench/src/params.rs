@@ -54,8 +54,10 @@ params! {
     w1_warmup: usize = 200, 50;
     /// W2: tasks, each on its own fresh keys.
     w2_tasks: usize = 64, 64;
-    /// W2: seconds per run.
+    /// W2: seconds per side and repetition.
     w2_secs: f64 = 10.0, 1.0;
+    /// W2: slices each side's time is cut into; the sides take turns slice by slice.
+    w2_slices: usize = 10, 2;
     /// W3: tasks contending for one key in one process.
     w3_tasks: usize = 16, 16;
     /// W3 cross-process: worker processes.

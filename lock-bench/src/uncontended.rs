@@ -18,11 +18,11 @@ pub(crate) async fn cycle(lock: &Lock, key: &str, wait: Duration) -> Result<(), 
     lock.release(held).await
 }
 
-/// Per-run values of one metric, per side (kit, floor, rslock).
-type PerSide = [Vec<f64>; 3];
+/// The sides of W1 and W2, in the order of their per-side arrays.
+const SIDES: [Side; 4] = [Side::Kit, Side::Floor, Side::Rslock, Side::Guarded];
 
-/// W1's per-run values of one metric, per side (kit, floor, rslock, floor+guarantees).
-type W1Sides = [Vec<f64>; 4];
+/// Per-run values of one metric, per side (in the order of [`SIDES`]).
+type PerSide = [Vec<f64>; 4];
 
 /// The kit against rslock: a row whose floor column is rslock's.
 fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &[Vec<f64>], check: Check) -> Row {
@@ -39,6 +39,28 @@ fn vs_rslock(w: &str, metric: &str, unit: &'static str, values: &[Vec<f64>], che
         Check::RatioAtLeast(x) => row.target(&format!("≥ {x:.1}x rslock")),
         _ => row,
     }
+}
+
+/// What the kit costs above a hand-rolled lock with its guarantees (sides 0 and 3 of
+/// [`SIDES`]), and what those cost (sides 3 and 1): two rows for each of `metrics` (name,
+/// unit, values).
+fn vs_guarded(w: &str, metrics: &[(&str, &'static str, &PerSide)]) -> Vec<Row> {
+    let guarded = "floor column: the floor with the kit's guarantees";
+    let guarded_alone = "kit column: the floor with the kit's guarantees";
+    let mut rows = Vec::new();
+    for (note, (kit, floor)) in [(guarded, (0, 3)), (guarded_alone, (3, 1))] {
+        for (metric, unit, values) in metrics {
+            rows.push(Row::new(
+                w,
+                &format!("{metric} ({note})"),
+                unit,
+                values[kit].clone(),
+                values[floor].clone(),
+                Check::Info,
+            ));
+        }
+    }
+    rows
 }
 
 /// One side's cycles over a W1 repetition: the sums of its slices.
@@ -91,13 +113,13 @@ impl Cycles {
 pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
     let wait = ctx.wait();
-    let sides = [Side::Kit, Side::Floor, Side::Rslock, Side::Guarded];
+    let sides = SIDES;
     let slices = p.w1_slices.clamp(1, p.w1_cycles.max(1));
     let per_slice = p.w1_cycles.div_ceil(slices);
     // [side] -> per-run values
-    let (mut p50, mut p99, mut rate) = (W1Sides::default(), W1Sides::default(), W1Sides::default());
-    let (mut client, mut server) = (W1Sides::default(), W1Sides::default());
-    let (mut acq50, mut rel50) = (W1Sides::default(), W1Sides::default());
+    let (mut p50, mut p99, mut rate) = (PerSide::default(), PerSide::default(), PerSide::default());
+    let (mut client, mut server) = (PerSide::default(), PerSide::default());
+    let (mut acq50, mut rel50) = (PerSide::default(), PerSide::default());
     for rep in 0..p.reps {
         let mut locks = Vec::with_capacity(sides.len());
         for side in sides {
@@ -158,26 +180,13 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         vs_rslock(w, "client CPU per cycle", "µs", &client, Check::Info),
         vs_rslock(w, "Redis CPU per cycle", "µs", &server, Check::Info),
     ];
-    // What the kit costs above a hand-rolled lock with its guarantees (sides 0 and 3), and
-    // what those cost (sides 3 and 1).
-    let guarded = "floor column: the floor with the kit's guarantees";
-    let guarded_alone = "kit column: the floor with the kit's guarantees";
-    let mut against_guarded = Vec::new();
-    for (note, (kit, floor)) in [(guarded, (0, 3)), (guarded_alone, (3, 1))] {
-        for (metric, values) in [
-            ("acquire+release p50", &p50),
-            ("client CPU per cycle", &client),
-        ] {
-            against_guarded.push(Row::new(
-                w,
-                &format!("{metric} ({note})"),
-                "µs",
-                values[kit].clone(),
-                values[floor].clone(),
-                Check::Info,
-            ));
-        }
-    }
+    let against_guarded = vs_guarded(
+        w,
+        &[
+            ("acquire+release p50", "µs", &p50),
+            ("client CPU per cycle", "µs", &client),
+        ],
+    );
     let [k50, f50, _, _] = p50;
     let [k99, f99, _, _] = p99;
     let [kr, fr, _, _] = rate;
@@ -206,59 +215,117 @@ pub(crate) async fn w1(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     Ok(rows)
 }
 
-/// W2: many tasks, each cycling on its own fresh keys, for a fixed time.
+/// One side's cycles over a W2 repetition: the sums of its slices.
+#[derive(Default)]
+struct Throughput {
+    done: u64,
+    failed: u64,
+    secs: f64,
+    client_cpu_s: f64,
+    redis_cpu_s: f64,
+    first_error: Option<String>,
+}
+
+impl Throughput {
+    /// Runs `tasks` tasks on `lock` for `secs`, each cycling on fresh keys of slice `slice`,
+    /// adding their cycles, time and CPU.
+    async fn run(
+        &mut self,
+        ctx: &Ctx,
+        lock: &Lock,
+        tasks: usize,
+        slice: usize,
+        secs: f64,
+    ) -> Result<(), BoxError> {
+        let wait = ctx.wait();
+        let cpu0 = ctx.cpu().await?;
+        let started = Instant::now();
+        let end = started + Duration::from_secs_f64(secs);
+        let tasks: Vec<_> = (0..tasks)
+            .map(|t| {
+                let lock = lock.clone();
+                tokio::spawn(async move {
+                    let (mut done, mut failed) = (0u64, 0u64);
+                    let mut first_error = None;
+                    while Instant::now() < end {
+                        let key = format!("s{slice}:t{t}:{done}:{failed}");
+                        match cycle(&lock, &key, wait).await {
+                            Ok(()) => done += 1,
+                            Err(e) => {
+                                failed += 1;
+                                first_error.get_or_insert_with(|| e.to_string());
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                        }
+                    }
+                    (done, failed, first_error)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (done, failed, error) = task.await?;
+            self.done += done;
+            self.failed += failed;
+            if self.first_error.is_none() {
+                self.first_error = error;
+            }
+        }
+        self.secs += started.elapsed().as_secs_f64();
+        let cpu = ctx.cpu().await?;
+        self.client_cpu_s += cpu.client - cpu0.client;
+        self.redis_cpu_s += cpu.server - cpu0.server;
+        Ok(())
+    }
+}
+
+/// W2: many tasks, each cycling on its own fresh keys, for a fixed time; the sides of W1,
+/// the floor with the kit's guarantees among them. As in W1, each repetition cuts every
+/// side's time into slices that the sides take in turns, the order rotated each slice: one
+/// side's whole run after the other's put a swing of the machine's load on one side.
 pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
-    let wait = ctx.wait();
+    let sides = SIDES;
+    let slices = p.w2_slices.max(1);
+    let slice_secs = p.w2_secs / slices as f64;
     let (mut rate, mut failures) = (PerSide::default(), PerSide::default());
     let (mut client, mut server) = (PerSide::default(), PerSide::default());
     for rep in 0..p.reps {
-        for (s, side) in Side::WITH_RSLOCK.into_iter().enumerate() {
-            let lock = ctx.open(side, &ctx.prefix("w2", rep, side)).await?;
-            let cpu0 = ctx.cpu().await?;
-            let started = Instant::now();
-            let end = started + Duration::from_secs_f64(p.w2_secs);
-            let tasks: Vec<_> = (0..p.w2_tasks)
-                .map(|t| {
-                    let lock = lock.clone();
-                    tokio::spawn(async move {
-                        let (mut done, mut failed) = (0u64, 0u64);
-                        let mut first_error = None;
-                        while Instant::now() < end {
-                            match cycle(&lock, &format!("t{t}:{done}:{failed}"), wait).await {
-                                Ok(()) => done += 1,
-                                Err(e) => {
-                                    failed += 1;
-                                    first_error.get_or_insert_with(|| e.to_string());
-                                    tokio::time::sleep(Duration::from_millis(10)).await;
-                                }
-                            }
-                        }
-                        (done, failed, first_error)
-                    })
-                })
-                .collect();
-            let (mut done, mut failed) = (0, 0);
-            for task in tasks {
-                let (d, f, e) = task.await?;
-                done += d;
-                failed += f;
-                if let Some(e) = e {
-                    eprintln!("[W2] {} error: {e}", side.name());
-                }
+        let mut locks = Vec::with_capacity(sides.len());
+        for side in sides {
+            locks.push(ctx.open(side, &ctx.prefix("w2", rep, side)).await?);
+        }
+        let mut runs: [Throughput; 4] = Default::default();
+        for slice in 0..slices {
+            for turn in 0..sides.len() {
+                let s = (slice + turn) % sides.len();
+                runs[s]
+                    .run(ctx, &locks[s], p.w2_tasks, slice, slice_secs)
+                    .await?;
             }
-            let r = done as f64 / started.elapsed().as_secs_f64();
-            let (c, sv) = ctx.cpu().await?.per_op_us(&cpu0, done);
+        }
+        for (s, run) in runs.into_iter().enumerate() {
+            if let Some(e) = &run.first_error {
+                eprintln!("[W2] {} error: {e}", sides[s].name());
+            }
+            let cycles = run.done.max(1) as f64;
+            let r = run.done as f64 / run.secs;
+            let (c, sv) = (
+                run.client_cpu_s * 1e6 / cycles,
+                run.redis_cpu_s * 1e6 / cycles,
+            );
             ctx.progress(
                 "W2",
                 rep,
-                side,
-                &format!("{r:.0} cycles/s, {failed} failed, CPU per cycle: client {c:.1} µs, Redis {sv:.1} µs"),
+                sides[s],
+                &format!(
+                    "{r:.0} cycles/s, {} failed, CPU per cycle: client {c:.1} µs, Redis {sv:.1} µs",
+                    run.failed
+                ),
             );
             client[s].push(c);
             server[s].push(sv);
             rate[s].push(r);
-            failures[s].push(failed as f64);
+            failures[s].push(run.failed as f64);
         }
     }
     let w = format!("W2 parallel, {} tasks", p.w2_tasks);
@@ -269,10 +336,18 @@ pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         // rslock reports an unreachable server as a busy key: a failed cycle here is either.
         vs_rslock(&w, "failed cycles", "", &failures, Check::Info),
     ];
-    let [kr, fr, _] = rate;
-    let [kf, ff, _] = failures;
-    let [kc, fc, _] = client;
-    let [ks, fs, _] = server;
+    let against_guarded = vs_guarded(
+        &w,
+        &[
+            ("cycles/s", "", &rate),
+            ("client CPU per cycle", "µs", &client),
+            ("Redis CPU per cycle", "µs", &server),
+        ],
+    );
+    let [kr, fr, _, _] = rate;
+    let [kf, ff, _, _] = failures;
+    let [kc, fc, _, _] = client;
+    let [ks, fs, _, _] = server;
     let mut rows = vec![
         Row::new(&w, "cycles/s", "", kr, fr, Check::RatioAtLeast(0.8)),
         Row::new(
@@ -294,5 +369,6 @@ pub(crate) async fn w2(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         Row::new(&w, "failed cycles", "", kf, ff, Check::KitAllEqual(0.0)),
     ];
     rows.extend(against_rslock);
+    rows.extend(against_guarded);
     Ok(rows)
 }
