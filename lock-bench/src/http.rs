@@ -9,9 +9,12 @@
 //! layer does (exclusive, no wait, the layer's `max_hold`): the layer against it is what the
 //! middleware adds; it against the hand-rolled lock is lock-core's and its scripts' share. A
 //! fifth wraps the plain route in the hand-rolled lock as an axum middleware: what any lock
-//! layer pays for being middleware, whoever writes it.
+//! layer pays for being middleware, whoever writes it. A sixth takes the hand-rolled lock with
+//! what the kit does for five of its guarantees (`floor.rs`'s `Guarantees::ALL`, W1's and W2's
+//! `floor+guarantees`) in the handler: of the kit's gap to the hand-rolled lock, the share
+//! those guarantees take, and the kit's own path's share.
 //!
-//! Each repetition runs the five routes in short slices, taking turns (the order rotated each
+//! Each repetition runs the six routes in short slices, taking turns (the order rotated each
 //! slice), rather than one route after the other: on a shared machine whose load swings over
 //! seconds, every route then samples the same swings, and the ratios between routes stop
 //! following which route happened to run in a quiet moment.
@@ -206,18 +209,22 @@ async fn kit_echo(
 /// The routes of `ROUTES` that take the kit's lock, whose releases leave latches in Redis.
 const KIT_ROUTES: [usize; 2] = [0, 3];
 
-/// The five routes, in the order each repetition loads them.
-const ROUTES: [(&str, &str); 5] = [
+/// The six routes, in the order each repetition loads them.
+const ROUTES: [(&str, &str); 6] = [
     ("/locked/", "DistributedLockLayer"),
     ("/plain/", "no lock"),
     ("/floor/", "hand-rolled lock in the handler"),
     ("/kit/", "the kit's lock in the handler"),
     ("/middleware/", "hand-rolled lock as axum middleware"),
+    (
+        "/guarded/",
+        "hand-rolled lock with the kit's guarantees in the handler",
+    ),
 ];
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     let p = &ctx.params;
-    let mut runs: [Vec<Summary>; 5] = Default::default();
+    let mut runs: [Vec<Summary>; ROUTES.len()] = Default::default();
     let slices = (p.w7_secs / SLICE_SECS).ceil().max(1.0) as usize;
     let slice_secs = p.w7_secs / slices as f64;
     for rep in 0..p.reps {
@@ -226,6 +233,13 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         let floor = Floor::connect(
             &ctx.url,
             ctx.prefix("w7", rep, Side::Floor),
+            p.floor_lease_ms,
+            Duration::ZERO,
+        )
+        .await?;
+        let guarded = Floor::connect_guarded(
+            &ctx.url,
+            ctx.prefix("w7", rep, Side::Guarded),
             p.floor_lease_ms,
             Duration::ZERO,
         )
@@ -251,6 +265,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
                 Router::new()
                     .route("/floor/{id}", get(floor_echo))
                     .with_state(floor),
+            )
+            .merge(
+                Router::new()
+                    .route("/guarded/{id}", get(floor_echo))
+                    .with_state(guarded),
             )
             .merge(
                 Router::new()
@@ -281,7 +300,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         if let Some(latches) = latches {
             tokio::time::sleep(latches).await;
         }
-        let mut loads: [Load; 5] = Default::default();
+        let mut loads: [Load; ROUTES.len()] = Default::default();
         for slice in 0..slices {
             for turn in 0..ROUTES.len() {
                 let r = (slice + turn) % ROUTES.len();
@@ -402,11 +421,43 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
         ),
         Row::new(
             &w,
-            "non-200 responses (floor column: no lock, the hand-rolled lock in the handler and as middleware, the kit's lock in the handler, summed)",
+            "kit's lock in the handler: requests/s (floor column: hand-rolled lock with the kit's guarantees in the handler)",
+            "",
+            col(3, |l| l.per_sec),
+            col(5, |l| l.per_sec),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "kit's lock in the handler: bench process CPU per request (floor column: hand-rolled lock with the kit's guarantees in the handler)",
+            "µs",
+            col(3, |l| l.client_cpu_us),
+            col(5, |l| l.client_cpu_us),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "hand-rolled lock with the kit's guarantees in the handler: requests/s (floor column: hand-rolled lock in the handler)",
+            "",
+            col(5, |l| l.per_sec),
+            col(2, |l| l.per_sec),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "hand-rolled lock with the kit's guarantees in the handler: bench process CPU per request (floor column: hand-rolled lock in the handler)",
+            "µs",
+            col(5, |l| l.client_cpu_us),
+            col(2, |l| l.client_cpu_us),
+            Check::Info,
+        ),
+        Row::new(
+            &w,
+            "non-200 responses (floor column: no lock, the hand-rolled lock in the handler, as middleware and with the kit's guarantees, the kit's lock in the handler, summed)",
             "",
             col(0, |l| l.bad),
             (0..runs[1].len())
-                .map(|i| (1..5).map(|r| runs[r][i].bad).sum())
+                .map(|i| (1..ROUTES.len()).map(|r| runs[r][i].bad).sum())
                 .collect(),
             Check::KitAllEqual(0.0),
         ),

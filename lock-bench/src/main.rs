@@ -120,7 +120,7 @@ pub(crate) enum Side {
     Floor,
     /// The `rslock` crate (W1-W3 only).
     Rslock,
-    /// The floor with what the kit does for five of its guarantees (W1 only; see
+    /// The floor with what the kit does for five of its guarantees (W1, W2 and W7; see
     /// `floor.rs`).
     Guarded,
 }
