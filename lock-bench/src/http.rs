@@ -331,8 +331,16 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
     }
     let w = format!("W7 tower layer, {} connections", p.w7_conns);
     let col = |r: usize, f: fn(&Summary) -> f64| -> Vec<f64> { runs[r].iter().map(f).collect() };
+    // One metric of route `kit` (the kit column) against route `floor` (the floor column).
+    let compare =
+        |metric: &str,
+         unit: &'static str,
+         kit: usize,
+         floor: usize,
+         f: fn(&Summary) -> f64,
+         check: Check| { Row::new(&w, metric, unit, col(kit, f), col(floor, f), check) };
     let row = |metric: &str, unit: &'static str, f: fn(&Summary) -> f64, check: Check| {
-        Row::new(&w, metric, unit, col(0, f), col(1, f), check)
+        compare(metric, unit, 0, 1, f, check)
     };
     Ok(vec![
         row(
@@ -355,100 +363,100 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Vec<Row>, BoxError> {
             |l| l.redis_cpu_us,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "requests/s (floor column: hand-rolled SET NX + EVALSHA lock in the handler, no layer)",
             "",
-            col(0, |l| l.per_sec),
-            col(2, |l| l.per_sec),
+            0,
+            2,
+            |l| l.per_sec,
             Check::RatioAtLeast(0.9),
         ),
-        Row::new(
-            &w,
+        compare(
             "bench process CPU per request (floor column: hand-rolled lock in the handler)",
             "µs",
-            col(0, |l| l.client_cpu_us),
-            col(2, |l| l.client_cpu_us),
+            0,
+            2,
+            |l| l.client_cpu_us,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "requests/s (floor column: the kit's lock taken in the handler, no layer)",
             "",
-            col(0, |l| l.per_sec),
-            col(3, |l| l.per_sec),
+            0,
+            3,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "bench process CPU per request (floor column: the kit's lock in the handler)",
             "µs",
-            col(0, |l| l.client_cpu_us),
-            col(3, |l| l.client_cpu_us),
+            0,
+            3,
+            |l| l.client_cpu_us,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "kit's lock in the handler: requests/s (floor column: hand-rolled lock in the handler)",
             "",
-            col(3, |l| l.per_sec),
-            col(2, |l| l.per_sec),
+            3,
+            2,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "requests/s (floor column: hand-rolled lock as axum middleware)",
             "",
-            col(0, |l| l.per_sec),
-            col(4, |l| l.per_sec),
+            0,
+            4,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "bench process CPU per request (floor column: hand-rolled lock as axum middleware)",
             "µs",
-            col(0, |l| l.client_cpu_us),
-            col(4, |l| l.client_cpu_us),
+            0,
+            4,
+            |l| l.client_cpu_us,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "hand-rolled lock as axum middleware: requests/s (floor column: hand-rolled lock in the handler)",
             "",
-            col(4, |l| l.per_sec),
-            col(2, |l| l.per_sec),
+            4,
+            2,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "kit's lock in the handler: requests/s (floor column: hand-rolled lock with the kit's guarantees in the handler)",
             "",
-            col(3, |l| l.per_sec),
-            col(5, |l| l.per_sec),
+            3,
+            5,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "kit's lock in the handler: bench process CPU per request (floor column: hand-rolled lock with the kit's guarantees in the handler)",
             "µs",
-            col(3, |l| l.client_cpu_us),
-            col(5, |l| l.client_cpu_us),
+            3,
+            5,
+            |l| l.client_cpu_us,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "hand-rolled lock with the kit's guarantees in the handler: requests/s (floor column: hand-rolled lock in the handler)",
             "",
-            col(5, |l| l.per_sec),
-            col(2, |l| l.per_sec),
+            5,
+            2,
+            |l| l.per_sec,
             Check::Info,
         ),
-        Row::new(
-            &w,
+        compare(
             "hand-rolled lock with the kit's guarantees in the handler: bench process CPU per request (floor column: hand-rolled lock in the handler)",
             "µs",
-            col(5, |l| l.client_cpu_us),
-            col(2, |l| l.client_cpu_us),
+            5,
+            2,
+            |l| l.client_cpu_us,
             Check::Info,
         ),
         Row::new(
