@@ -3,12 +3,16 @@
 //! Distinct argument tuples must give distinct keys: with `"<a>:<b>"`, (`"x:y"`, `"z"`) and
 //! (`"x"`, `"y:z"`) would both format as `"x:y:z"` and two unrelated calls would share a lock
 //! (or worse, two calls that must exclude each other could get different ones). So each value
-//! is written with a backslash before every `\` and before every occurrence of the first
-//! character of the text that follows it in the template. Reading a key from the left, a value
-//! then ends at the first unescaped occurrence of that character, so the key determines the
-//! values. The macro rejects what would break this at compile time: two placeholders with no
-//! text between them, and text after a placeholder that starts with `\`. Values without those
-//! characters (ids, numbers, most names) appear unchanged.
+//! followed by template text is written with a backslash before every `\` and before every
+//! occurrence of the first character of that text. Reading a key from the left, a value then
+//! ends at the first unescaped occurrence of that character, so the key determines the values.
+//! A value that ends the template is the rest of the key and is written as it is: that is the
+//! key `lock-tower`'s layer builds from the same value (its prefix, then the value), so a
+//! function locked by `key = "inventory:<sku>"` and a route locked by
+//! `KeyFrom::path_param("sku").prefix("inventory:")` exclude each other for every SKU,
+//! `a\b` included. The macro rejects what would break this at compile time: two placeholders
+//! with no text between them, and text after a placeholder that starts with `\`. Values
+//! without those characters (ids, numbers, most names) appear unchanged.
 
 use std::fmt::{self, Display, Write};
 
@@ -30,7 +34,8 @@ impl KeyBuilder {
     }
 
     /// Appends `value`'s `Display` output, escaping `\` and `boundary` (the first character of
-    /// the template text that follows the value, `None` at the end of the template).
+    /// the template text that follows the value); as it is at the end of the template
+    /// (`boundary` `None`), where the value is the rest of the key.
     pub fn value<T: Display + ?Sized>(&mut self, value: &T, boundary: Option<char>) {
         let mut escaping = Escaping {
             key: &mut self.key,
@@ -55,8 +60,12 @@ struct Escaping<'a> {
 
 impl Write for Escaping<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
+        let Some(boundary) = self.boundary else {
+            self.key.push_str(s);
+            return Ok(());
+        };
         for c in s.chars() {
-            if c == '\\' || Some(c) == self.boundary {
+            if c == '\\' || c == boundary {
                 self.key.push('\\');
             }
             self.key.push(c);
@@ -206,6 +215,11 @@ mod tests {
         assert_eq!(
             build(template, &["a\\".into(), "b".into()]),
             "inventory:a\\\\:b"
+        );
+        // The last value is the rest of the key, as the layer writes it.
+        assert_eq!(
+            build(template, &["a".into(), "b\\c:d".into()]),
+            "inventory:a:b\\c:d"
         );
     }
 }

@@ -249,8 +249,9 @@ fn locked_body(
 }
 
 /// An expression of type `String`: the key for this call. Values go through the kit's
-/// `KeyBuilder` (under `private`), which escapes each against its boundary so that distinct
-/// values give distinct keys.
+/// `KeyBuilder` (under `private`), which escapes each one followed by text against its
+/// boundary so that distinct values give distinct keys, and writes the one that ends the key
+/// as it is.
 fn key_expr(key: &Template, private: &TokenStream) -> TokenStream {
     let span = key.lit.span();
     if !key

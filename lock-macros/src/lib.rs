@@ -245,12 +245,14 @@ use proc_macro2::TokenStream;
 /// A placeholder that names no parameter is a compile error that lists the parameters.
 ///
 /// Distinct arguments always give distinct keys. With `key = "pair:<a>:<b>"`, the calls
-/// (`"x:y"`, `"z"`) and (`"x"`, `"y:z"`) must not share a lock, so a value is written with a
-/// `\` before each `\` and before each occurrence of the first character of the text that
-/// follows it: they lock `pair:x\:y:z` and `pair:x:y:z`. Values without those characters
-/// (ids, numbers) appear as they are. Two placeholders with no text between them (`<a><b>`),
-/// and text after a placeholder that starts with `\`, are compile errors: no escaping could
-/// keep those keys apart.
+/// (`"x:y"`, `"z"`) and (`"x"`, `"y:z"`) must not share a lock, so a value followed by text is
+/// written with a `\` before each `\` and before each occurrence of the first character of
+/// that text: they lock `pair:x\:y:z` and `pair:x:y:z`. A value that ends the key is written
+/// as it is, as `lock-tower`'s layer writes its keys (the prefix, then the value): `key =
+/// "inventory:<sku>"` and a layer's `KeyFrom::path_param("sku").prefix("inventory:")` lock
+/// the same key for every SKU. Values without those characters (ids, numbers) appear as they
+/// are. Two placeholders with no text between them (`<a><b>`), and text after a placeholder
+/// that starts with `\`, are compile errors: no escaping could keep those keys apart.
 ///
 /// # When the lock is lost: `on_lost`
 ///

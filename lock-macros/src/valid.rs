@@ -228,16 +228,47 @@ pub(crate) fn locked_fn(options: Options, item: &ItemFn) -> syn::Result<Locked<'
 
 /// Parses a humantime duration ("3s", "250ms", "1m 30s").
 fn duration(lit: &LitStr, name: &str) -> syn::Result<Duration> {
-    humantime::parse_duration(lit.value().trim()).map_err(|error| {
+    let text = lit.value();
+    parse_duration(text.trim()).map_err(|error| {
         syn::Error::new(
             lit.span(),
             format!(
-                "invalid `{name}` duration {:?} ({error}): write a number and a unit, \
-                 e.g. \"3s\", \"250ms\", \"1m 30s\"",
-                lit.value()
+                "invalid `{name}` duration {text:?} ({error}): write a number and a unit, \
+                 e.g. \"3s\", \"250ms\", \"1m 30s\""
             ),
         )
     })
+}
+
+/// humantime's parse, of a text whose total cannot reach `u64::MAX` seconds: humantime 2.4
+/// panics (`Duration::new` overflowing) when the seconds add up to exactly that and the
+/// nanoseconds to exactly one second (`"18446744073709551615s 1000000000ns"`), and a panic
+/// here is the compiler's "custom attribute panicked" instead of an error on the attribute.
+/// The bound counts every number in the text as years (the largest unit), so it refuses only
+/// totals over 500 billion years' worth of numbers, none of them a sensible wait or lease.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    const YEAR_SECS: u128 = 31_557_600;
+    let mut bound: u128 = 0;
+    // The number being read, if the last character was a digit.
+    let mut number: Option<u128> = None;
+    for c in text.chars().chain(std::iter::once(' ')) {
+        match (c.to_digit(10), number) {
+            (Some(digit), _) => {
+                let value = number.unwrap_or(0).saturating_mul(10);
+                number = Some(value.saturating_add(u128::from(digit)));
+            }
+            // A fraction's digits count as a number of their own: more than the fraction.
+            (None, Some(value)) => {
+                bound = bound.saturating_add(value.saturating_add(1).saturating_mul(YEAR_SECS));
+                number = None;
+            }
+            (None, None) => {}
+        }
+    }
+    if bound >= u128::from(u64::MAX) {
+        return Err("number is too large".to_owned());
+    }
+    humantime::parse_duration(text).map_err(|error| error.to_string())
 }
 
 /// A duration that lock-core accepts as a lease.
@@ -483,5 +514,56 @@ fn can_skip(ty: &Type) -> syn::Result<()> {
                 pretty(ty)
             ),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_as_humantime_does() {
+        for (text, secs) in [
+            ("3s", 3),
+            ("1m 30s", 90),
+            ("1h", 3600),
+            ("100y", 3_155_760_000),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert!(parse_duration("3").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn totals_that_make_humantime_panic_are_an_error() {
+        // humantime 2.4 panics on each of these (its carry of exactly one second).
+        for text in [
+            "18446744073709551615s 1000000000ns",
+            "18446744073709551615s 999999999ns 1ns",
+            "18446744073709551615s 500ms 500ms",
+            "18446744073709551614s 1s 1000000000ns",
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Err("number is too large".to_owned()),
+                "{text}"
+            );
+        }
+        // Near the bound, and far beyond it, never a panic.
+        for text in [
+            "584542046090y",
+            "584542046091y",
+            "99999999999999999999999999999999999s",
+        ] {
+            assert!(parse_duration(text).is_err(), "{text}");
+        }
+        assert!(parse_duration("500000000000y").is_ok());
     }
 }

@@ -307,8 +307,10 @@ impl KeyFrom {
     ///
     /// Path parameters exist once the router has matched a route: apply the layer with
     /// `Router::route_layer` (or `Router::layer`, `MethodRouter::layer`, which also wrap each
-    /// route). A layer in front of the whole app (a `ServiceBuilder` around the router handed
-    /// to `axum::serve`) runs before routing and sees no parameters. A missing parameter: no
+    /// route; `Router::layer` wraps the fallback as well, so a request that matches no route
+    /// is answered `404` by the layer, [`Rejection::NoRoute`](crate::Rejection::NoRoute),
+    /// not by your fallback). A layer in front of the whole app (a `ServiceBuilder` around
+    /// the router handed to `axum::serve`) runs before routing and sees no parameters. A missing parameter: no
     /// key, a server misconfiguration ([`KeyAbsence::Route`]). A parameter the client sent
     /// that is not valid UTF-8 once percent-decoded (`/skus/%FF/purchase`): refused, the
     /// client's fault ([`KeyAbsence::Unreadable`]).

@@ -28,6 +28,7 @@ use rand::Rng;
 /// | [`MissingKey`](Self::MissingKey) | a header or query parameter key is absent ([`KeyAbsence::Request`](crate::KeyAbsence::Request)), or cannot be read: not UTF-8, a query parameter given twice ([`KeyAbsence::Unreadable`](crate::KeyAbsence::Unreadable)) | `400 Bad Request` | |
 /// | [`MalformedKey`](Self::MalformedKey) | a typed extractor's value does not parse ([`KeyAbsence::Malformed`](crate::KeyAbsence::Malformed)) | `400 Bad Request` | |
 /// | [`Misconfigured`](Self::Misconfigured) | a path parameter key is absent: the route has no such parameter ([`KeyAbsence::Route`](crate::KeyAbsence::Route)) | `500 Internal Server Error` | |
+/// | [`NoRoute`](Self::NoRoute) | the request matched no route of the axum router (the layer applied with `Router::layer` also wraps the fallback) | `404 Not Found` | |
 /// | [`Failed`](Self::Failed) | [`LockError::Config`], [`LockError::NotConfigured`], [`LockError::WrongType`], ... | `500 Internal Server Error` | |
 ///
 /// each with a one-line `text/plain` body that does not reveal the lock key. The layer's
@@ -75,6 +76,13 @@ pub enum Rejection {
     /// does not have): the server's configuration is wrong. See
     /// [`MissingKey`](crate::MissingKey).
     Misconfigured,
+    /// The request matched no route: the layer, applied with axum's `Router::layer`, wraps
+    /// the router's fallback too, where no route's key exists. Answered `404 Not Found` by the
+    /// layer, not by the fallback: the layer cannot tell a fallback that answers from one that
+    /// routes again (a router given as the fallback service) and would run a route unlocked.
+    /// Apply the layer with `Router::route_layer` to leave unmatched requests to your own
+    /// fallback. Under [`MissingKey::Pass`](crate::MissingKey::Pass) they pass unlocked.
+    NoRoute,
     /// Any other lock failure: the Redis key holds a foreign value
     /// ([`LockError::WrongType`]), an out-of-range lease ([`LockError::Config`]), no locker
     /// for `#[distributed_lock]` ([`LockError::NotConfigured`]), ...
@@ -127,12 +135,14 @@ impl Rejection {
             Self::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) | Self::Lost(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::InvalidKey(_) | Self::MissingKey | Self::MalformedKey => StatusCode::BAD_REQUEST,
+            Self::NoRoute => StatusCode::NOT_FOUND,
             Self::Misconfigured | Self::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The lock error behind the rejection (`None` for [`MissingKey`](Self::MissingKey),
-    /// [`MalformedKey`](Self::MalformedKey) and [`Misconfigured`](Self::Misconfigured)).
+    /// [`MalformedKey`](Self::MalformedKey), [`Misconfigured`](Self::Misconfigured) and
+    /// [`NoRoute`](Self::NoRoute)).
     pub fn error(&self) -> Option<&LockError> {
         match self {
             Self::Busy { error, .. }
@@ -141,13 +151,13 @@ impl Rejection {
             | Self::Lost(error)
             | Self::InvalidKey(error)
             | Self::Failed(error) => Some(error),
-            Self::MissingKey | Self::MalformedKey | Self::Misconfigured => None,
+            Self::MissingKey | Self::MalformedKey | Self::Misconfigured | Self::NoRoute => None,
         }
     }
 
     /// A short name of the variant, for logs and machine-readable bodies: `busy`, `full`,
     /// `unavailable`, `lost`, `invalid_key`, `missing_key`, `malformed_key`, `misconfigured`,
-    /// `failed`.
+    /// `no_route`, `failed`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Busy { .. } => "busy",
@@ -158,6 +168,7 @@ impl Rejection {
             Self::MissingKey => "missing_key",
             Self::MalformedKey => "malformed_key",
             Self::Misconfigured => "misconfigured",
+            Self::NoRoute => "no_route",
             Self::Failed(_) => "failed",
         }
     }
@@ -201,6 +212,7 @@ impl Rejection {
             Self::MalformedKey => {
                 "the request names its lock key in a form this route does not accept\n"
             }
+            Self::NoRoute => "no route matches the request\n",
             Self::Misconfigured | Self::Failed(_) => "the lock could not be taken\n",
         }
     }
@@ -579,6 +591,10 @@ mod tests {
         assert_eq!(Rejection::MalformedKey.status(), StatusCode::BAD_REQUEST);
         assert_eq!(Rejection::MalformedKey.kind(), "malformed_key");
         assert!(Rejection::MalformedKey.error().is_none());
+        assert_eq!(Rejection::NoRoute.status(), StatusCode::NOT_FOUND);
+        assert_eq!(Rejection::NoRoute.kind(), "no_route");
+        assert_eq!(Rejection::NoRoute.retry_after_secs(), None);
+        assert!(Rejection::NoRoute.error().is_none());
     }
 
     /// Edge durations (zero, sub-second, the largest) and random ones of any size.

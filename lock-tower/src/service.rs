@@ -119,6 +119,14 @@ where
                     tracing::debug!("request has no lock key: passing it through unlocked");
                     ResponseFuture::unlocked(self.inner.call(request), self.reject.clone())
                 }
+                // Under `Router::layer` the layer wraps the router's fallback too: a request no
+                // route matched has no route's key; a 404, not a 500 that blames the
+                // configuration. Not passed on: a fallback service may be a router that routes
+                // it to a handler that expects the lock (see `Rejection::NoRoute`).
+                (MissingKey::Reject, _) if routed_to_fallback(&request) => {
+                    tracing::debug!("request matched no route: rejected");
+                    ResponseFuture::rejected(self.reject.reject(Rejection::NoRoute))
+                }
                 (MissingKey::Reject, KeyAbsence::Route) => {
                     if self.misconfigured.first_time(&request) {
                         let why = if before_routing(&request) {
@@ -168,8 +176,25 @@ where
     }
 }
 
+/// Whether axum's router matched `request` to no route: the router has seen it (it adds the
+/// original URI) and found no route (no matched path), so the service is the router's
+/// fallback. Always `false` without axum.
+fn routed_to_fallback<B>(request: &Request<B>) -> bool {
+    #[cfg(feature = "axum")]
+    return request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .is_some()
+        && before_routing(request);
+    #[cfg(not(feature = "axum"))]
+    {
+        let _ = request;
+        false
+    }
+}
+
 /// Whether `request` has not been through axum's routing (no matched path): a layer in front
-/// of the whole router. Always `false` without axum.
+/// of the whole router, or the router's fallback. Always `false` without axum.
 fn before_routing<B>(request: &Request<B>) -> bool {
     #[cfg(feature = "axum")]
     return request

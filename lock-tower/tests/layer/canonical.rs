@@ -273,3 +273,74 @@ async fn a_duplicated_query_parameter_is_refused_not_locked_on_one_value() {
     }
     common::assert_nothing_left(&server, &[&locker]).await;
 }
+
+/// A function locked by `#[distributed_lock(key = "inventory:<sku>")]` and a route locked by
+/// `KeyFrom::path_param("sku").prefix("inventory:")` exclude each other for every SKU text:
+/// while the route holds the lock, the function is refused `Busy`. Before, the macro doubled
+/// every `\` of the value that ends the key and the layer did not: for `a\b` the two locked
+/// different keys and ran at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_layer_and_the_macro_lock_one_key_for_every_value() {
+    use lock_core::{distributed_lock, LockError};
+
+    #[distributed_lock(key = "inventory:<sku>", wait = "0s", locker = locker)]
+    async fn reserve(locker: &Locker, sku: &str) -> Result<(), LockError> {
+        let _ = sku;
+        Ok(())
+    }
+
+    let server = server();
+    let locker = locker(&server).await;
+    let held = Arc::new(tokio::sync::Notify::new());
+    let entered = Arc::new(tokio::sync::Notify::new());
+    let app = {
+        let (held, entered) = (held.clone(), entered.clone());
+        Router::new()
+            .route(
+                "/skus/{sku}/purchase",
+                post(move |lock: HeldLock| {
+                    let (held, entered) = (held.clone(), entered.clone());
+                    async move {
+                        entered.notify_one();
+                        held.notified().await;
+                        lock.key().to_owned()
+                    }
+                }),
+            )
+            .route_layer(DistributedLockLayer::new(
+                locker.clone(),
+                KeyFrom::path_param("sku").prefix("inventory:"),
+            ))
+    };
+    let addr = serve(app).await;
+    let http = client();
+    // (the value, as the path writes it)
+    for (sku, path) in [
+        ("7", "7"),
+        ("a\\b", "a%5Cb"),
+        ("a\\", "a%5C"),
+        ("a:b", "a:b"),
+        ("\\\\", "%5C%5C"),
+        ("<x>", "%3Cx%3E"),
+    ] {
+        let purchase = {
+            let (http, url) = (http.clone(), format!("http://{addr}/skus/{path}/purchase"));
+            tokio::spawn(async move { post_to(&http, &url).await })
+        };
+        entered.notified().await;
+        let reserved = reserve(&locker, sku).await;
+        held.notify_one();
+        let reply = purchase.await.unwrap();
+        assert_eq!(
+            (reply.status, reply.body),
+            (StatusCode::OK, format!("inventory:{sku}"))
+        );
+        assert!(
+            matches!(&reserved, Err(LockError::Busy { .. })),
+            "the macro ran for SKU {sku:?} while the route held its lock: {reserved:?}"
+        );
+        // Once the route is done, the function gets it.
+        assert!(reserve(&locker, sku).await.is_ok(), "{sku:?}");
+    }
+    common::assert_nothing_left(&server, &[&locker]).await;
+}

@@ -88,6 +88,75 @@ async fn path_param_under_route_layer_and_router_layer() {
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
+/// `Router::layer` wraps the router's fallback too, where no route's parameters exist: a path
+/// no route matches is a `404` (was: `500`, logged as "the layer runs before routing"). Never
+/// passed on unlocked by default: a fallback service that is itself a router (here with the
+/// layer in front of it) would run its route without the lock.
+#[tokio::test]
+async fn a_request_matching_no_route_is_not_found_and_never_runs_a_route_unlocked() {
+    let server = server();
+    let locker = locker(&server).await;
+    let key = KeyFrom::path_param_as::<u64>("sku").prefix("inventory:");
+    let layer = |missing: MissingKey| {
+        DistributedLockLayer::new(locker.clone(), key.clone()).on_missing_key(missing)
+    };
+    let with_layer = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .layer(layer(MissingKey::Reject));
+    let no_route = || req("POST", "/no/such/path").body(Body::empty()).unwrap();
+    assert_eq!(
+        call(&with_layer, no_route()).await,
+        (
+            StatusCode::NOT_FOUND,
+            "no route matches the request\n".to_owned()
+        )
+    );
+    // The routes still lock.
+    let (status, body) = call(
+        &with_layer,
+        req("POST", "/skus/07/purchase")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("locked inventory:7 "), "{body}");
+    // Under `Pass`, the fallback answers (axum's empty 404).
+    let passing = Router::new()
+        .route("/skus/{sku}/purchase", post(whoami))
+        .layer(layer(MissingKey::Pass));
+    assert_eq!(
+        call(&passing, no_route()).await,
+        (StatusCode::NOT_FOUND, String::new())
+    );
+    // A router as another router's fallback service, the layer in front of it: its route is
+    // refused, not run unlocked.
+    let inner = Router::new().route("/skus/{sku}/purchase", post(whoami));
+    let outer = Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .fallback_service(
+            tower::ServiceBuilder::new()
+                .layer(layer(MissingKey::Reject))
+                .service(inner),
+        );
+    let (status, body) = call(
+        &outer,
+        req("POST", "/skus/7/purchase").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // In front of the whole app, the layer still says it is misconfigured.
+    let in_front = tower::ServiceBuilder::new()
+        .layer(layer(MissingKey::Reject))
+        .service(Router::new().route("/skus/{sku}/purchase", post(whoami)));
+    let response = in_front
+        .oneshot(req("POST", "/skus/7/purchase").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
 #[tokio::test]
 async fn a_missing_path_parameter_is_a_server_error_by_default_and_passes_only_when_asked() {
     let server = server();
