@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -400,10 +400,11 @@ impl Hold {
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.until = state
+        let until = state
             .until
             .min(self.after_grant(confirmed_until(sent_at, by)));
         state.extended_at = Some(self.since_grant(sent_at));
+        self.set_until(state, until);
     }
 
     /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
@@ -413,8 +414,22 @@ impl Hold {
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.until = self.after_grant(confirmed_until(sent_at, by));
         state.extended_at = Some(self.since_grant(sent_at));
+        let until = self.after_grant(confirmed_until(sent_at, by));
+        self.set_until(state, until);
+    }
+
+    /// Sets the validity to `until`; a shorter one wakes the tasks waiting in
+    /// [`lost`](Self::lost), which sleep until the validity they read before (a shortening
+    /// `extend` would otherwise leave them asleep past the lease Redis keeps).
+    fn set_until(&self, mut state: MutexGuard<'_, HoldState>, until: u64) {
+        let shortened = until < state.until;
+        state.until = until;
+        let signal = shortened.then(|| state.lost_signal.clone()).flatten();
+        drop(state);
+        if let Some(signal) = signal {
+            signal.notify_waiters();
+        }
     }
 
     /// Notes that a guard of this lock is used in the current task; when that is not the
@@ -488,7 +503,8 @@ impl Hold {
 
     /// Wakes the tasks waiting in [`lost`](Self::lost), after a mark they look for was set.
     /// The signal is read under the state's lock, where `lost` registers before it looks at
-    /// the marks: a watcher either registered in time to be woken, or sees the mark.
+    /// the marks and the validity: a watcher either registered in time to be woken, or sees
+    /// the mark.
     fn wake_watchers(&self) {
         let signal = self.state.lock().lost_signal.clone();
         if let Some(signal) = signal {
@@ -521,7 +537,8 @@ impl Hold {
             }
             let until = self.valid_until();
             tokio::select! {
-                _ = marked => return,
+                // A mark (seen at the top of the loop), or a shorter validity.
+                _ = marked => {}
                 _ = tokio::time::sleep_until(until) => {
                     // After the hold ended the clock is stale: no loss to report.
                     if self.is_ended() {

@@ -496,15 +496,19 @@ impl LocalLocks {
         metrics::released(held.kind(), ReleaseOutcome::HandedOver, held.held_since());
         tracing::trace!(key = %held.key(), "lock handed over locally");
         let local_key = local_key.clone();
-        let store = self.store.clone();
+        let releaser = self.releaser.clone();
         let working = self.in_flight.enter();
         runtime.spawn(async move {
             let _working = working;
             tokio::time::sleep(PICKUP).await;
             if let Some(baton) = local_key.reclaim_baton(&token, streak) {
-                if let Err(error) = store.release(&baton.keys, &baton.token).await {
-                    tracing::warn!(%error, "release of a lock nobody took over failed; it expires with its lease");
-                }
+                // As an unused grant's: tried again if it fails (a lock left in Redis would
+                // keep every locker out for its lease, held by nobody).
+                releaser.send(ReleaseJob::Abandoned {
+                    keys: baton.keys,
+                    token: baton.token,
+                    in_flight: false,
+                });
             }
         });
         true

@@ -301,6 +301,9 @@ pub(crate) fn start(store: Arc<Store>, in_flight: InFlight) -> Releaser {
                                     break;
                                 }
                                 Ok(_) if !in_flight || delay >= 500 => break,
+                                Err(error) if delay == 2000 => {
+                                    tracing::warn!(lock = %ShownKey(&keys.lock), %error, "release of an unused lock failed; it expires with its lease");
+                                }
                                 _ => {}
                             }
                         }

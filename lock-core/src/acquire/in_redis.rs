@@ -56,9 +56,8 @@ impl Acquire {
     ) -> impl Future<Output = Result<Grant, LockError>> + 'a {
         async move {
             let inner = &self.inner();
-            // Redis calls (retries included) end by the deadline, or one command (and its WAIT for
-            // replicas) after the start when the wait is shorter: a zero wait still gets one try.
-            let bound = when.deadline.map(|d| d.max(when.started + inner.one_try()));
+            // Redis calls (retries included) end by then.
+            let bound = when.bound(inner.one_try());
             let mut wait = Wait::new(inner, &keys, self.new_token(), when.try_once);
             let mut split_pause = FIRST_SPLIT_PAUSE;
             let likely_busy = others_wait && !when.try_once;
@@ -77,7 +76,7 @@ impl Acquire {
                 let notify = wait.notify();
                 let alarms = Alarms::set(notify.as_deref(), handoff);
                 if let Some(handoff) = handoff {
-                    if let Some(grant) = self.take_handed_over(handoff).await {
+                    if let Some(grant) = self.take_handed_over(handoff, when).await {
                         // Armed after a try, the attempt takes our place in line out in the
                         // background when dropped here.
                         return Ok(grant);
@@ -285,7 +284,7 @@ fn granted(keys: RedisKeys, token: Token, sent_at: Instant) -> Grant {
 /// One future for both cases, the call inside a timeout that never fires without a bound: an
 /// `async fn` awaiting either the call or its timeout laid the call's state out twice, and
 /// every acquire carried (and copied) both.
-fn by<T>(
+pub(super) fn by<T>(
     bound: Option<Instant>,
     call: impl Future<Output = Result<T, BackendError>>,
 ) -> impl Future<Output = Result<T, BackendError>> {

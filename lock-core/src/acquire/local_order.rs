@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures_util::future::Either;
 use tokio::time::Instant;
 
+use super::in_redis::by;
 use super::{Acquire, Seen, When};
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, LockError};
@@ -120,7 +121,7 @@ impl Acquire {
             };
             // The last local holder handed the lock over: no Redis round trip.
             if let Some(taken) = LocalLocks::take_over(local_key, mode, self.permits) {
-                if let Some(grant) = self.use_handed_over(taken).await {
+                if let Some(grant) = self.use_handed_over(taken, when).await {
                     return Ok((permit, grant));
                 }
             }
@@ -166,7 +167,7 @@ impl Acquire {
             return Err(self.busy(when.started, Seen::default()));
         };
         let handoff = self.handoff(local_key, mode);
-        if let Some(grant) = self.take_handed_over(&handoff).await {
+        if let Some(grant) = self.take_handed_over(&handoff, when).await {
             return Ok((place, grant));
         }
         if let Some(until) = local_key.yield_until() {
@@ -210,7 +211,7 @@ impl Acquire {
         let permit = match placed {
             Ok(permit) => permit,
             Err(answer) => {
-                self.give_back(&grant.keys, token).await;
+                self.give_back(&grant.keys, token, when).await;
                 return Err(match answer {
                     Some(Renewal::Unknown) => LockError::backend(
                         Some(&self.key),
@@ -244,6 +245,7 @@ impl Acquire {
         lease: std::time::Duration,
         when: When,
     ) -> Result<Result<Place<'k>, tokio::sync::AcquireError>, Option<Renewal>> {
+        let bound = when.bound(self.inner().one_try());
         loop {
             let renew_at = *sent_at + lease / 2;
             let until = when.deadline.map_or(renew_at, |d| d.min(renew_at));
@@ -259,7 +261,16 @@ impl Acquire {
             let token = granted.token.stored();
             let pair = [(granted.keys, token.as_str())];
             let store = &self.inner().store;
-            match store.renew(&pair, NewLease::AtLeast(lease)).await.first() {
+            let renewal = store.renew(&pair, NewLease::AtLeast(lease));
+            // Cut at the bound: the wait ran out meanwhile (the grant then goes back).
+            let renewed = match bound {
+                Some(bound) => tokio::time::timeout_at(bound, renewal).await.ok(),
+                None => Some(renewal.await),
+            };
+            let Some(renewed) = renewed else {
+                return Err(None);
+            };
+            match renewed.first() {
                 Some(Renewal::Renewed) => *sent_at = renewed_at,
                 other => return Err(other.copied()),
             }
@@ -288,20 +299,24 @@ impl Acquire {
 
     /// The lock the last local holder handed over, if one waits in the local key and fits this
     /// acquire; one that does not fit goes back to Redis first.
-    pub(super) async fn take_handed_over(&self, handoff: &Handoff<'_>) -> Option<Grant> {
+    pub(super) async fn take_handed_over(
+        &self,
+        handoff: &Handoff<'_>,
+        when: When,
+    ) -> Option<Grant> {
         let taken = LocalLocks::take_over(handoff.local_key, handoff.mode, handoff.permits)?;
-        self.use_handed_over(taken).await
+        self.use_handed_over(taken, when).await
     }
 
     /// What a local holder handed over (see [`LocalLocks::take_over`]): its grant, or `None`
     /// once a lock that does not fit this acquire went back to Redis.
-    async fn use_handed_over(&self, taken: Result<Grant, Baton>) -> Option<Grant> {
+    async fn use_handed_over(&self, taken: Result<Grant, Baton>, when: When) -> Option<Grant> {
         match taken {
             Ok(grant) => Some(grant),
             Err(baton) => {
                 // Boxed, as every step off the uncontended path: its state would otherwise
                 // be part of every acquire's future, and copied with it as it starts.
-                Box::pin(self.give_back(&baton.keys, baton.token)).await;
+                Box::pin(self.give_back(&baton.keys, baton.token, when)).await;
                 None
             }
         }
@@ -318,16 +333,22 @@ impl Acquire {
     }
 
     /// Releases in Redis a lock granted to this acquire that it cannot use: a lock handed over
-    /// that does not fit it, a fair grant whose wait ran out (finished in the background if
-    /// this future is dropped meanwhile).
-    async fn give_back(&self, keys: &RedisKeys, token: Token) {
+    /// that does not fit it, a fair grant whose wait ran out. The call ends by the acquire's
+    /// bound (`wait(d)` bounds the whole acquire); one cut there, failed, or dropped with this
+    /// future is finished by the background releaser, which tries again (a grant left in
+    /// Redis would keep every locker out for its lease, held by nobody).
+    async fn give_back(&self, keys: &RedisKeys, token: Token, when: When) {
         let inner = &self.inner();
         let mut on_drop = ReleaseOnDrop::new(inner.releaser(), Attempt::new(keys, token));
         on_drop.arm();
-        if let Err(error) = inner.store.release(keys, &on_drop.target.token).await {
-            tracing::debug!(%error, "release of an unused grant failed; it expires with its lease");
+        let bound = when.bound(inner.one_try());
+        let call = inner.store.release(keys, &on_drop.target.token);
+        match by(bound, call).await {
+            Ok(_) => on_drop.disarm(),
+            Err(error) => {
+                tracing::debug!(%error, "release of an unused grant failed; retried in the background");
+            }
         }
-        on_drop.disarm();
     }
 }
 

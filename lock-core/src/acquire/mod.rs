@@ -244,6 +244,15 @@ struct When {
     try_once: bool,
 }
 
+impl When {
+    /// When every Redis call of the acquire ends: the deadline, or one command (`one_try`,
+    /// with its `WAIT` for replicas) after the start when the wait is shorter, so that a zero
+    /// wait still gets one try.
+    fn bound(&self, one_try: Duration) -> Option<Instant> {
+        self.deadline.map(|d| d.max(self.started + one_try))
+    }
+}
+
 /// What a try that found the lock taken learned of its holder, for a `Busy` answer.
 #[derive(Debug, Clone, Default)]
 struct Seen {

@@ -1,7 +1,9 @@
 //! The holder always knows: a release says `Ok` only for a lock that was ours up to its
 //! deletion (also when it hands the lock to the next local task), a successor never enters a
 //! lock Redis no longer holds for it, an extension is never cut back by a renewal, the closure
-//! API stops at a loss before the body's next step, and a fair acquire keeps to its wait.
+//! API stops at a loss before the body's next step, a shortening extension wakes `lost()`
+//! waiters in time, and an acquire keeps to its wait also when it gives back a lock handed to
+//! it.
 
 use crate::common;
 
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{assert_nothing_left, lock_key, locker, locker_with_lease, lost_reason, server};
-use lock_core::{LockError, Locker, LostReason, OnLost};
+use lock_core::{LockError, LockGuard, Locker, LostReason, OnLost};
 use lock_testkit::RedisServer;
 
 /// How the lock key disappears behind its holder.
@@ -506,4 +508,312 @@ async fn a_watch_does_not_keep_the_lock_from_being_handed_over() {
         drop((watch, fence));
     }
     assert_nothing_left(&server, &[&a]).await;
+}
+
+/// The kinds whose guards `extend`: each is taken with a zero wait.
+#[derive(Debug, Clone, Copy)]
+enum KindTaken {
+    Mutex,
+    Fair,
+    Read,
+    Permit,
+}
+
+const KINDS_TAKEN: [KindTaken; 4] = [
+    KindTaken::Mutex,
+    KindTaken::Fair,
+    KindTaken::Read,
+    KindTaken::Permit,
+];
+
+async fn take_kind(
+    locker: &Locker,
+    kind: KindTaken,
+    key: &str,
+    lease: Option<Duration>,
+) -> LockGuard {
+    let acquire = match kind {
+        KindTaken::Mutex => locker.lock(key),
+        KindTaken::Fair => locker.fair_lock(key),
+        KindTaken::Read => locker.read(key),
+        KindTaken::Permit => locker.semaphore(key, 1).acquire(),
+    };
+    let acquire = match lease {
+        Some(lease) => acquire.lease(lease),
+        None => acquire,
+    };
+    acquire.wait(Duration::ZERO).await.unwrap()
+}
+
+/// The other side of each kind: a writer for a read lock, another permit for a semaphore of 1.
+async fn take_other(locker: &Locker, kind: KindTaken, key: &str) -> Result<LockGuard, LockError> {
+    let acquire = match kind {
+        KindTaken::Mutex | KindTaken::Read => locker.lock(key),
+        KindTaken::Fair => locker.fair_lock(key),
+        KindTaken::Permit => locker.semaphore(key, 1).acquire(),
+    };
+    acquire.wait(Duration::ZERO).await
+}
+
+/// A fair acquire granted in Redis that waits for its local place keeps to its wait also
+/// when the server stops answering at the deadline: `wait(d)` bounds the whole acquire
+/// (DESIGN.md "Waiting"; ARCHITECTURE.md: "every Redis call of an acquire ends by its wait's
+/// deadline"). The local place is held by a holder whose key was force-unlocked (as in
+/// `a_fair_acquire_keeps_to_its_wait_after_the_grant`); the server is frozen (SIGSTOP) 500 ms
+/// into a 1.5 s wait. At the deadline the acquire gives its grant back (before: it awaited
+/// that release for a whole command timeout, 1 s here and 3 s by default, before answering
+/// `Busy`: "a fair acquire with a 1.5s wait answered after 2.502336719s").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_acquire_waiting_for_its_local_place_keeps_to_its_wait_on_a_frozen_server() {
+    let server = server();
+    let locker = Locker::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let holder = locker
+        .fair_lock("f")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(locker.force_unlock("f").await.unwrap());
+    let wait = Duration::from_millis(1500);
+    let started = Instant::now();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.fair_lock("f").wait(wait).await })
+    };
+    // The waiter is granted in Redis at once and waits for the local place.
+    assert!(
+        common::eventually(Duration::from_millis(400), || !common::keys(
+            &server, "lock:"
+        )
+        .iter()
+        .filter(|k| k.ends_with(":lock:f"))
+        .collect::<Vec<_>>()
+        .is_empty())
+        .await,
+        "the fair waiter was not granted in Redis"
+    );
+    tokio::time::sleep(Duration::from_millis(500).saturating_sub(started.elapsed())).await;
+    server.pause();
+    let answer = waiter.await.unwrap();
+    let took = started.elapsed();
+    server.resume();
+    assert!(
+        matches!(answer, Err(LockError::Busy { .. })),
+        "the fair acquire answered {answer:?} after {took:?}"
+    );
+    assert!(
+        took < wait + Duration::from_millis(300),
+        "a fair acquire with a {wait:?} wait answered after {took:?}"
+    );
+    assert!(
+        common::eventually(Duration::from_secs(5), || server.cmd::<String>(&["PING"])
+            == "PONG")
+        .await
+    );
+    let released = holder.release().await;
+    assert!(released.is_err(), "{released:?}");
+    assert_nothing_left(&server, &[&locker]).await;
+}
+
+/// The same give-back after a short outage: the server is unreachable for 600 ms around the
+/// fair acquire's deadline. The acquire answers `Busy` in time, and its unused grant's
+/// release, failed there, is tried again in the background (as an abandoned try's, F5).
+/// Before, it was tried once: the key stayed locked in Redis by nobody for the grant's whole
+/// lease, keeping every other locker out ("still locked in Redis 4.007257104s after the
+/// acquire gave up (PTTL 23409 ms)").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_fair_grant_is_not_left_locked_after_a_short_outage() {
+    use lock_testkit::{FaultProxy, ProxyMode};
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let other = common::locker(&server).await;
+    let holder = locker
+        .fair_lock("f")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(other.force_unlock("f").await.unwrap());
+    let wait = Duration::from_millis(1500);
+    let started = Instant::now();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.fair_lock("f").wait(wait).await })
+    };
+    let lock_keys = || {
+        common::keys(&server, "lock:")
+            .into_iter()
+            .filter(|k| k.ends_with(":lock:f"))
+            .count()
+    };
+    assert!(
+        common::eventually(Duration::from_millis(400), || lock_keys() == 1).await,
+        "the fair waiter was not granted in Redis"
+    );
+    tokio::time::sleep(Duration::from_millis(1200).saturating_sub(started.elapsed())).await;
+    proxy.set_mode(ProxyMode::Refuse).await;
+    let answer = waiter.await.unwrap();
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(1800).saturating_sub(started.elapsed())).await;
+    proxy.set_mode(ProxyMode::Pass).await;
+    assert!(
+        matches!(answer, Err(LockError::Busy { .. })),
+        "the fair acquire answered {answer:?} after {took:?}"
+    );
+    // The server answers again from 1.8 s on; give the clean-up the F5 schedule and more.
+    let gone = common::eventually(Duration::from_secs(4), || lock_keys() == 0).await;
+    let pttl: i64 = {
+        let names: Vec<String> = common::keys(&server, "lock:")
+            .into_iter()
+            .filter(|k| k.ends_with(":lock:f"))
+            .collect();
+        names
+            .first()
+            .map_or(-2, |name| server.cmd(&["PTTL", name.as_str()]))
+    };
+    assert!(
+        gone,
+        "the unused fair grant is still locked in Redis {:?} after the acquire gave up \
+         (PTTL {pttl} ms); another locker gets: {:?}",
+        started.elapsed().saturating_sub(took),
+        other.fair_lock("f").wait(Duration::ZERO).await.map(|_| ())
+    );
+    let _ = holder.release().await;
+    assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// `guard.lost()` is the holder's signal to stop (the documented `select!` pattern, the
+/// closure API, `LockWatch`). An `extend` that shortens the lease is documented to make the
+/// guard "report the lock lost when that shorter lease ends". A `lost()` that is already
+/// waiting when the extension is sent keeps sleeping until the validity it read before the
+/// extension (the fixed lease's old end): meanwhile `is_held()` is `false`, Redis has let the
+/// key go, and another locker holds the lock, while the holder's `select!` on `lost()` lets its
+/// critical section run on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_future_waiting_before_a_shortening_extend_fires_when_the_shorter_lease_ends() {
+    let mut late = Vec::new();
+    for kind in KINDS_TAKEN {
+        let server = server();
+        let (holder, other) = (locker(&server).await, locker(&server).await);
+        // A fixed lease of 20 s: nothing renews it, nothing else marks it lost.
+        let guard = Arc::new(take_kind(&holder, kind, "k", Some(Duration::from_secs(20))).await);
+        // The documented pattern: someone waits on `lost()` while the section runs.
+        let watcher = {
+            let guard = guard.clone();
+            tokio::spawn(async move {
+                guard.lost().await;
+                Instant::now()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The section decides it needs the lock only 200 ms more.
+        let shortened_at = Instant::now();
+        guard.extend(Duration::from_millis(200)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        // Redis let it go: another locker takes it, and the holder's clock agrees.
+        let taken = take_other(&other, kind, "k").await;
+        assert!(
+            taken.is_ok(),
+            "{kind:?}: the lock should be free in Redis 400 ms after a 200 ms extension: {taken:?}"
+        );
+        let taken = taken.unwrap();
+        assert!(
+            !guard.is_held(),
+            "{kind:?}: is_held() after the shorter lease ended"
+        );
+        // ... but is the watcher awake?
+        let abort = watcher.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(2), watcher).await {
+            Ok(at) => {
+                let after = at.unwrap().duration_since(shortened_at);
+                if after >= Duration::from_millis(700) {
+                    late.push(format!(
+                        "{kind:?}: lost() fired {after:?} after a 200 ms extension"
+                    ));
+                }
+            }
+            Err(_) => {
+                abort.abort();
+                late.push(format!(
+                    "{kind:?}: lost() had not fired {:?} after the lease was shortened to 200 ms \
+                     (is_held() = {}, another locker has held the lock for {:?})",
+                    shortened_at.elapsed(),
+                    guard.is_held(),
+                    shortened_at.elapsed() - Duration::from_millis(400),
+                ));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        taken.release().await.unwrap();
+        let guard = Arc::into_inner(guard).expect("the watcher is gone");
+        assert!(guard.release().await.unwrap_err().is_lost());
+        assert_nothing_left(&server, &[&holder, &other]).await;
+    }
+    assert!(late.is_empty(), "{}", late.join("\n"));
+}
+
+/// `wait(d)` bounds the whole acquire (DESIGN.md), and "every Redis call of an acquire ends by
+/// its wait's deadline (or one command when the wait is shorter)" (ARCHITECTURE.md). A
+/// fixed-lease acquire queued in its process behind a watchdog holder is handed that holder's
+/// lock when it releases, cannot use it (a fixed lease takes no handed-over lock), and gives it
+/// back to Redis with a release that is not cut at its deadline. Through a slow link (450 ms
+/// each way, inside the 1 s command timeout: no call fails) the acquire with a 1.5 s wait
+/// answers long after its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixed_lease_acquire_handed_a_watchdog_lock_keeps_to_its_wait() {
+    use lock_testkit::{FaultProxy, ProxyMode};
+    let server = server();
+    let proxy = FaultProxy::start(server.port()).await.unwrap();
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    // Warm the scripts and the connection.
+    locker.lock("warm").await.unwrap().release().await.unwrap();
+    let holder = locker.lock("k").await.unwrap();
+    proxy
+        .set_mode(ProxyMode::Delay(Duration::from_millis(450)))
+        .await;
+    let wait = Duration::from_millis(1500);
+    let started = Instant::now();
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move {
+            let got = locker
+                .lock("k")
+                .lease(Duration::from_secs(5))
+                .wait(wait)
+                .await;
+            (got, Instant::now())
+        }
+    });
+    // The waiter queues behind the holder in this process; the holder leaves 450 ms later, so
+    // that its handoff (one round trip to confirm it, 900 ms) comes before the waiter's
+    // deadline.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let release = tokio::spawn(async move { holder.release().await });
+    let (got, answered) = waiter.await.unwrap();
+    let took = answered.duration_since(started);
+    release.await.unwrap().unwrap();
+    proxy.set_mode(ProxyMode::Pass).await;
+    let shown = got.as_ref().map(|_| "granted").map_err(ToString::to_string);
+    if let Ok(guard) = got {
+        guard.release().await.unwrap();
+    }
+    assert!(
+        took < wait + Duration::from_millis(150),
+        "an acquire with a {wait:?} wait answered after {took:?}: {shown:?}"
+    );
+    assert_nothing_left(&server, &[&locker]).await;
 }
