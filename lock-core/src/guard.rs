@@ -1,5 +1,6 @@
 //! [`LockGuard`]: proof of holding a lock, and the way to give it back.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +43,8 @@ pub struct LockGuard {
     local: Arc<LocalLocks>,
     held: Arc<Hold>,
     released: bool,
+    /// Used by a task other than the lock's owner (counted in the hold until it leaves).
+    escaped: AtomicBool,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -61,12 +64,28 @@ impl LockGuard {
             local,
             held,
             released: false,
+            escaped: AtomicBool::new(false),
         }
+    }
+
+    /// Notes the use of this guard in the current task (see [`Hold::touched`]).
+    fn touched(&self) {
+        self.held.touched(&self.escaped);
+    }
+
+    /// Leaves the lock (a nested guard's depth, or the outermost guard), and stops counting as
+    /// escaped.
+    fn leave(&self) -> Leave {
+        let left = self.local.leave(&self.held);
+        if self.escaped.load(Ordering::Acquire) {
+            self.held.escaped_guard_left();
+        }
+        left
     }
 
     /// The user's key.
     pub fn key(&self) -> &str {
-        self.held.touched();
+        self.touched();
         self.held.key()
     }
 
@@ -97,13 +116,13 @@ impl LockGuard {
     /// [`LockError::Backend`] when Redis fails; [`LockError::NotExclusive`] for a read lock
     /// or semaphore permits.
     pub async fn fencing_token(&self) -> Result<u64, LockError> {
-        self.held.touched();
+        self.touched();
         self.fence().token().await
     }
 
     /// A handle to this acquisition's fencing token, for code that does not hold the guard.
     pub fn fence(&self) -> Fence {
-        self.held.touched();
+        self.touched();
         Fence::new(self.local.clone(), self.held.clone())
     }
 
@@ -127,21 +146,21 @@ impl LockGuard {
     /// # }
     /// ```
     pub fn watch(&self) -> LockWatch {
-        self.held.touched();
+        self.touched();
         LockWatch::new(self.held.clone())
     }
 
     /// Whether the lock is still ours as far as this process knows: not marked lost, and its
     /// last confirmed lease has not run out. No Redis round trip.
     pub fn is_held(&self) -> bool {
-        self.held.touched();
+        self.touched();
         !self.held.is_lost()
     }
 
     /// How long the lock is certainly ours without a further renewal (local estimate, with a
     /// safety margin for clock drift).
     pub fn remaining(&self) -> Duration {
-        self.held.touched();
+        self.touched();
         self.held
             .valid_until()
             .saturating_duration_since(Instant::now())
@@ -156,7 +175,7 @@ impl LockGuard {
     ///
     /// Cancel safe: it only observes.
     pub async fn lost(&self) {
-        self.held.touched();
+        self.touched();
         self.held.lost().await;
     }
 
@@ -165,7 +184,7 @@ impl LockGuard {
     /// on [`lost`](Self::lost) and reports the loss itself:
     /// `LockError::Lost { key: guard.key().to_owned(), reason }`.
     pub fn lost_reason(&self) -> Option<LostReason> {
-        self.held.touched();
+        self.touched();
         if !self.held.is_lost() {
             return None;
         }
@@ -192,7 +211,7 @@ impl LockGuard {
     /// [`LockError::Lost`] when the lock is no longer ours, [`LockError::Config`] for a
     /// duration outside 1 ms to [`MAX_LEASE`](crate::MAX_LEASE), [`LockError::Backend`] when Redis fails.
     pub async fn extend(&self, by: Duration) -> Result<(), LockError> {
-        self.held.touched();
+        self.touched();
         limits::check_lease(DurationSetting::Extension, by)?;
         if self.held.is_lost() {
             return Err(self.held.lost_error());
@@ -241,9 +260,9 @@ impl LockGuard {
     /// [`Locker::shutdown`](crate::Locker::shutdown) released it already;
     /// [`LockError::Backend`] when Redis failed, in which case the key expires with its lease.
     pub async fn release(mut self) -> Result<(), LockError> {
-        self.held.touched();
+        self.touched();
         self.released = true;
-        match self.local.leave(&self.held) {
+        match self.leave() {
             // The outer guard releases the key; a nested guard still reports a lost lock.
             Leave::Nested if self.held.is_lost() => Err(self.held.lost_error()),
             Leave::Nested => Ok(()),
@@ -271,8 +290,8 @@ impl Drop for LockGuard {
         if self.released {
             return;
         }
-        self.held.touched();
-        if let Leave::Outermost = self.local.leave(&self.held) {
+        self.touched();
+        if let Leave::Outermost = self.leave() {
             // The same path as `release`, run by the background releaser.
             self.local.finish_in_background(self.held.clone());
         }

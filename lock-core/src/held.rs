@@ -5,7 +5,7 @@
 //! Registering and unregistering it is [`LocalLocks`](crate::local::LocalLocks)'s job.
 
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,6 +89,9 @@ pub(crate) struct Hold {
     /// Redis token, so the lock is not handed over locally while any lives. (Counted apart
     /// from the `Arc`: the watchdog's renewal in flight holds one too, and does no harm.)
     fences: AtomicU32,
+    /// Guards alive that were used by a task other than the owner: while any lives, the lock
+    /// is not reentrant for the owner (that task may still be inside).
+    escaped: AtomicU32,
     /// [`FIXED`], [`ESCAPED`], [`FINISHING`] and [`ENDED`].
     marks: AtomicU8,
     /// Marked lost: the [`LostReason`]'s code, 0 while not marked; the state's lost signal
@@ -108,8 +111,8 @@ pub(crate) struct Hold {
 /// A fixed lease, never renewed (else the watchdog renews it).
 const FIXED: u8 = 8;
 
-/// A guard of this lock was used by a task other than its owner: the lock is no longer
-/// reentrant for the owner (it may have been handed to that task, which may still be inside).
+/// A guard of this lock was used by a task other than its owner (warned once; the lock is not
+/// reentrant while such a guard lives, see `escaped`).
 const ESCAPED: u8 = 1;
 /// Someone took on finishing the lock (its outermost guard leaving, or the locker's shutdown):
 /// whoever sets it releases the lock, nobody else.
@@ -180,6 +183,7 @@ impl Hold {
                 LeaseMode::Watchdog(_) => 0,
             }),
             lost: AtomicU8::new(0),
+            escaped: AtomicU32::new(0),
             // A streak never passes `MAX_STREAK` (a handful).
             streak: u8::try_from(streak).unwrap_or(u8::MAX),
             places: AtomicU32::new(places),
@@ -433,23 +437,36 @@ impl Hold {
     }
 
     /// Notes that a guard of this lock is used in the current task; when that is not the
-    /// owner, the lock stops being reentrant for the owner (once, with a warning).
-    pub(crate) fn touched(&self) {
-        if self.is_marked(ESCAPED) || Owner::current() == self.owner {
+    /// owner, the guard counts as escaped (`guard_escaped`, once per guard) until it leaves
+    /// ([`escaped_guard_left`](Self::escaped_guard_left)), and the lock is not reentrant for
+    /// the owner meanwhile (warned once per lock).
+    pub(crate) fn touched(&self, guard_escaped: &AtomicBool) {
+        if guard_escaped.load(Ordering::Acquire) || Owner::current() == self.owner {
             return;
         }
+        if guard_escaped.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.escaped.fetch_add(1, Ordering::AcqRel);
         if !self.mark(ESCAPED) {
             tracing::warn!(
                 key = %ShownKey(self.key()),
-                "lock guard used by a task other than the one that acquired it; the lock is no \
-                 longer reentrant for the acquiring task (it waits for this guard like any task)"
+                "lock guard used by a task other than the one that acquired it; the lock is not \
+                 reentrant for the acquiring task while this guard lives (it waits for it like \
+                 any task)"
             );
         }
     }
 
+    /// An escaped guard (see [`touched`](Self::touched)) left: once none is left, the owner may
+    /// nest again (a nested guard dropped in another task no longer deadlocks it).
+    pub(crate) fn escaped_guard_left(&self) {
+        self.escaped.fetch_sub(1, Ordering::AcqRel);
+    }
+
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
-        self.owner == owner && !self.is_marked(ESCAPED)
+        self.owner == owner && self.escaped.load(Ordering::Acquire) == 0
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already

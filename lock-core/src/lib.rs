@@ -102,7 +102,9 @@
 //! - A guard moved into another task keeps the lock, but the acquiring task no longer holds
 //!   it. As soon as the guard is used there (any method, or dropped there), the kit notices,
 //!   logs a warning once, and the acquiring task's next `lock()` of that key waits for the
-//!   guard like any other task's. Before the guard is touched in the new task the kit cannot
+//!   guard like any other task's, for as long as that guard lives (a nested guard dropped in
+//!   another task while the acquiring task keeps its outer guard gives reentrancy back to
+//!   it). Before the guard is touched in the new task the kit cannot
 //!   see the move: a `lock()` of the same key by the acquiring task in that window still gets
 //!   a nested guard at once. So do not call `lock()` again for a key whose guard you handed
 //!   to another task; release first, or let the other task acquire for itself.

@@ -284,6 +284,45 @@ async fn a_guard_moved_to_another_task_ends_reentrancy() {
     common::assert_nothing_left(&server, &[&locker]).await;
 }
 
+/// A nested guard used in another task keeps its owner from nesting only while it lives:
+/// once it is dropped there, the owner, whose outer guard never left it, nests again. Before,
+/// the lock stayed not reentrant for good, and the owner's next `lock()` waited for its own
+/// outer guard ("the task holding the lock could not lock it again: Err(Busy { .. })").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_guard_dropped_in_another_task_lets_its_owner_nest_again() {
+    let server = server();
+    let locker = locker(&server).await;
+    let outer = locker.lock("k").await.unwrap();
+    let nested = locker.lock("k").wait(Duration::ZERO).await.unwrap();
+    let (used, used_rx) = tokio::sync::oneshot::channel();
+    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let helper = tokio::spawn(async move {
+        assert!(nested.is_held());
+        used.send(()).unwrap();
+        let _ = done_rx.await;
+        drop(nested);
+    });
+    used_rx.await.unwrap();
+    // While the helper task has it, the owner waits like any task.
+    let meanwhile = locker.lock("k").wait(Duration::from_millis(200)).await;
+    assert!(
+        matches!(meanwhile, Err(LockError::Busy { .. })),
+        "the owner nested while another task used a guard of the lock: {meanwhile:?}"
+    );
+    done.send(()).unwrap();
+    helper.await.unwrap();
+    // Only the outer guard is left, in this task: it nests at once.
+    let again = locker.lock("k").wait(Duration::ZERO).await;
+    assert!(
+        again.is_ok(),
+        "the task holding the lock could not lock it again: {again:?}"
+    );
+    again.unwrap().release().await.unwrap();
+    assert!(outer.is_held());
+    outer.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&locker]).await;
+}
+
 /// S5a: a nested guard of a lost lock reports the loss on release, like the outer guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_nested_release_of_a_lost_lock_reports_lost() {
