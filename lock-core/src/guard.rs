@@ -161,6 +161,11 @@ impl LockGuard {
     /// safety margin for clock drift).
     pub fn remaining(&self) -> Duration {
         self.touched();
+        // A lock known lost (a renewal found it gone, the shutdown gave it back) has none
+        // left, whatever its last confirmed lease said.
+        if self.held.is_lost() {
+            return Duration::ZERO;
+        }
         self.held
             .valid_until()
             .saturating_duration_since(Instant::now())

@@ -289,7 +289,7 @@
 //! | `lock_releases_total` | counter | `kind`, `outcome` | releases: `released`, `handed_over`, `lost`, `failed` |
 //! | `lock_lost_total` | counter | `kind`, `reason` | losses by [`LostReason`]: `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown`, `renewal_stopped`, `shutdown` |
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals per lock: `renewed`, `lost`, `failed` |
-//! | `lock_renewal_calls_total` | counter | | renewal script calls (one per batch, not per lock) |
+//! | `lock_renewal_calls_total` | counter | | the watchdog's renewal script calls (one per tick, node and kind of lock for up to 500 locks, not per lock) |
 //!
 //! Without the feature nothing is recorded and the calls compile to nothing.
 //!

@@ -450,7 +450,6 @@ impl LocalLocks {
             self.store.confirm(&pair).await
         };
         let answer = answers.first().copied().unwrap_or(Renewal::Unknown);
-        self.renew_calls.fetch_add(1, Ordering::Relaxed);
         metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => {

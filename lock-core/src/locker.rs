@@ -549,8 +549,11 @@ impl Locker {
 pub struct LockerStats {
     /// Locks the watchdog is keeping alive right now (held without a fixed lease).
     pub watchdog_locks: usize,
-    /// Renewal script calls the watchdog has sent since the locker was built: one per tick
-    /// and node for all its locks, not one per lock.
+    /// Renewal script calls the watchdog has sent since the locker was built, not one per
+    /// lock: each tick sends, to each node, one call per kind of lock renewed (mutex and fair
+    /// locks, read locks, semaphore permits) for up to 500 locks, and one per lock on a
+    /// Cluster; retries after a dropped connection are not counted. A local handoff's
+    /// confirmation is not a watchdog renewal and is not counted.
     pub renewal_calls: u64,
     /// Keys with local state: held, or waited for by a task of this process.
     pub local_keys: usize,

@@ -20,7 +20,7 @@
 //! | `lock_releases_total` | counter | `kind`, `outcome` | releases of held locks (explicit, or of a dropped guard): `released` (deleted in Redis while ours), `handed_over` (to the next local waiter without a Redis round trip), `lost` (it had been lost), `failed` (Redis failed; the key expires with its lease) |
 //! | `lock_lost_total` | counter | `kind`, `reason` | locks lost, once per lock, by [`LostReason`](crate::LostReason): `expired`, `taken_over`, `deleted`, `server_restarted`, `max_hold`, `unknown`, `renewal_stopped`, `shutdown` (given back by [`Locker::shutdown`](crate::Locker::shutdown)) |
 //! | `lock_renewals_total` | counter | `kind`, `outcome` | watchdog renewals, one per lock and tick: `renewed`, `lost` (the renewal found the lock gone or taken), `failed` (no answer: Redis unreachable, no RedLock majority; the lock turns lost if this lasts until its lease ends) |
-//! | `lock_renewal_calls_total` | counter | | renewal script calls the watchdog sent: one per tick for up to 500 locks of one kind, not one per lock (as [`LockerStats::renewal_calls`](crate::LockerStats)) |
+//! | `lock_renewal_calls_total` | counter | | renewal script calls the watchdog sent: one per tick, node and kind of lock for up to 500 locks (one per lock on a Cluster), not one per lock (as [`LockerStats::renewal_calls`](crate::LockerStats)) |
 //!
 //! Useful signals: a rising `busy` or `lock_acquire_wait_seconds` is contention; a rising
 //! `lock_acquire_call_seconds` is a slow Redis (or network), whatever the contention;

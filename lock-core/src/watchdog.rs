@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
 use crate::local::LocalLocks;
-use crate::store::{NewLease, Store};
+use crate::store::NewLease;
 
 /// Starts the renewal task of `local`'s locks; it ends when `shutdown` is cancelled or the
 /// locks are gone.
@@ -95,7 +95,6 @@ async fn tick(local: &LocalLocks) {
     // All watchdog locks share the locker's lease; grouping by lease keeps this correct
     // anyway.
     let calls = due.into_iter().map(|(lease, locks)| {
-        local.count_renew_calls(Store::renew_calls(locks.len()));
         async move {
             let sent_at = Instant::now();
             // Held locks keep no names or stored values: built for the call.
@@ -107,6 +106,7 @@ async fn tick(local: &LocalLocks) {
                 .iter()
                 .map(|(keys, token)| (keys, token.as_str()))
                 .collect();
+            local.count_renew_calls(local.store.renew_calls(&pairs));
             let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
             for (held, answer) in locks.iter().zip(answers) {
                 local.renewed(held, sent_at, lease, answer);

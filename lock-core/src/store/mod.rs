@@ -160,9 +160,13 @@ impl Store {
         matches!(self, Self::RedLock(_))
     }
 
-    /// Renewal script calls that renewing `locks` locks costs.
-    pub(crate) fn renew_calls(locks: usize) -> u64 {
-        locks.div_ceil(BATCH) as u64
+    /// The renewal script calls that renewing `locks` sends, on every node: see
+    /// [`Node::renew_calls`].
+    pub(crate) fn renew_calls(&self, locks: &[(&RedisKeys, &str)]) -> u64 {
+        self.nodes()
+            .iter()
+            .map(|node| node.renew_calls(locks))
+            .sum()
     }
 
     /// Reads the version of every node's server(s) (`build`) and refuses the topology if one

@@ -394,6 +394,23 @@ impl Node {
         self.dated(answers).await
     }
 
+    /// The script calls [`renew`](Self::renew) sends for `locks` (retries after a dropped
+    /// connection aside): one per renewal script their kinds need, for up to [`BATCH`] locks,
+    /// and one per lock on a cluster.
+    pub(crate) fn renew_calls(&self, locks: &[(&RedisKeys, &str)]) -> u64 {
+        let size = if self.conn.is_cluster() { 1 } else { BATCH };
+        RenewScript::ALL
+            .iter()
+            .map(|script| {
+                let n = locks
+                    .iter()
+                    .filter(|(keys, _)| RenewScript::of(keys.kind()) == *script)
+                    .count();
+                n.div_ceil(size) as u64
+            })
+            .sum()
+    }
+
     /// Whether each of `locks` (exclusive locks: their keys, token) still holds its token, one
     /// `GET` each and nothing written: a handoff's confirmation while the lease Redis last
     /// confirmed is mostly left (its end does not move, so neither does the fence key's).

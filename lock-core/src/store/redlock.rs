@@ -84,8 +84,12 @@ impl RedLockStore {
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
         let quorum = self.quorum();
-        // A node's answer is only worth waiting for a small part of the lease.
-        let per_node = (args.lease / 50).clamp(Duration::from_millis(10), self.timeout);
+        // A node's answer is only worth waiting for a small part of the lease (at least 10 ms),
+        // and never longer than a command. Not `clamp`: it panics when the command timeout is
+        // under 10 ms (1 ms is a valid setting).
+        let per_node = (args.lease / 50)
+            .max(Duration::from_millis(10))
+            .min(self.timeout);
         let started = Instant::now();
         let (verdict_tx, verdict_rx) = tokio::sync::watch::channel(Verdict::Pending);
         let (running_tx, running_rx) = watch::channel(self.nodes.len());

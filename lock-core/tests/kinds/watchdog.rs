@@ -410,3 +410,113 @@ async fn a_stale_holder_is_rejected_by_a_fenced_write() {
     fresh.release().await.unwrap();
     common::assert_nothing_left(&server, &[&a, &b]).await;
 }
+
+/// `LockGuard::remaining` is "how long the lock is certainly ours without a further renewal".
+/// Once the guard knows the lock is lost (a renewal found the key gone), it is not ours for
+/// any time at all: `remaining()` is zero, as `is_held()` is false (before: "remaining() says
+/// the lock is certainly ours for 1.967222182s more").
+#[tokio::test]
+async fn remaining_is_zero_once_the_lock_is_known_lost() {
+    let server = server();
+    let lease = Duration::from_secs(3);
+    let holder = locker_with_lease(&server, lease).await;
+    let guard = holder.lock("k").await.unwrap();
+    let name = lock_key(&server, "k");
+    let _: () = server.cmd(&["DEL", &name]);
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("the loss is noticed at the next renewal");
+    assert!(!guard.is_held());
+    assert_eq!(guard.lost_reason(), Some(LostReason::Deleted));
+    let remaining = guard.remaining();
+    assert_eq!(
+        remaining,
+        Duration::ZERO,
+        "is_held() is false and the key is gone from Redis, yet remaining() says the lock is \
+         certainly ours for {remaining:?} more"
+    );
+    drop(guard.release().await);
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+/// The same after `Locker::shutdown` gave the lock back (the key is deleted in Redis; before:
+/// "certainly ours for 29.696833854s more").
+#[tokio::test]
+async fn remaining_is_zero_after_the_shutdown_gave_the_lock_back() {
+    let server = server();
+    let holder = locker(&server).await;
+    let guard = holder.lock("k").await.unwrap();
+    holder.shutdown(Duration::from_secs(5)).await.unwrap();
+    assert!(!guard.is_held());
+    assert!(
+        server.keys("lock:*").is_empty(),
+        "the shutdown released the key"
+    );
+    let remaining = guard.remaining();
+    assert_eq!(
+        remaining,
+        Duration::ZERO,
+        "the shutdown deleted the key, yet remaining() says the lock is certainly ours for \
+         {remaining:?} more"
+    );
+    drop(guard.release().await);
+}
+
+/// `LockerStats::renewal_calls` counts "renewal script calls the watchdog has sent" (and the
+/// `lock_renewal_calls_total` metric gets the same numbers). Each kind of lock has its own
+/// renewal script, so a tick that renews a mutex, a read lock and a semaphore permit sends
+/// three script calls; the counter says so, neither more nor less (but for the ticks at the
+/// edges of the window). Before: "the server ran 30 renewal script calls; the locker counted
+/// 9".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_calls_count_every_script_call_of_a_tick_with_several_kinds() {
+    let server = server();
+    let holder = locker_with_lease(&server, Duration::from_millis(600)).await;
+    let mutex = holder.lock("m").await.unwrap();
+    let reader = holder.read("r").await.unwrap();
+    let permit = holder.semaphore("s", 3).acquire().await.unwrap();
+    let before = holder.stats().renewal_calls;
+    server.reset_stats();
+    // Nine ticks (every 200 ms).
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let counted = holder.stats().renewal_calls - before;
+    let sent = server.command_calls("evalsha") + server.command_calls("eval");
+    assert!(mutex.is_held() && reader.is_held() && permit.is_held());
+    assert!(sent >= 3 * 7, "renewals happened: {sent} script calls");
+    assert!(
+        counted + 3 >= sent && counted <= sent + 3,
+        "the server ran {sent} renewal script calls; the locker counted {counted}"
+    );
+    mutex.release().await.unwrap();
+    reader.release().await.unwrap();
+    permit.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
+}
+
+/// The other way round: a local handoff's confirmation (one `GET` while the lease is fresh) is
+/// not a renewal script call of the watchdog, which sent nothing (its first tick is 10 s away);
+/// before, it was counted ("renewal_calls grew by 1").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_confirmation_is_not_counted_as_a_watchdog_renewal_call() {
+    let server = server();
+    let holder = locker(&server).await;
+    let guard = holder.lock("h").await.unwrap();
+    let waiter = {
+        let holder = holder.clone();
+        tokio::spawn(async move { holder.lock("h").wait(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = holder.stats().renewal_calls;
+    server.reset_stats();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("handed over");
+    let counted = holder.stats().renewal_calls - before;
+    let scripts = server.command_calls("evalsha") + server.command_calls("eval");
+    assert_eq!(scripts, 0, "a fresh handoff runs no script");
+    assert_eq!(
+        counted, 0,
+        "no watchdog tick ran and no script was sent, yet renewal_calls grew by {counted}"
+    );
+    next.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&holder]).await;
+}

@@ -262,6 +262,47 @@ async fn bad_redlock_configuration() {
     }
 }
 
+/// The shortest command timeouts the builder accepts (1 ms and up) lock a RedLock, or answer
+/// an error, never panic: the per-node limit of a try was `(lease / 50).clamp(10 ms,
+/// command timeout)`, and `clamp` panics with its minimum above its maximum ("a RedLock acquire
+/// with command_timeout(1ms) panicked: assertion failed: min <= max").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shortest_command_timeouts_lock_a_redlock_or_answer_an_error() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    for ms in [1, 5, 9, 10, 11] {
+        let locker = Locker::builder()
+            .redlock(urls(&servers))
+            .command_timeout(Duration::from_millis(ms))
+            .connect_timeout(Duration::from_millis(500))
+            .build()
+            .await
+            .unwrap();
+        let acquire = tokio::spawn({
+            let locker = locker.clone();
+            async move {
+                let guard = locker
+                    .lock("short-timeout")
+                    .lease(Duration::from_secs(1))
+                    .wait(Duration::from_millis(200))
+                    .await;
+                match guard {
+                    Ok(guard) => guard.release().await.map(|()| "locked"),
+                    Err(error) => Err(error),
+                }
+            }
+        });
+        let answer = acquire.await;
+        assert!(
+            !answer.as_ref().is_err_and(tokio::task::JoinError::is_panic),
+            "a RedLock acquire with command_timeout({ms}ms) panicked: {answer:?}"
+        );
+        // Whatever it answered, it leaves nothing (a try cut short is undone).
+        for server in &servers {
+            common::assert_nothing_left(server, &[&locker]).await;
+        }
+    }
+}
+
 /// A RedLock is built only if every node that answers serves the kit: one node reporting
 /// Redis 6.0 is refused by name. Built lazily, nothing is read before the first acquire:
 /// a node too old then cannot vote (it is sent nothing), so a majority of such nodes fails
