@@ -21,6 +21,11 @@ pub const MAX_LEASE: Duration = YEAR;
 /// The shortest lease: Redis counts TTLs in milliseconds.
 pub(crate) const MIN_LEASE: Duration = Duration::from_millis(1);
 
+/// The shortest fixed lease on RedLock: a grant counts only if the tries took less than the
+/// lease less its drift allowance (lease / 100 + 2 ms, `store/redlock.rs`), which a lease of
+/// 2 ms or less never leaves room for (every acquire would end `Busy`).
+pub(crate) const MIN_REDLOCK_LEASE: Duration = Duration::from_millis(3);
+
 /// The shortest watchdog lease: it is renewed every third of it, so shorter ones cannot be
 /// renewed in time over a network.
 pub(crate) const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);

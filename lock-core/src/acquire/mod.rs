@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
-use crate::error::{DurationSetting, LockError};
+use crate::error::{ConfigError, DurationSetting, LockError};
 use crate::guard::LockGuard;
 use crate::held::{Grant, Hold, LeaseMode, Terms};
 use crate::in_box::in_box;
@@ -128,8 +128,9 @@ impl Acquire {
 
     /// A fixed lease: the lock expires this long after acquisition unless released or
     /// [extended](LockGuard::extend), and the watchdog never renews it. From 1 ms (Redis
-    /// counts TTLs in milliseconds) to 365 days ([`MAX_LEASE`](crate::MAX_LEASE)); the acquire
-    /// refuses anything else with
+    /// counts TTLs in milliseconds; from 3 ms on RedLock, whose drift allowance, 2 ms and a
+    /// hundredth of the lease, leaves a shorter lease no validity) to 365 days
+    /// ([`MAX_LEASE`](crate::MAX_LEASE)); the acquire refuses anything else with
     /// [`ConfigError::OutOfRange`](crate::ConfigError::OutOfRange) before asking Redis.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
@@ -368,12 +369,23 @@ impl Acquire {
             .or(settings.max_hold)
             .and_then(limits::max_hold);
         let mode = match self.lease {
-            Some(lease) => LeaseMode::Fixed(limits::check_lease(DurationSetting::Lease, lease)?),
+            Some(lease) => LeaseMode::Fixed(self.check_lease(lease)?),
             // A watchdog lease never outlives the max_hold: the key ends in Redis when the hold
             // does, even if the holder is stuck and never releases.
             None => LeaseMode::Watchdog(limits::lease_within(settings.watchdog_lease, max_hold)),
         };
         Ok((mode, max_hold))
+    }
+
+    /// A fixed lease within its range: 1 ms to [`MAX_LEASE`](crate::MAX_LEASE), from 3 ms on
+    /// RedLock (see [`limits::MIN_REDLOCK_LEASE`]).
+    fn check_lease(&self, lease: Duration) -> Result<Duration, ConfigError> {
+        let min = if self.inner().store.is_redlock() {
+            limits::MIN_REDLOCK_LEASE
+        } else {
+            limits::MIN_LEASE
+        };
+        limits::check(DurationSetting::Lease, lease, min, crate::MAX_LEASE)
     }
 
     /// The time frame of an acquire started at `started`.

@@ -303,6 +303,43 @@ async fn the_shortest_command_timeouts_lock_a_redlock_or_answer_an_error() {
     }
 }
 
+/// A fixed lease too short for RedLock's drift allowance (2 ms and a hundredth of the lease)
+/// is refused by name before anything is sent; before, a 1 or 2 ms lease was tried until the
+/// wait ran out and answered `Busy` ("the holder's lease ends in 0s") on a free lock.
+#[tokio::test]
+async fn a_lease_too_short_for_redlock_is_refused_by_name() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let locker = redlock(&servers, Duration::from_secs(30)).await;
+    for ms in [1, 2] {
+        let refused = locker
+            .lock("short")
+            .lease(Duration::from_millis(ms))
+            .wait(Duration::from_millis(300))
+            .await;
+        match refused {
+            Err(LockError::Config(ConfigError::OutOfRange { min, .. })) => {
+                assert_eq!(min, Duration::from_millis(3));
+            }
+            other => panic!("a {ms} ms RedLock lease: {other:?}"),
+        }
+    }
+    // The shortest one accepted is tried (on loopback it is granted, or busy if the tries
+    // took too long: never a configuration error).
+    let tried = locker
+        .lock("short")
+        .lease(Duration::from_millis(3))
+        .wait(Duration::from_millis(300))
+        .await;
+    assert!(!matches!(tried, Err(LockError::Config(_))), "{tried:?}");
+    if let Ok(guard) = tried {
+        // Its 3 ms are over by now, or about to be: `Ok` or `Lost`.
+        drop(guard.release().await);
+    }
+    for server in &servers {
+        common::assert_nothing_left(server, &[&locker]).await;
+    }
+}
+
 /// A RedLock is built only if every node that answers serves the kit: one node reporting
 /// Redis 6.0 is refused by name. Built lazily, nothing is read before the first acquire:
 /// a node too old then cannot vote (it is sent nothing), so a majority of such nodes fails
