@@ -262,45 +262,85 @@ async fn bad_redlock_configuration() {
     }
 }
 
-/// The shortest command timeouts the builder accepts (1 ms and up) lock a RedLock, or answer
-/// an error, never panic: the per-node limit of a try was `(lease / 50).clamp(10 ms,
+/// Every builder duration at its edges (0, 1 ns, around 1 ms and 10 ms, the limits, `MAX`) on
+/// a RedLock: refused by name, or a locker that locks, fences and releases (or answers an
+/// error), never a panic. The RedLock acquire's per-node limit was `(lease / 50).clamp(10 ms,
 /// command timeout)`, and `clamp` panics with its minimum above its maximum ("a RedLock acquire
 /// with command_timeout(1ms) panicked: assertion failed: min <= max").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shortest_command_timeouts_lock_a_redlock_or_answer_an_error() {
+async fn every_edge_of_every_builder_duration_locks_a_redlock_or_answers_an_error() {
+    type Set = fn(lock_core::LockerBuilder, Duration) -> lock_core::LockerBuilder;
+    let settings: [(&str, Set); 9] = [
+        ("command_timeout", |b, d| b.command_timeout(d)),
+        ("connect_timeout", |b, d| b.connect_timeout(d)),
+        ("watchdog_lease", |b, d| b.watchdog_lease(d)),
+        ("default_wait", |b, d| b.default_wait(d)),
+        ("max_hold", |b, d| b.max_hold(d)),
+        ("fence_retention", |b, d| b.fence_retention(d)),
+        ("fallback_retry", |b, d| b.fallback_retry(d)),
+        ("release_retry_window", |b, d| b.release_retry_window(d)),
+        ("restart_guard", |b, d| b.restart_guard(d)),
+    ];
+    let ms = Duration::from_millis(1);
+    let hour = Duration::from_secs(3600);
+    let year = Duration::from_secs(365 * 24 * 3600);
+    let edges = [
+        Duration::ZERO,
+        Duration::from_nanos(1),
+        ms - Duration::from_nanos(1),
+        ms,
+        ms * 9,
+        ms * 10,
+        ms * 30,
+        hour,
+        hour + Duration::from_nanos(1),
+        year,
+        Duration::MAX,
+    ];
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
-    for ms in [1, 5, 9, 10, 11] {
-        let locker = Locker::builder()
-            .redlock(urls(&servers))
-            .command_timeout(Duration::from_millis(ms))
-            .connect_timeout(Duration::from_millis(500))
-            .build()
-            .await
-            .unwrap();
-        let acquire = tokio::spawn({
-            let locker = locker.clone();
-            async move {
-                let guard = locker
-                    .lock("short-timeout")
-                    .lease(Duration::from_secs(1))
-                    .wait(Duration::from_millis(200))
-                    .await;
-                match guard {
-                    Ok(guard) => guard.release().await.map(|()| "locked"),
-                    Err(error) => Err(error),
+    let mut panicked = Vec::new();
+    for (name, set) in settings {
+        for value in edges {
+            let builder = set(Locker::builder().redlock(urls(&servers)), value);
+            let locker = match builder.build().await {
+                Ok(locker) => locker,
+                // Refused by name, or a connect timeout too short to connect.
+                Err(
+                    LockError::Config(ConfigError::OutOfRange { .. }) | LockError::Backend { .. },
+                ) => continue,
+                Err(error) => panic!("{name} {value:?}: build: {error}"),
+            };
+            let cycle = tokio::spawn({
+                let locker = locker.clone();
+                async move {
+                    let acquire = locker.lock("edges").lease(Duration::from_secs(1));
+                    let acquire = if name == "default_wait" {
+                        acquire
+                    } else {
+                        acquire.wait(Duration::from_millis(200))
+                    };
+                    let guard = acquire.await?;
+                    let fenced = guard.fencing_token().await;
+                    guard.release().await?;
+                    fenced.map(drop)
                 }
+            });
+            match cycle.await {
+                Err(error) if error.is_panic() => {
+                    panicked.push(format!("{name} {value:?}: {error}"))
+                }
+                // Locked, or an answer (busy inside a restart guard, a timeout too short).
+                _ => {}
             }
-        });
-        let answer = acquire.await;
-        assert!(
-            !answer.as_ref().is_err_and(tokio::task::JoinError::is_panic),
-            "a RedLock acquire with command_timeout({ms}ms) panicked: {answer:?}"
-        );
-        // Whatever it answered, it leaves nothing (a try cut short is undone).
-        for server in &servers {
-            common::assert_nothing_left(server, &[&locker]).await;
+            // Whatever it answered, it leaves nothing (a try cut short is undone) but the
+            // restart guard's epoch.
+            for server in &servers {
+                common::assert_nothing_left_under(server, "lock:", &["node-epoch"], &[&locker])
+                    .await;
+            }
         }
     }
+    assert!(panicked.is_empty(), "{}", panicked.join("\n"));
 }
 
 /// A fixed lease too short for RedLock's drift allowance (2 ms and a hundredth of the lease)
