@@ -566,36 +566,10 @@ async fn take_other(locker: &Locker, kind: KindTaken, key: &str) -> Result<LockG
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_acquire_waiting_for_its_local_place_keeps_to_its_wait_on_a_frozen_server() {
     let server = server();
-    let locker = Locker::builder()
-        .url(server.url())
-        .command_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
-    let holder = locker
-        .fair_lock("f")
-        .lease(Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert!(locker.force_unlock("f").await.unwrap());
+    let locker = locker_with_command_timeout(&server.url()).await;
     let wait = Duration::from_millis(1500);
-    let started = Instant::now();
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.fair_lock("f").wait(wait).await })
-    };
-    // The waiter is granted in Redis at once and waits for the local place.
-    assert!(
-        common::eventually(Duration::from_millis(400), || !common::keys(
-            &server, "lock:"
-        )
-        .iter()
-        .filter(|k| k.ends_with(":lock:f"))
-        .collect::<Vec<_>>()
-        .is_empty())
-        .await,
-        "the fair waiter was not granted in Redis"
-    );
+    let (holder, started, waiter) =
+        fair_waiter_behind_a_deleted_holder(&server, &locker, &locker, wait).await;
     tokio::time::sleep(Duration::from_millis(500).saturating_sub(started.elapsed())).await;
     server.pause();
     let answer = waiter.await.unwrap();
@@ -630,35 +604,11 @@ async fn an_unused_fair_grant_is_not_left_locked_after_a_short_outage() {
     use lock_testkit::{FaultProxy, ProxyMode};
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let locker = Locker::builder()
-        .url(proxy.url())
-        .command_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let locker = locker_with_command_timeout(&proxy.url()).await;
     let other = common::locker(&server).await;
-    let holder = locker
-        .fair_lock("f")
-        .lease(Duration::from_secs(30))
-        .await
-        .unwrap();
-    assert!(other.force_unlock("f").await.unwrap());
     let wait = Duration::from_millis(1500);
-    let started = Instant::now();
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.fair_lock("f").wait(wait).await })
-    };
-    let lock_keys = || {
-        common::keys(&server, "lock:")
-            .into_iter()
-            .filter(|k| k.ends_with(":lock:f"))
-            .count()
-    };
-    assert!(
-        common::eventually(Duration::from_millis(400), || lock_keys() == 1).await,
-        "the fair waiter was not granted in Redis"
-    );
+    let (holder, started, waiter) =
+        fair_waiter_behind_a_deleted_holder(&server, &locker, &other, wait).await;
     tokio::time::sleep(Duration::from_millis(1200).saturating_sub(started.elapsed())).await;
     proxy.set_mode(ProxyMode::Refuse).await;
     let answer = waiter.await.unwrap();
@@ -670,16 +620,13 @@ async fn an_unused_fair_grant_is_not_left_locked_after_a_short_outage() {
         "the fair acquire answered {answer:?} after {took:?}"
     );
     // The server answers again from 1.8 s on; give the clean-up the F5 schedule and more.
-    let gone = common::eventually(Duration::from_secs(4), || lock_keys() == 0).await;
-    let pttl: i64 = {
-        let names: Vec<String> = common::keys(&server, "lock:")
-            .into_iter()
-            .filter(|k| k.ends_with(":lock:f"))
-            .collect();
-        names
-            .first()
-            .map_or(-2, |name| server.cmd(&["PTTL", name.as_str()]))
-    };
+    let gone = common::eventually(Duration::from_secs(4), || {
+        fair_lock_keys(&server).is_empty()
+    })
+    .await;
+    let pttl: i64 = fair_lock_keys(&server)
+        .first()
+        .map_or(-2, |name| server.cmd(&["PTTL", name.as_str()]));
     assert!(
         gone,
         "the unused fair grant is still locked in Redis {:?} after the acquire gave up \
@@ -689,6 +636,58 @@ async fn an_unused_fair_grant_is_not_left_locked_after_a_short_outage() {
     );
     let _ = holder.release().await;
     assert_nothing_left(&server, &[&locker, &other]).await;
+}
+
+/// A locker on `url` whose commands time out after 1 s (3 s by default): the tests of an
+/// acquire's deadline use it.
+async fn locker_with_command_timeout(url: &str) -> Locker {
+    Locker::builder()
+        .url(url)
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The Redis names of fair lock `f`'s lock key on `server` (one while someone holds it).
+fn fair_lock_keys(server: &RedisServer) -> Vec<String> {
+    common::keys(server, "lock:")
+        .into_iter()
+        .filter(|k| k.ends_with(":lock:f"))
+        .collect()
+}
+
+/// A holder of fair lock `f` (fixed 30 s lease) whose key `admin` deleted behind it, and a
+/// waiter of the same locker (wait `wait`, started at the returned instant), granted in Redis
+/// at once and waiting for the local place the holder keeps.
+async fn fair_waiter_behind_a_deleted_holder(
+    server: &RedisServer,
+    locker: &Locker,
+    admin: &Locker,
+    wait: Duration,
+) -> (
+    LockGuard,
+    Instant,
+    tokio::task::JoinHandle<Result<LockGuard, LockError>>,
+) {
+    let holder = locker
+        .fair_lock("f")
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(admin.force_unlock("f").await.unwrap());
+    let started = Instant::now();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.fair_lock("f").wait(wait).await })
+    };
+    assert!(
+        common::eventually(Duration::from_millis(400), || fair_lock_keys(server).len()
+            == 1)
+        .await,
+        "the fair waiter was not granted in Redis"
+    );
+    (holder, started, waiter)
 }
 
 /// `guard.lost()` is the holder's signal to stop (the documented `select!` pattern, the
@@ -773,12 +772,7 @@ async fn a_fixed_lease_acquire_handed_a_watchdog_lock_keeps_to_its_wait() {
     use lock_testkit::{FaultProxy, ProxyMode};
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let locker = Locker::builder()
-        .url(proxy.url())
-        .command_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let locker = locker_with_command_timeout(&proxy.url()).await;
     // Warm the scripts and the connection.
     locker.lock("warm").await.unwrap().release().await.unwrap();
     let holder = locker.lock("k").await.unwrap();
