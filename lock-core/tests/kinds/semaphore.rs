@@ -837,3 +837,46 @@ async fn the_first_in_line_leaving_with_permits_free_tells_the_next() {
     }
     common::assert_nothing_left(&server, &[&holder, &quitter, &patient]).await;
 }
+
+/// The largest semaphore: `u32::MAX` permits taken at once (no overflow in the count, the
+/// local queue or the scripts), counted by `inspect`, and one more is busy for another locker
+/// and for this one.
+#[tokio::test]
+async fn a_semaphore_of_u32_max_permits_gives_them_all_at_once_and_no_more() {
+    let server = server();
+    let a = locker(&server).await;
+    let b = locker(&server).await;
+    let all = a
+        .semaphore("s", u32::MAX)
+        .acquire_many(u32::MAX)
+        .wait(Duration::from_secs(1))
+        .await
+        .unwrap();
+    let info = a.inspect("s").await.unwrap().unwrap();
+    assert_eq!(info.kind(), lock_core::LockKind::Semaphore);
+    assert_eq!(info.permits_in_use(), u32::MAX);
+    let busy = b
+        .semaphore("s", u32::MAX)
+        .acquire()
+        .wait(Duration::from_millis(300))
+        .await;
+    assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+    let local_busy = a
+        .semaphore("s", u32::MAX)
+        .acquire()
+        .wait(Duration::ZERO)
+        .await;
+    assert!(
+        matches!(local_busy, Err(LockError::Busy { .. })),
+        "{local_busy:?}"
+    );
+    all.release().await.unwrap();
+    let one = b
+        .semaphore("s", u32::MAX)
+        .acquire()
+        .wait(Duration::ZERO)
+        .await
+        .unwrap();
+    one.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&a, &b]).await;
+}
