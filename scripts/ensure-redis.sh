@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Installs redis-server and redis-cli from Debian/Ubuntu packages when they are missing.
+# Installs redis-server and redis-cli from Debian/Ubuntu packages when they are missing, and
+# checks the version: the tests need Redis 7.0 or newer (semaphores use `PEXPIRE .. GT`; the
+# kit refuses a server below 6.2 outright). Debian 12 and Ubuntu 24.04 ship 7.0 or newer;
+# Debian 11 and Ubuntu 22.04 ship 6.0, which the kit refuses.
 set -euo pipefail
-if command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; then
-  exit 0
+MIN_VERSION=7.0
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "redis-server is missing and apt-get is not available: install Redis $MIN_VERSION or newer yourself" >&2
+    exit 1
+  fi
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+  fi
+  echo "installing redis-server and redis-tools with apt-get ..." >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
+  # Tests and the demo start their own servers on free ports; the packaged service is not needed.
+  if command -v systemctl >/dev/null 2>&1; then
+    $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
+  fi
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "redis-server is missing and apt-get is not available: install Redis 7 yourself" >&2
+have="$(redis-server --version | sed -n 's/.* v=\([0-9][0-9.]*\).*/\1/p')"
+if [ -z "$have" ] || [ "$(printf '%s\n%s\n' "$MIN_VERSION" "$have" | sort -V | head -n1)" != "$MIN_VERSION" ]; then
+  echo "redis-server ${have:-of unknown version} ($(command -v redis-server)) is older than Redis $MIN_VERSION," >&2
+  echo "which the tests need (the kit refuses servers below 6.2). Install a newer one, e.g. from" >&2
+  echo "the Redis APT repository (packages.redis.io) or your distribution's backports, so that" >&2
+  echo "'redis-server' on PATH is it." >&2
   exit 1
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
-fi
-echo "installing redis-server and redis-tools with apt-get ..." >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools >/dev/null
-# Tests and the demo start their own servers on free ports; the packaged service is not needed.
-if command -v systemctl >/dev/null 2>&1; then
-  $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi

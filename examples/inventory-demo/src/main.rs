@@ -103,9 +103,10 @@ async fn run_demo(args: DemoArgs) -> ExitCode {
             } else {
                 for row in failures {
                     eprintln!(
-                        "FAILED: {} oversold by {} under a lock",
+                        "FAILED: {} oversold by {} and sold {} units twice under a lock",
                         row.label(),
-                        row.oversold()
+                        row.oversold(),
+                        row.sold_twice()
                     );
                 }
                 ExitCode::FAILURE

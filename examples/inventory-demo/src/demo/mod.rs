@@ -216,6 +216,18 @@ impl Row {
         (self.sold - self.stock_start).max(0)
     }
 
+    /// Units sold more than once: orders beyond what the stock went down by (two purchases
+    /// that read the same stock each wrote `stock - 1` and an order). Counted also while the
+    /// orders stay within the starting stock, where [`oversold`](Self::oversold) is zero.
+    pub fn sold_twice(&self) -> i64 {
+        (self.sold - (self.stock_start - self.stock_left)).max(0)
+    }
+
+    /// Whether the database shows a race: orders beyond the stock, or units sold twice.
+    pub fn raced(&self) -> bool {
+        self.oversold() > 0 || self.sold_twice() > 0
+    }
+
     /// Whether this round must not oversell: every locked variant, except the lock without a
     /// fencing token under chaos, which is there to show that it does.
     pub fn must_be_exact(&self) -> bool {
@@ -242,11 +254,11 @@ pub struct Report {
 }
 
 impl Report {
-    /// Rounds that must not oversell but did.
+    /// Rounds that must not oversell but did, or sold a unit twice.
     pub fn failures(&self) -> Vec<&Row> {
         self.rows
             .iter()
-            .filter(|r| r.must_be_exact() && r.oversold() > 0)
+            .filter(|r| r.must_be_exact() && r.raced())
             .collect()
     }
 
@@ -337,7 +349,26 @@ impl Report {
         let think = self.config.think.as_millis();
         let plan = self.config.chaos_plan;
         let lease = self.config.lease.as_millis();
+        let twice = r.sold_twice();
         match (r.variant, r.chaos, r.oversold()) {
+            // Within the stock, and yet the stock did not count every order down.
+            (variant, chaos, 0) if twice > 0 => {
+                let down = r.stock_start - r.stock_left;
+                if variant == Variant::Unlocked || (chaos && variant == Variant::LockedNoFence) {
+                    format!(
+                        "{label}: {twice} units SOLD TWICE: {} orders, but the stock went down by \
+                         only {down}. Purchases read the same stock and each wrote its own \
+                         `stock - 1` and an order.",
+                        r.sold
+                    )
+                } else {
+                    format!(
+                        "{label}: FAILED: {twice} units sold twice under a lock ({} orders, the \
+                         stock went down by {down})",
+                        r.sold
+                    )
+                }
+            }
             (Variant::Unlocked, _, 0) => format!(
                 "{label}: the race did not show this time (sold {} of {}); try more --purchases",
                 r.sold, r.stock_start

@@ -160,7 +160,7 @@ fn round_section(
 ) -> Result<(), ReportError> {
     let label = row.label();
     let verdict = report.verdict(row);
-    let class = if row.oversold() > 0 { "bad" } else { "good" };
+    let class = if row.raced() { "bad" } else { "good" };
     let _ = write!(
         out,
         "<section class=\"round\" id=\"round-{index}\" data-round=\"{label}\"><h2>{label}</h2><p class=\"{class}\">{verdict}</p><p>{what}{chaos}</p>",
