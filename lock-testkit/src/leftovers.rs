@@ -8,16 +8,22 @@ use crate::server::RedisServer;
 
 /// What remains on one server under a key prefix.
 ///
-/// Fence counters (`<prefix>{..}:fence:<key>`) are allowed: they outlive the lock by design
-/// and expire after the locker's fence retention. Everything else the kit writes is gone once
-/// the locks are released and waiters have left (subscriptions linger for 500 ms after their
-/// last use, so poll for a second).
+/// Fence counters (`<prefix>{..}:fence:<key>`) and release latches (`..:unlocked:<token>`) are
+/// allowed while they expire: they outlive the lock by design. Everything else the kit writes
+/// is gone once the locks are released and waiters have left, whatever its expiry (a held
+/// permit's set lives as long as its lease; subscriptions linger for 500 ms after their last
+/// use, so poll for a second).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Leftovers {
-    /// Lock keys still present (`<prefix>{..}:lock:<key>`), and read locks' reader sets
-    /// (`<prefix>{..}:readers:<key>`): a reader set left behind is a read lock still held.
+    /// Lock keys still present (`<prefix>{..}:lock:<key>`), read locks' reader sets
+    /// (`..:readers:<key>`) and semaphores' permit sets (`..:semaphore:<key>`): a lock, a read
+    /// lock or a permit still held.
     pub lock_keys: Vec<String>,
+    /// What waiters leave while they wait: waiting marks (`..:waiters:<key>`) and the lines of
+    /// fair locks and semaphores (`..:line:`, `..:line-alive:`, `..:semaphore-line:`,
+    /// `..:semaphore-line-alive:`), gone once nobody waits.
+    pub waiting: Vec<String>,
     /// Other keys under the prefix without an expiry (they would stay forever).
     pub keys_without_ttl: Vec<String>,
     /// Pub/sub channels under the prefix that still have subscribers.
@@ -37,8 +43,9 @@ impl fmt::Display for Leftovers {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "lock keys {:?}, keys without TTL {:?}, channels {:?}, pattern subscriptions {}",
-            self.lock_keys, self.keys_without_ttl, self.channels, self.patterns
+            "lock keys {:?}, waiting {:?}, keys without TTL {:?}, channels {:?}, pattern \
+             subscriptions {}",
+            self.lock_keys, self.waiting, self.keys_without_ttl, self.channels, self.patterns
         )
     }
 }
@@ -57,16 +64,28 @@ impl RedisServer {
             if allowed.iter().any(|suffix| key.ends_with(suffix)) {
                 continue;
             }
-            if key.contains(":lock:") || key.contains(":readers:") {
-                leftovers.lock_keys.push(key);
-            } else if self.cmd::<i64>(&["PTTL", &key]) == -1 {
-                leftovers.keys_without_ttl.push(key);
+            match kit_name(&key) {
+                Some("lock" | "readers" | "semaphore") => leftovers.lock_keys.push(key),
+                Some(
+                    "waiters" | "line" | "line-alive" | "semaphore-line" | "semaphore-line-alive",
+                ) => leftovers.waiting.push(key),
+                _ if self.cmd::<i64>(&["PTTL", &key]) == -1 => {
+                    leftovers.keys_without_ttl.push(key);
+                }
+                _ => {}
             }
         }
         leftovers.channels = self.cmd(&["PUBSUB", "CHANNELS", &pattern]);
         leftovers.patterns = self.cmd(&["PUBSUB", "NUMPAT"]);
         leftovers
     }
+}
+
+/// What a key of the kit is: the name after its hash tag (`lock` in `p{h}:lock:k`), read from
+/// the tag on, so that a user key holding `:lock:` is not mistaken for one.
+fn kit_name(key: &str) -> Option<&str> {
+    let after_tag = &key[key.find("}:")? + 2..];
+    after_tag.split(':').next()
 }
 
 /// The end-of-test check: polls for up to 3 s (releases run in the background, subscriptions

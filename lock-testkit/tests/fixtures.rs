@@ -424,9 +424,11 @@ fn independent_servers_and_leak_checks() {
     owned.assert_gone();
 }
 
-/// `leftovers` catches each kind of leak under the prefix (a lock key, a key without an expiry,
-/// a subscribed channel, a pattern subscription), ignores fence counters with a TTL, keys of
-/// the allowed suffixes and anything outside the prefix, and is empty after the cleanup.
+/// `leftovers` catches each kind of leak under the prefix (a lock key, a read lock's or a
+/// semaphore's set, waiting marks and lines, whatever their expiry; a key without an expiry,
+/// a subscribed channel, a pattern subscription), ignores fence counters and release latches
+/// with a TTL, keys of the allowed suffixes and anything outside the prefix, and is empty after
+/// the cleanup. A user key holding `:lock:` does not make a fence key a lock key.
 #[test]
 fn leftovers_catch_every_kind_of_leak() {
     let server = RedisServer::start().expect("start redis-server");
@@ -434,6 +436,18 @@ fn leftovers_catch_every_kind_of_leak() {
 
     let _: () = server.cmd(&["SET", "lock:{t}:lock:k", "token", "PX", "60000"]);
     let _: () = server.cmd(&["SET", "lock:{t}:fence:k", "7", "PX", "60000"]);
+    let _: () = server.cmd(&["SET", "lock:{t}:fence:a:lock:b", "7", "PX", "60000"]);
+    let _: () = server.cmd(&["SET", "lock:{t}:unlocked:tok", "1", "PX", "60000"]);
+    // Held, with an expiry: a permit set and a reader set; waiting: marks and a line.
+    for (key, member) in [
+        ("lock:{t}:semaphore:s", "tok|host:1"),
+        ("lock:{t}:readers:r", "tok"),
+        ("lock:{t}:waiters:k", "tok"),
+        ("lock:{t}:semaphore-line:s", "tok|host:1"),
+    ] {
+        let _: () = server.cmd(&["ZADD", key, "1", member]);
+        let _: () = server.cmd(&["PEXPIRE", key, "60000"]);
+    }
     let _: () = server.cmd(&["SET", "lock:{t}:forever", "1"]);
     let _: () = server.cmd(&["SET", "lock:{t}:node-epoch", "1"]);
     let _: () = server.cmd(&["SET", "elsewhere", "1"]);
@@ -444,7 +458,19 @@ fn leftovers_catch_every_kind_of_leak() {
     pubsub.psubscribe("lock:*").unwrap();
 
     let left = server.leftovers("lock:", &[":node-epoch"]);
-    assert_eq!(left.lock_keys, ["lock:{t}:lock:k"]);
+    let mut held = left.lock_keys.clone();
+    held.sort();
+    assert_eq!(
+        held,
+        [
+            "lock:{t}:lock:k",
+            "lock:{t}:readers:r",
+            "lock:{t}:semaphore:s"
+        ]
+    );
+    let mut waiting = left.waiting.clone();
+    waiting.sort();
+    assert_eq!(waiting, ["lock:{t}:semaphore-line:s", "lock:{t}:waiters:k"]);
     assert_eq!(left.keys_without_ttl, ["lock:{t}:forever"]);
     assert_eq!(left.channels, ["lock:{t}:released:k"]);
     assert_eq!(left.patterns, 1);
@@ -465,9 +491,14 @@ fn leftovers_catch_every_kind_of_leak() {
         "lock:{t}:lock:k",
         "lock:{t}:forever",
         "lock:{t}:node-epoch",
+        "lock:{t}:semaphore:s",
+        "lock:{t}:readers:r",
+        "lock:{t}:waiters:k",
+        "lock:{t}:semaphore-line:s",
     ]);
     let left = server.leftovers("lock:", &[]);
     assert!(left.lock_keys.is_empty() && left.keys_without_ttl.is_empty());
+    assert!(left.waiting.is_empty());
     assert!(!left.is_empty(), "the subscriptions are still there");
     pubsub.punsubscribe("lock:*").unwrap();
     // (Each call waits for the server's confirmation.)

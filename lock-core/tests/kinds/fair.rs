@@ -51,6 +51,8 @@ async fn waiters_of_every_locker_get_the_lock_in_arrival_order() {
     assert_eq!(*order.lock(), (0..9).collect::<Vec<_>>());
     let left: Vec<String> = server.keys("lock:*");
     assert!(left.iter().all(|k| !k.contains(":line")), "{left:?}");
+    let [a, b, c] = &lockers;
+    common::assert_nothing_left(&server, &[a, b, c]).await;
 }
 
 #[tokio::test]
@@ -93,6 +95,7 @@ async fn a_cancelled_waiter_leaves_the_line_at_once() {
         "{:?}",
         started.elapsed()
     );
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 /// Exclusion under contention, checked by the double-holder oracle (occupancy, intervals,

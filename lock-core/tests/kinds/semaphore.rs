@@ -44,6 +44,7 @@ async fn at_most_the_permits_are_held_and_a_release_lets_the_next_in() {
         ),
         "{err}"
     );
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -73,6 +74,8 @@ async fn sixteen_tasks_on_three_permits_never_exceed_three() {
     let most = most.load(Ordering::SeqCst);
     assert!(most <= 3, "{most} holders at once");
     assert_eq!(most, 3, "the permits were never all used");
+    // (Each task's locker went with it.)
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// The checker of the test above, run without the semaphore: it sees more than three inside,
@@ -137,6 +140,7 @@ async fn a_dead_holders_permits_come_back_with_its_lease_and_the_others_stay() {
     ));
     permit.release().await.unwrap();
     kept.release().await.unwrap();
+    common::assert_nothing_left(&server, &[&survivor, &other]).await;
 }
 
 #[tokio::test]
@@ -185,6 +189,7 @@ async fn a_lost_permit_is_reported_and_a_cancelled_acquire_leaves_nothing() {
         b.stats()
     );
     assert_eq!(semaphore_keys(&server), Vec::<String>::new());
+    common::assert_nothing_left(&server, &[&a, &b]).await;
 }
 
 /// Local handoff of permits: tasks of one process queued for a semaphore take over the permits

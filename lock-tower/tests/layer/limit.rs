@@ -100,6 +100,8 @@ async fn at_most_two_requests_per_key_across_two_instances_the_rest_429() {
     // Another tenant has its own permits.
     let other = send_post(&client, &format!("http://{a}/export/t2")).await;
     assert_eq!(other.status, StatusCode::OK);
+    // (The lockers live in the apps: the server's side is checked.)
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,6 +115,7 @@ async fn waiting_requests_all_get_through_two_at_a_time() {
     let replies = at_once((0..8).map(|i| if i % 2 == 0 { a } else { b }), &client).await;
     assert!(replies.iter().all(|r| r.status == StatusCode::OK));
     assert_eq!(inside.max(), 2, "the limit was reached and never passed");
+    common::assert_nothing_left(&server, &[]).await;
 }
 
 /// The checker of the tests above, with the layer taken away: it sees more than two inside.
@@ -225,4 +228,5 @@ async fn simultaneous_requests_under_a_limit_with_permits_free_are_all_admitted(
     }
     assert!(inside.max() <= 2, "{} inside at once", inside.max());
     assert_eq!(inside.entered(), 40);
+    common::assert_nothing_left(&server, &[]).await;
 }
