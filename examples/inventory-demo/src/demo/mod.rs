@@ -846,14 +846,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn only_the_unfenced_chaos_round_may_oversell_under_a_lock() {
-        let row = |variant, chaos| Row {
+    /// A round's row as the database left it: `sold` orders and `stock_left` of `stock_start`.
+    fn counted(variant: Variant, chaos: bool, stock_start: i64, stock_left: i64, sold: i64) -> Row {
+        Row {
             variant,
             chaos,
-            stock_start: 10,
-            stock_left: 0,
-            sold: 12,
+            stock_start,
+            stock_left,
+            sold,
             sold_out: 0,
             busy: 0,
             stale: 0,
@@ -862,9 +862,14 @@ mod tests {
             p50: Duration::ZERO,
             p99: Duration::ZERO,
             elapsed: Duration::from_secs(1),
-            purchases: 20,
+            purchases: usize::try_from(sold).unwrap_or(0),
             trace: RoundTrace::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn only_the_unfenced_chaos_round_may_oversell_under_a_lock() {
+        let row = |variant, chaos| counted(variant, chaos, 10, 0, 12);
         assert!(!row(Variant::Unlocked, false).must_be_exact());
         assert!(!row(Variant::LockedNoFence, true).must_be_exact());
         assert!(row(Variant::LockedNoFence, false).must_be_exact());
@@ -872,5 +877,33 @@ mod tests {
         assert!(row(Variant::Macro, false).must_be_exact());
         assert_eq!(row(Variant::Macro, false).oversold(), 2);
         assert_eq!(row(Variant::Fenced, true).label(), "fenced+chaos");
+    }
+
+    /// The check looks at what the database holds, orders and stock together: 20 orders with 1
+    /// unit still in stock of 20 is a unit sold twice (the next purchase sells a 21st), although
+    /// no order went beyond the stock. A locked round like that fails the demo. Before, only
+    /// orders beyond the starting stock counted: "20 orders + 1 left of 20 in stock (a unit sold
+    /// twice) passed the check; verdict: macro: sold exactly 20".
+    #[test]
+    fn a_unit_sold_twice_within_the_stock_fails_a_locked_round() {
+        let report = Report {
+            rows: vec![
+                counted(Variant::Macro, false, 20, 1, 20),
+                counted(Variant::Layer, false, 20, 0, 20),
+                counted(Variant::Unlocked, false, 20, 3, 20),
+            ],
+            instances: Vec::new(),
+            redis: "none".into(),
+            config: DemoConfig::new("inventory-demo"),
+        };
+        let sold_twice = &report.rows[0];
+        assert_eq!((sold_twice.oversold(), sold_twice.sold_twice()), (0, 1));
+        let failed: Vec<String> = report.failures().iter().map(|r| r.label()).collect();
+        assert_eq!(failed, ["macro"], "{}", report.verdict(sold_twice));
+        assert!(report.verdict(sold_twice).contains("FAILED"));
+        assert_eq!(report.verdict(&report.rows[1]), "layer: sold exactly 20");
+        // The unlocked control that raced within the stock says so.
+        let unlocked = report.verdict(&report.rows[2]);
+        assert!(unlocked.contains("3 units SOLD TWICE"), "{unlocked}");
     }
 }
