@@ -528,6 +528,35 @@ impl RedisServer {
         cmd.query(&mut self.client()).expect("test command")
     }
 
+    /// Runs one write command, then `WAIT replicas timeout` on the same connection; returns
+    /// the command's reply and how many replicas acknowledged it (tests only).
+    ///
+    /// `WAIT` counts only the writes of its own connection. Sent through [`cmd`](Self::cmd),
+    /// which opens a connection for every call, it returns at once with the replicas that are
+    /// connected and proves nothing about an earlier write.
+    ///
+    /// # Panics
+    ///
+    /// If the server cannot be reached or a command fails.
+    pub fn write_and_wait<T: redis::FromRedisValue>(
+        &self,
+        args: &[&str],
+        replicas: u32,
+        timeout: Duration,
+    ) -> (T, i64) {
+        let mut write = redis::cmd(args[0]);
+        for a in &args[1..] {
+            write.arg(*a);
+        }
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(replicas).arg(timeout.as_millis() as u64);
+        redis::pipe()
+            .add_command(write)
+            .add_command(wait)
+            .query(&mut self.client())
+            .expect("test write and WAIT")
+    }
+
     /// Runs one command on a fresh connection with a 1 s connect and 2 s reply timeout, so it
     /// returns an error (instead of hanging) when the server is killed or paused.
     pub fn try_cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> redis::RedisResult<T> {

@@ -109,13 +109,11 @@ fn cluster_routes_keys_and_fails_over() {
     let key = "lock:{order-42}";
     let owner = cluster.primary_for_key(key).expect("owner").port();
     let primary = &cluster.nodes()[cluster.index_of_port(owner).unwrap()];
-    let mut con = primary.client();
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg("token-1")
-        .query(&mut con)
-        .unwrap();
-    let got: String = redis::cmd("GET").arg(key).query(&mut con).unwrap();
+    // The replica has the key before the owner is killed below: WAIT on the SET's connection.
+    let ((), acked): ((), i64) =
+        primary.write_and_wait(&["SET", key, "token-1"], 1, Duration::from_secs(2));
+    assert_eq!(acked, 1);
+    let got: String = primary.cmd(&["GET", key]);
     assert_eq!(got, "token-1");
     let other = cluster
         .current_primaries()
@@ -127,9 +125,7 @@ fn cluster_routes_keys_and_fails_over() {
     assert_eq!(moved.code(), Some("MOVED"), "{moved}");
     assert_eq!(cluster.keys("lock:*").unwrap(), vec![key.to_string()]);
 
-    // Make sure the replica has the key, then kill the owner: its replica takes over.
-    let acked: i64 = primary.cmd(&["WAIT", "1", "2000"]);
-    assert_eq!(acked, 1);
+    // Kill the owner: its replica takes over, with the key.
     let index = cluster.index_of_port(owner).unwrap();
     let killed = Instant::now();
     cluster.node_mut(index).kill9();
@@ -199,17 +195,38 @@ fn sentinel_loses_an_unreplicated_write_on_failover() {
     );
 
     // Replicated write: WAIT sees the replica.
-    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "before", "1"], 1, Duration::from_millis(1000));
     assert_eq!(acked, 1);
+
+    // WAIT counts only the writes of its own connection: through `cmd`, a connection a call,
+    // it answers 1 for a write the frozen replica cannot have; `write_and_wait` answers 0.
+    sentinel.replica().pause();
+    let _: () = sentinel.primary().cmd(&["SET", "frozen", "1"]);
+    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "100"]);
+    assert_eq!(acked, 1, "WAIT on a connection without writes");
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "frozen", "2"], 1, Duration::from_millis(100));
+    assert_eq!(acked, 0, "WAIT on the write's connection");
+    sentinel.replica().resume();
 
     // Broken replication can be restored.
     sentinel.break_replication().unwrap();
-    let _: () = sentinel.primary().cmd(&["SET", "during", "1"]);
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "200"]);
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "during", "1"], 1, Duration::from_millis(200));
     assert_eq!(acked, 0);
     sentinel.restore_replication().unwrap();
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    // A later write acknowledged: the stream, "during" first, reached the replica.
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "after", "1"], 1, Duration::from_millis(1000));
     assert_eq!(acked, 1);
     let during: Option<String> = sentinel.replica().cmd(&["GET", "during"]);
     assert_eq!(during.as_deref(), Some("1"));
@@ -218,11 +235,12 @@ fn sentinel_loses_an_unreplicated_write_on_failover() {
     let broke = Instant::now();
     sentinel.break_replication().unwrap();
     eprintln!("break_replication took {:?}", broke.elapsed());
-    let set: Option<String> = sentinel
-        .primary()
-        .cmd(&["SET", "lock", "holder-1", "NX", "PX", "30000"]);
+    let (set, acked): (Option<String>, i64) = sentinel.primary().write_and_wait(
+        &["SET", "lock", "holder-1", "NX", "PX", "30000"],
+        1,
+        Duration::from_millis(200),
+    );
     assert_eq!(set.as_deref(), Some("OK"));
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "200"]);
     assert_eq!(acked, 0);
 
     // Failover: the replica is promoted without the lock.
@@ -287,8 +305,10 @@ fn sentinel_with_passwords_requires_them_and_fails_over() {
         .iter()
         .all(|u| u.starts_with("redis://:sentinelpw@")));
     assert!(sentinel.primary().url().starts_with("redis://:datapw@"));
-    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "before", "1"], 1, Duration::from_millis(1000));
     assert_eq!(acked, 1, "replication with masterauth");
     sentinel.break_replication().unwrap();
     sentinel.restore_replication().unwrap();
@@ -728,8 +748,10 @@ fn tls_sentinel_replicates_and_fails_over_over_tls() {
         info_field(&info, "master_link_status").as_deref(),
         Some("up")
     );
-    let _: () = sentinel.primary().cmd(&["SET", "before", "1"]);
-    let acked: i64 = sentinel.primary().cmd(&["WAIT", "1", "1000"]);
+    let ((), acked): ((), i64) =
+        sentinel
+            .primary()
+            .write_and_wait(&["SET", "before", "1"], 1, Duration::from_millis(1000));
     assert_eq!(acked, 1);
 
     assert_eq!(sentinel.kill_primary(), primary_tls);
