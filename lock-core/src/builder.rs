@@ -24,7 +24,7 @@ use crate::topology::{
 /// | [`holder_name`](Self::holder_name) | `<host name>:<process id>` | 1 to 64 bytes, no `\|`, control or invisible characters |
 /// | [`watchdog_lease`](Self::watchdog_lease) | 30 s, renewed every 10 s | 30 ms to 365 days |
 /// | [`default_wait`](Self::default_wait) | 30 s | any; beyond 100 years: no deadline |
-/// | [`max_hold`](Self::max_hold) | none | any; beyond 100 years: no limit |
+/// | [`max_hold`](Self::max_hold) | none | any (from 3 ms on RedLock); beyond 100 years: no limit |
 /// | [`trace_holds`](Self::trace_holds) | off: the `lock.hold` span at debug level | |
 /// | [`fence_retention`](Self::fence_retention) | 10 s past the lock | 1 ms to 10 × 365 days |
 /// | [`fallback_retry`](Self::fallback_retry) | 1 s (jittered ±25 %) | 10 ms to 10 minutes |
@@ -365,7 +365,9 @@ impl LockerBuilder {
     /// reports [`LostReason::MaxHold`](crate::LostReason::MaxHold). Off by default;
     /// `.max_hold(..)` on an acquire overrides it. Any value: zero ends each lock at once (a
     /// 1 ms lease), and a `max_hold` beyond 100 years is no limit (so `Duration::MAX` means
-    /// none).
+    /// none). On RedLock, which grants no lease under 3 ms, a shorter one is refused with
+    /// [`ConfigError::MaxHoldTooShortForRedLock`](crate::ConfigError::MaxHoldTooShortForRedLock)
+    /// (by `build`, and by an acquire for its own).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.settings.max_hold = Some(max);
         self
@@ -630,6 +632,9 @@ impl LockerBuilder {
         }
         holder::validate(&settings.holder)?;
         check_durations(&settings, connect_timeout, min_replicas)?;
+        if let Some(max) = settings.max_hold {
+            limits::check_max_hold(max, matches!(topology, Topology::RedLock(_)))?;
+        }
         let timeouts = Timeouts {
             connect: connect_timeout,
             command: settings.command_timeout,

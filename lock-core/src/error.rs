@@ -378,6 +378,19 @@ pub enum ConfigError {
         /// Nodes given.
         count: usize,
     },
+    /// A `max_hold` shorter than the shortest lease RedLock can grant (3 ms): a watchdog lock's
+    /// lease ends with its `max_hold`, and a grant counts only if it leaves some validity after
+    /// the drift allowance (lease / 100 + 2 ms), so every acquire would end `Busy`.
+    #[error(
+        "max_hold {max_hold:?} is too short for redlock: its lease ends with the max_hold, and \
+         redlock grants no lease under {min:?} (use a max_hold of {min:?} or more, or none)"
+    )]
+    MaxHoldTooShortForRedLock {
+        /// The refused max_hold.
+        max_hold: Duration,
+        /// The shortest max_hold RedLock accepts.
+        min: Duration,
+    },
     /// `min_replicas` applies to primary-replica topologies, not to RedLock.
     #[error("min_replicas does not apply to redlock (its nodes are independent primaries)")]
     MinReplicasWithRedLock,

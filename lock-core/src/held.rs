@@ -460,13 +460,32 @@ impl Hold {
 
     /// An escaped guard (see [`touched`](Self::touched)) left: once none is left, the owner may
     /// nest again (a nested guard dropped in another task no longer deadlocks it).
+    /// The owner's acquires waiting for that (see [`changed`](Self::changed)) are woken.
     pub(crate) fn escaped_guard_left(&self) {
-        self.escaped.fetch_sub(1, Ordering::AcqRel);
+        if self.escaped.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.wake_watchers();
+        }
+    }
+
+    /// Whether `owner` is the task it is reentrant for (while no guard escaped).
+    pub(crate) fn is_owned_by(&self, owner: Owner) -> bool {
+        self.owner == owner
     }
 
     /// Whether a nested acquire by `owner` may share this lock.
     pub(crate) fn reentrant_for(&self, owner: Owner) -> bool {
         self.owner == owner && self.escaped.load(Ordering::Acquire) == 0
+    }
+
+    /// The signal of a change a waiter of this lock looks for: the last escaped guard left, a
+    /// loss, the end of the hold, a shorter validity. Made before the waiter looks at the lock
+    /// (a change after the look wakes it; one before it is seen), and woken spuriously too.
+    pub(crate) fn changed(&self) -> Arc<Notify> {
+        self.state
+            .lock()
+            .lost_signal
+            .get_or_insert_with(Arc::default)
+            .clone()
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already

@@ -26,6 +26,18 @@ pub(crate) const MIN_LEASE: Duration = Duration::from_millis(1);
 /// 2 ms or less never leaves room for (every acquire would end `Busy`).
 pub(crate) const MIN_REDLOCK_LEASE: Duration = Duration::from_millis(3);
 
+/// A `max_hold` that a locker on RedLock (`redlock`) can keep: one shorter than
+/// [`MIN_REDLOCK_LEASE`] would cut the watchdog lease to a length RedLock never grants.
+pub(crate) fn check_max_hold(max_hold: Duration, redlock: bool) -> Result<(), ConfigError> {
+    if redlock && max_hold < MIN_REDLOCK_LEASE {
+        return Err(ConfigError::MaxHoldTooShortForRedLock {
+            max_hold,
+            min: MIN_REDLOCK_LEASE,
+        });
+    }
+    Ok(())
+}
+
 /// The shortest watchdog lease: it is renewed every third of it, so shorter ones cannot be
 /// renewed in time over a network.
 pub(crate) const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(30);

@@ -101,6 +101,17 @@ pub(crate) struct LocalLocks {
     _shutdown: DropGuard,
 }
 
+/// What an acquiring task holds already of the lock it asks for (see [`LocalLocks::own`]).
+#[derive(Debug)]
+pub(crate) enum Own {
+    /// Nothing: the lock is acquired as usual.
+    Nothing,
+    /// A nested guard of its lock, or the loss of that lock.
+    Nested(Result<Arc<Hold>, LockError>),
+    /// Its lock, with a guard in use in another task: not reentrant until that guard leaves.
+    Escaped(Arc<Hold>),
+}
+
 /// What giving up one guard meant for the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leave {
@@ -255,64 +266,61 @@ impl LocalLocks {
         self.renew_calls.load(Ordering::Relaxed)
     }
 
-    /// A reentrant acquire: when `owner` holds the local key's lock, another guard of it, with no
-    /// Redis round trip (`Err(Lost)` when that lock is lost); `None` when it must be acquired.
-    /// Not once a guard of the lock was seen in another task: it may have been moved there and
-    /// be in use (see "Reentrancy" in the crate docs).
-    pub(crate) fn reenter(
-        &self,
-        local_key: &LocalKey<Hold>,
-        owner: Owner,
-    ) -> Option<Result<Arc<Hold>, LockError>> {
+    /// What `owner` holds of the local key's lock: a nested guard of it, with no Redis round
+    /// trip (`Err(Lost)` when that lock is lost), or nothing (it must be acquired). Not while a
+    /// guard of the lock is used in another task: that task may be inside (see "Reentrancy" in
+    /// the crate docs); the acquire then waits for that guard to leave.
+    pub(crate) fn own(&self, local_key: &LocalKey<Hold>, owner: Owner) -> Own {
         let holder = local_key.holder();
-        let held = holder.upgrade().filter(|h| h.reentrant_for(owner))?;
+        let Some(held) = holder.upgrade().filter(|h| h.is_owned_by(owner)) else {
+            return Own::Nothing;
+        };
+        drop(holder);
+        if !held.reentrant_for(owner) {
+            return Own::Escaped(held);
+        }
         if held.is_lost() {
-            return Some(Err(held.lost_error()));
+            return Own::Nested(Err(held.lost_error()));
         }
         held.nest();
         tracing::trace!(depth = held.depth(), "reentrant acquire");
-        Some(Ok(held))
+        Own::Nested(Ok(held))
     }
 
-    /// [`reenter`](Self::reenter) for the exclusive lock of `key`, held as a mutex or as a
-    /// fair lock (one Redis lock): a task holding either kind gets a nested guard of it.
-    pub(crate) fn reenter_exclusive(
-        &self,
-        key: &str,
-        owner: Owner,
-    ) -> Option<Result<Arc<Hold>, LockError>> {
+    /// [`own`](Self::own) for the exclusive lock of `key`, held as a mutex or as a fair lock
+    /// (one Redis lock): a task holding either kind gets a nested guard of it.
+    pub(crate) fn own_exclusive(&self, key: &str, owner: Owner) -> Own {
         [&self.local_keys, &self.fairs]
             .into_iter()
             .filter_map(|local_keys| local_keys.find(key))
-            .find_map(|local_key| self.reenter(&local_key, owner))
+            .map(|local_key| self.own(&local_key, owner))
+            .find(|own| !matches!(own, Own::Nothing))
+            .unwrap_or(Own::Nothing)
     }
 
     /// The local key an exclusive acquire of `key` lines up in (its fair line's when `fair`),
-    /// made if needed; `Err` with a nested guard (or the loss) when `owner` holds the key's
-    /// exclusive lock as either kind (one Redis lock). One lookup for the usual acquire: the
-    /// local key it lines up in is where a hold of its own kind is, and the other family is
-    /// searched only when it has keys at all.
+    /// made if needed, with what `owner` holds of the key's exclusive lock as either kind (one
+    /// Redis lock). One lookup for the usual acquire: the local key it lines up in is where a
+    /// hold of its own kind is, and the other family is searched only when it has keys at all.
     pub(crate) fn exclusive_key(
         &self,
         key: &str,
         owner: Owner,
         fair: bool,
-    ) -> Result<LocalKeyRef<Hold>, Result<Arc<Hold>, LockError>> {
+    ) -> (LocalKeyRef<Hold>, Own) {
         let (mine, other) = if fair {
             (&self.fairs, &self.local_keys)
         } else {
             (&self.local_keys, &self.fairs)
         };
         let local_key = mine.get(key);
-        let reentered = self.reenter(&local_key, owner).or_else(|| {
-            other
+        let own = match self.own(&local_key, owner) {
+            Own::Nothing => other
                 .find(key)
-                .and_then(|other| self.reenter(&other, owner))
-        });
-        match reentered {
-            Some(reentered) => Err(reentered),
-            None => Ok(local_key),
-        }
+                .map_or(Own::Nothing, |other| self.own(&other, owner)),
+            own => own,
+        };
+        (local_key, own)
     }
 
     /// Registers a lock Redis granted (or a local handoff passed on): its local key names it as the

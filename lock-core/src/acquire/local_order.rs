@@ -16,7 +16,7 @@ use crate::guard::LockGuard;
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::key::RedisKeys;
 use crate::kind::Kind;
-use crate::local::LocalLocks;
+use crate::local::{LocalLocks, Own};
 use crate::local_key::{Baton, LocalKey, LocalKeyRef, Place};
 use crate::owner::Owner;
 use crate::release::{Attempt, ReleaseOnDrop};
@@ -26,6 +26,10 @@ use crate::token::Token;
 /// The answer of an acquire that has nothing to acquire: a nested guard of a lock the task
 /// holds, or a refusal.
 type Answer = Result<LockGuard, LockError>;
+
+/// The local key an acquire lines up in, and this task's own lock of the key when a guard of
+/// it is in use in another task.
+pub(super) type LocalKeyPlace = (LocalKeyRef<Hold>, Option<Arc<Hold>>);
 
 /// A grant and the local place that goes with it.
 type Placed<'k> = (Place<'k>, Grant);
@@ -38,9 +42,10 @@ pub(super) struct Handoff<'a> {
 }
 
 impl Acquire {
-    /// The local key this acquire lines up in; `Err` with the answer when there is nothing to
-    /// acquire.
-    pub(super) fn local_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+    /// The local key this acquire lines up in, with this task's own lock of the key when a
+    /// guard of it is used in another task (see [`wait_for_own`](Self::wait_for_own)); `Err`
+    /// with the answer when there is nothing to acquire.
+    pub(super) fn local_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let inner = &self.inner();
         if let Err(refused) = inner.capabilities().serves(self.kind) {
             return Err(Err(refused.into()));
@@ -59,7 +64,7 @@ impl Acquire {
                 // A local queue with the semaphore's permits: at most that many tasks of this
                 // process contend in Redis, the others line up here first come, first served.
                 // Permits are not reentrant.
-                Ok(inner.local.semaphore_key(&self.key, limit))
+                Ok((inner.local.semaphore_key(&self.key, limit), None))
             }
         }
     }
@@ -70,7 +75,7 @@ impl Acquire {
     }
 
     /// The local key of a mutex or fair lock: the one of the key, or of its fair line.
-    fn exclusive_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+    fn exclusive_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let local = &self.inner().local;
         if local.reads(&self.key, owner) {
             return Err(Err(LockError::WriteInsideRead {
@@ -79,24 +84,61 @@ impl Acquire {
         }
         // The mutex and the fair lock of a key are one Redis lock: a task holding either
         // nests the other.
-        local
-            .exclusive_key(&self.key, owner, self.kind == Kind::Fair)
-            .map_err(|reentered| self.nested(reentered))
+        let (local_key, own) = local.exclusive_key(&self.key, owner, self.kind == Kind::Fair);
+        match own {
+            Own::Nothing => Ok((local_key, None)),
+            Own::Escaped(held) => Ok((local_key, Some(held))),
+            Own::Nested(reentered) => Err(self.nested(reentered)),
+        }
     }
 
     /// A reader's local key, its task's own.
-    fn reader_key(&self, owner: Owner) -> Result<LocalKeyRef<Hold>, Answer> {
+    fn reader_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let local = &self.inner().local;
         // A read inside this task's write lock (or fair lock) shares it.
-        if let Some(reentered) = local.reenter_exclusive(&self.key, owner) {
-            return Err(self.nested(reentered));
-        }
+        let escaped = match local.own_exclusive(&self.key, owner) {
+            Own::Nothing => None,
+            Own::Escaped(held) => Some(held),
+            Own::Nested(reentered) => return Err(self.nested(reentered)),
+        };
         // Readers do not exclude each other: each task has a local key of its own, for
         // reentrancy.
         let local_key = local.reader_key(&self.key, owner);
-        match local.reenter(&local_key, owner) {
-            Some(reentered) => Err(self.nested(reentered)),
-            None => Ok(local_key),
+        match local.own(&local_key, owner) {
+            Own::Nothing => Ok((local_key, escaped)),
+            Own::Escaped(held) => Ok((local_key, Some(held))),
+            Own::Nested(reentered) => Err(self.nested(reentered)),
+        }
+    }
+
+    /// Waits while `own`, this task's lock of the key, has a guard in use in another task:
+    /// the lock is not reentrant for this task meanwhile, and the local place it would queue
+    /// for is its own lock's. `true` once the last such guard left (look again: the task
+    /// nests); `false` to acquire as usual: the lock ended or was lost (its place is given
+    /// back), or the wait ran out (the usual acquire then answers `Busy` with the holder).
+    pub(super) async fn wait_for_own(&self, own: &Hold, owner: Owner, when: When) -> bool {
+        if when.try_once {
+            return false;
+        }
+        loop {
+            let changed = own.changed();
+            let changed = changed.notified();
+            let mut changed = std::pin::pin!(changed);
+            changed.as_mut().enable();
+            if own.is_lost() || own.is_ended() {
+                return false;
+            }
+            if own.reentrant_for(owner) {
+                return true;
+            }
+            match when.deadline {
+                Some(deadline) => {
+                    if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                        return false;
+                    }
+                }
+                None => changed.await,
+            }
         }
     }
 

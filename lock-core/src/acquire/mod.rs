@@ -142,7 +142,9 @@ impl Acquire {
     /// holder hangs and never releases, and the guard then reports
     /// [`LostReason::MaxHold`](crate::LostReason::MaxHold). Any value: zero ends the lock at
     /// once (a 1 ms lease), and a `max_hold` beyond 100 years is no limit (so `Duration::MAX`
-    /// lifts the locker's). A fixed [`lease`](Self::lease) ignores it.
+    /// lifts the locker's). A fixed [`lease`](Self::lease) ignores it. On RedLock, which grants
+    /// no lease under 3 ms, a watchdog acquire with a shorter one is refused with
+    /// [`ConfigError::MaxHoldTooShortForRedLock`](crate::ConfigError::MaxHoldTooShortForRedLock).
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -322,13 +324,22 @@ impl Acquire {
             let when = self.when(started);
             // Captured at first poll, inside the task that awaits the acquire.
             let owner = Owner::current();
-            let local_key = match self.local_key(owner) {
-                Ok(local_key) => local_key,
-                Err(answer) => {
-                    // Only a nested guard or the loss of the held lock is about a lock the task
-                    // holds; other refusals are not.
-                    *reentered = matches!(answer, Ok(_) | Err(LockError::Lost { .. }));
-                    return answer;
+            let local_key = loop {
+                match self.local_key(owner) {
+                    Ok((local_key, None)) => break local_key,
+                    // This task holds the lock, with a guard in use in another task: it waits
+                    // for that guard, then nests (its own lock's place would never come).
+                    Ok((local_key, Some(own))) => {
+                        if !self.wait_for_own(&own, owner, when).await {
+                            break local_key;
+                        }
+                    }
+                    Err(answer) => {
+                        // Only a nested guard or the loss of the held lock is about a lock the
+                        // task holds; other refusals are not.
+                        *reentered = matches!(answer, Ok(_) | Err(LockError::Lost { .. }));
+                        return answer;
+                    }
                 }
             };
             metric.waiting();
@@ -372,7 +383,12 @@ impl Acquire {
             Some(lease) => LeaseMode::Fixed(self.check_lease(lease)?),
             // A watchdog lease never outlives the max_hold: the key ends in Redis when the hold
             // does, even if the holder is stuck and never releases.
-            None => LeaseMode::Watchdog(limits::lease_within(settings.watchdog_lease, max_hold)),
+            None => {
+                if let Some(max) = max_hold {
+                    limits::check_max_hold(max, self.inner().store.is_redlock())?;
+                }
+                LeaseMode::Watchdog(limits::lease_within(settings.watchdog_lease, max_hold))
+            }
         };
         Ok((mode, max_hold))
     }

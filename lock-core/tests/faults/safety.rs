@@ -709,3 +709,77 @@ async fn fencing_tokens_are_issued_only_to_a_holder_and_only_when_asked() {
     drop(lapsed);
     common::assert_nothing_left(&server, &[&locker, &other]).await;
 }
+
+/// T15 (T6, timing variant): an owner's `lock()` that starts while its nested guard is used in
+/// another task waits for that guard ("for as long as that guard lives", crate docs,
+/// "Reentrancy"), and nests once it left. It waited in the local queue for the place its own
+/// outer guard holds, and nothing looked again when the guard left: the owner waited for
+/// itself ("Err(Busy { .. waited: 2.000713778s .. })", and forever without a wait). For each
+/// way a task nests (a mutex, a fair lock, a read inside its write lock), with a wait and
+/// without one; the helper drops its guard 200 ms in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_waiting_while_its_nested_guard_is_elsewhere_nests_once_that_guard_is_dropped() {
+    let server = server();
+    let locker = locker(&server).await;
+    let mut wrong = Vec::new();
+    for (way, fair, read) in [
+        ("mutex", false, false),
+        ("fair", true, false),
+        ("read inside the write lock", false, true),
+    ] {
+        for wait in [Some(Duration::from_secs(5)), None] {
+            let key = format!("k-{way}-{}", wait.is_some());
+            let take = |locker: &Locker| {
+                if fair {
+                    locker.fair_lock(key.clone())
+                } else {
+                    locker.lock(key.clone())
+                }
+            };
+            let outer = take(&locker).await.unwrap();
+            let nested = take(&locker).wait(Duration::ZERO).await.unwrap();
+            let (used, used_rx) = tokio::sync::oneshot::channel();
+            let helper = tokio::spawn(async move {
+                assert!(nested.is_held());
+                used.send(()).unwrap();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                drop(nested);
+            });
+            used_rx.await.unwrap();
+            // Called while the helper still has its guard: waits for it, then nests.
+            let started = Instant::now();
+            let again = if read {
+                locker.read(key.clone())
+            } else {
+                take(&locker)
+            };
+            let again = match wait {
+                Some(wait) => again.wait(wait),
+                None => again.wait(Duration::MAX),
+            };
+            let again = tokio::time::timeout(Duration::from_secs(10), again).await;
+            let waited = started.elapsed();
+            helper.await.unwrap();
+            match again {
+                Ok(Ok(guard)) => {
+                    if waited < Duration::from_millis(150) {
+                        wrong.push(format!(
+                            "{way}, wait {wait:?}: nested after {waited:?}, while the helper \
+                             still used its guard"
+                        ));
+                    }
+                    guard.release().await.unwrap();
+                }
+                other => wrong.push(format!(
+                    "{way}, wait {wait:?}: the owner's acquire, called while its nested guard \
+                     was in another task, still waited after that guard was dropped (200 ms \
+                     in): {other:?} after {waited:?}"
+                )),
+            }
+            assert!(outer.is_held(), "{way}");
+            outer.release().await.unwrap();
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    common::assert_nothing_left(&server, &[&locker]).await;
+}

@@ -917,3 +917,82 @@ async fn redlock_a_writer_that_stops_waiting_lets_readers_in_on_a_majority() {
         common::assert_nothing_left_under(node, "lock:", &[":waiters:doc"], &[&a, &b, &c]).await;
     }
 }
+
+/// T14: T11 refuses a RedLock fixed lease under 3 ms, but a `max_hold` cuts the watchdog lease
+/// to itself (at least 1 ms), so a watchdog lock with a `max_hold` of 0 to 2 ms asked RedLock for
+/// a lease it never grants (the drift allowance is 2 ms): the acquire of a free lock waited out
+/// its wait and answered `Busy` ("max_hold 1 ms on a free RedLock lock: lock `short-hold` is
+/// busy (waited 301ms, ...)"). Such a max_hold is now refused by name, on the acquire and on
+/// the builder; 3 ms is accepted. The same acquire on one server locks (the control).
+#[tokio::test]
+async fn a_max_hold_too_short_for_redlock_is_refused_by_name_not_busy_on_a_free_lock() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().unwrap()).collect();
+    let locker = redlock(&servers, Duration::from_secs(30)).await;
+    // The control: a single server takes the same acquire at once.
+    let single = Locker::builder()
+        .url(servers[0].url())
+        .build()
+        .await
+        .unwrap();
+    let control = single
+        .lock("short-hold-control")
+        .max_hold(Duration::from_millis(2))
+        .wait(Duration::from_millis(300))
+        .await;
+    assert!(control.is_ok(), "single server: {control:?}");
+    drop(control);
+    let mut wrong = Vec::new();
+    for max_hold in [0, 1, 2]
+        .map(Duration::from_millis)
+        .into_iter()
+        .chain([Duration::from_nanos(1), Duration::from_micros(2_999)])
+    {
+        let started = Instant::now();
+        let answer = locker
+            .lock("short-hold")
+            .max_hold(max_hold)
+            .wait(Duration::from_millis(300))
+            .await;
+        match answer {
+            Err(LockError::Config(ConfigError::MaxHoldTooShortForRedLock { max_hold: m, min }))
+                if m == max_hold && min == Duration::from_millis(3) => {}
+            other => wrong.push(format!(
+                "max_hold {max_hold:?} on a free RedLock lock: {other:?} after {:?}",
+                started.elapsed()
+            )),
+        }
+        let built = Locker::builder()
+            .redlock(urls(&servers))
+            .max_hold(max_hold)
+            .build()
+            .await;
+        match built {
+            Err(LockError::Config(ConfigError::MaxHoldTooShortForRedLock { .. })) => {}
+            other => wrong.push(format!(
+                "a RedLock locker with max_hold {max_hold:?}: {other:?}"
+            )),
+        }
+    }
+    // From 3 ms, and with a fixed lease (which ignores the max_hold), the acquire goes ahead.
+    let built = Locker::builder()
+        .redlock(urls(&servers))
+        .max_hold(Duration::from_millis(3))
+        .build()
+        .await;
+    assert!(built.is_ok(), "max_hold 3 ms: {:?}", built.err());
+    let fixed = locker
+        .lock("short-hold")
+        .max_hold(Duration::from_millis(1))
+        .lease(Duration::from_secs(5))
+        .wait(Duration::from_secs(2))
+        .await;
+    assert!(
+        fixed.is_ok(),
+        "a fixed lease with a short max_hold: {fixed:?}"
+    );
+    drop(fixed);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    for server in &servers {
+        common::assert_nothing_left_under(server, "lock:", &[], &[&locker, &single]).await;
+    }
+}
