@@ -306,7 +306,11 @@ async fn every_edge_of_every_builder_duration_locks_a_redlock_or_answers_an_erro
                 Ok(locker) => locker,
                 // Refused by name, or a connect timeout too short to connect.
                 Err(
-                    LockError::Config(ConfigError::OutOfRange { .. }) | LockError::Backend { .. },
+                    LockError::Config(
+                        ConfigError::OutOfRange { .. }
+                        | ConfigError::MaxHoldTooShortForRedLock { .. },
+                    )
+                    | LockError::Backend { .. },
                 ) => continue,
                 Err(error) => panic!("{name} {value:?}: build: {error}"),
             };
