@@ -275,7 +275,8 @@ impl LocalLocks {
         let Some(held) = holder.upgrade().filter(|h| h.is_owned_by(owner)) else {
             return Own::Nothing;
         };
-        drop(holder);
+        // The local key's lock stays held to the nest: a guard's leave takes it too, so the
+        // last guard cannot end the lock between this look and the nest.
         if !held.reentrant_for(owner) {
             return Own::Escaped(held);
         }
