@@ -60,11 +60,16 @@ pub(crate) fn query<T: redis::FromRedisValue>(
     let mut con = client.get_connection_with_timeout(timeout)?;
     con.set_read_timeout(Some(timeout))?;
     con.set_write_timeout(Some(timeout))?;
+    command(args).query(&mut con)
+}
+
+/// The command `args` spell: its name, then its arguments.
+pub(crate) fn command(args: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd(args[0]);
     for a in &args[1..] {
         cmd.arg(*a);
     }
-    cmd.query(&mut con)
+    cmd
 }
 
 /// The value of `field` in an `INFO`-style `field:value` text.

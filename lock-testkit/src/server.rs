@@ -521,11 +521,9 @@ impl RedisServer {
     ///
     /// If the server cannot be reached or the command fails.
     pub fn cmd<T: redis::FromRedisValue>(&self, args: &[&str]) -> T {
-        let mut cmd = redis::cmd(args[0]);
-        for a in &args[1..] {
-            cmd.arg(*a);
-        }
-        cmd.query(&mut self.client()).expect("test command")
+        probe::command(args)
+            .query(&mut self.client())
+            .expect("test command")
     }
 
     /// Runs one write command, then `WAIT replicas timeout` on the same connection; returns
@@ -544,14 +542,10 @@ impl RedisServer {
         replicas: u32,
         timeout: Duration,
     ) -> (T, i64) {
-        let mut write = redis::cmd(args[0]);
-        for a in &args[1..] {
-            write.arg(*a);
-        }
         let mut wait = redis::cmd("WAIT");
         wait.arg(replicas).arg(timeout.as_millis() as u64);
         redis::pipe()
-            .add_command(write)
+            .add_command(probe::command(args))
             .add_command(wait)
             .query(&mut self.client())
             .expect("test write and WAIT")

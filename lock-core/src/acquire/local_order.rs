@@ -74,6 +74,16 @@ impl Acquire {
         reentered.map(|held| LockGuard::new(self.inner().local.clone(), held))
     }
 
+    /// What the task holds of the lock, as the acquire goes on with it: `Err` with the nested
+    /// guard (or the loss), else its lock when a guard of it is used in another task.
+    fn unless_nested(&self, own: Own) -> Result<Option<Arc<Hold>>, Answer> {
+        match own {
+            Own::Nothing => Ok(None),
+            Own::Escaped(held) => Ok(Some(held)),
+            Own::Nested(reentered) => Err(self.nested(reentered)),
+        }
+    }
+
     /// The local key of a mutex or fair lock: the one of the key, or of its fair line.
     fn exclusive_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let local = &self.inner().local;
@@ -85,30 +95,19 @@ impl Acquire {
         // The mutex and the fair lock of a key are one Redis lock: a task holding either
         // nests the other.
         let (local_key, own) = local.exclusive_key(&self.key, owner, self.kind == Kind::Fair);
-        match own {
-            Own::Nothing => Ok((local_key, None)),
-            Own::Escaped(held) => Ok((local_key, Some(held))),
-            Own::Nested(reentered) => Err(self.nested(reentered)),
-        }
+        Ok((local_key, self.unless_nested(own)?))
     }
 
     /// A reader's local key, its task's own.
     fn reader_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let local = &self.inner().local;
         // A read inside this task's write lock (or fair lock) shares it.
-        let escaped = match local.own_exclusive(&self.key, owner) {
-            Own::Nothing => None,
-            Own::Escaped(held) => Some(held),
-            Own::Nested(reentered) => return Err(self.nested(reentered)),
-        };
+        let writing = self.unless_nested(local.own_exclusive(&self.key, owner))?;
         // Readers do not exclude each other: each task has a local key of its own, for
         // reentrancy.
         let local_key = local.reader_key(&self.key, owner);
-        match local.own(&local_key, owner) {
-            Own::Nothing => Ok((local_key, escaped)),
-            Own::Escaped(held) => Ok((local_key, Some(held))),
-            Own::Nested(reentered) => Err(self.nested(reentered)),
-        }
+        let reading = self.unless_nested(local.own(&local_key, owner))?;
+        Ok((local_key, reading.or(writing)))
     }
 
     /// Waits while `own`, this task's lock of the key, has a guard in use in another task:
