@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_core::{LockError, LockGuard, Locker};
-use lock_testkit::oracle::{monotonic_ns, Entry, Oracle, Outcome, Release};
+use lock_testkit::oracle::{monotonic_ns, Entry, Kind, Oracle, Outcome, Release};
 use rand::Rng;
 
 /// What the tasks of a worker lock, and how.
@@ -95,6 +95,9 @@ async fn acquire_and_enter(
             return None;
         }
     };
+    // The grant stamp, before the token's round trip: a wipe landing in that round trip took
+    // this holder's lock, and the oracle must know it was already ours.
+    let granted_at = monotonic_ns();
     stats.latency.lock().unwrap()[bucket(started.elapsed())] += 1;
     // Under faults the token's round trip can fail like the acquire's (or find the lock lost):
     // no section then.
@@ -109,7 +112,7 @@ async fn acquire_and_enter(
         0
     };
     let entry = oracle
-        .enter(key, fence, || guard.is_held())
+        .enter_granted(key, Kind::Exclusive, fence, granted_at, || guard.is_held())
         .await
         .expect("referee enter");
     Some((guard, entry))

@@ -11,3 +11,4 @@ mod partition;
 mod processes;
 mod safety;
 mod soak;
+mod wipe_replays;

@@ -173,12 +173,13 @@ fn by_fence(a: &Interval, b: &Interval) -> bool {
 
 /// The older (earlier acquired) of two holders of one key: of two exclusive holders with
 /// tokens the lower token, on a tie (itself a regression) the earlier enter; when either has
-/// no token (shared, permit, or an exclusive holder that did not ask) the earlier enter.
+/// no token (shared, permit, or an exclusive holder that did not ask) the earlier grant
+/// ([`Interval::granted_at`]: a holder may be slow to enter a lock it got first).
 fn older_younger<'a>(a: &'a Interval, b: &'a Interval) -> (&'a Interval, &'a Interval) {
     let older_first = if by_fence(a, b) {
         (a.fence, a.t_enter) <= (b.fence, b.t_enter)
     } else {
-        (a.t_enter, a.enter_seq) <= (b.t_enter, b.enter_seq)
+        (a.granted_at(), a.enter_seq) <= (b.granted_at(), b.enter_seq)
     };
     if older_first {
         (a, b)
@@ -236,9 +237,11 @@ fn verdict(older: &Interval, younger: &Interval, wipes: &[Wipe]) -> Verdict {
     wiped(older, younger, wipes).map_or(Verdict::Unsignalled, Verdict::Wiped)
 }
 
-/// Whether an overlap comes from a wipe that took the older holder's lock while it was
-/// inside, the younger one entering after the wipe began: excused if the older noticed (or
-/// died) within the wipe's notice and its release did not say `Ok`. Returns the time from the
+/// Whether an overlap comes from a wipe that took the older holder's lock, the older having
+/// got it before the wipe ended and the younger after it began (by their grant stamps,
+/// [`Interval::granted_at`]: upper bounds of when Redis granted, so a holder whose lock was
+/// granted after the wipe is never excused by it): excused if the older noticed (or died)
+/// within the wipe's notice and its release did not say `Ok`. Returns the time from the
 /// wipe's end to the notice.
 fn wiped(older: &Interval, younger: &Interval, wipes: &[Wipe]) -> Option<Duration> {
     if older.release == Some(Release::Ok) {
@@ -249,16 +252,18 @@ fn wiped(older: &Interval, younger: &Interval, wipes: &[Wipe]) -> Option<Duratio
         .or((older.outcome == Outcome::Killed).then_some(older.t_exit))?;
     wipes
         .iter()
-        .filter(|w| w.covers(&older.key) && older.t_enter < w.end && younger.t_enter > w.begin)
+        .filter(|w| {
+            w.covers(&older.key) && older.granted_at() < w.end && younger.granted_at() > w.begin
+        })
         .filter(|w| noticed <= w.end.saturating_add(w.notice))
         .map(|w| ns(noticed.saturating_sub(w.end)))
         .min()
 }
 
-/// Whether two holders both entered after a wipe of their key began, the first of them
-/// within its notice: neither had the lock from before it.
+/// Whether two holders both got their lock after a wipe of their key began, the first of
+/// them within its notice: neither had the lock from before it.
 fn both_after_wipe(a: &Interval, b: &Interval, wipes: &[Wipe]) -> bool {
-    let first = a.t_enter.min(b.t_enter);
+    let first = a.granted_at().min(b.granted_at());
     wipes
         .iter()
         .any(|w| w.covers(&a.key) && first > w.begin && first <= w.end.saturating_add(w.notice))
@@ -373,24 +378,24 @@ pub fn check_with_wipes(intervals: &[Interval], writes: &[FencedWrite], wipes: &
         }
     }
 
-    // 1b. A wipe took the key while the section was inside (it entered before the wipe was
-    //     sent and left after it was answered): the release, sent after that, found the key
-    //     gone, and cannot have answered Ok.
+    // 1b. A wipe took the key while the section held it (its lock was granted before the
+    //     wipe was sent, and it left after the wipe was answered): the release, sent after
+    //     that, found the key gone, and cannot have answered Ok.
     for iv in intervals {
         if iv.release != Some(Release::Ok) {
             continue;
         }
         let Some(w) = wipes
             .iter()
-            .find(|w| w.covers(&iv.key) && iv.t_enter < w.begin && iv.t_exit > w.end)
+            .find(|w| w.covers(&iv.key) && iv.granted_at() < w.begin && iv.t_exit > w.end)
         else {
             continue;
         };
         if false_ok.insert(&iv.id) {
             *report.false_ok_by_key.entry(iv.key.clone()).or_default() += 1;
             report.violation(format!(
-                "release said Ok on {:?}: {} (enter {}, exit {}) was inside when a {} took the key ({}..{})",
-                iv.key, iv.id, iv.t_enter, iv.t_exit, w.kind, w.begin, w.end
+                "release said Ok on {:?}: {} (granted {}, exit {}) held the lock when a {} took the key ({}..{})",
+                iv.key, iv.id, iv.granted_at(), iv.t_exit, w.kind, w.begin, w.end
             ));
         }
     }
@@ -516,6 +521,7 @@ mod tests {
             fence,
             enter_seq: seq,
             t_enter: enter_ms * MS,
+            t_granted: None,
             t_exit: exit_ms * MS,
             last_held: Some(enter_ms * MS),
             lost_at: None,
@@ -1028,9 +1034,9 @@ mod tests {
         t2.last_held = Some(29 * MS);
         let log = [a, b.clone(), t2];
         let r = check_with_wipes(&log, &[], std::slice::from_ref(&force));
-        assert_eq!(r.false_ok_releases, 1, "{r}"); // a's
-                                                   // a beside b (never told), and b beside t2: both entered after the wipe, neither
-                                                   // told.
+        // a's release; a beside b (never told), and b beside t2: both entered after the wipe,
+        // neither told.
+        assert_eq!(r.false_ok_releases, 1, "{r}");
         assert_eq!((r.overlaps, r.unsignalled_overlaps), (2, 2), "{r}");
         assert_eq!(r.untold_after_wipe, 1, "{r}");
         assert_eq!(r.unsignalled_by_key.get("k"), Some(&2));
@@ -1054,6 +1060,84 @@ mod tests {
             (r.signalled_overlaps, r.unsignalled_overlaps),
             (1, 0),
             "{r}"
+        );
+    }
+
+    fn granted(mut iv: Interval, granted_ms: u64) -> Interval {
+        iv.t_granted = Some(granted_ms * MS);
+        iv
+    }
+
+    #[test]
+    fn a_holder_granted_before_a_wipe_and_entering_after_it_is_judged_by_its_grant() {
+        // b's lock was granted at 9 (a local handoff, then its token's round trip), the key
+        // was force-unlocked from 10 to 11, b entered at 12, c of another process got the key
+        // (token 12) and entered at 13; b noticed at its next renewal, at 25 (within the
+        // notice), and its release said Lost. A soak under heavy load.
+        let force = wipe("force-unlock", Some("k"), 10, 11, 20);
+        let mut b = iv("b", 11, 1, 12, 30);
+        b.last_held = Some(20 * MS);
+        b.lost_at = Some(25 * MS);
+        let b = released(b, Release::Lost);
+        let c = released(granted(iv("c", 12, 2, 13, 40), 13), Release::Ok);
+        // Stamped at its enter only, b looks as if it got the lock after the wipe.
+        let r = check_with_wipes(&[b.clone(), c.clone()], &[], std::slice::from_ref(&force));
+        assert_eq!((r.unsignalled_overlaps, r.untold_after_wipe), (1, 1), "{r}");
+        // Its grant stamp says it held the lock the wipe took: excused.
+        let r = check_with_wipes(
+            &[granted(b.clone(), 9), c.clone()],
+            &[],
+            std::slice::from_ref(&force),
+        );
+        assert_eq!((r.wiped_overlaps, r.unsignalled_overlaps), (1, 0), "{r}");
+        assert!(r.is_clean(), "{r}");
+        // Granted after the wipe ended, the overlap is b's own: not excused.
+        let r = check_with_wipes(&[granted(b, 11), c], &[], &[force]);
+        assert_eq!((r.wiped_overlaps, r.unsignalled_overlaps), (0, 1), "{r}");
+        assert_eq!(r.untold_after_wipe, 1, "{r}");
+    }
+
+    #[test]
+    fn holders_without_a_token_are_ordered_by_their_grants() {
+        // p's lock (token 5) was granted at 9; the key was force-unlocked from 10 to 11; u got
+        // the free key at 12 and entered at 13 without a token (the key's real holder); p
+        // entered at 16 (slow), colliding with u, and noticed at 25, its release Lost.
+        let force = wipe("force-unlock", Some("k"), 10, 11, 20);
+        let u = released(granted(iv("u", 0, 1, 13, 40), 12), Release::Ok);
+        let mut p = iv("p", 5, 2, 16, 30);
+        p.last_held = Some(20 * MS);
+        p.lost_at = Some(25 * MS);
+        p.occupancy = 2;
+        p.collided_with = vec!["u".to_owned()];
+        let p = released(p, Release::Lost);
+        // By enter times u is the older one, never told: an unsignalled overlap and an
+        // unexplained collision.
+        let r = check_with_wipes(&[u.clone(), p.clone()], &[], std::slice::from_ref(&force));
+        assert_eq!(
+            (r.unsignalled_overlaps, r.occupancy_violations),
+            (1, 1),
+            "{r}"
+        );
+        assert!(r.violations[0].contains("u (Exclusive, fence 0"), "{r:?}");
+        // By grants p is, and the wipe took its lock.
+        let r = check_with_wipes(&[u, granted(p, 9)], &[], &[force]);
+        assert_eq!((r.wiped_overlaps, r.occupancy_violations), (1, 0), "{r}");
+        assert!(r.is_clean(), "{r}");
+    }
+
+    #[test]
+    fn an_ok_release_of_a_lock_granted_before_a_wipe_is_false_however_late_it_entered() {
+        // Granted at 2, wiped from 3 to 4, entered at 5, left at 8, its release said Ok.
+        let a = released(iv("a", 10, 1, 5, 8), Release::Ok);
+        let del = wipe("del", Some("k"), 3, 4, 400);
+        assert!(
+            check_with_wipes(std::slice::from_ref(&a), &[], std::slice::from_ref(&del)).is_clean()
+        );
+        let r = check_with_wipes(&[granted(a, 2)], &[], &[del]);
+        assert_eq!(r.false_ok_releases, 1, "{r}");
+        assert!(
+            r.violations[0].contains("(granted 2000000, exit 8000000)"),
+            "{r:?}"
         );
     }
 

@@ -36,7 +36,9 @@
 //! *older* holder is the one with the lower fencing token (it acquired first), the other is the
 //! *younger*; an exclusive holder may enter without a token (fence 0: it did not ask for one,
 //! so it claims nothing on the fenced resource and never writes), and then, as for shared and
-//! permit sections, the older is the one that entered first. The overlap is
+//! permit sections, the older is the one that got its lock first ([`Interval::granted_at`]:
+//! the stamp a holder took as its acquire returned, [`Oracle::enter_granted`], or else its
+//! enter). The overlap is
 //!
 //! - **signalled** when the older holder had learned that its lock was lost no later than the
 //!   younger one entered (`lost_at <= younger.t_enter`): the kit said so in time;
@@ -49,8 +51,9 @@
 //!   recorded on the referee on enter and on leave): a dead process is never signalled, and
 //!   one that was stalled when its lease ran out and then killed did nothing meanwhile;
 //! - **wiped** when the test recorded a [`Wipe`] of the key (`DEL`, a forced unlock,
-//!   `FLUSHALL`, a restart without persistence) that took the older holder's lock while it was
-//!   inside, the younger entering after the wipe began, and the older noticed the loss (or
+//!   `FLUSHALL`, a restart without persistence) that took the older holder's lock (granted
+//!   before the wipe ended), the younger getting the key after the wipe began, and the older
+//!   noticed the loss (or
 //!   died) within the wipe's `notice` and its release did not answer `Ok`: nobody can know of a
 //!   deletion before looking at Redis, so it is reported, not a violation;
 //! - **unsignalled** otherwise: the older holder never learned it lost the lock, or believed
@@ -67,14 +70,14 @@
 //! Each section may record what its release answered ([`Entry::record_release`]). `Ok` is a
 //! violation ([`Report::false_ok_releases`]) when the lock was not the section's own to the end:
 //! it is the older of two overlapping holders ordered by fencing tokens (the younger's token
-//! was issued while the key held the younger's token, before the older left), or it was inside
-//! from before a [`Wipe`] of its key was sent until after it was answered.
+//! was issued while the key held the younger's token, before the older left), or it held the
+//! lock from before a [`Wipe`] of its key was sent (granted) until after it was answered (left).
 //!
 //! Only pairs that exclude each other are judged so; two readers (or two permit holders)
 //! overlapping are counted as [`Report::shared_overlaps`]. A permit holder entering while `n`
 //! others were inside whose overlaps with it would each be unsignalled is
 //! [`Report::over_limit`], a violation. Without fencing tokens on one side of a pair, the
-//! older holder is the one that entered first.
+//! older holder is the one that got its lock first.
 //!
 //! An occupancy collision is a violation under the same idea: unless the older of the two
 //! holders was marked lost, or was SIGKILLed without a confirmation after the younger one
@@ -85,7 +88,8 @@
 //! Each process connects its own [`Oracle`] with the same `run` name and a distinct `worker`
 //! name. A worker that is SIGKILLed mid-section leaves its enter behind; the parent closes it
 //! with [`Oracle::close_worker`] (decrementing the occupancy and logging the interval as
-//! [`Outcome::Killed`]). [`Oracle::report`] reads everything back and runs [`check`].
+//! [`Outcome::Killed`]); a section is logged once, by its holder's `finish` or by
+//! `close_worker`, whichever reaches the referee first. [`Oracle::report`] reads everything back and runs [`check`].
 //!
 //! # On the referee
 //!
@@ -97,11 +101,17 @@
 //!
 //! # Limits
 //!
-//! Times are stamped by the holder around its own calls: `t_enter` after the acquire returned,
-//! `t_exit` before the release is sent, `last_held` *before* a positive `is_held()`, `lost_at`
-//! *after* the loss was observed. Pauses between a stamp and the action it describes can only
-//! shrink an interval or delay a loss, so they never make a correct lock look wrong; they can
-//! hide a violation in a window of a few instructions. A holder paused after stamping its
+//! Times are stamped by the holder around its own calls: `t_granted` as the acquire returned,
+//! `t_enter` after that (and after a fencing token's round trip), `t_exit` before the release
+//! is sent, `last_held` *before* a positive `is_held()`, `lost_at` *after* the loss was
+//! observed. Pauses between a stamp and the action it describes can only shrink an interval or
+//! delay a loss, so they never make a correct lock look wrong; they can hide a violation in a
+//! window of a few instructions. One rule reads a stamp the other way: a wipe excuses the
+//! holder whose lock was granted before it ended, and a grant is known only by the stamp after
+//! it. A holder that enters without a grant stamp and is slowed between its acquire and its
+//! enter can be blamed for a wipe that took its lock (the chaos soak under heavy load showed
+//! it with 1-18 ms between a token's round trip and the enter); with the stamp, the window is
+//! the wake-up of the task the acquire answered. A holder paused after stamping its
 //! enter but before the enter reached the referee overlaps without an occupancy collision.
 //! What a SIGKILLed holder checked is known only as of its enter or its leave.
 

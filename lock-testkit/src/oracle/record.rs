@@ -138,6 +138,14 @@ pub struct Interval {
     pub enter_seq: u64,
     /// `CLOCK_MONOTONIC` ns, stamped after the acquire returned.
     pub t_enter: u64,
+    /// `CLOCK_MONOTONIC` ns, stamped as soon as the acquire returned, before anything else the
+    /// holder did before it entered (a fencing token's round trip): the closest upper bound of
+    /// when the lock was granted, for the checker's rules on who held a lock before a [`Wipe`]
+    /// and on the order of holders without tokens. Absent when the holder entered with
+    /// [`Oracle::enter_as`](super::Oracle::enter_as) (and in records written before the field
+    /// existed): then [`granted_at`](Self::granted_at) is `t_enter`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_granted: Option<u64>,
     /// `CLOCK_MONOTONIC` ns, stamped before leaving (before the release was sent).
     pub t_exit: u64,
     /// Stamped before the last `is_held()` that answered true, if any.
@@ -173,6 +181,7 @@ impl Interval {
             fence: entered.fence,
             enter_seq,
             t_enter: entered.t_enter,
+            t_granted: entered.t_granted,
             t_exit: entered.t_enter,
             last_held: entered.last_held,
             lost_at: entered.lost_at,
@@ -181,6 +190,12 @@ impl Interval {
             outcome: Outcome::Completed,
             release: None,
         }
+    }
+
+    /// When the lock was granted at the latest: the grant stamp, or the enter stamp where the
+    /// holder recorded none.
+    pub fn granted_at(&self) -> u64 {
+        self.t_granted.unwrap_or(self.t_enter)
     }
 
     /// What the holder recorded when it left.
@@ -232,6 +247,8 @@ pub(super) struct Entered {
     pub(super) access: Kind,
     pub(super) fence: u64,
     pub(super) t_enter: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) t_granted: Option<u64>,
     pub(super) last_held: Option<u64>,
     pub(super) lost_at: Option<u64>,
 }
@@ -302,6 +319,7 @@ mod tests {
             fence: u64::MAX,
             enter_seq: 42,
             t_enter: 1_700_000_000_123_456_789,
+            t_granted: Some(1_700_000_000_123_456_000),
             t_exit: 1_700_000_000_123_456_790,
             last_held: None,
             lost_at: Some(5),
@@ -324,10 +342,16 @@ mod tests {
         );
         assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a.clone()));
         assert!(json.contains(r#""release":"failed""#), "{json}");
+        assert!(
+            json.contains(r#""t_granted":1700000000123456000"#),
+            "{json}"
+        );
         a.collided_with.clear();
         a.outcome = Outcome::Killed;
         a.release = None;
+        a.t_granted = None;
         let json = encode(&a).expect("encodes");
+        assert!(!json.contains("t_granted"), "{json}");
         assert_eq!(decode::<Interval>("interval", &json).ok(), Some(a));
         assert!(decode::<Interval>("interval", "garbage").is_err());
         assert!(decode::<Interval>("interval", r#"{"id":"w1#7"}"#).is_err());
@@ -350,6 +374,8 @@ mod tests {
         let old = r#"{"id":"a#1","key":"k","fence":10,"enter_seq":1,"t_enter":0,"t_exit":8,"last_held":0,"lost_at":null,"occupancy":1,"collided_with":[],"outcome":"completed"}"#;
         let old: Interval = decode("interval", old).expect("decodes");
         assert_eq!((old.access, old.release), (Kind::Exclusive, None));
+        // ... and before the grant stamp existed: granted when it entered.
+        assert_eq!((old.t_granted, old.granted_at()), (None, old.t_enter));
         assert!(decode::<Interval>("interval", &old_with_access("\"nonsense\"")).is_err());
     }
 
@@ -385,6 +411,7 @@ mod tests {
             access: Kind::Exclusive,
             fence: u64::MAX,
             t_enter: 3,
+            t_granted: Some(2),
             last_held: Some(3),
             lost_at: None,
         };
@@ -397,6 +424,7 @@ mod tests {
         let iv = Interval::open("w#1".to_owned(), section);
         assert_eq!((iv.fence, iv.enter_seq, iv.occupancy), (u64::MAX, 7, 1));
         assert_eq!((iv.t_enter, iv.t_exit, iv.last_held), (3, 3, Some(3)));
+        assert_eq!((iv.t_granted, iv.granted_at()), (Some(2), 2));
         assert!(iv.collided_with.is_empty());
 
         let json = encode(&WriteRequest {

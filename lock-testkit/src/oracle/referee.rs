@@ -292,6 +292,43 @@ impl Oracle {
         fence: u64,
         held: impl FnOnce() -> bool,
     ) -> RedisResult<Entry> {
+        self.open_section(key, access, fence, None, held).await
+    }
+
+    /// [`enter_as`](Self::enter_as) with the time the acquire returned (`granted_at`,
+    /// [`monotonic_ns`](super::monotonic_ns) read right after it, before a fencing token is
+    /// asked for), recorded as [`Interval::t_granted`]. A holder that does more than a clock
+    /// read between its acquire and its enter records it: the checker then knows the lock was
+    /// its own before a wipe that lands in between, and orders holders without tokens by when
+    /// they got the lock rather than by when they entered.
+    ///
+    /// # Errors
+    ///
+    /// When the referee fails.
+    ///
+    /// # Panics
+    ///
+    /// When `key` contains a tab or a newline.
+    pub async fn enter_granted(
+        &self,
+        key: &str,
+        access: Kind,
+        fence: u64,
+        granted_at: u64,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
+        self.open_section(key, access, fence, Some(granted_at), held)
+            .await
+    }
+
+    async fn open_section(
+        &self,
+        key: &str,
+        access: Kind,
+        fence: u64,
+        granted_at: Option<u64>,
+        held: impl FnOnce() -> bool,
+    ) -> RedisResult<Entry> {
         assert!(
             !key.is_empty() && !key.contains(['\t', '\n']),
             "oracle keys must be non-empty without tabs or newlines: {key:?}"
@@ -312,6 +349,7 @@ impl Oracle {
             access,
             fence,
             t_enter,
+            t_granted: granted_at,
             last_held,
             lost_at,
         };
@@ -469,9 +507,11 @@ impl Oracle {
         Ok(interval)
     }
 
-    async fn log(&self, worker: &str, interval: &Interval) -> RedisResult<()> {
+    /// Logs `interval` and removes its open record, unless it was logged already; returns
+    /// whether it logged it.
+    async fn log(&self, worker: &str, interval: &Interval) -> RedisResult<bool> {
         let n = &self.names;
-        let _: i64 = FINISH
+        let logged: i64 = FINISH
             .key(n.open(worker))
             .key(n.left(worker))
             .key(n.log())
@@ -479,14 +519,16 @@ impl Oracle {
             .arg(encode(interval)?)
             .invoke_async(&mut self.conn.clone())
             .await?;
-        Ok(())
+        Ok(logged == 1)
     }
 
     /// Closes every section that `worker` (a SIGKILLed process) left open: occupancy is
     /// decremented if it had not left yet, and the interval is logged as [`Outcome::Killed`]
     /// ending at `dead_at` (`CLOCK_MONOTONIC` ns, taken after the process was reaped) or at
     /// its own exit stamp, with the last observations it recorded on the referee (on enter,
-    /// or on leave). Returns how many were closed.
+    /// or on leave). Returns how many were closed. A section whose own finish reaches the
+    /// referee meanwhile (sent just before the process died) is logged once, as its holder
+    /// finished it.
     ///
     /// # Errors
     ///
@@ -499,6 +541,7 @@ impl Oracle {
             .hgetall(self.names.left(worker))
             .query_async(&mut self.conn.clone())
             .await?;
+        let mut closed = 0;
         for (id, section) in &open {
             let section: OpenSection = decode("malformed open oracle record", section)?;
             let mut interval = Interval::open(id.clone(), section);
@@ -508,9 +551,11 @@ impl Oracle {
                 Some(exit) => interval.set_left(decode("malformed oracle exit record", exit)?),
                 None => self.leave_on_referee(worker, &interval).await?,
             }
-            self.log(worker, &interval).await?;
+            if self.log(worker, &interval).await? {
+                closed += 1;
+            }
         }
-        Ok(open.len())
+        Ok(closed)
     }
 
     /// Every logged interval of the run.
@@ -844,6 +889,49 @@ mod tests {
         assert!(killed.last_held.is_some());
         let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
         assert_eq!(occ, 0, "decremented once, by the leave");
+    }
+
+    /// A SIGKILLed holder's last `finish` can reach the referee just before or just after
+    /// `close_worker` read its section as open: either way the section is logged once (a
+    /// second copy would read as two holders with one token, and an `Ok` release as false).
+    #[tokio::test]
+    async fn a_section_finished_and_closed_as_killed_is_logged_once_whichever_comes_first() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let parent = Oracle::connect(&referee.url(), "t", "parent")
+            .await
+            .unwrap();
+        let w = Oracle::connect(&referee.url(), "t", "w").await.unwrap();
+
+        // The finish first: close_worker finds nothing left to close.
+        let mut e = w.enter("k", 7, || true).await.unwrap();
+        e.observe(|| true);
+        w.leave(&mut e).await.unwrap();
+        e.record_release(Release::Ok);
+        w.finish(e, Outcome::Completed).await.unwrap();
+        assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 0);
+
+        // close_worker first, with the section as it read it (open, not left), then the
+        // holder's own finish, sent before it died.
+        let mut e = w.enter("k", 8, || true).await.unwrap();
+        assert_eq!(w.unfinished().await.unwrap(), 1);
+        assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 1);
+        e.observe(|| true);
+        w.leave(&mut e).await.unwrap();
+        e.record_release(Release::Ok);
+        w.finish(e, Outcome::Completed).await.unwrap();
+
+        let intervals = parent.intervals().await.unwrap();
+        let outcomes: Vec<(u64, Outcome)> =
+            intervals.iter().map(|iv| (iv.fence, iv.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            [(7, Outcome::Completed), (8, Outcome::Killed)],
+            "{intervals:#?}"
+        );
+        let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
+        assert_eq!(occ, 0, "decremented once per section");
+        let r = parent.report().await.unwrap();
+        assert!(r.is_clean() && r.unfinished == 0, "{r}");
     }
 
     #[tokio::test]
