@@ -1235,12 +1235,12 @@ fn chaos_soak() {
             list.sort_by_key(|iv| iv.t_enter);
             for (i, a) in list.iter().enumerate() {
                 for b in list[i + 1..].iter().take_while(|b| b.t_enter < a.t_exit) {
-                    // As the oracle orders them: by token when both have one, else by enter.
+                    // As the oracle orders them: by token when both have one, else by grant.
                     let by_fence = a.fence > 0 && b.fence > 0;
                     let a_first = if by_fence {
                         (a.fence, a.t_enter) <= (b.fence, b.t_enter)
                     } else {
-                        a.t_enter <= b.t_enter
+                        a.granted_at() <= b.granted_at()
                     };
                     let (older, younger) = if a_first { (*a, *b) } else { (*b, *a) };
                     let worker = older.id.split('#').next().unwrap_or("");
@@ -1272,7 +1272,7 @@ fn chaos_soak() {
         .filter(|iv| {
             restart_windows
                 .iter()
-                .any(|r| r.empty && iv.t_enter < r.begin && iv.t_exit > r.end)
+                .any(|r| r.empty && iv.granted_at() < r.begin && iv.t_exit > r.end)
         })
         .collect();
     let sections_of = |stem: char| {
