@@ -88,8 +88,8 @@
 //! Each process connects its own [`Oracle`] with the same `run` name and a distinct `worker`
 //! name. A worker that is SIGKILLed mid-section leaves its enter behind; the parent closes it
 //! with [`Oracle::close_worker`] (decrementing the occupancy and logging the interval as
-//! [`Outcome::Killed`]); a section is logged once, by its holder's `finish` or by
-//! `close_worker`, whichever reaches the referee first. [`Oracle::report`] reads everything back and runs [`check`].
+//! [`Outcome::Killed`]); a section is logged once: a holder's `finish` that reaches the
+//! referee after `close_worker` (sent just before the process died) replaces the killed copy. [`Oracle::report`] reads everything back and runs [`check`].
 //!
 //! # On the referee
 //!

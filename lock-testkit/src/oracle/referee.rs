@@ -120,6 +120,9 @@ impl Names {
     fn left(&self, worker: &str) -> String {
         format!("{}left:{worker}", self.ns)
     }
+    fn closed(&self, worker: &str) -> String {
+        format!("{}closed:{worker}", self.ns)
+    }
     fn seq(&self) -> String {
         format!("{}seq", self.ns)
     }
@@ -503,20 +506,23 @@ impl Oracle {
         }
         let mut interval = entry.interval;
         interval.outcome = outcome;
-        self.log(&self.worker, &interval).await?;
+        self.log(&self.worker, &interval, false).await?;
         Ok(interval)
     }
 
-    /// Logs `interval` and removes its open record, unless it was logged already; returns
-    /// whether it logged it.
-    async fn log(&self, worker: &str, interval: &Interval) -> RedisResult<bool> {
+    /// Logs `interval` and removes its open record; returns whether it logged it. The
+    /// holder's own record (`killed` false) replaces a copy `close_worker` logged (`killed`
+    /// true) before it arrived; `close_worker` logs nothing for a section already finished.
+    async fn log(&self, worker: &str, interval: &Interval, killed: bool) -> RedisResult<bool> {
         let n = &self.names;
         let logged: i64 = FINISH
             .key(n.open(worker))
             .key(n.left(worker))
             .key(n.log())
+            .key(n.closed(worker))
             .arg(&interval.id)
             .arg(encode(interval)?)
+            .arg(if killed { "killed" } else { "own" })
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(logged == 1)
@@ -527,8 +533,8 @@ impl Oracle {
     /// ending at `dead_at` (`CLOCK_MONOTONIC` ns, taken after the process was reaped) or at
     /// its own exit stamp, with the last observations it recorded on the referee (on enter,
     /// or on leave). Returns how many were closed. A section whose own finish reaches the
-    /// referee meanwhile (sent just before the process died) is logged once, as its holder
-    /// finished it.
+    /// referee meanwhile or later (sent just before the process died) is logged once, as its
+    /// holder finished it: its record replaces the killed copy.
     ///
     /// # Errors
     ///
@@ -551,7 +557,7 @@ impl Oracle {
                 Some(exit) => interval.set_left(decode("malformed oracle exit record", exit)?),
                 None => self.leave_on_referee(worker, &interval).await?,
             }
-            if self.log(worker, &interval).await? {
+            if self.log(worker, &interval, true).await? {
                 closed += 1;
             }
         }
@@ -893,7 +899,8 @@ mod tests {
 
     /// A SIGKILLed holder's last `finish` can reach the referee just before or just after
     /// `close_worker` read its section as open: either way the section is logged once (a
-    /// second copy would read as two holders with one token, and an `Ok` release as false).
+    /// second copy would read as two holders with one token, and an `Ok` release as false),
+    /// as its holder finished it.
     #[tokio::test]
     async fn a_section_finished_and_closed_as_killed_is_logged_once_whichever_comes_first() {
         let referee = crate::RedisServer::start().expect("redis-server");
@@ -911,7 +918,7 @@ mod tests {
         assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 0);
 
         // close_worker first, with the section as it read it (open, not left), then the
-        // holder's own finish, sent before it died.
+        // holder's own finish, sent before it died: it replaces the killed copy.
         let mut e = w.enter("k", 8, || true).await.unwrap();
         assert_eq!(w.unfinished().await.unwrap(), 1);
         assert_eq!(parent.close_worker("w", monotonic_ns()).await.unwrap(), 1);
@@ -925,13 +932,90 @@ mod tests {
             intervals.iter().map(|iv| (iv.fence, iv.outcome)).collect();
         assert_eq!(
             outcomes,
-            [(7, Outcome::Completed), (8, Outcome::Killed)],
+            [(7, Outcome::Completed), (8, Outcome::Completed)],
             "{intervals:#?}"
         );
         let occ: i64 = referee.cmd(&["GET", "oracle:t:occ:k"]);
         assert_eq!(occ, 0, "decremented once per section");
         let r = parent.report().await.unwrap();
         assert!(r.is_clean() && r.unfinished == 0, "{r}");
+    }
+
+    /// A holder's `finish` that reaches the referee after `close_worker` logged its section
+    /// as killed is judged by what it says: a `Killed` copy has no release answer and gets the
+    /// `Killed` excuse, so a release that said `Ok` across a wipe of its key, or a holder
+    /// inside, never told, while another entered, would pass as clean if the copy stood in
+    /// for the holder's own record (as it did when the first record to arrive was kept). The
+    /// control: the same records in the other order (key `k1`, worker `w1`).
+    #[tokio::test]
+    async fn a_finish_that_reaches_the_referee_after_close_worker_is_still_judged() {
+        let referee = crate::RedisServer::start().expect("redis-server");
+        let parent = Oracle::connect(&referee.url(), "t", "parent")
+            .await
+            .unwrap();
+        let w1 = Oracle::connect(&referee.url(), "t", "w1").await.unwrap();
+        let w2 = Oracle::connect(&referee.url(), "t", "w2").await.unwrap();
+        let w3 = Oracle::connect(&referee.url(), "t", "w3").await.unwrap();
+        let x = Oracle::connect(&referee.url(), "t", "x").await.unwrap();
+
+        // A false Ok: granted, then a DEL of the key while inside, then the release says Ok.
+        for (key, w, close_first) in [("k1", &w1, false), ("k2", &w2, true)] {
+            let granted = monotonic_ns();
+            let mut e = w
+                .enter_granted(key, Kind::Exclusive, 8, granted, || true)
+                .await
+                .unwrap();
+            let begin = monotonic_ns();
+            let end = monotonic_ns();
+            parent
+                .wipe(&Wipe {
+                    key: Some(key.to_owned()),
+                    kind: "del".to_owned(),
+                    begin,
+                    end,
+                    notice: 1_000_000_000,
+                })
+                .await
+                .unwrap();
+            e.observe(|| true);
+            w.leave(&mut e).await.unwrap();
+            e.record_release(Release::Ok);
+            if close_first {
+                // The worker is SIGKILLed with its finish on the wire; the parent closes it
+                // first.
+                let worker = w.worker().to_owned();
+                assert_eq!(
+                    parent.close_worker(&worker, monotonic_ns()).await.unwrap(),
+                    1
+                );
+            }
+            w.finish(e, Outcome::Completed).await.unwrap();
+        }
+
+        // An unsignalled overlap: w3 inside (token 20), never told, when x enters (token 21).
+        let mut e3 = w3.enter("j", 20, || true).await.unwrap();
+        let ex = x.enter("j", 21, || true).await.unwrap();
+        assert_eq!(ex.occupancy(), 2);
+        w3.leave(&mut e3).await.unwrap();
+        assert_eq!(parent.close_worker("w3", monotonic_ns()).await.unwrap(), 1);
+        w3.finish(e3, Outcome::Completed).await.unwrap();
+        x.finish(ex, Outcome::Completed).await.unwrap();
+
+        let r = parent.report().await.unwrap();
+        let by_key = |map: &std::collections::BTreeMap<String, u64>, key: &str| {
+            map.get(key).copied().unwrap_or(0)
+        };
+        let got = (
+            by_key(&r.false_ok_by_key, "k1"),
+            by_key(&r.false_ok_by_key, "k2"),
+            by_key(&r.unsignalled_by_key, "j"),
+        );
+        assert_eq!(
+            got,
+            (1, 1, 1),
+            "(false Ok on k1 (finish first), false Ok on k2 (close_worker first), unsignalled \
+             overlaps on j (close_worker first)): {r}"
+        );
     }
 
     #[tokio::test]
