@@ -225,6 +225,7 @@ impl LockGuard {
         // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
         // or left without an answer, the extension may have run all the same.
         self.held.expect_extension(sent_at, by);
+        self.local.watch_end(&self.held);
         let (keys, token) = (self.held.redis_keys(), self.held.token().stored());
         let pair = [(&keys, token.as_str())];
         match self

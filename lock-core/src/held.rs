@@ -605,6 +605,16 @@ impl Hold {
         }
     }
 
+    /// When this lock's validity ends by design unless it is extended: a fixed lease's, or a
+    /// watchdog lock's with a `max_hold` (renewed up to it, no further); `None` for a watchdog
+    /// lock renewed for as long as it is held.
+    pub(crate) fn planned_end(&self) -> Option<Instant> {
+        match self.mode() {
+            LeaseMode::Fixed(_) => Some(self.valid_until()),
+            LeaseMode::Watchdog(_) => self.max_hold.map(|_| self.valid_until()),
+        }
+    }
+
     /// When the `max_hold` of this lock ends, if it has one (a `max_hold` beyond the clock's
     /// range never ends).
     pub(crate) fn hold_ends(&self) -> Option<Instant> {

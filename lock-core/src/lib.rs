@@ -368,6 +368,7 @@ mod guard;
 mod held;
 mod held_by_token;
 mod hex;
+mod hold_ends;
 mod holder;
 mod in_box;
 mod in_flight;

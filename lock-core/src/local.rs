@@ -26,6 +26,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::held_by_token::HeldByToken;
+use crate::hold_ends::HoldEnds;
 use crate::in_box::in_box;
 use crate::in_flight::InFlight;
 use crate::kind::Kind;
@@ -82,6 +83,8 @@ pub(crate) struct LocalLocks {
     semaphores: LocalKeys<Hold>,
     /// The held locks (outermost guard not yet left) by Redis token: what the watchdog renews.
     held: HeldByToken,
+    /// When the next of them ends by design (a fixed lease, a `max_hold`), for the watchdog.
+    pub(crate) ends: Arc<HoldEnds>,
     pub(crate) store: Arc<Store>,
     pub(crate) releaser: Releaser,
     /// Renewal script calls sent so far (for `Locker::stats` and the metrics).
@@ -148,6 +151,7 @@ impl LocalLocks {
             readers: LocalKeys::new(prefix, true),
             semaphores: LocalKeys::new(prefix, true),
             held: HeldByToken::default(),
+            ends: Arc::new(HoldEnds::new()),
             store,
             releaser,
             renew_calls: AtomicU64::new(0),
@@ -238,15 +242,15 @@ impl LocalLocks {
         self.semaphores.get(&format!("turn:{limit}\0{key}"))
     }
 
-    /// Whether `owner` holds a read lock of `key`.
-    pub(crate) fn reads(&self, key: &str, owner: Owner) -> bool {
+    /// `owner`'s read lock of `key`, if it holds one (with a guard in another task or not).
+    pub(crate) fn read_of(&self, key: &str, owner: Owner) -> Option<Arc<Hold>> {
         if self.readers.len() == 0 {
-            return false;
+            return None;
         }
         self.readers
             .find(&reader_key_name(key, owner))
             .and_then(|local_key| local_key.holder().upgrade())
-            .is_some_and(|held| held.reentrant_for(owner))
+            .filter(|held| held.is_owned_by(owner))
     }
 
     /// Number of keys with local state: held, or waited for (a read lock counts once per
@@ -331,7 +335,34 @@ impl LocalLocks {
         *held.local_key().holder() = Arc::downgrade(&held);
         metrics::held(held.kind());
         self.held.insert(held.clone());
+        self.watch_end(&held);
         held
+    }
+
+    /// Has the watchdog look at `held` when it ends by design (see [`HoldEnds`]); after the
+    /// grant, and after an extension that may have shortened it.
+    pub(crate) fn watch_end(&self, held: &Hold) {
+        if let Some(end) = held.planned_end() {
+            self.ends.note(end);
+        }
+    }
+
+    /// Marks lost the held locks whose validity ran out (their holders keep their guards:
+    /// their local places go back to the waiting tasks now), and notes when the next of the
+    /// others ends by design. The watchdog's look at [`HoldEnds::next`].
+    pub(crate) fn mark_ended(&self) {
+        self.ends.clear();
+        self.held.retain(|held| {
+            if held.is_lost() {
+                // Marks it lost, with the reason the clock gives, if nothing did yet.
+                drop(held.lost_error());
+                return false;
+            }
+            if let Some(end) = held.planned_end() {
+                self.ends.keep(end);
+            }
+            true
+        });
     }
 
     /// Gives up one guard's share of the lock; with the outermost one the lock stops being

@@ -11,6 +11,10 @@
 //! Redis when the hold does. A renewal never shortens a lease (an explicit
 //! extension longer than the watchdog's lease stays).
 //!
+//! Between its rounds the task also wakes when a held lock ends by design (a fixed lease, a
+//! `max_hold`; see [`HoldEnds`](crate::hold_ends::HoldEnds)) and marks it lost if its holder
+//! still keeps the guard, which gives its local place back to the tasks waiting for it.
+//!
 //! The task cannot fail silently: a tick that panics (a bug) is logged as an error and every
 //! lock it served is marked lost at once ([`LostReason::RenewalStopped`]), and so is every
 //! lock still held if the task is ever dropped without the locker shutting down.
@@ -30,14 +34,27 @@ use crate::store::NewLease;
 /// locks are gone.
 pub(crate) fn start(local: Weak<LocalLocks>, lease: Duration, shutdown: CancellationToken) {
     let mut ticks = ticks(lease);
+    // Its own reference: the task must not keep the locks alive while it sleeps.
+    let Some(ends) = local.upgrade().map(|local| local.ends.clone()) else {
+        return;
+    };
     tokio::spawn(async move {
         let mut stopped = Stopped {
             local: local.clone(),
             ended: false,
         };
         loop {
+            let next_end = ends.next();
+            let alarm = ends.alarm();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
+                // A lock that ends by design ended (see `HoldEnds`).
+                () = until(next_end) => {
+                    let Some(local) = local.upgrade() else { break };
+                    local.mark_ended();
+                }
+                // One that ends earlier than that was taken: sleep until it ends instead.
+                () = alarm => {}
                 _ = ticks.tick() => {
                     let Some(local) = local.upgrade() else { break };
                     let tick = std::panic::AssertUnwindSafe(tick(&local));
@@ -64,6 +81,14 @@ fn ticks(lease: Duration) -> tokio::time::Interval {
     let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks
+}
+
+/// Resolves at `at`; never without one.
+async fn until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Marks every renewed lock lost if the task ends any other way than by the locker's shutdown

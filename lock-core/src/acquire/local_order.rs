@@ -6,6 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::Either;
+use std::time::Duration;
+
 use tokio::time::Instant;
 
 use super::in_redis::by;
@@ -87,7 +89,11 @@ impl Acquire {
     /// The local key of a mutex or fair lock: the one of the key, or of its fair line.
     fn exclusive_key(&self, owner: Owner) -> Result<LocalKeyPlace, Answer> {
         let local = &self.inner().local;
-        if local.reads(&self.key, owner) {
+        // A write inside the task's own read would wait for that read: refused. While a guard
+        // of the read is used in another task the read is not the task's alone; the acquire
+        // waits for that guard (see `wait_for_own`), then looks again.
+        let read = local.read_of(&self.key, owner);
+        if read.as_ref().is_some_and(|read| read.reentrant_for(owner)) {
             return Err(Err(LockError::WriteInsideRead {
                 key: self.key.clone(),
             }));
@@ -95,7 +101,7 @@ impl Acquire {
         // The mutex and the fair lock of a key are one Redis lock: a task holding either
         // nests the other.
         let (local_key, own) = local.exclusive_key(&self.key, owner, self.kind == Kind::Fair);
-        Ok((local_key, self.unless_nested(own)?))
+        Ok((local_key, self.unless_nested(own)?.or(read)))
     }
 
     /// A reader's local key, its task's own.
@@ -421,10 +427,46 @@ async fn wait_for_place(
     counted: bool,
 ) -> Option<Place<'_>> {
     let _queued = counted.then(|| local_key.queued());
-    let queued = local_key.place(places);
+    let queued = until_placed(local_key, local_key.place(places));
     match when.deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
         None => Some(queued.await),
     }
     .and_then(Result::ok)
+}
+
+/// How often a waiter looks for a new local holder while the one it watched is lost but still
+/// has the local key (its guard lives on; the place it gave back went to a waiter ahead).
+const HOLDER_LOOK: Duration = Duration::from_millis(20);
+
+/// Waits for `queued`, the local place, watching the local holder meanwhile: a holder whose
+/// validity runs out while it keeps its guard (its `max_hold` or fixed lease ended, renewals
+/// failed) is marked lost as it runs out, which gives its place back, rather than at the
+/// watchdog's next look (a third of the watchdog lease later: 10 s by default), while other
+/// lockers take the key the moment it ends in Redis.
+async fn until_placed<'k, E>(
+    local_key: &'k LocalKey<Hold>,
+    queued: impl Future<Output = Result<Place<'k>, E>>,
+) -> Result<Place<'k>, E> {
+    let mut queued = std::pin::pin!(queued);
+    loop {
+        let holder = local_key
+            .holder()
+            .upgrade()
+            .filter(|held| !held.is_ended() && !held.is_lost());
+        match holder {
+            // The holder's loss (marked, or its validity run out and marked here) gives its
+            // place back; then look again.
+            Some(held) => tokio::select! {
+                placed = &mut queued => return placed,
+                () = held.lost() => {}
+            },
+            // No holder to watch, or one that is lost already and keeps the local key: the
+            // place comes when a holder leaves; a new holder is watched from the next look.
+            None => tokio::select! {
+                placed = &mut queued => return placed,
+                () = tokio::time::sleep(HOLDER_LOOK) => {}
+            },
+        }
+    }
 }
