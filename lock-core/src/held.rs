@@ -121,6 +121,8 @@ const FINISHING: u8 = 2;
 /// [`lost`](Hold::lost) too, for a [`LockWatch`](crate::LockWatch) that outlives the guard;
 /// the validity clock says nothing after this.
 const ENDED: u8 = 4;
+/// A release of this lock was sent to Redis (it may have run even if its answer never came).
+const RELEASE_SENT: u8 = 16;
 
 /// What changes in a held lock after its grant, under one lock: the validity clock, and the
 /// two things most locks never need, made or stored only when they are.
@@ -486,6 +488,17 @@ impl Hold {
             .lost_signal
             .get_or_insert_with(Arc::default)
             .clone()
+    }
+
+    /// Notes that a release is about to be sent; whether one was sent before (an interrupted
+    /// release finished again in the background).
+    pub(crate) fn release_sent(&self) -> bool {
+        self.mark(RELEASE_SENT)
+    }
+
+    /// Whether a release of this lock was sent already.
+    pub(crate) fn was_release_sent(&self) -> bool {
+        self.is_marked(RELEASE_SENT)
     }
 
     /// Takes on finishing the lock (releasing it in Redis); `false` when someone already

@@ -426,6 +426,17 @@ impl LocalLocks {
         // as it starts and carried for good; one allocation costs less than the copies.
         let released = in_box(|| release::release_held(&self.store, held)).await;
         Self::settle(held, released.others_waiting);
+        if let Err(LockError::Backend { source, .. }) = &released.result {
+            if source.is_transient() {
+                // A lock left in Redis would keep every locker out for its lease, held by
+                // nobody: tried again in the background, as an unused grant is.
+                self.releaser.send(ReleaseJob::Abandoned {
+                    keys: held.redis_keys(),
+                    token: held.token().clone(),
+                    in_flight: false,
+                });
+            }
+        }
         released.result
     }
 
@@ -468,6 +479,7 @@ impl LocalLocks {
             && !held.has_fences()
             && held.streak() < MAX_STREAK
             && !held.is_lost()
+            && !held.was_release_sent()
             && !self.is_closed()
             && tokio::runtime::Handle::try_current().is_ok();
         fits.then_some(lease)
@@ -496,9 +508,13 @@ impl LocalLocks {
                 if renew {
                     held.confirm(sent_at, lease);
                 }
-                if held.is_lost() {
+                if held.lost_reason().is_some() {
                     // Marked lost meanwhile (an older renewal's answer): believe the loss.
                     Confirmation::Lost
+                } else if held.is_lost() {
+                    // Only the clock ran out while the answer came back: Redis had the lock
+                    // then (and a renewal renewed it); its release decides.
+                    Confirmation::Undecided
                 } else {
                     Confirmation::Ours(held.valid_until())
                 }

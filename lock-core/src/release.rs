@@ -120,6 +120,9 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     // its holder before the key goes) is still ours until Redis says otherwise.
     let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
     let keys = held.redis_keys();
+    // An earlier release of this lock may have run without its answer reaching us (its future
+    // was dropped): what this one finds then cannot tell our delete from a loss.
+    let again = held.release_sent();
     let result = store.release(&keys, held.token()).await;
     let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
     let released = match result {
@@ -127,11 +130,10 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
         // Already lost before the release: that is the answer, whatever the clean-up met.
         Ok(_) | Err(_) if was_lost => Err(held.lost_error()),
         Ok(reply) => {
-            held.mark_lost(
-                reply
-                    .gone
-                    .map_or(LostReason::Unknown, |g| held.reason_for(g)),
-            );
+            held.mark_lost(match reply.gone {
+                Some(gone) if !again => held.reason_for(gone),
+                _ => LostReason::Unknown,
+            });
             Err(held.lost_error())
         }
         Err(error) => Err(LockError::backend_on(&keys, held.key(), error)),

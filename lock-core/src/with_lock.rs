@@ -70,7 +70,9 @@ impl Locker {
     /// # Errors
     ///
     /// What `body` returns, or a [`LockError`] converted into `E`: the errors of
-    /// [`Locker::lock`] for the acquire, [`LockError::Lost`] when the lock was lost meanwhile.
+    /// [`Locker::lock`] for the acquire, [`LockError::Lost`] when the lock was lost meanwhile
+    /// (also when only the release found it lost after `body` returned `Ok`: its output is
+    /// dropped then, since another holder may have been inside beside it).
     ///
     /// # Cancel safety
     ///
@@ -227,8 +229,16 @@ where
             }
         }
     };
-    if let Err(error) = guard.release().await {
-        tracing::warn!(%error, "lock release after the locked code failed");
+    match guard.release().await {
+        // The release proved the lock was lost while the body ran: another holder may have
+        // been inside, so the body's success does not stand as a section under the lock.
+        Err(error @ LockError::Lost { .. }) if result.is_ok() && on_lost == OnLost::Abort => {
+            Err(E::from(error))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "lock release after the locked code failed");
+            result
+        }
+        Ok(()) => result,
     }
-    result
 }

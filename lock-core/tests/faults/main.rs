@@ -7,6 +7,7 @@ mod common;
 
 mod acl;
 mod faults;
+mod first_try;
 mod owner_waits;
 mod partition;
 mod processes;
