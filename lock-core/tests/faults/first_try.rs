@@ -1,6 +1,6 @@
-//! Review "rev-j": did the first try reach Redis or not, and does the holder hear the truth?
-//! Each test here failed on the code it was written against (see the review report): the
-//! assertion message says what the kit claimed and what Redis really had.
+//! Did the first try reach Redis or not, and does the holder hear the truth? RELIABILITY.md
+//! rows T18–T22: each test failed before its fix; the assertion message says what the kit
+//! claimed and what Redis really had.
 
 use crate::common;
 
