@@ -64,7 +64,8 @@ local now = server_ms()
 if not current then
   -- No marker: every entry left in the readers' set lost its hold (the marker lives as long
   -- as the longest entry), whoever held the lock since. Written over, they would hold again.
-  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -1)
+  -- (By score: the documented ACL allows ZREMRANGEBYSCORE.)
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '+inf')
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', string.format('%.0f', now))
 if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
