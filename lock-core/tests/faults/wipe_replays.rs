@@ -96,6 +96,16 @@ async fn work_until_lost(
     released
 }
 
+/// Leaves and releases the section of a holder that kept its lock (`who` names it).
+async fn finish_held(oracle: &Oracle, mut entry: Entry, guard: LockGuard, who: &str) {
+    entry.observe(|| guard.is_held());
+    oracle.leave(&mut entry).await.unwrap();
+    let released = guard.release().await;
+    assert!(released.is_ok(), "{who}'s release: {released:?}");
+    entry.record_release(answer(&released));
+    oracle.finish(entry, Outcome::Completed).await.unwrap();
+}
+
 async fn force_unlock(admin: &Locker, parent: &Oracle, key: &str) {
     let begin = monotonic_ns();
     assert!(admin.force_unlock(key).await.unwrap(), "nothing to unlock");
@@ -193,18 +203,13 @@ async fn handoff_then_wipe_then_enter(stamped: bool) -> Report {
     let c = w3.lock("q1").wait(Duration::from_secs(5)).await.unwrap();
     let granted_at = monotonic_ns();
     let fc = c.fencing_token().await.unwrap();
-    let mut ec = enter(&o3, "q1", fc, granted_at, stamped, &c).await;
+    let ec = enter(&o3, "q1", fc, granted_at, stamped, &c).await;
     let b_released = b.await.unwrap();
     assert!(
         b_released.as_ref().is_err_and(LockError::is_lost),
         "B: {b_released:?}"
     );
-    ec.observe(|| c.is_held());
-    o3.leave(&mut ec).await.unwrap();
-    let released = c.release().await;
-    assert!(released.is_ok(), "C: {released:?}");
-    ec.record_release(answer(&released));
-    o3.finish(ec, Outcome::Completed).await.unwrap();
+    finish_held(&o3, ec, c, "C").await;
     parent.report().await.unwrap()
 }
 
@@ -259,12 +264,7 @@ async fn granted_then_wipe_then_untokened_holder(stamped: bool) -> Report {
         released.as_ref().is_err_and(LockError::is_lost),
         "{released:?}"
     );
-    eu.observe(|| u.is_held());
-    o1.leave(&mut eu).await.unwrap();
-    let released = u.release().await;
-    assert!(released.is_ok(), "the real holder's release: {released:?}");
-    eu.record_release(answer(&released));
-    o1.finish(eu, Outcome::Completed).await.unwrap();
+    finish_held(&o1, eu, u, "the real holder").await;
     parent.report().await.unwrap()
 }
 
