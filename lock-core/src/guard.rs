@@ -280,6 +280,17 @@ impl LockGuard {
 }
 
 impl LockGuard {
+    /// [`release`](Self::release) for `with_lock`: `Ok` also when the lock was lost by its
+    /// clock alone and the release found (and deleted) the key still holding its token: no
+    /// other holder was inside the section.
+    pub(crate) async fn release_section(self) -> Result<(), LockError> {
+        let held = self.held.clone();
+        match self.release().await {
+            Err(LockError::Lost { .. }) if held.was_released_ours() => Ok(()),
+            other => other,
+        }
+    }
+
     /// Opens the `lock.hold` span of a new acquisition (kept until its release).
     pub(crate) fn set_hold_span(&self, span: tracing::Span) {
         self.held.set_hold_span(span);

@@ -123,6 +123,9 @@ const FINISHING: u8 = 2;
 const ENDED: u8 = 4;
 /// A release of this lock was sent to Redis (it may have run even if its answer never came).
 const RELEASE_SENT: u8 = 16;
+/// The release found the key still holding the token (and deleted it) after the local clock
+/// had given the lock up: nobody else held it meanwhile.
+const RELEASED_OURS: u8 = 32;
 
 /// What changes in a held lock after its grant, under one lock: the validity clock, and the
 /// two things most locks never need, made or stored only when they are.
@@ -494,6 +497,16 @@ impl Hold {
     /// release finished again in the background).
     pub(crate) fn release_sent(&self) -> bool {
         self.mark(RELEASE_SENT)
+    }
+
+    /// Notes that the release found the key still ours after the clock gave the lock up.
+    pub(crate) fn mark_released_ours(&self) {
+        self.mark(RELEASED_OURS);
+    }
+
+    /// Whether the release found the key still ours (see [`RELEASED_OURS`]).
+    pub(crate) fn was_released_ours(&self) -> bool {
+        self.is_marked(RELEASED_OURS)
     }
 
     /// Whether a release of this lock was sent already.

@@ -426,16 +426,16 @@ impl LocalLocks {
         // as it starts and carried for good; one allocation costs less than the copies.
         let released = in_box(|| release::release_held(&self.store, held)).await;
         Self::settle(held, released.others_waiting);
-        if let Err(LockError::Backend { source, .. }) = &released.result {
-            if source.is_transient() {
-                // A lock left in Redis would keep every locker out for its lease, held by
-                // nobody: tried again in the background, as an unused grant is.
-                self.releaser.send(ReleaseJob::Abandoned {
-                    keys: held.redis_keys(),
-                    token: held.token().clone(),
-                    in_flight: false,
-                });
-            }
+        if released.retry {
+            // A lock left in Redis would keep every locker out for its lease, held by
+            // nobody: tried again in the background, as an unused grant is. Also for a lock
+            // lost by its clock, whose answer is `Lost` whatever the call met: a renewal or
+            // extension that ran without its reply coming back keeps its key in Redis.
+            self.releaser.send(ReleaseJob::Abandoned {
+                keys: held.redis_keys(),
+                token: held.token().clone(),
+                in_flight: false,
+            });
         }
         released.result
     }

@@ -381,7 +381,16 @@ impl MultiLockGuard {
     /// [`LockError::Lost`] when any key had been lost before the release (the others are
     /// released all the same), else the first [`LockError::Backend`].
     pub async fn release(self) -> Result<(), LockError> {
-        let results = release_all(self.guards).await;
+        Self::first_error(release_all(self.guards).await)
+    }
+
+    /// [`release`](Self::release) for `with_lock` (see `LockGuard::release_section`).
+    pub(crate) async fn release_section(self) -> Result<(), LockError> {
+        Self::first_error(join_all(self.guards.into_iter().map(LockGuard::release_section)).await)
+    }
+
+    /// The answer of a release of every key: a loss first, else the first error.
+    fn first_error(results: Vec<Result<(), LockError>>) -> Result<(), LockError> {
         let mut first = None;
         for result in results {
             match result {

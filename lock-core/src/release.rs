@@ -112,6 +112,10 @@ pub(crate) struct Released {
     pub(crate) result: Result<(), LockError>,
     /// Whether other lockers waited (`None`: the release failed, so nobody was told).
     pub(crate) others_waiting: Option<bool>,
+    /// The Redis call failed in a way that may pass: the key may still hold the token (also
+    /// for a lock already lost by its clock, whose key a late renewal or extension may have
+    /// kept), so the release is worth trying again in the background.
+    pub(crate) retry: bool,
 }
 
 /// The release in Redis and its logs.
@@ -119,14 +123,29 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     // Includes the confirmed lease having run out. A lock the shutdown marked lost (to stop
     // its holder before the key goes) is still ours until Redis says otherwise.
     let was_lost = held.is_lost() && held.lost_reason() != Some(LostReason::Shutdown);
+    // Lost by the local clock alone (not by what Redis said): a key that still holds the
+    // token proves the lock was ours up to this release.
+    let by_clock_only = matches!(
+        held.lost_reason(),
+        None | Some(LostReason::Expired | LostReason::MaxHold)
+    );
     let keys = held.redis_keys();
     // An earlier release of this lock may have run without its answer reaching us (its future
     // was dropped): what this one finds then cannot tell our delete from a loss.
     let again = held.release_sent();
     let result = store.release(&keys, held.token()).await;
     let others_waiting = result.as_ref().ok().map(|r| r.others_waiting);
+    let retry = matches!(&result, Err(error) if error.is_transient());
     let released = match result {
         Ok(reply) if reply.ours && !was_lost => Ok(()),
+        // Lost by the local clock alone, yet the key still held the token, which this release
+        // deleted: no other holder was inside since the grant. `Lost`, as documented, but
+        // marked, so that `with_lock` keeps a body's result (T21 assumes another holder may
+        // have been inside; here Redis proved otherwise).
+        Ok(reply) if reply.ours && by_clock_only => {
+            held.mark_released_ours();
+            Err(held.lost_error())
+        }
         // Already lost before the release: that is the answer, whatever the clean-up met.
         Ok(_) | Err(_) if was_lost => Err(held.lost_error()),
         Ok(reply) => {
@@ -152,6 +171,7 @@ async fn release_in_redis(store: &Store, held: &Hold) -> Released {
     Released {
         result: released,
         others_waiting,
+        retry,
     }
 }
 

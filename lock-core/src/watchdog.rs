@@ -57,8 +57,20 @@ pub(crate) fn start(local: Weak<LocalLocks>, lease: Duration, shutdown: Cancella
                 () = alarm => {}
                 _ = ticks.tick() => {
                     let Some(local) = local.upgrade() else { break };
-                    let tick = std::panic::AssertUnwindSafe(tick(&local));
-                    if tick.catch_unwind().await.is_err() {
+                    let tick = std::panic::AssertUnwindSafe(tick(&local)).catch_unwind();
+                    let mut tick = std::pin::pin!(tick);
+                    // The round's calls may wait for a slow Redis up to the command timeout:
+                    // the ends of held locks are served meanwhile, not after it.
+                    let panicked = loop {
+                        let next_end = ends.next();
+                        let alarm = ends.alarm();
+                        tokio::select! {
+                            done = &mut tick => break done.is_err(),
+                            () = until(next_end) => local.mark_ended(),
+                            () = alarm => {}
+                        }
+                    };
+                    if panicked {
                         tracing::error!(
                             "the lock watchdog failed while renewing (a bug); every lock it \
                              renewed is reported lost now"

@@ -72,7 +72,8 @@ impl Locker {
     /// What `body` returns, or a [`LockError`] converted into `E`: the errors of
     /// [`Locker::lock`] for the acquire, [`LockError::Lost`] when the lock was lost meanwhile
     /// (also when only the release found it lost after `body` returned `Ok`: its output is
-    /// dropped then, since another holder may have been inside beside it).
+    /// dropped then, since another holder may have been inside beside it; not when the loss
+    /// was the lock's clock alone and the release found the key still holding its token).
     ///
     /// # Cancel safety
     ///
@@ -180,7 +181,7 @@ impl Section for LockGuard {
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        Self::release(self)
+        Self::release_section(self)
     }
 }
 
@@ -194,7 +195,7 @@ impl Section for MultiLockGuard {
     }
 
     fn release(self) -> impl Future<Output = Result<(), LockError>> + Send {
-        Self::release(self)
+        Self::release_section(self)
     }
 }
 

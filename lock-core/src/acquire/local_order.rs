@@ -6,8 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures_util::future::Either;
-use std::time::Duration;
-
 use tokio::time::Instant;
 
 use super::in_redis::by;
@@ -427,46 +425,10 @@ async fn wait_for_place(
     counted: bool,
 ) -> Option<Place<'_>> {
     let _queued = counted.then(|| local_key.queued());
-    let queued = until_placed(local_key, local_key.place(places));
+    let queued = local_key.place(places);
     match when.deadline {
         Some(deadline) => tokio::time::timeout_at(deadline, queued).await.ok(),
         None => Some(queued.await),
     }
     .and_then(Result::ok)
-}
-
-/// How often a waiter looks for a new local holder while the one it watched is lost but still
-/// has the local key (its guard lives on; the place it gave back went to a waiter ahead).
-const HOLDER_LOOK: Duration = Duration::from_millis(20);
-
-/// Waits for `queued`, the local place, watching the local holder meanwhile: a holder whose
-/// validity runs out while it keeps its guard (its `max_hold` or fixed lease ended, renewals
-/// failed) is marked lost as it runs out, which gives its place back, rather than at the
-/// watchdog's next look (a third of the watchdog lease later: 10 s by default), while other
-/// lockers take the key the moment it ends in Redis.
-async fn until_placed<'k, E>(
-    local_key: &'k LocalKey<Hold>,
-    queued: impl Future<Output = Result<Place<'k>, E>>,
-) -> Result<Place<'k>, E> {
-    let mut queued = std::pin::pin!(queued);
-    loop {
-        let holder = local_key
-            .holder()
-            .upgrade()
-            .filter(|held| !held.is_ended() && !held.is_lost());
-        match holder {
-            // The holder's loss (marked, or its validity run out and marked here) gives its
-            // place back; then look again.
-            Some(held) => tokio::select! {
-                placed = &mut queued => return placed,
-                () = held.lost() => {}
-            },
-            // No holder to watch, or one that is lost already and keeps the local key: the
-            // place comes when a holder leaves; a new holder is watched from the next look.
-            None => tokio::select! {
-                placed = &mut queued => return placed,
-                () = tokio::time::sleep(HOLDER_LOOK) => {}
-            },
-        }
-    }
 }

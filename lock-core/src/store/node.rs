@@ -450,7 +450,13 @@ impl Node {
         if answers.iter().any(absent) {
             // Rare (a lock gone from under its holder), so worth one more round trip to tell
             // a restart from a deletion.
+            let asked = Instant::now();
             if let Some(uptime) = self.uptime().await {
+                // The server read its uptime up to this round trip ago, and `Hold::reason_for`
+                // compares it with the hold's age when the reply has arrived: without the
+                // round trip a slow link (over a second each way) made every deletion look
+                // like a restart.
+                let uptime = uptime + asked.elapsed();
                 for answer in answers.iter_mut().filter(|a| absent(a)) {
                     *answer = Renewal::NotOurs(Gone::Absent {
                         uptime: Some(uptime),

@@ -8,6 +8,7 @@ mod common;
 mod acl;
 mod faults;
 mod first_try;
+mod late_answers;
 mod owner_waits;
 mod partition;
 mod processes;
