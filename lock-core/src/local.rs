@@ -352,15 +352,23 @@ impl LocalLocks {
     /// others ends by design. The watchdog's look at [`HoldEnds::next`].
     pub(crate) fn mark_ended(&self) {
         self.ends.clear();
+        self.retain_live(|held| {
+            if let Some(end) = held.planned_end() {
+                self.ends.keep(end);
+            }
+        });
+    }
+
+    /// Visits every held record not lost; those found lost by their clock are marked so and
+    /// dropped (nothing renews them any more).
+    fn retain_live(&self, mut live: impl FnMut(&Arc<Hold>)) {
         self.held.retain(|held| {
             if held.is_lost() {
                 // Marks it lost, with the reason the clock gives, if nothing did yet.
                 drop(held.lost_error());
                 return false;
             }
-            if let Some(end) = held.planned_end() {
-                self.ends.keep(end);
-            }
+            live(held);
             true
         });
     }
@@ -617,16 +625,10 @@ impl LocalLocks {
     /// are marked so and dropped.
     pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<Hold>>> {
         let mut due: HashMap<Duration, Vec<Arc<Hold>>> = HashMap::new();
-        self.held.retain(|held| {
-            if held.is_lost() {
-                // Marks it lost, with the reason the clock gives, if nothing did yet.
-                drop(held.lost_error());
-                return false;
-            }
+        self.retain_live(|held| {
             if let Some(lease) = held.wants_renewal(now) {
                 due.entry(lease).or_default().push(held.clone());
             }
-            true
         });
         due
     }

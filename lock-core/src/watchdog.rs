@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
+use crate::hold_ends::HoldEnds;
 use crate::local::LocalLocks;
 use crate::store::NewLease;
 
@@ -44,38 +45,26 @@ pub(crate) fn start(local: Weak<LocalLocks>, lease: Duration, shutdown: Cancella
             ended: false,
         };
         loop {
-            let next_end = ends.next();
-            let alarm = ends.alarm();
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                // A lock that ends by design ended (see `HoldEnds`).
-                () = until(next_end) => {
-                    let Some(local) = local.upgrade() else { break };
-                    local.mark_ended();
-                }
-                // One that ends earlier than that was taken: sleep until it ends instead.
-                () = alarm => {}
+                // Returns only when the locks are gone.
+                () = serve_ends(&ends, &local) => break,
                 _ = ticks.tick() => {
-                    let Some(local) = local.upgrade() else { break };
-                    let tick = std::panic::AssertUnwindSafe(tick(&local)).catch_unwind();
-                    let mut tick = std::pin::pin!(tick);
+                    let Some(held) = local.upgrade() else { break };
+                    let tick = std::panic::AssertUnwindSafe(tick(&held)).catch_unwind();
                     // The round's calls may wait for a slow Redis up to the command timeout:
-                    // the ends of held locks are served meanwhile, not after it.
-                    let panicked = loop {
-                        let next_end = ends.next();
-                        let alarm = ends.alarm();
-                        tokio::select! {
-                            done = &mut tick => break done.is_err(),
-                            () = until(next_end) => local.mark_ended(),
-                            () = alarm => {}
-                        }
+                    // the ends of held locks are served meanwhile, not after it (`held` keeps
+                    // the locks alive until the round is over, so `serve_ends` goes on).
+                    let panicked = tokio::select! {
+                        done = tick => done.is_err(),
+                        () = serve_ends(&ends, &local) => false,
                     };
                     if panicked {
                         tracing::error!(
                             "the lock watchdog failed while renewing (a bug); every lock it \
                              renewed is reported lost now"
                         );
-                        local.lose_renewed(LostReason::RenewalStopped);
+                        held.lose_renewed(LostReason::RenewalStopped);
                     }
                 }
             }
@@ -93,6 +82,22 @@ fn ticks(lease: Duration) -> tokio::time::Interval {
     let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticks
+}
+
+/// Marks the locks that end by design lost as they end (see `HoldEnds`): sleeps until the
+/// earliest end noted, or until an earlier one is noted. Returns only when the locks are gone.
+async fn serve_ends(ends: &HoldEnds, local: &Weak<LocalLocks>) {
+    loop {
+        let next_end = ends.next();
+        let alarm = ends.alarm();
+        tokio::select! {
+            () = until(next_end) => {
+                let Some(local) = local.upgrade() else { return };
+                local.mark_ended();
+            }
+            () = alarm => {}
+        }
+    }
 }
 
 /// Resolves at `at`; never without one.
