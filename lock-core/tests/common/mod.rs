@@ -316,3 +316,42 @@ pub fn assert_locks_on_their_shards(cluster: &lock_testkit::RedisCluster, keys: 
         );
     }
 }
+
+/// A guard used in another task, where it stays (its lock is then not reentrant for the task
+/// that took it): see [`lend`].
+pub struct Lent {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Moves `guard` into a task that uses it (`is_held()`, which must be true), then keeps it
+/// until [`Lent::give_back`], or for `at_most` when given, and drops it there. Returns once
+/// the guard was used.
+pub async fn lend(guard: LockGuard, at_most: Option<Duration>) -> Lent {
+    let (used, used_rx) = tokio::sync::oneshot::channel();
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        assert!(guard.is_held());
+        used.send(()).unwrap();
+        match at_most {
+            Some(at_most) => drop(tokio::time::timeout(at_most, stop_rx).await),
+            None => drop(stop_rx.await),
+        }
+        drop(guard);
+    });
+    used_rx.await.unwrap();
+    Lent { stop, task }
+}
+
+impl Lent {
+    /// Has the task drop the guard now, and waits until it did.
+    pub async fn give_back(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap();
+    }
+
+    /// Waits until the task dropped the guard (after its `at_most`).
+    pub async fn dropped(self) {
+        self.task.await.unwrap();
+    }
+}

@@ -318,15 +318,7 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
         .await
         .unwrap();
     let nested = holder.lock("k").wait(Duration::ZERO).await.unwrap();
-    let (used, used_rx) = tokio::sync::oneshot::channel();
-    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let helper = tokio::spawn(async move {
-        assert!(nested.is_held());
-        used.send(()).unwrap();
-        let _ = stop_rx.await;
-        drop(nested);
-    });
-    used_rx.await.unwrap();
+    let helper = common::lend(nested, None).await;
     tokio::time::sleep_until(built + Duration::from_millis(900)).await;
     proxy
         .set_mode(ProxyMode::Delay(Duration::from_secs(1)))
@@ -340,8 +332,7 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
     if let Ok(g) = again {
         g.release().await.unwrap();
     }
-    stop.send(()).unwrap();
-    helper.await.unwrap();
+    helper.give_back().await;
     drop(k);
     w.release().await.unwrap();
     assert!(

@@ -155,14 +155,7 @@ async fn a_write_inside_the_tasks_own_read_is_refused_also_while_a_nested_read_g
     let locker = common::locker(&server).await;
     let outer = locker.read("rw").await.unwrap();
     let nested = locker.read("rw").wait(Duration::ZERO).await.unwrap();
-    let (used, used_rx) = tokio::sync::oneshot::channel();
-    let helper = tokio::spawn(async move {
-        assert!(nested.is_held());
-        used.send(()).unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        drop(nested);
-    });
-    used_rx.await.unwrap();
+    let helper = common::lend(nested, Some(Duration::from_millis(200))).await;
     let started = Instant::now();
     let write = tokio::time::timeout(
         Duration::from_secs(10),
@@ -170,7 +163,7 @@ async fn a_write_inside_the_tasks_own_read_is_refused_also_while_a_nested_read_g
     )
     .await;
     let waited = started.elapsed();
-    helper.await.unwrap();
+    helper.dropped().await;
     // The control: the same call now that no guard is elsewhere.
     let control = locker.write("rw").wait(Duration::from_secs(3)).await;
     assert!(
@@ -218,17 +211,9 @@ async fn a_max_hold_that_ends_during_a_local_wait_frees_the_lock_for_the_process
         let (result, helper) = if owner_waits {
             // T15: the owner's nested guard is in use in a helper that keeps it (hung too).
             let nested = locker.lock(key.clone()).wait(Duration::ZERO).await.unwrap();
-            let (used, used_rx) = tokio::sync::oneshot::channel();
-            let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-            let helper = tokio::spawn(async move {
-                assert!(nested.is_held());
-                used.send(()).unwrap();
-                let _ = stop_rx.await;
-                drop(nested);
-            });
-            used_rx.await.unwrap();
+            let helper = common::lend(nested, None).await;
             let result = locker.lock(key.clone()).wait(Duration::from_secs(3)).await;
-            (result, Some((stop, helper)))
+            (result, Some(helper))
         } else {
             let sibling = {
                 let (locker, key) = (locker.clone(), key.clone());
@@ -261,9 +246,8 @@ async fn a_max_hold_that_ends_during_a_local_wait_frees_the_lock_for_the_process
         if let Ok(g) = elsewhere {
             g.release().await.unwrap();
         }
-        if let Some((stop, helper)) = helper {
-            stop.send(()).unwrap();
-            helper.await.unwrap();
+        if let Some(helper) = helper {
+            helper.give_back().await;
         }
         drop(hung);
     }
@@ -282,15 +266,7 @@ async fn the_owners_wait_for_its_escaped_guard_is_cancel_safe_and_ends_at_a_shut
         let key = format!("w-{shut_down}");
         let outer = locker.lock(key.clone()).await.unwrap();
         let nested = locker.lock(key.clone()).wait(Duration::ZERO).await.unwrap();
-        let (used, used_rx) = tokio::sync::oneshot::channel();
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let helper = tokio::spawn(async move {
-            assert!(nested.is_held());
-            used.send(()).unwrap();
-            let _ = stop_rx.await;
-            drop(nested);
-        });
-        used_rx.await.unwrap();
+        let helper = common::lend(nested, None).await;
         if shut_down {
             let started = Instant::now();
             let (again, down) = tokio::join!(
@@ -308,8 +284,7 @@ async fn the_owners_wait_for_its_escaped_guard_is_cancel_safe_and_ends_at_a_shut
             assert!(down.is_ok(), "{down:?}");
             assert!(!outer.is_held());
             assert!(common::keys(&server, "lock:").is_empty());
-            stop.send(()).unwrap();
-            helper.await.unwrap();
+            helper.give_back().await;
             assert!(outer.release().await.unwrap_err().is_lost());
         } else {
             let cut = tokio::time::timeout(
@@ -318,8 +293,7 @@ async fn the_owners_wait_for_its_escaped_guard_is_cancel_safe_and_ends_at_a_shut
             )
             .await;
             assert!(cut.is_err(), "{cut:?}");
-            stop.send(()).unwrap();
-            helper.await.unwrap();
+            helper.give_back().await;
             let again = tokio::time::timeout(
                 Duration::from_millis(500),
                 locker.lock(key.clone()).wait(Duration::from_secs(5)),

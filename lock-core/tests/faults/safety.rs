@@ -294,23 +294,14 @@ async fn a_nested_guard_dropped_in_another_task_lets_its_owner_nest_again() {
     let locker = locker(&server).await;
     let outer = locker.lock("k").await.unwrap();
     let nested = locker.lock("k").wait(Duration::ZERO).await.unwrap();
-    let (used, used_rx) = tokio::sync::oneshot::channel();
-    let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let helper = tokio::spawn(async move {
-        assert!(nested.is_held());
-        used.send(()).unwrap();
-        let _ = done_rx.await;
-        drop(nested);
-    });
-    used_rx.await.unwrap();
+    let helper = common::lend(nested, None).await;
     // While the helper task has it, the owner waits like any task.
     let meanwhile = locker.lock("k").wait(Duration::from_millis(200)).await;
     assert!(
         matches!(meanwhile, Err(LockError::Busy { .. })),
         "the owner nested while another task used a guard of the lock: {meanwhile:?}"
     );
-    done.send(()).unwrap();
-    helper.await.unwrap();
+    helper.give_back().await;
     // Only the outer guard is left, in this task: it nests at once.
     let again = locker.lock("k").wait(Duration::ZERO).await;
     assert!(
@@ -738,14 +729,7 @@ async fn an_owner_waiting_while_its_nested_guard_is_elsewhere_nests_once_that_gu
             };
             let outer = take(&locker).await.unwrap();
             let nested = take(&locker).wait(Duration::ZERO).await.unwrap();
-            let (used, used_rx) = tokio::sync::oneshot::channel();
-            let helper = tokio::spawn(async move {
-                assert!(nested.is_held());
-                used.send(()).unwrap();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-                drop(nested);
-            });
-            used_rx.await.unwrap();
+            let helper = common::lend(nested, Some(Duration::from_millis(200))).await;
             // Called while the helper still has its guard: waits for it, then nests.
             let started = Instant::now();
             let again = if read {
@@ -759,7 +743,7 @@ async fn an_owner_waiting_while_its_nested_guard_is_elsewhere_nests_once_that_gu
             };
             let again = tokio::time::timeout(Duration::from_secs(10), again).await;
             let waited = started.elapsed();
-            helper.await.unwrap();
+            helper.dropped().await;
             match again {
                 Ok(Ok(guard)) => {
                     if waited < Duration::from_millis(150) {
