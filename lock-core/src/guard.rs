@@ -6,14 +6,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend_error::BackendError;
 use crate::error::{DurationSetting, LockError, LostReason};
 use crate::fence::Fence;
 use crate::held::Hold;
 use crate::limits;
 use crate::local::{Leave, LocalLocks};
-use crate::metrics::{self, Operation};
-use crate::store::{NewLease, Renewal};
 use crate::watch::LockWatch;
 
 /// A held lock. Release it with [`release`](Self::release); dropping it releases in the
@@ -221,35 +218,7 @@ impl LockGuard {
         if self.held.is_lost() {
             return Err(self.held.lost_error());
         }
-        let sent_at = Instant::now();
-        // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
-        // or left without an answer, the extension may have run all the same.
-        self.held.expect_extension(sent_at, by);
-        self.local.watch_end(&self.held);
-        let (keys, token) = (self.held.redis_keys(), self.held.token().stored());
-        let pair = [(&keys, token.as_str())];
-        match self
-            .local
-            .store
-            .renew(&pair, NewLease::Exactly(by))
-            .await
-            .first()
-        {
-            Some(Renewal::Renewed) => {
-                self.held.confirm_extension(sent_at, by);
-                Ok(())
-            }
-            Some(Renewal::NotOurs(gone)) => {
-                self.held.mark_lost(self.held.reason_for(*gone));
-                Err(self.held.lost_error())
-            }
-            Some(Renewal::Unknown) | None => {
-                let error =
-                    BackendError::undecided("the extension got no decisive answer from redis");
-                metrics::backend_error(Operation::Extend, &error);
-                Err(LockError::backend_on(&keys, self.held.key(), error))
-            }
-        }
+        self.local.extend_held(&self.held, by).await
     }
 
     /// Releases the lock (or, for a nested guard, leaves it to the outer one).

@@ -138,6 +138,10 @@ struct HoldState {
     /// and must not undo a shortening. As [`Hold::since_grant`] (8 bytes, not an `Instant`'s
     /// 16).
     extended_at: Option<NonZeroU64>,
+    /// Where the last explicit extension ends in Redis (its `sent_at` plus its lease, without
+    /// the safety margin), as [`Hold::after_grant`]: what a renewal sent before it would undo
+    /// if it ran after it. 0 until an extension.
+    extended_to: u64,
     /// Wakes the tasks waiting in [`Hold::lost`]; made by the first of them.
     lost_signal: Option<Arc<Notify>>,
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
@@ -196,6 +200,7 @@ impl Hold {
                 // Never before `sent_at`; one that were would count as `sent_at`, the safe side.
                 until: nanos_between(grant.sent_at, until),
                 extended_at: None,
+                extended_to: 0,
                 lost_signal: None,
                 hold_span: None,
             }),
@@ -400,6 +405,17 @@ impl Hold {
             .max(self.after_grant(confirmed_until(sent_at, lease)));
     }
 
+    /// Whether a renewal of `lease` sent at `sent_at` went out before an explicit extension
+    /// that ends the lock earlier than this renewal would: run in Redis after that extension
+    /// (a retry on a new connection), it gave the key more than the extension left, and the
+    /// key may outlive the lease this hold keeps. (An extension that lengthened the lock is
+    /// not undone: a renewal never shortens a key.)
+    pub(crate) fn renewal_undoes_extension(&self, sent_at: Instant, lease: Duration) -> bool {
+        let state = self.state.lock();
+        self.before_extension(&state, sent_at)
+            && state.extended_to < self.after_grant(sent_at + lease)
+    }
+
     /// Before an explicit extension is sent: Redis may apply it without this process hearing
     /// back (the call is cancelled, the reply is lost), so a validity it would shorten is
     /// shortened now, and renewals sent before it no longer count (they may run before it in
@@ -413,6 +429,7 @@ impl Hold {
             .until
             .min(self.after_grant(confirmed_until(sent_at, by)));
         state.extended_at = Some(self.since_grant(sent_at));
+        state.extended_to = self.after_grant(sent_at + by);
         self.set_until(state, until);
     }
 
@@ -424,6 +441,7 @@ impl Hold {
             return;
         }
         state.extended_at = Some(self.since_grant(sent_at));
+        state.extended_to = self.after_grant(sent_at + by);
         let until = self.after_grant(confirmed_until(sent_at, by));
         self.set_until(state, until);
     }
@@ -632,9 +650,24 @@ impl Hold {
     }
 
     /// When this lock's validity ends by design unless it is extended: a fixed lease's, or a
-    /// watchdog lock's with a `max_hold` (renewed up to it, no further); `None` for a watchdog
-    /// lock renewed for as long as it is held.
+    /// watchdog lock's with a `max_hold` (renewed up to it, no further), or one whose lease an
+    /// explicit extension set (it may end before the watchdog's next renewal: an `extend`
+    /// that shortened it); `None` for a watchdog lock renewed for as long as it is held.
     pub(crate) fn planned_end(&self) -> Option<Instant> {
+        match self.mode() {
+            LeaseMode::Watchdog(_) if self.max_hold.is_none() => {
+                let state = self.state.lock();
+                state
+                    .extended_at
+                    .map(|_| self.sent_at + Duration::from_nanos(state.until))
+            }
+            _ => self.planned_end_of_grant(),
+        }
+    }
+
+    /// [`planned_end`](Self::planned_end) of a hold just granted (never extended yet): the
+    /// grant's path reads no state for a watchdog lock without a `max_hold`.
+    pub(crate) fn planned_end_of_grant(&self) -> Option<Instant> {
         match self.mode() {
             LeaseMode::Fixed(_) => Some(self.valid_until()),
             LeaseMode::Watchdog(_) => self.max_hold.map(|_| self.valid_until()),

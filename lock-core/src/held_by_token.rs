@@ -84,9 +84,12 @@ impl HeldByToken {
             .collect()
     }
 
-    /// Keeps the records `keep` says to keep.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&Arc<Hold>) -> bool) {
-        self.records.lock().retain(|record| keep(&record.0));
+    /// Visits every record, under the records' lock.
+    pub(crate) fn for_each(&self, mut visit: impl FnMut(&Arc<Hold>)) {
+        self.records
+            .lock()
+            .iter()
+            .for_each(|record| visit(&record.0));
     }
 
     /// How many held locks `count` counts.

@@ -23,15 +23,18 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::backend_error::BackendError;
 use crate::error::{LockError, LostReason};
 use crate::held::{Grant, Hold, LeaseMode};
 use crate::held_by_token::HeldByToken;
 use crate::hold_ends::HoldEnds;
 use crate::in_box::in_box;
 use crate::in_flight::InFlight;
+use crate::key::ShownKey;
 use crate::kind::Kind;
+use crate::limits::MIN_LEASE;
 use crate::local_key::{Baton, LocalKey, LocalKeyRef, LocalKeys};
-use crate::metrics::{self, ReleaseOutcome};
+use crate::metrics::{self, Operation, ReleaseOutcome};
 use crate::owner::Owner;
 use crate::release::{self, ReleaseJob, ReleaseOnDrop, Releaser};
 use crate::store::{NewLease, Renewal, Store};
@@ -259,10 +262,10 @@ impl LocalLocks {
         self.local_keys.len() + self.fairs.len() + self.readers.len() + self.semaphores.len()
     }
 
-    /// Locks the watchdog keeps alive now (held, without a fixed lease).
+    /// Locks the watchdog keeps alive now (held, not lost, without a fixed lease).
     pub(crate) fn watchdog_locks(&self) -> usize {
         self.held
-            .count(|held| matches!(held.mode(), LeaseMode::Watchdog(_)))
+            .count(|held| matches!(held.mode(), LeaseMode::Watchdog(_)) && !held.is_lost())
     }
 
     /// Renewal script calls sent so far.
@@ -335,7 +338,9 @@ impl LocalLocks {
         *held.local_key().holder() = Arc::downgrade(&held);
         metrics::held(held.kind());
         self.held.insert(held.clone());
-        self.watch_end(&held);
+        if let Some(end) = held.planned_end_of_grant() {
+            self.ends.note(end);
+        }
         held
     }
 
@@ -352,24 +357,25 @@ impl LocalLocks {
     /// others ends by design. The watchdog's look at [`HoldEnds::next`].
     pub(crate) fn mark_ended(&self) {
         self.ends.clear();
-        self.retain_live(|held| {
+        self.for_each_live(|held| {
             if let Some(end) = held.planned_end() {
                 self.ends.keep(end);
             }
         });
     }
 
-    /// Visits every held record not lost; those found lost by their clock are marked so and
-    /// dropped (nothing renews them any more).
-    fn retain_live(&self, mut live: impl FnMut(&Arc<Hold>)) {
-        self.held.retain(|held| {
+    /// Visits every held record not lost; those found lost by their clock are marked so.
+    /// They stay in the records until their guards leave: Redis may still hold their keys
+    /// (a lease that ran out here first, an extension whose answer was lost), and a shutdown
+    /// gives back what the records list.
+    fn for_each_live(&self, mut live: impl FnMut(&Arc<Hold>)) {
+        self.held.for_each(|held| {
             if held.is_lost() {
                 // Marks it lost, with the reason the clock gives, if nothing did yet.
                 drop(held.lost_error());
-                return false;
+            } else {
+                live(held);
             }
-            live(held);
-            true
         });
     }
 
@@ -622,10 +628,10 @@ impl LocalLocks {
     }
 
     /// The records the watchdog should renew now, by lease; records found lost by their clock
-    /// are marked so and dropped.
+    /// are marked so.
     pub(crate) fn due_for_renewal(&self, now: Instant) -> HashMap<Duration, Vec<Arc<Hold>>> {
         let mut due: HashMap<Duration, Vec<Arc<Hold>>> = HashMap::new();
-        self.retain_live(|held| {
+        self.for_each_live(|held| {
             if let Some(lease) = held.wants_renewal(now) {
                 due.entry(lease).or_default().push(held.clone());
             }
@@ -646,13 +652,16 @@ impl LocalLocks {
     /// `renewed` is the record the renewal was sent for: when nobody holds its token now and
     /// Redis no longer has it, a handoff of it still waiting in the local key is withdrawn, so the
     /// next local acquirer goes to Redis instead of entering a lock another holder has.
+    ///
+    /// Returns the hold whose shortening extension this renewal may have undone in Redis; the
+    /// caller sends that extension again ([`extend_again`](Self::extend_again)).
     pub(crate) fn renewed(
         &self,
         renewed: &Hold,
         sent_at: Instant,
         lease: Duration,
         answer: Renewal,
-    ) {
+    ) -> Option<Arc<Hold>> {
         let token = renewed.token();
         let Some(held) = self.held.get(token) else {
             if let Renewal::NotOurs(_) = answer {
@@ -662,16 +671,67 @@ impl LocalLocks {
                     );
                 }
             }
-            return;
+            return None;
         };
         metrics::renewed(held.kind(), answer.label());
         match answer {
+            // Sent before an extension that shortened the lock, it may have run after it in
+            // Redis (retried on a new connection) and given the key its whole lease back: the
+            // caller sends the extension again.
+            Renewal::Renewed | Renewal::Unknown
+                if held.renewal_undoes_extension(sent_at, lease) =>
+            {
+                return Some(held)
+            }
             Renewal::Renewed => held.confirm(sent_at, lease),
             Renewal::NotOurs(gone) => {
                 held.mark_lost(held.reason_for(gone));
                 self.unregister(&held);
             }
             Renewal::Unknown => {}
+        }
+        None
+    }
+
+    /// Sets the remaining lease of `held`'s lock to `by` from now, if Redis still holds it for
+    /// its token (see [`LockGuard::extend`](crate::LockGuard::extend)).
+    pub(crate) async fn extend_held(&self, held: &Hold, by: Duration) -> Result<(), LockError> {
+        let sent_at = Instant::now();
+        // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
+        // or left without an answer, the extension may have run all the same.
+        held.expect_extension(sent_at, by);
+        self.watch_end(held);
+        let (keys, token) = (held.redis_keys(), held.token().stored());
+        let pair = [(&keys, token.as_str())];
+        match self.store.renew(&pair, NewLease::Exactly(by)).await.first() {
+            Some(Renewal::Renewed) => {
+                held.confirm_extension(sent_at, by);
+                Ok(())
+            }
+            Some(Renewal::NotOurs(gone)) => {
+                held.mark_lost(held.reason_for(*gone));
+                Err(held.lost_error())
+            }
+            Some(Renewal::Unknown) | None => {
+                let error =
+                    BackendError::undecided("the extension got no decisive answer from redis");
+                metrics::backend_error(Operation::Extend, &error);
+                Err(LockError::backend_on(&keys, held.key(), error))
+            }
+        }
+    }
+
+    /// Sends again the extension that a renewal may have undone (see
+    /// [`renewed`](Self::renewed)): the lease `held` keeps now, from now (1 ms when it has
+    /// run out, which ends the key at once). It counts as an extension: renewals sent before
+    /// it no longer count, so nothing this process believes outlives what Redis keeps.
+    pub(crate) async fn extend_again(&self, held: &Hold) {
+        let by = held
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+            .max(MIN_LEASE);
+        if let Err(error) = self.extend_held(held, by).await {
+            tracing::debug!(%error, key = %ShownKey(held.key()), "an extension undone by a late renewal could not be sent again");
         }
     }
 

@@ -22,6 +22,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -150,12 +151,15 @@ async fn tick(local: &LocalLocks) {
                 .collect();
             local.count_renew_calls(local.store.renew_calls(&pairs));
             let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
-            for (held, answer) in locks.iter().zip(answers) {
-                local.renewed(held, sent_at, lease, answer);
-            }
+            let undone: Vec<_> = locks
+                .iter()
+                .zip(answers)
+                .filter_map(|(held, answer)| local.renewed(held, sent_at, lease, answer))
+                .collect();
+            join_all(undone.iter().map(|held| local.extend_again(held))).await;
         }
     });
-    futures_util::future::join_all(calls).await;
+    join_all(calls).await;
 }
 
 #[cfg(test)]

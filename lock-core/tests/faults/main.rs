@@ -12,6 +12,7 @@ mod late_answers;
 mod owner_waits;
 mod partition;
 mod processes;
+mod review_m;
 mod safety;
 mod soak;
 mod wipe_replays;
