@@ -378,6 +378,19 @@ pub enum ConfigError {
         /// Nodes given.
         count: usize,
     },
+    /// One server named twice among the RedLock nodes (the same address, or, read from the
+    /// servers at start-up, the same `run_id`): it would cast two votes, and its restart alone
+    /// would lose a majority's grants while their holders still hold them.
+    #[error(
+        "redlock nodes {first} and {second} are the same server; each node must be an \
+         independent redis"
+    )]
+    RedLockNodeTwice {
+        /// The first name of the server (its password redacted).
+        first: String,
+        /// The other name of the same server.
+        second: String,
+    },
     /// A `max_hold` shorter than the shortest lease RedLock can grant (3 ms): a watchdog lock's
     /// lease ends with its `max_hold`, and a grant counts only if it leaves some validity after
     /// the drift allowance (lease / 100 + 2 ms), so every acquire would end `Busy`.

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 #[cfg(all(feature = "sentinel", feature = "tls"))]
 use redis::sentinel::SentinelClientBuilder;
 #[cfg(feature = "sentinel")]
@@ -190,6 +191,49 @@ fn is_tls_url(client: &redis::Client) -> bool {
         client.get_connection_info().addr(),
         redis::ConnectionAddr::TcpTls { .. }
     )
+}
+
+/// The clients of RedLock's nodes, once the nodes are checked: at least three, no
+/// `min_replicas`, no address given twice.
+fn redlock_clients(
+    urls: &[String],
+    min_replicas: bool,
+    tls: Option<&TlsConfig>,
+) -> Result<Vec<redis::Client>, LockError> {
+    if urls.len() < 3 {
+        return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
+    }
+    if min_replicas {
+        return Err(ConfigError::MinReplicasWithRedLock.into());
+    }
+    let clients = clients(urls, tls)?;
+    let addresses: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let address = client.get_connection_info().addr().to_string();
+            Some(address.to_lowercase())
+        })
+        .collect();
+    if let Some((first, second)) = named_twice(&addresses) {
+        return Err(ConfigError::RedLockNodeTwice {
+            first: redact(&urls[first]),
+            second: redact(&urls[second]),
+        }
+        .into());
+    }
+    Ok(clients)
+}
+
+/// The first two places of `names` that name the same thing (`None`: unknown, never a
+/// match).
+fn named_twice<T: PartialEq>(names: &[Option<T>]) -> Option<(usize, usize)> {
+    names.iter().enumerate().find_map(|(second, name)| {
+        let name = name.as_ref()?;
+        names[..second]
+            .iter()
+            .position(|earlier| earlier.as_ref() == Some(name))
+            .map(|first| (first, second))
+    })
 }
 
 fn clients(urls: &[String], tls: Option<&TlsConfig>) -> Result<Vec<redis::Client>, LockError> {
@@ -387,30 +431,50 @@ pub(crate) async fn connect(
         #[cfg(not(feature = "sentinel"))]
         Topology::Sentinel { master, .. } => return Err(sentinel_disabled(&master).into()),
         Topology::RedLock(urls) => {
-            if urls.len() < 3 {
-                return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
-            }
-            if min_replicas.is_some() {
-                return Err(ConfigError::MinReplicasWithRedLock.into());
-            }
-            let clients = clients(&urls, tls)?;
+            let clients = redlock_clients(&urls, min_replicas.is_some(), tls)?;
             // Nodes that are down at start-up are connected lazily: RedLock must start with a
             // majority up, not all of them.
             let mut nodes = Vec::new();
             let mut up = 0;
             let mut down = Vec::new();
+            let mut reached = Vec::new();
             for (client, url) in clients.iter().zip(&urls) {
                 let conn = match Connection::server(client.clone(), timeouts).await {
                     Ok(conn) => {
                         up += 1;
+                        reached.push(true);
                         conn
                     }
                     Err(error) => {
+                        reached.push(false);
                         down.push(format!("{} ({error})", redact(url)));
                         Connection::lazy(client.clone(), timeouts).map_err(backend)?
                     }
                 };
                 nodes.push(node(conn, redact(url), restart_guard.clone()));
+            }
+            // One server under two names (`localhost` and `127.0.0.1`, a DNS alias): told
+            // apart by the `run_id` of the nodes that are up (a server that does not say is
+            // not compared).
+            let run_ids = join_all(
+                nodes
+                    .iter()
+                    .zip(&reached)
+                    .map(|(node, &reached)| async move {
+                        if reached {
+                            node.run_id().await
+                        } else {
+                            None
+                        }
+                    }),
+            )
+            .await;
+            if let Some((first, second)) = named_twice(&run_ids) {
+                return Err(ConfigError::RedLockNodeTwice {
+                    first: redact(&urls[first]),
+                    second: redact(&urls[second]),
+                }
+                .into());
             }
             if !Quorum::of(urls.len()).carried(up) {
                 let error =
@@ -454,13 +518,7 @@ pub(crate) fn connect_lazy(
             (store, PubSubSource::Nodes(vec![client]))
         }
         Topology::RedLock(urls) => {
-            if urls.len() < 3 {
-                return Err(ConfigError::RedLockNodes { count: urls.len() }.into());
-            }
-            if min_replicas.is_some() {
-                return Err(ConfigError::MinReplicasWithRedLock.into());
-            }
-            let clients = clients(&urls, tls)?;
+            let clients = redlock_clients(&urls, min_replicas.is_some(), tls)?;
             let nodes = clients
                 .iter()
                 .zip(&urls)
@@ -558,6 +616,24 @@ fn redact_query(address: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_given_twice_is_found_and_unknown_names_never_match() {
+        assert_eq!(named_twice(&[Some("a"), Some("b"), Some("c")]), None);
+        assert_eq!(
+            named_twice(&[Some("a"), Some("b"), Some("a")]),
+            Some((0, 2))
+        );
+        assert_eq!(
+            named_twice(&[Some("a"), Some("b"), Some("b"), Some("a")]),
+            Some((1, 2))
+        );
+        assert_eq!(named_twice::<&str>(&[None, None, None]), None);
+        assert_eq!(
+            named_twice(&[None, Some("a"), None, Some("a")]),
+            Some((1, 3))
+        );
+    }
 
     #[test]
     fn tls_schemes_are_read_as_redis_rs_reads_them() {

@@ -166,6 +166,20 @@ impl Node {
         servers
     }
 
+    /// The server's `run_id` (`INFO server`), which names one run of one server: `None` in a
+    /// cluster, or when it cannot be read (down, an ACL without `+info`).
+    pub(crate) async fn run_id(&self) -> Option<String> {
+        if self.conn.is_cluster() {
+            return None;
+        }
+        let info: InfoDict = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut self.conn.clone())
+            .await
+            .ok()?;
+        info.get("run_id")
+    }
+
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
     /// server yet (otherwise only the script recognises a lock already ours), no restart
     /// guard has to be checked first, and the lock is not known to be taken (the script

@@ -8,6 +8,7 @@ mod common;
 mod cluster_migration;
 mod kinds_cluster;
 mod redlock;
+mod review_n;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
