@@ -524,7 +524,7 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
             let locker = locker.clone();
             tokio::spawn(async move {
                 locker
-                    .lock(&format!("x{i}"))
+                    .lock(format!("x{i}"))
                     .wait(Duration::from_secs(2))
                     .await
                     .map(|g| g.is_held())
