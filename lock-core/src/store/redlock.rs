@@ -97,7 +97,7 @@ impl RedLockStore {
         let running_tx = Arc::new(running_tx);
         // Nodes that granted this try, those that answer after the verdict included.
         let granted = Arc::new(AtomicUsize::new(0));
-        let tasks = self.nodes.iter().map(|node| {
+        let tasks = self.nodes.iter().enumerate().map(|(index, node)| {
             let node = node.clone();
             let (keys, token, waiter) = (keys.clone(), token.clone(), waiter.clone());
             let mut verdict = verdict_rx.clone();
@@ -135,13 +135,13 @@ impl RedLockStore {
                         }
                     });
                 }
-                (node, reply)
+                (index, reply)
             })
         });
         let total = self.nodes.len();
         let (mut replies, mut running) = gather(
             tasks,
-            |done: &[(Node, Result<AcquireReply, BackendError>)]| {
+            |done: &[(usize, Result<AcquireReply, BackendError>)]| {
                 let won = done
                     .iter()
                     .filter(|(_, r)| matches!(r, Ok(AcquireReply::Acquired)))
@@ -161,22 +161,43 @@ impl RedLockStore {
             return Ok(Outcome::Acquired);
         }
         let _ = verdict_tx.send(Verdict::Undo);
-        // Every node's grant is undone before answering (the nodes' tasks do it again,
-        // harmlessly): first the nodes still answering are waited for (each is cut at its
-        // per-node limit), then every node's grant is deleted. A grant that landed after the
-        // majority was out of reach would otherwise still be there when the caller tries again
-        // under a fresh token, which it cannot tell from another holder's lock: it would wait
-        // out a whole lease for its own grant (seen in CI: Busy after a 10 s wait with the
-        // "holder's" TTL at 29.999 s). On the multiplexed connection an undo sent after a
-        // cut-off acquire also runs after it. The undo leaves the caller's waiting entry: it
-        // is still waiting. The late answers count for when to try again.
+        // The grants of this try are undone before answering (the nodes' tasks do it again,
+        // harmlessly, once their acquires end). A grant that landed after the majority was
+        // out of reach would otherwise still be there when the caller tries again under a
+        // fresh token, which it cannot tell from another holder's lock: it would wait out a
+        // whole lease for its own grant (seen in CI: Busy after a 10 s wait with the
+        // "holder's" TTL at 29.999 s). So the nodes still answering are waited for (each cut
+        // at its per-node limit), then the grants are deleted, each undo cut at the per-node
+        // limit too. On the multiplexed connection an undo sent after a cut-off acquire also
+        // runs after it.
+        // The undo leaves the caller's waiting entry: it is still waiting. The late answers
+        // count for when to try again.
+        let refusal = |reply: &Result<AcquireReply, BackendError>| {
+            matches!(
+                reply,
+                Ok(AcquireReply::Busy { .. } | AcquireReply::Guarded { .. })
+            )
+        };
+        let refused = quorum.defeated(replies.iter().filter(|(_, r)| refusal(r)).count());
         let _ = tokio::time::timeout(per_node, async {
             while let Some(late) = running.next().await {
                 replies.extend(late.ok());
             }
         })
         .await;
-        join_all(self.nodes.iter().map(|node| node.undo(keys, token))).await;
+        // After a majority's refusal the undo goes only to the nodes that answered (a frozen
+        // minority node must not hold up every refused try, turning `Busy` into a timeout);
+        // the nodes' own tasks undo the others in the background once their tries end.
+        let undo_now =
+            |index: usize| !refused || replies.iter().any(|(i, r)| *i == index && r.is_ok());
+        join_all(
+            self.nodes
+                .iter()
+                .enumerate()
+                .filter(|(index, _)| undo_now(*index))
+                .map(|(_, node)| tokio::time::timeout(per_node, node.undo(keys, token))),
+        )
+        .await;
         let mut frees = Vec::new();
         let mut longest: Option<Duration> = None;
         let mut holder: Option<String> = None;
@@ -227,22 +248,38 @@ impl RedLockStore {
         token: &str,
     ) -> Result<Option<u64>, BackendError> {
         let quorum = self.quorum();
-        let issued = join_all(self.nodes.iter().map(|node| async move {
-            let issue = node.issue_fence(keys, token);
-            let reply = tokio::time::timeout(self.timeout, issue)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(BackendError::timed_out(
-                        "redlock node did not answer in time",
-                    ))
-                });
-            (node, reply)
-        }))
+        let total = self.nodes.len();
+        // Decided on the first majority, as acquires are: a frozen minority node costs nothing
+        // (its late token, if any, is its own; the majority below gets the write-back).
+        let (issued, _) = gather(
+            self.nodes.iter().map(|node| {
+                let (node, keys, token) = (node.clone(), keys.clone(), token.to_owned());
+                let timeout = self.timeout;
+                tokio::spawn(async move {
+                    let reply = tokio::time::timeout(timeout, node.issue_fence(&keys, &token))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(BackendError::timed_out(
+                                "redlock node did not answer in time",
+                            ))
+                        });
+                    (node, reply)
+                })
+            }),
+            |done: &[(Node, Result<Option<u64>, BackendError>)]| {
+                let holding = done
+                    .iter()
+                    .filter(|(_, r)| matches!(r, Ok(Some(_))))
+                    .count();
+                let not_ours = done.iter().filter(|(_, r)| matches!(r, Ok(None))).count();
+                quorum.carried(holding) || quorum.defeated(not_ours) || done.len() == total
+            },
+        )
         .await;
         let holding: Vec<(&Node, u64)> = issued
             .iter()
             .filter_map(|(node, reply)| match reply {
-                Ok(Some(fence)) => Some((*node, *fence)),
+                Ok(Some(fence)) => Some((node, *fence)),
                 _ => None,
             })
             .collect();
@@ -397,9 +434,22 @@ impl RedLockStore {
         decided
     }
 
-    /// Whether a majority has the lock key.
+    /// Whether a majority has the lock key; decided on the first majority that agrees.
     pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
-        let replies = join_all(self.nodes.iter().map(|node| node.exists(lock_key))).await;
+        let quorum = self.quorum();
+        let total = self.nodes.len();
+        let (replies, _) = gather(
+            self.nodes.iter().map(|node| {
+                let (node, lock_key) = (node.clone(), lock_key.to_owned());
+                tokio::spawn(async move { node.exists(&lock_key).await })
+            }),
+            |done: &[Result<bool, BackendError>]| {
+                let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
+                let no = done.iter().filter(|r| matches!(r, Ok(false))).count();
+                quorum.carried(yes) || quorum.carried(no) || done.len() == total
+            },
+        )
+        .await;
         let yes = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if !self.quorum().carried(answered) {

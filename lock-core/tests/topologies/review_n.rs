@@ -317,9 +317,11 @@ async fn a_min_replicas_timeout_past_the_command_timeout_still_answers_not_repli
 ///
 /// Expected: the undo of nodes that may hold the grant is bounded like the acquire's per-node
 /// calls (or runs in the background, as the per-node tasks already do it), so a minority of
-/// frozen nodes changes neither the answer nor its time.
+/// frozen nodes changes neither the answer nor its time beyond the per-node limit (a fiftieth
+/// of the lease, here 600 ms: a failed try still waits that long for late answers, whose
+/// grants it undoes before answering, see `redlock.rs`
+/// `a_late_grant_of_a_failed_try_is_gone_when_the_acquire_answers`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N5 (RELIABILITY.md, a sixth read)"]
 async fn a_frozen_minority_node_does_not_turn_busy_into_a_slow_backend_error() {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start().unwrap()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
@@ -358,7 +360,7 @@ async fn a_frozen_minority_node_does_not_turn_busy_into_a_slow_backend_error() {
         got_at.saturating_duration_since(released_at)
     );
     assert!(
-        matches!(tried, Err(LockError::Busy { .. })) && try_took < Duration::from_millis(500),
+        matches!(tried, Err(LockError::Busy { .. })) && try_took < Duration::from_millis(1000),
         "{observed}"
     );
     assert!(
@@ -379,7 +381,6 @@ async fn a_frozen_minority_node_does_not_turn_busy_into_a_slow_backend_error() {
 /// Expected: the token is decided once a majority issued it (the other nodes' answers, if
 /// any, may still raise the counter), so a frozen minority costs nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N6 (RELIABILITY.md, a sixth read)"]
 async fn a_fencing_token_does_not_wait_for_a_frozen_minority_node() {
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start().unwrap()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
