@@ -13,11 +13,11 @@ use tokio::time::Instant;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::cluster_async::ClusterConnection;
+#[cfg(feature = "cluster")]
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 #[cfg(feature = "sentinel")]
 use redis::sentinel::SentinelClient;
-#[cfg(feature = "sentinel")]
-use redis::RedisResult;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::backend_error::BackendError;
 
@@ -143,6 +143,22 @@ impl Connection {
     #[cfg(not(feature = "cluster"))]
     pub(crate) fn is_cluster(&self) -> bool {
         false
+    }
+}
+
+impl Connection {
+    /// Sends `cmd` to the server that holds `key`: on a cluster, the primary of the key's
+    /// slot whatever the command (one without a key would go to a random node, or to every
+    /// primary); elsewhere the one server.
+    pub(crate) async fn send_for_key(&mut self, cmd: &Cmd, key: &[u8]) -> RedisResult<Value> {
+        #[cfg(feature = "cluster")]
+        if let Self::Cluster(cluster) = self {
+            let route = Route::with_key(key, SlotAddr::Master);
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
+            return cluster.route_command(cmd.clone(), route).await;
+        }
+        let _ = key; // one server: nothing to route
+        self.req_packed_command(cmd).await
     }
 }
 

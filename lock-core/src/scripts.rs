@@ -99,7 +99,8 @@ impl Lua {
         self.script.get_or_init(|| Script::new(&self.text()))
     }
 
-    fn text(&self) -> String {
+    /// The script's text as sent (see [`script`](Self::script)).
+    pub(crate) fn text(&self) -> String {
         let (before, after) = self.split();
         let mut text = String::from(before);
         for preamble in self.preambles {

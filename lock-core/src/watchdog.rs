@@ -150,12 +150,15 @@ async fn tick(local: &LocalLocks) {
                 .map(|(keys, token)| (keys, token.as_str()))
                 .collect();
             local.count_renew_calls(local.store.renew_calls(&pairs));
-            let answers = local.store.renew(&pairs, NewLease::AtLeast(lease)).await;
-            let undone: Vec<_> = locks
-                .iter()
-                .zip(answers)
-                .filter_map(|(held, answer)| local.renewed(held, sent_at, lease, answer))
-                .collect();
+            // Each answer applied as it comes (a Cluster's slow shard holds back no other).
+            let mut undone = Vec::new();
+            let mut apply = |i: usize, answer| {
+                undone.extend(local.renewed(&locks[i], sent_at, lease, answer));
+            };
+            local
+                .store
+                .renew_each(&pairs, NewLease::AtLeast(lease), &mut apply)
+                .await;
             join_all(undone.iter().map(|held| local.extend_again(held))).await;
         }
     });

@@ -281,6 +281,24 @@ impl Store {
         }
     }
 
+    /// [`renew`](Self::renew), each answer given to `apply` (with the lock's place in `locks`)
+    /// as soon as it is decided; see `Node::renew_each`.
+    pub(crate) async fn renew_each(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: NewLease,
+        apply: &mut (dyn FnMut(usize, Renewal) + Send),
+    ) {
+        match self {
+            Self::Single(store) => store.node.renew_each(locks, lease, apply).await,
+            Self::RedLock(store) => {
+                for (i, answer) in store.renew(locks, lease).await.into_iter().enumerate() {
+                    apply(i, answer);
+                }
+            }
+        }
+    }
+
     /// Whether each of `locks` (their keys, token; exclusive locks) still holds its token,
     /// changing nothing: a handoff's confirmation while most of the lease Redis confirmed is
     /// left (see `LocalLocks::confirm`). `Renewed` means still held; one answer per lock.

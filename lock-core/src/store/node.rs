@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::aio::ConnectionLike;
 #[cfg(feature = "cluster")]
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
@@ -408,6 +409,39 @@ impl Node {
         self.dated(answers).await
     }
 
+    /// [`renew`](Self::renew), each answer given to `apply` (with the lock's place in
+    /// `locks`) as soon as it is known. On a cluster every lock is its own call, to the shard
+    /// of its slot, and a shard that is slow to answer (or does not) must not hold back the
+    /// answers of the others: applied only once the slowest call ended, they could come after
+    /// the validity their locks had left, and those locks were lost although their shards
+    /// renewed them. Elsewhere the calls go to one server and end together.
+    pub(crate) async fn renew_each(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: NewLease,
+        apply: &mut (dyn FnMut(usize, Renewal) + Send),
+    ) {
+        if !self.conn.is_cluster() {
+            for (i, answer) in self.renew(locks, lease).await.into_iter().enumerate() {
+                apply(i, answer);
+            }
+            return;
+        }
+        let mut calls: FuturesUnordered<_> = locks
+            .iter()
+            .enumerate()
+            .map(|(i, lock)| async move {
+                let script = RenewScript::of(lock.0.kind());
+                let answer = self.renew_with(script, &[*lock], lease).await;
+                (i, answer.into_iter().next().unwrap_or(Renewal::Unknown))
+            })
+            .collect();
+        // A cluster reads no uptime (`dated` would change nothing).
+        while let Some((i, answer)) = calls.next().await {
+            apply(i, answer);
+        }
+    }
+
     /// The script calls [`renew`](Self::renew) sends for `locks` (retries after a dropped
     /// connection aside): one per renewal script their kinds need, for up to [`BATCH`] locks,
     /// and one per lock on a cluster.
@@ -689,7 +723,7 @@ async fn with_wait(
             // The script cache was flushed (or the server restarted): load it and send both
             // again; the WAIT that ran alone counted nothing of ours.
             (Err(error), Some(script)) if calls::is_no_script(&error) && !loaded => {
-                calls::load(script, conn)
+                calls::load(script, conn, calls::LoadOn::Everywhere)
                     .await
                     .map_err(BackendError::redis)?;
                 loaded = true;

@@ -155,8 +155,11 @@ async fn the_documented_acl_runs_redlock_with_its_fence_write_back() {
         let token = guard.fencing_token().await.unwrap();
         assert!(token > last);
         last = token;
-        // Written back to a majority, none above it (a write-back refused on a minority
-        // would not fail the fence: `ACL LOG` below catches that).
+        // Written back to a majority (a write-back refused on a minority would not fail the
+        // fence: `ACL LOG` below catches that). The token is decided on the first majority
+        // that issued one: a node that answered after it may hold a larger counter of its
+        // own, and any later majority shares a node with the written-back one, so its token
+        // is larger still (the `token > last` above).
         let kept: Vec<u64> = nodes
             .iter()
             .filter_map(|node| node.keys("lock:*:fence:k").pop().map(|key| (node, key)))
@@ -166,7 +169,6 @@ async fn the_documented_acl_runs_redlock_with_its_fence_write_back() {
             kept.iter().filter(|k| **k == token).count() >= 2,
             "{kept:?}"
         );
-        assert!(kept.iter().all(|k| *k <= token), "{kept:?} above {token}");
         guard.release().await.unwrap();
     }
     for node in nodes.iter() {

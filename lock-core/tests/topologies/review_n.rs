@@ -426,7 +426,6 @@ async fn a_fencing_token_does_not_wait_for_a_frozen_minority_node() {
 /// Expected: each shard's (each call's) answer counts when it arrives, so a slow shard only
 /// affects its own locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N7 (RELIABILITY.md, a sixth read)"]
 async fn a_slow_cluster_shard_does_not_lose_the_locks_of_the_other_shards() {
     let cluster = lock_testkit::RedisCluster::start(3, 0).unwrap();
     let locker = Locker::builder()

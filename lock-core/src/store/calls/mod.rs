@@ -17,6 +17,7 @@ use redis::{Cmd, FromRedisValue, RedisResult, RedisWrite, ToRedisArgs, Value};
 
 use super::RestartGuard;
 use crate::backend_error::BackendError;
+use crate::connection::Connection;
 use crate::key::Name;
 use crate::limits::lease_ms;
 use crate::scripts::Lua;
@@ -150,24 +151,36 @@ impl<R: FromRedisValue> ScriptCall<R> {
     }
 
     /// Runs the call alone; loads the script and sends the same command again when the server
-    /// answers NOSCRIPT (its script cache was flushed, or it is a promoted replica).
-    pub(crate) async fn invoke(
-        &self,
-        conn: &mut impl redis::aio::ConnectionLike,
-    ) -> Result<R, BackendError> {
-        let sent: RedisResult<Value> = match self.cmd.query_async(conn).await {
-            Err(e) if is_no_script(&e) => match self.load(conn).await {
-                Ok(()) => self.cmd.query_async(conn).await,
-                Err(e) => Err(e),
-            },
-            sent => sent,
-        };
+    /// answers NOSCRIPT (its script cache was flushed, or it is a promoted replica): first
+    /// where the call's key is, then, if the call is refused again (a cluster's slot that
+    /// migrates, whose `ASK` sends it to another primary), on every primary.
+    pub(crate) async fn invoke(&self, conn: &mut Connection) -> Result<R, BackendError> {
+        let mut sent: RedisResult<Value> = self.cmd.query_async(conn).await;
+        for on in [LoadOn::KeysServer(self.first_key()), LoadOn::Everywhere] {
+            match sent {
+                Err(e) if is_no_script(&e) => {
+                    sent = match load(self.lua, conn, on).await {
+                        Ok(()) => self.cmd.query_async(conn).await,
+                        Err(e) => Err(e),
+                    };
+                }
+                _ => break,
+            }
+        }
         self.decode(sent.map_err(BackendError::redis)?)
+    }
+
+    /// The call's first key (`EVALSHA sha numkeys key ..`), where it runs; empty without one.
+    fn first_key(&self) -> &[u8] {
+        match self.cmd.args_iter().nth(3) {
+            Some(redis::Arg::Simple(key)) => key,
+            _ => &[],
+        }
     }
 
     /// The command, to send in a pipeline (see [`invoke`](Self::invoke) for one sent alone);
     /// its reply is read with [`decode`](Self::decode), and after NOSCRIPT the script is
-    /// loaded with [`load`](Self::load).
+    /// loaded with [`load`].
     pub(crate) fn into_command(self) -> (Cmd, &'static Lua) {
         (self.cmd, self.lua)
     }
@@ -176,11 +189,6 @@ impl<R: FromRedisValue> ScriptCall<R> {
     pub(crate) fn decode(&self, reply: Value) -> Result<R, BackendError> {
         decode(self.lua, reply)
     }
-
-    /// Loads the script into the server's cache (after NOSCRIPT).
-    async fn load(&self, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<()> {
-        load(self.lua, conn).await
-    }
 }
 
 /// `reply` as the reply of `lua`, or the error that names the script.
@@ -188,9 +196,28 @@ pub(crate) fn decode<R: FromRedisValue>(lua: &Lua, reply: Value) -> Result<R, Ba
     R::from_redis_value(reply).map_err(|e| BackendError::unexpected_reply(lua.name, e))
 }
 
-/// Loads `lua` into the server's cache (after NOSCRIPT); a cluster loads it on every primary.
-pub(crate) async fn load(lua: &Lua, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<()> {
-    lua.script().load_async(conn).await.map(drop)
+/// Where a script is loaded after NOSCRIPT.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LoadOn<'a> {
+    /// The server that holds this key: on a cluster the primary of its slot only. A primary
+    /// that is slow to answer then holds up no other shard's first call of the script (a
+    /// watchdog round renews every shard's locks at once).
+    KeysServer(&'a [u8]),
+    /// Every primary of a cluster (`SCRIPT LOAD` as sent alone): also the node a migrating
+    /// slot's `ASK` sends the call to.
+    Everywhere,
+}
+
+/// Loads `lua` into the script cache (after NOSCRIPT), on the server or servers `on` says.
+pub(crate) async fn load(lua: &Lua, conn: &mut Connection, on: LoadOn<'_>) -> RedisResult<()> {
+    match on {
+        LoadOn::KeysServer(key) => {
+            let mut load = redis::cmd("SCRIPT");
+            load.arg("LOAD").arg(lua.text());
+            conn.send_for_key(&load, key).await.map(drop)
+        }
+        LoadOn::Everywhere => lua.script().load_async(conn).await.map(drop),
+    }
 }
 
 /// Whether the server does not have the script (its cache was flushed, or it restarted).
