@@ -31,7 +31,7 @@ use crate::topology::{
 /// | [`connect_timeout`](Self::connect_timeout) | 5 s | 1 ms to 1 hour |
 /// | [`command_timeout`](Self::command_timeout) | 3 s | 1 ms to 1 hour |
 /// | [`release_retry_window`](Self::release_retry_window) | 0: no latch | 0 to 1 hour |
-/// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour |
+/// | [`min_replicas`](Self::min_replicas) | none | timeout 1 ms to 1 hour, used up to half the command timeout |
 /// | [`restart_guard`](Self::restart_guard) | none (not for Cluster) | 1 ms to 365 days |
 /// | [`tls`](Self::tls) | system trust store for `rediss://` URLs | |
 /// | [`sentinel_data_password`](Self::sentinel_data_password), [`sentinel_data_user`](Self::sentinel_data_user) | none: the data nodes behind Sentinel need no password | |
@@ -296,7 +296,10 @@ impl LockerBuilder {
     /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
     /// connection: while a replica lags, other commands of this locker queue behind it for up
     /// to `timeout`, which goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0` would
-    /// block for ever) to 1 hour.
+    /// block for ever) to 1 hour, and is cut to half the
+    /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
+    /// answer must come back within it, or the acquire would fail as a timeout rather than
+    /// with [`LockError::NotReplicated`].
     pub fn min_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
         self.min_replicas = Some(MinReplicas { replicas, timeout });
         self
@@ -632,6 +635,7 @@ impl LockerBuilder {
         }
         holder::validate(&settings.holder)?;
         check_durations(&settings, connect_timeout, min_replicas)?;
+        let min_replicas = min_replicas.map(|min| within_command_timeout(min, &settings));
         if let Some(max) = settings.max_hold {
             limits::check_max_hold(max, matches!(topology, Topology::RedLock(_)))?;
         }
@@ -712,9 +716,57 @@ fn check_durations(
     Ok(())
 }
 
+/// `min`, its `WAIT` cut to half the command timeout: the connection gives a reply up to the
+/// command timeout, and a `WAIT` that outlived it would fail the acquire as a timeout (tried
+/// again with the same `WAIT`, holding up every other command of the locker meanwhile)
+/// instead of answering how many replicas acknowledged.
+fn within_command_timeout(min: MinReplicas, settings: &Settings) -> MinReplicas {
+    let most = (settings.command_timeout / 2).max(limits::MIN_TIMEOUT);
+    if min.timeout > most {
+        tracing::warn!(
+            configured = ?min.timeout,
+            used = ?most,
+            command_timeout = ?settings.command_timeout,
+            "the min_replicas timeout is cut to half the command timeout"
+        );
+    }
+    MinReplicas {
+        timeout: min.timeout.min(most),
+        ..min
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_wait_is_cut_to_half_the_command_timeout() {
+        let settings = |command| Settings {
+            command_timeout: command,
+            ..LockerBuilder::default().settings
+        };
+        let wait = |timeout, command| {
+            within_command_timeout(
+                MinReplicas {
+                    replicas: 1,
+                    timeout,
+                },
+                &settings(command),
+            )
+            .timeout
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(wait(ms(2000), ms(1000)), ms(500));
+        assert_eq!(wait(ms(300), ms(1000)), ms(300));
+        assert_eq!(wait(ms(500), ms(1000)), ms(500));
+        assert_eq!(
+            wait(limits::MAX_TIMEOUT, limits::MAX_TIMEOUT),
+            limits::MAX_TIMEOUT / 2
+        );
+        // Never under `WAIT`'s 1 ms (0 would block for ever).
+        assert_eq!(wait(ms(5), ms(1)), ms(1));
+    }
 
     #[test]
     fn passwords_never_reach_debug_output() {

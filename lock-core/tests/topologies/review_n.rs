@@ -254,7 +254,6 @@ async fn readonly_from_a_demoted_primary_is_retried_on_the_new_one() {
 /// Expected: `NotReplicated { acked: 0 }` as documented (the builder refusing a `WAIT` timeout
 /// not shorter than the command timeout would do), and no other lock of the locker lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N4 (RELIABILITY.md, a sixth read)"]
 async fn a_min_replicas_timeout_past_the_command_timeout_still_answers_not_replicated() {
     let primary = common::server();
     let replica = common::server();
