@@ -151,7 +151,8 @@ impl BackendError {
 
     /// Errors after which the same call may succeed: lost connections, timeouts, a server that
     /// is loading, busy with a script, or a cluster in transition (MOVED/ASK/TRYAGAIN/
-    /// CLUSTERDOWN that outlasted the cluster client's own retries).
+    /// CLUSTERDOWN that outlasted the cluster client's own retries), or a primary demoted by a
+    /// failover (READONLY: Sentinel then names the new one, see `SentinelPrimary::check`).
     pub(crate) fn is_transient(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => {
@@ -162,7 +163,14 @@ impl BackendError {
                     || e.is_cluster_error()
                     || matches!(
                         e.code(),
-                        Some("LOADING" | "BUSY" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN")
+                        Some(
+                            "LOADING"
+                                | "BUSY"
+                                | "TRYAGAIN"
+                                | "CLUSTERDOWN"
+                                | "MASTERDOWN"
+                                | "READONLY"
+                        )
                     )
             }
             Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => true,
@@ -184,15 +192,27 @@ impl BackendError {
         }
     }
 
-    /// Whether a cluster refused the call before running it (MOVED, ASK, TRYAGAIN, CLUSTERDOWN
-    /// that outlasted the cluster client's own retries: a slot changing hands, or a script
-    /// whose keys a migrating slot has split between two nodes). Nothing ran, so the call may
-    /// be sent again.
-    pub(crate) fn is_cluster_refusal(&self) -> bool {
+    /// Whether the server refused the call before it changed anything: a cluster (MOVED, ASK,
+    /// TRYAGAIN, CLUSTERDOWN that outlasted the cluster client's own retries: a slot changing
+    /// hands, or a script whose keys a migrating slot has split between two nodes), or a
+    /// replica (READONLY: a primary demoted by a failover refuses every write, a script's
+    /// first one included; MASTERDOWN: a replica that serves nothing while its primary is
+    /// away). Nothing was written, so the call may be sent again.
+    pub(crate) fn is_refusal(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => {
                 e.is_cluster_error()
-                    || matches!(e.code(), Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
+                    || matches!(
+                        e.code(),
+                        Some(
+                            "MOVED"
+                                | "ASK"
+                                | "TRYAGAIN"
+                                | "CLUSTERDOWN"
+                                | "READONLY"
+                                | "MASTERDOWN"
+                        )
+                    )
             }
             Repr::TimedOut(_)
             | Repr::Deadline
@@ -301,9 +321,9 @@ mod tests {
         );
     }
 
-    /// A slot in migration or a cluster in transition refuses a command before it runs: the
-    /// acquire loop retries it within its wait, and a release may be sent again (its latch
-    /// makes a retry of a call that did run safe).
+    /// A slot in migration, a cluster in transition or a demoted primary refuses a command
+    /// before it runs: the acquire loop retries it within its wait, and a release may be sent
+    /// again (its latch makes a retry of a call that did run safe).
     #[test]
     fn cluster_redirections_and_refusals_are_transient() {
         for reply in [
@@ -311,13 +331,15 @@ mod tests {
             "-ASK 3999 127.0.0.1:6381\r\n",
             "-MOVED 3999 127.0.0.1:6381\r\n",
             "-CLUSTERDOWN The cluster is down\r\n",
+            "-READONLY You can't write against a read only replica.\r\n",
+            "-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
         ] {
             let error = redis::parse_redis_value(reply.as_bytes())
                 .and_then(redis::Value::extract_error)
                 .expect_err("an error reply");
             let error = BackendError::redis(error);
             assert!(error.is_transient(), "{reply}: {error}");
-            assert!(error.is_cluster_refusal(), "{reply}: {error}");
+            assert!(error.is_refusal(), "{reply}: {error}");
             assert!(!error.is_dropped_connection(), "{reply}: {error}");
         }
         // What a script met when a key it had not declared was missing from a migrating slot:
@@ -328,7 +350,7 @@ mod tests {
         .and_then(redis::Value::extract_error)
         .expect_err("an error reply");
         let halfway = BackendError::redis(halfway);
-        assert!(!halfway.is_transient() && !halfway.is_cluster_refusal());
+        assert!(!halfway.is_transient() && !halfway.is_refusal());
     }
 
     #[test]

@@ -296,7 +296,7 @@ impl Node {
         let call = release::of_kind(keys, token, self.latch);
         let first_sent = Instant::now();
         // Whether an earlier try may have run: its connection dropped after it was sent (a
-        // cluster's refusal comes before the script runs).
+        // refusal, a cluster's or a replica's, comes before the script runs).
         let mut earlier_may_have_run = false;
         let reply: Result<ReleaseReply, BackendError> = retry_dropped_noting(
             || {
@@ -652,8 +652,9 @@ fn eviction_policies(reply: &Value) -> Vec<String> {
 }
 
 /// Runs `call` again (twice at most, shortly after) when it failed on a dropped or refused
-/// connection, or a cluster refused it before it ran (a slot that moved or is migrating, whose
-/// end the cluster client's own retries did not see); for idempotent calls only.
+/// connection, or the server refused it before it ran (a cluster's slot that moved or is
+/// migrating, whose end the cluster client's own retries did not see; a primary demoted by a
+/// failover, whose successor Sentinel names meanwhile); for idempotent calls only.
 async fn retry_dropped<T, F, Fut>(call: F) -> Result<T, BackendError>
 where
     F: FnMut() -> Fut,
@@ -682,7 +683,7 @@ where
     let mut result = call().await;
     for delay in [5, 50] {
         match &result {
-            Err(e) if e.is_dropped_connection() || e.is_cluster_refusal() => {
+            Err(e) if e.is_dropped_connection() || e.is_refusal() => {
                 retrying_after(e);
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 result = call().await;

@@ -194,7 +194,6 @@ async fn a_redlock_node_named_twice_under_two_addresses_is_refused() {
 /// the acquire tries again within its wait, the release is sent again (or retried in the
 /// background) on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N3 (RELIABILITY.md, a sixth read)"]
 async fn readonly_from_a_demoted_primary_is_retried_on_the_new_one() {
     let mut sentinel = RedisSentinel::start("locks").unwrap();
     let lease = Duration::from_secs(10);
