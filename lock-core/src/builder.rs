@@ -300,6 +300,14 @@ impl LockerBuilder {
     /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
     /// answer must come back within it, or the acquire would fail as a timeout rather than
     /// with [`LockError::NotReplicated`].
+    ///
+    /// The watchdog's renewals are followed by `WAIT` too (one per round on a server, one per
+    /// lock on a cluster's shard), and a renewal fewer replicas acknowledged does not count:
+    /// after a failover the old primary, which no replica follows any more, may accept
+    /// renewals for seconds while the key runs out on the new primary and another locker
+    /// takes it there. So a held lock whose renewals no replica acknowledges for a lease is
+    /// lost (it fails closed, as an acquire does): with Sentinel, run two replicas or more,
+    /// so that a failover leaves the new primary one.
     pub fn min_replicas(mut self, replicas: u64, timeout: Duration) -> Self {
         self.min_replicas = Some(MinReplicas { replicas, timeout });
         self

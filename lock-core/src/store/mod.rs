@@ -290,7 +290,10 @@ impl Store {
         apply: &mut (dyn FnMut(usize, Renewal) + Send),
     ) {
         match self {
-            Self::Single(store) => store.node.renew_each(locks, lease, apply).await,
+            Self::Single(store) => {
+                let min = store.min_replicas;
+                store.node.renew_each(locks, lease, min, apply).await
+            }
             Self::RedLock(store) => {
                 for (i, answer) in store.renew(locks, lease).await.into_iter().enumerate() {
                     apply(i, answer);

@@ -381,6 +381,7 @@ impl Node {
         &self,
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
+        min: Option<MinReplicas>,
     ) -> Vec<Renewal> {
         let groups = RenewScript::ALL.map(|script| {
             let group: Vec<(usize, &(&RedisKeys, &str))> = locks
@@ -390,10 +391,18 @@ impl Node {
                 .collect();
             (script, group)
         });
+        // A cluster's calls each go to their own shard, and each waits there; one server's
+        // calls share one `WAIT` after them all (it covers every write before it on the
+        // connection), so a lagging replica holds the connection up once a round.
+        let (each, after) = if self.conn.is_cluster() {
+            (min, None)
+        } else {
+            (None, min)
+        };
         let renewed = join_all(groups.iter().filter(|(_, group)| !group.is_empty()).map(
             |(script, group)| async move {
                 let pairs: Vec<_> = group.iter().map(|(_, lock)| **lock).collect();
-                let answers = self.renew_with(*script, &pairs, lease).await;
+                let answers = self.renew_with(*script, &pairs, lease, each).await;
                 group
                     .iter()
                     .map(|(i, _)| *i)
@@ -406,7 +415,27 @@ impl Node {
         for (i, answer) in renewed.into_iter().flatten() {
             answers[i] = answer;
         }
+        if let Some(min) = after {
+            if answers.contains(&Renewal::Renewed) && self.replicas_acked(min).await < min.replicas
+            {
+                answers = answers.into_iter().map(Renewal::unreplicated).collect();
+            }
+        }
         self.dated(answers).await
+    }
+
+    /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
+    /// so far (0 when the call fails: nothing is known to have reached them).
+    async fn replicas_acked(&self, min: MinReplicas) -> u64 {
+        let acked = redis::cmd("WAIT")
+            .arg(min.replicas)
+            .arg(lease_ms(min.timeout))
+            .query_async::<u64>(&mut self.conn.clone())
+            .await;
+        acked.unwrap_or_else(|error| {
+            tracing::debug!(%error, "WAIT after renewals failed; the renewals are not counted");
+            0
+        })
     }
 
     /// [`renew`](Self::renew), each answer given to `apply` (with the lock's place in
@@ -419,10 +448,11 @@ impl Node {
         &self,
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
+        min: Option<MinReplicas>,
         apply: &mut (dyn FnMut(usize, Renewal) + Send),
     ) {
         if !self.conn.is_cluster() {
-            for (i, answer) in self.renew(locks, lease).await.into_iter().enumerate() {
+            for (i, answer) in self.renew(locks, lease, min).await.into_iter().enumerate() {
                 apply(i, answer);
             }
             return;
@@ -432,7 +462,7 @@ impl Node {
             .enumerate()
             .map(|(i, lock)| async move {
                 let script = RenewScript::of(lock.0.kind());
-                let answer = self.renew_with(script, &[*lock], lease).await;
+                let answer = self.renew_with(script, &[*lock], lease, min).await;
                 (i, answer.into_iter().next().unwrap_or(Renewal::Unknown))
             })
             .collect();
@@ -537,12 +567,18 @@ impl Node {
         }
     }
 
-    /// Renews `locks`, all of one kind, with that kind's renewal script.
+    /// Renews `locks`, all of one kind, with that kind's renewal script; with `min` (a
+    /// cluster's shards), each call followed by `WAIT` on its shard, and a renewal that fewer
+    /// replicas acknowledged is not counted (`Unknown`): after a failover the old primary,
+    /// which no replica follows any more, may still accept renewals that the new primary never
+    /// sees, where the key runs out and another locker takes it. Counted, they would keep the
+    /// old holder told "held".
     async fn renew_with(
         &self,
         script: RenewScript,
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
+        min: Option<MinReplicas>,
     ) -> Vec<Renewal> {
         // In a cluster a script's keys must share a slot: every lock is its own call there (all
         // sent at once, so each node still gets them in one pipelined write).
@@ -554,7 +590,21 @@ impl Node {
             let reply = retry_dropped(|| {
                 let mut conn = self.conn.clone();
                 let call = &call;
-                async move { call.invoke(&mut conn).await }
+                async move {
+                    let Some(min) = min else {
+                        return call.invoke(&mut conn).await;
+                    };
+                    let (cmd, lua) = call.command();
+                    let key = chunk.first().map_or("", |(keys, _)| keys.lock.as_str());
+                    let (reply, acked) =
+                        with_wait(&mut conn, cmd.clone(), Some(lua), key, min).await?;
+                    let RenewReply(renewals) = call.decode(reply)?;
+                    Ok(RenewReply(if acked < min.replicas {
+                        renewals.into_iter().map(Renewal::unreplicated).collect()
+                    } else {
+                        renewals
+                    }))
+                }
             })
             .await;
             match reply {

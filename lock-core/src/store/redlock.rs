@@ -392,7 +392,7 @@ impl RedLockStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        self.decided(locks.len(), |node| node.renew(locks, lease))
+        self.decided(locks.len(), |node| node.renew(locks, lease, None))
             .await
     }
 

@@ -62,7 +62,7 @@ impl SingleStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        self.node.renew(locks, lease).await
+        self.node.renew(locks, lease, self.min_replicas).await
     }
 
     pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {

@@ -102,6 +102,21 @@ pub fn lock_key(server: &RedisServer, key: &str) -> String {
         .expect("lock key exists")
 }
 
+/// What Sentinel does at once to the other replicas of a deployment with more than one: a
+/// replica (`extra`) follows the promoted primary on `port`. Returns once its link is up.
+pub async fn attach_replica(extra: &RedisServer, port: u16) {
+    let _: () = extra.cmd(&["REPLICAOF", "127.0.0.1", &port.to_string()]);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            extra
+                .try_cmd::<String>(&["INFO", "replication"])
+                .is_ok_and(|info| info.contains("master_link_status:up"))
+        })
+        .await,
+        "the extra replica did not attach"
+    );
+}
+
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();

@@ -34,21 +34,6 @@ fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
     Some((name, pttl))
 }
 
-/// What Sentinel does at once to the other replicas of a deployment with more than one: a
-/// replica (`extra`) follows the promoted primary on `port`. Returns once its link is up.
-async fn attach_replica(extra: &RedisServer, port: u16) {
-    let _: () = extra.cmd(&["REPLICAOF", "127.0.0.1", &port.to_string()]);
-    assert!(
-        common::eventually(Duration::from_secs(10), || {
-            extra
-                .try_cmd::<String>(&["INFO", "replication"])
-                .is_ok_and(|info| info.contains("master_link_status:up"))
-        })
-        .await,
-        "the extra replica did not attach"
-    );
-}
-
 /// Finding N1 (Sentinel): a release sent in the first moments after a manual
 /// `SENTINEL FAILOVER` promoted the replica still goes to the old primary (the locker learns of
 /// the new one at its next once-a-second question to Sentinel, or after an error). There it
@@ -580,7 +565,6 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
 /// Expected (documented): the old holder stops saying held within lease / 3 of another
 /// locker's grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N8 (RELIABILITY.md, a sixth read)"]
 async fn after_a_manual_failover_the_old_holder_stops_saying_held_within_a_renewal_interval() {
     let mut sentinel = RedisSentinel::start("locks").unwrap();
     let lease = Duration::from_millis(900);
@@ -608,7 +592,7 @@ async fn after_a_manual_failover_the_old_holder_stops_saying_held_within_a_renew
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let promoted_at = started.elapsed();
-    attach_replica(&extra, promoted_server_port).await;
+    common::attach_replica(&extra, promoted_server_port).await;
     // The other locker takes the key on the new primary as soon as its copy ran out there.
     let taken = loop {
         match other.lock("k").wait(Duration::ZERO).await {
@@ -648,7 +632,6 @@ async fn after_a_manual_failover_the_old_holder_stops_saying_held_within_a_renew
 ///
 /// Expected: the old holder gets `Lost` (or at least a token smaller than the new holder's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N9 (RELIABILITY.md, a sixth read)"]
 async fn after_a_manual_failover_the_old_holder_gets_no_larger_fencing_token() {
     let mut sentinel = RedisSentinel::start("locks").unwrap();
     let lease = Duration::from_millis(900);
@@ -674,7 +657,7 @@ async fn after_a_manual_failover_the_old_holder_gets_no_larger_fencing_token() {
         assert!(started.elapsed() < Duration::from_secs(15), "no promotion");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    attach_replica(&extra, promoted_server_port).await;
+    common::attach_replica(&extra, promoted_server_port).await;
     let taken = loop {
         match other.lock("k").wait(Duration::ZERO).await {
             Ok(taken) => break taken,

@@ -618,7 +618,9 @@ async fn redlock_restart_guard_prevents_the_second_holder() {
 /// F16: a manual `SENTINEL FAILOVER`. The old primary keeps answering for seconds after the
 /// switch, so a client that only reacted to errors would keep renewing there while the key on
 /// the new primary runs out. The locker asks Sentinel every second, moves to the new primary,
-/// and the lock stays exclusive there for longer than its lease.
+/// and the lock stays exclusive there for longer than its lease. With `min_replicas` the
+/// renewals count only where a replica acknowledges them (N8): the new primary gets the
+/// deployment's second replica (`extra`), as Sentinel reconfigures it at once.
 #[tokio::test]
 async fn sentinel_manual_failover_is_followed_before_the_lease_runs_out() {
     let mut sentinel = RedisSentinel::start("locks").unwrap();
@@ -635,6 +637,8 @@ async fn sentinel_manual_failover_is_followed_before_the_lease_runs_out() {
     let _: () = sentinel.sentinels()[0].cmd(&["SENTINEL", "FAILOVER", "locks"]);
     let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
     assert_ne!(old, new);
+    let extra = lock_testkit::RedisServer::start().unwrap();
+    common::attach_replica(&extra, new).await;
     // Two leases on the new primary: without renewals there, its copy of the key would expire.
     let direct = redis::Client::open(format!("redis://127.0.0.1:{new}/")).unwrap();
     let mut conn = direct.get_multiplexed_async_connection().await.unwrap();

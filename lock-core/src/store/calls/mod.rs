@@ -178,6 +178,12 @@ impl<R: FromRedisValue> ScriptCall<R> {
         }
     }
 
+    /// The command and its script, to send in a pipeline, keeping the call (see
+    /// [`into_command`](Self::into_command)).
+    pub(crate) fn command(&self) -> (&Cmd, &'static Lua) {
+        (&self.cmd, self.lua)
+    }
+
     /// The command, to send in a pipeline (see [`invoke`](Self::invoke) for one sent alone);
     /// its reply is read with [`decode`](Self::decode), and after NOSCRIPT the script is
     /// loaded with [`load`].

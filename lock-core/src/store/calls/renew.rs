@@ -117,6 +117,16 @@ pub(crate) enum Renewal {
 }
 
 impl Renewal {
+    /// This answer from a server fewer replicas than required acknowledged: a renewal there
+    /// proves nothing (the server may be a primary a failover left behind), so `Renewed`
+    /// becomes `Unknown`; a loss stays a loss.
+    pub(crate) fn unreplicated(self) -> Self {
+        match self {
+            Self::Renewed => Self::Unknown,
+            other => other,
+        }
+    }
+
     /// The metric label of this answer.
     pub(crate) fn label(self) -> &'static str {
         match self {
