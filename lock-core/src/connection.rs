@@ -147,6 +147,38 @@ impl Connection {
 }
 
 impl Connection {
+    /// Whether Sentinel names the server: a failover may move it.
+    pub(crate) fn follows_sentinel(&self) -> bool {
+        #[cfg(feature = "sentinel")]
+        if let Self::Sentinel(_) = self {
+            return true;
+        }
+        false
+    }
+
+    /// Asks Sentinel whether the primary moved, now and then every tenth of a second for up
+    /// to `within` (Sentinel names a promoted replica a moment after the promotion), and
+    /// follows it; whether it did. `false` at once for the other deployments (their nodes do
+    /// not move under a name).
+    pub(crate) async fn primary_moved(&self, within: Duration) -> bool {
+        #[cfg(feature = "sentinel")]
+        if let Self::Sentinel(primary) = self {
+            let (before, asked) = (primary.generation(), Instant::now());
+            loop {
+                primary.switch(None).await;
+                if primary.generation() != before {
+                    return true;
+                }
+                if asked.elapsed() >= within {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        let _ = within;
+        false
+    }
+
     /// Sends `cmd` to the server that holds `key`: on a cluster, the primary of the key's
     /// slot whatever the command (one without a key would go to a random node, or to every
     /// primary); elsewhere the one server.

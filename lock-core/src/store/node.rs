@@ -424,9 +424,20 @@ impl Node {
         self.dated(answers).await
     }
 
+    /// Whether Sentinel names this node's server (a failover may move it).
+    pub(crate) fn follows_sentinel(&self) -> bool {
+        self.conn.follows_sentinel()
+    }
+
+    /// Whether the primary this node's connection goes to moved (see
+    /// `Connection::primary_moved`).
+    pub(crate) async fn primary_moved(&self, within: Duration) -> bool {
+        self.conn.primary_moved(within).await
+    }
+
     /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
     /// so far (0 when the call fails: nothing is known to have reached them).
-    async fn replicas_acked(&self, min: MinReplicas) -> u64 {
+    pub(crate) async fn replicas_acked(&self, min: MinReplicas) -> u64 {
         let acked = redis::cmd("WAIT")
             .arg(min.replicas)
             .arg(lease_ms(min.timeout))

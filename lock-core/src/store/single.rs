@@ -2,6 +2,9 @@
 //! optionally with `WAIT` for replicas after each acquire.
 
 use std::future::Future;
+use std::pin::Pin;
+
+use futures_util::future::Either;
 
 use super::node::Node;
 use super::{
@@ -11,6 +14,14 @@ use crate::backend_error::BackendError;
 use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::token::Token;
+
+/// How long an unacknowledged release asks Sentinel whether the primary moved: Sentinel names
+/// a promoted replica a moment after the promotion (well under a second on loopback).
+const SENTINEL_NAMES_THE_NEW_PRIMARY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A release's future, boxed behind a vtable.
+type ReleaseFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ReleaseReply, BackendError>> + Send + 'a>>;
 
 /// Locks on one logical Redis.
 #[derive(Debug)]
@@ -54,7 +65,52 @@ impl SingleStore {
         keys: &'a RedisKeys,
         token: &'a Token,
     ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
-        self.node.release(keys, token)
+        match self.min_replicas {
+            None => Either::Left(self.node.release(keys, token)),
+            // Boxed: most lockers leave the setting off, and every release's future would
+            // carry this one's state (behind a vtable: its type is deep enough that the
+            // compiler's proof that it is `Send` would overflow).
+            Some(min) => {
+                let replicated: ReleaseFuture<'a> =
+                    Box::pin(self.release_replicated(keys, token, min));
+                Either::Right(replicated)
+            }
+        }
+    }
+
+    /// A release with `min_replicas`. A deletion no replica acknowledged may have run on a
+    /// primary a failover left behind (the locker learns of the new one within a second, or
+    /// at an error); the new primary then keeps the key, held by nobody, for the rest of its
+    /// lease. So Sentinel is asked at once (and for a moment, see
+    /// [`SENTINEL_NAMES_THE_NEW_PRIMARY`]), and if the primary moved, the release is sent
+    /// again there (by token: it deletes the key only if it still holds it). A replica that
+    /// merely lags costs the release that moment.
+    async fn release_replicated(
+        &self,
+        keys: &RedisKeys,
+        token: &Token,
+        min: MinReplicas,
+    ) -> Result<ReleaseReply, BackendError> {
+        let reply = self.node.release(keys, token).await?;
+        // Only Sentinel moves a primary under the locker (a cluster's client follows its
+        // shards itself, a single server does not move).
+        if !reply.ours
+            || !self.node.follows_sentinel()
+            || self.node.replicas_acked(min).await >= min.replicas
+            || !self
+                .node
+                .primary_moved(SENTINEL_NAMES_THE_NEW_PRIMARY)
+                .await
+        {
+            return Ok(reply);
+        }
+        let again = self.node.release(keys, token).await?;
+        // Ours where the locks live now, or gone from there: the first answer stands, with
+        // the waiters the second one found.
+        Ok(ReleaseReply {
+            others_waiting: reply.others_waiting || again.others_waiting,
+            ..reply
+        })
     }
 
     pub(crate) async fn renew(

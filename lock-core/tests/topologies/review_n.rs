@@ -45,7 +45,6 @@ fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
 /// Expected: a release that answers `Ok` has freed the lock where the deployment's locks live
 /// now, or is retried there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N1 (RELIABILITY.md, a sixth read)"]
 async fn a_release_right_after_a_manual_sentinel_failover_frees_the_lock_on_the_new_primary() {
     let mut sentinel = RedisSentinel::start("locks").unwrap();
     let lease = Duration::from_secs(10);

@@ -246,9 +246,11 @@ async fn sentinel_failover_loss_window_and_min_replicas_refusal() {
 /// F17: a cluster primary is SIGKILLed while locks are held on every shard. Locks on the other
 /// shards survive the `CLUSTERDOWN` second; the replicated lock on the failed shard survives the
 /// failover (acquired with `min_replicas(1, ..)`); new acquires work again within their wait.
+/// Two replicas a shard: with `min_replicas` the renewals count only where a replica
+/// acknowledges them (N8), and the promoted replica keeps the other one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_primary_failover_keeps_replicated_locks() {
-    let mut cluster = RedisCluster::start(3, 1).unwrap();
+    let mut cluster = RedisCluster::start(3, 2).unwrap();
     let holder = Locker::builder()
         .cluster(cluster.urls())
         .watchdog_lease(Duration::from_secs(6))
