@@ -552,11 +552,19 @@ async fn start_up_errors_name_the_server_and_what_is_missing() {
     );
     assert!(!format!("{err:?}").contains("pw-secret"));
 
+    // Three servers that are down (three addresses: one named twice is refused before any
+    // connection).
+    let ports: Vec<u16> = (0..3)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|closed| closed.local_addr().unwrap().port())
+        .collect();
     let err = Locker::builder()
         .redlock([
-            format!("redis://127.0.0.1:{port}"),
-            format!("redis://:pw-secret@127.0.0.1:{port}"),
-            format!("redis://127.0.0.1:{port}/1"),
+            format!("redis://127.0.0.1:{}", ports[0]),
+            format!("redis://:pw-secret@127.0.0.1:{}", ports[1]),
+            format!("redis://127.0.0.1:{}/1", ports[2]),
         ])
         .connect_timeout(Duration::from_millis(300))
         .build()
