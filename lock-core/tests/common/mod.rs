@@ -94,6 +94,18 @@ pub fn keys(server: &RedisServer, prefix: &str) -> Vec<String> {
     server.cmd(&["KEYS", &format!("{prefix}*")])
 }
 
+/// The Redis name of `key`'s lock (`lock:{tag}:lock:<key>`) on `server`, if it exists.
+pub fn lock_key_opt(server: &RedisServer, key: &str) -> Option<String> {
+    keys(server, "lock:")
+        .into_iter()
+        .find(|k| k.ends_with(&format!(":lock:{key}")))
+}
+
+/// The PTTL of `key`'s lock on `server` in ms (-2: no such key).
+pub fn lock_pttl(server: &RedisServer, key: &str) -> i64 {
+    lock_key_opt(server, key).map_or(-2, |name| server.cmd(&["PTTL", &name]))
+}
+
 /// The Redis name of the lock of `key` (the only `:lock:` key for it).
 pub fn lock_key(server: &RedisServer, key: &str) -> String {
     keys(server, "lock:")

@@ -130,7 +130,7 @@ async fn a_lock_all_whose_give_back_meets_a_short_outage_leaves_no_key_held_by_n
         "the first try's acquire script for `b` ran"
     );
     assert!(
-        lock_key_opt(&server, "a").is_some(),
+        common::lock_key_opt(&server, "a").is_some(),
         "the first try took `a`"
     );
     tokio::time::sleep(delay + delay / 2).await;
@@ -138,7 +138,7 @@ async fn a_lock_all_whose_give_back_meets_a_short_outage_leaves_no_key_held_by_n
     tokio::time::sleep(OUTAGE).await;
     proxy.set_mode(ProxyMode::Pass).await;
     let answer = all.await.unwrap();
-    let leftover = lock_key_opt(&server, "a").map(|name| {
+    let leftover = common::lock_key_opt(&server, "a").map(|name| {
         let pttl: i64 = server.cmd(&["PTTL", &name]);
         pttl
     });
@@ -163,13 +163,6 @@ async fn a_lock_all_whose_give_back_meets_a_short_outage_leaves_no_key_held_by_n
 /// How long Redis is out of reach for the give-back of `a` (the connection manager's own
 /// reconnection attempts, which a command waits for, span a few hundred milliseconds).
 const OUTAGE: Duration = Duration::from_millis(1500);
-
-/// The lock's Redis key (`lock:{tag}:lock:<key>`), if it exists.
-fn lock_key_opt(server: &RedisServer, key: &str) -> Option<String> {
-    common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))
-}
 
 /// A release future dropped after its release ran on the server (its reply on its way) is
 /// finished by the background releaser, which runs the release again from the start: as a
@@ -203,7 +196,10 @@ async fn a_release_cancelled_after_it_ran_is_not_reported_as_a_deletion_behind_t
         let release = tokio::spawn(async move { guard.release().await });
         // The release ran on the server after one delay; its reply is half a delay away.
         tokio::time::sleep(delay + delay / 2).await;
-        assert!(lock_key_opt(&server, "r").is_none(), "the release ran");
+        assert!(
+            common::lock_key_opt(&server, "r").is_none(),
+            "the release ran"
+        );
         let next = if taken {
             Some(other.lock("r").wait(Duration::ZERO).await.unwrap())
         } else {
@@ -309,7 +305,8 @@ async fn a_slow_handoff_confirmation_that_renewed_the_lock_does_not_leave_it_hel
     proxy.set_mode(ProxyMode::Delay(delay)).await;
     tokio::time::sleep_until(built + Duration::from_millis(1500)).await;
     let released = guard.release().await;
-    let pttl: i64 = lock_key_opt(&server, "k").map_or(-2, |name| server.cmd(&["PTTL", &name]));
+    let pttl: i64 =
+        common::lock_key_opt(&server, "k").map_or(-2, |name| server.cmd(&["PTTL", &name]));
     let watchdog_locks = holder.stats().watchdog_locks;
     proxy.set_mode(ProxyMode::Pass).await;
     let next = queued.await.unwrap();

@@ -10,18 +10,6 @@ use lock_core::{LockError, Locker};
 use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 use tokio::time::Instant;
 
-/// The lock's Redis key (`lock:{tag}:lock:<key>`), if it exists.
-fn lock_key_opt(server: &RedisServer, key: &str) -> Option<String> {
-    common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))
-}
-
-/// The PTTL of the lock of `key` in ms (-2: no such key).
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    lock_key_opt(server, key).map_or(-2, |name| server.cmd(&["PTTL", &name]))
-}
-
 /// T19's hole, the case an outage makes most often: a lock whose local validity ran out
 /// while Redis still has it under the holder's token (an extension, or a watchdog renewal,
 /// that ran on the server but whose reply did not come back in time), released while the
@@ -102,13 +90,13 @@ async fn a_lock_lost_by_its_clock_whose_release_meets_an_outage_leaves_no_key_he
         } else {
             tokio::time::sleep(delay).await;
         }
-        let pttl_before = pttl(&server, "k");
+        let pttl_before = common::lock_pttl(&server, "k");
         proxy.set_mode(ProxyMode::Refuse).await;
         let released = guard.release().await;
         tokio::time::sleep(Duration::from_millis(400)).await;
         proxy.set_mode(ProxyMode::Pass).await;
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let pttl_after = pttl(&server, "k");
+        let pttl_after = common::lock_pttl(&server, "k");
         let taken = other.lock("k").wait(Duration::ZERO).await;
         let taken_desc = format!("{:?}", taken.as_ref().map(|_| "taken"));
         if let Ok(g) = taken {
@@ -206,7 +194,7 @@ async fn with_lock_does_not_answer_lost_when_the_release_found_the_lock_still_ou
     let answer = section.await.unwrap();
     let answered_at = built.elapsed();
     let expired_after = expired_keys(&server);
-    let left = lock_key_opt(&server, "k");
+    let left = common::lock_key_opt(&server, "k");
     eprintln!(
         "FIGURE with_lock answer {answer:?} at {answered_at:?}; expired_keys {expired_before} -> \
          {expired_after}; key left {left:?}"

@@ -7,20 +7,8 @@ use crate::common;
 use std::time::Duration;
 
 use lock_core::Locker;
-use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
+use lock_testkit::{FaultProxy, ProxyMode};
 use tokio::time::Instant;
-
-/// The lock's Redis key (`lock:{tag}:lock:<key>`), if it exists.
-fn lock_key_opt(server: &RedisServer, key: &str) -> Option<String> {
-    common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))
-}
-
-/// The PTTL of the lock of `key` in ms (-2: no such key).
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    lock_key_opt(server, key).map_or(-2, |name| server.cmd(&["PTTL", &name]))
-}
 
 /// Finding M1 (T17 incomplete): a watchdog lock without `max_hold` whose lease a shortening
 /// `extend` cut ends by design when that shorter lease runs out before the watchdog's next
@@ -120,7 +108,7 @@ async fn m2_a_shortening_extend_is_not_undone_by_a_renewal_retried_after_it() {
         let extended_at = Instant::now();
         tokio::time::sleep(Duration::from_millis(600)).await;
         let held = guard.is_held();
-        let left = pttl(&server, &key);
+        let left = common::lock_pttl(&server, &key);
         let taken = other.lock(key.clone()).wait(Duration::ZERO).await;
         let taken_desc = format!("{:?}", taken.as_ref().map(|_| "taken"));
         let after = extended_at.elapsed();
@@ -185,7 +173,7 @@ async fn m2_a_lengthening_extend_sent_while_a_renewal_waits_is_not_cut_back() {
     assert!(extended.is_ok(), "extend(10 s): {extended:?}");
     // Past the renewal's lease (3 s) and the watchdog's next round.
     tokio::time::sleep(Duration::from_millis(3500)).await;
-    let left = pttl(&server, "long");
+    let left = common::lock_pttl(&server, "long");
     let held = guard.is_held();
     guard.release().await.unwrap();
     assert!(
@@ -233,9 +221,9 @@ async fn m3_a_shutdown_gives_back_a_lock_lost_by_its_clock_whose_key_redis_kept(
     // The 1.5 s lease ends locally (the watchdog marks it lost there); Redis keeps 20 s.
     tokio::time::sleep(Duration::from_millis(1800)).await;
     let held = guard.is_held();
-    let before = pttl(&server, "k");
+    let before = common::lock_pttl(&server, "k");
     let shut = holder.shutdown(Duration::from_secs(2)).await;
-    let after = pttl(&server, "k");
+    let after = common::lock_pttl(&server, "k");
     drop(guard);
     assert!(
         after < 0,
