@@ -142,6 +142,9 @@ struct HoldState {
     /// the safety margin), as [`Hold::after_grant`]: what a renewal sent before it would undo
     /// if it ran after it. 0 until an extension.
     extended_to: u64,
+    /// Lets one explicit extension of this hold at a time reach Redis (see
+    /// [`Hold::extension_turn`]); made by the first extension.
+    extending: Option<Arc<tokio::sync::Mutex<()>>>,
     /// Wakes the tasks waiting in [`Hold::lost`]; made by the first of them.
     lost_signal: Option<Arc<Notify>>,
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
@@ -201,6 +204,7 @@ impl Hold {
                 until: nanos_between(grant.sent_at, until),
                 extended_at: None,
                 extended_to: 0,
+                extending: None,
                 lost_signal: None,
                 hold_span: None,
             }),
@@ -403,6 +407,26 @@ impl Hold {
         state.until = state
             .until
             .max(self.after_grant(confirmed_until(sent_at, lease)));
+    }
+
+    /// The turn an explicit extension of this hold takes before it is sent, and keeps until
+    /// it is answered: two extensions in flight at once could run in Redis in either order (a
+    /// retry on a new connection), and the one this hold counts last would not be the one
+    /// Redis applied last (a key cut back under a hold that counts a longer lease).
+    pub(crate) fn extension_turn(&self) -> Arc<tokio::sync::Mutex<()>> {
+        self.state
+            .lock()
+            .extending
+            .get_or_insert_with(Default::default)
+            .clone()
+    }
+
+    /// Whether an explicit extension was sent at `at` or later.
+    pub(crate) fn extended_since(&self, at: Instant) -> bool {
+        let state = self.state.lock();
+        state
+            .extended_at
+            .is_some_and(|sent| sent >= self.since_grant(at))
     }
 
     /// Whether a renewal of `lease` sent at `sent_at` went out before an explicit extension

@@ -696,6 +696,16 @@ impl LocalLocks {
     /// Sets the remaining lease of `held`'s lock to `by` from now, if Redis still holds it for
     /// its token (see [`LockGuard::extend`](crate::LockGuard::extend)).
     pub(crate) async fn extend_held(&self, held: &Hold, by: Duration) -> Result<(), LockError> {
+        let turn = held.extension_turn();
+        let _turn = turn.lock().await;
+        if held.is_lost() {
+            return Err(held.lost_error());
+        }
+        self.extend_in_turn(held, by).await
+    }
+
+    /// [`extend_held`](Self::extend_held) once the hold's extension turn is taken.
+    async fn extend_in_turn(&self, held: &Hold, by: Duration) -> Result<(), LockError> {
         let sent_at = Instant::now();
         // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
         // or left without an answer, the extension may have run all the same.
@@ -721,16 +731,23 @@ impl LocalLocks {
         }
     }
 
-    /// Sends again the extension that a renewal may have undone (see
-    /// [`renewed`](Self::renewed)): the lease `held` keeps now, from now (1 ms when it has
-    /// run out, which ends the key at once). It counts as an extension: renewals sent before
-    /// it no longer count, so nothing this process believes outlives what Redis keeps.
-    pub(crate) async fn extend_again(&self, held: &Hold) {
+    /// Sends again the extension that a renewal answered at `answered_at` may have undone
+    /// (see [`renewed`](Self::renewed)): the lease `held` keeps now, from now (1 ms when it
+    /// has run out, which ends the key at once). It counts as an extension: renewals sent
+    /// before it no longer count, so nothing this process believes outlives what Redis keeps.
+    /// It takes the hold's extension turn, as an `extend` does; an extension sent after the
+    /// renewal's answer ran after the renewal in Redis, and nothing is sent again.
+    pub(crate) async fn extend_again(&self, held: &Hold, answered_at: Instant) {
+        let turn = held.extension_turn();
+        let _turn = turn.lock().await;
+        if held.extended_since(answered_at) {
+            return;
+        }
         let by = held
             .valid_until()
             .saturating_duration_since(Instant::now())
             .max(MIN_LEASE);
-        if let Err(error) = self.extend_held(held, by).await {
+        if let Err(error) = self.extend_in_turn(held, by).await {
             tracing::debug!(%error, key = %ShownKey(held.key()), "an extension undone by a late renewal could not be sent again");
         }
     }

@@ -19,7 +19,7 @@
 //! lock it served is marked lost at once ([`LostReason::RenewalStopped`]), and so is every
 //! lock still held if the task is ever dropped without the locker shutting down.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -130,7 +130,7 @@ impl Drop for Stopped {
 }
 
 /// Renews every record due now, each group of one lease in one round trip, all at once.
-async fn tick(local: &LocalLocks) {
+async fn tick(local: &Arc<LocalLocks>) {
     let due = local.due_for_renewal(Instant::now());
     if due.is_empty() {
         return;
@@ -151,15 +151,19 @@ async fn tick(local: &LocalLocks) {
                 .collect();
             local.count_renew_calls(local.store.renew_calls(&pairs));
             // Each answer applied as it comes (a Cluster's slow shard holds back no other).
-            let mut undone = Vec::new();
+            // An extension a renewal may have undone is sent again in a task of its own: it
+            // waits for the hold's extension turn, and a slow shard must not hold up the
+            // round (the other locks' next renewals).
             let mut apply = |i: usize, answer| {
-                undone.extend(local.renewed(&locks[i], sent_at, lease, answer));
+                if let Some(held) = local.renewed(&locks[i], sent_at, lease, answer) {
+                    let (local, answered_at) = (local.clone(), Instant::now());
+                    tokio::spawn(async move { local.extend_again(&held, answered_at).await });
+                }
             };
             local
                 .store
                 .renew_each(&pairs, NewLease::AtLeast(lease), &mut apply)
                 .await;
-            join_all(undone.iter().map(|held| local.extend_again(held))).await;
         }
     });
     join_all(calls).await;

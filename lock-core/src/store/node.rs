@@ -770,7 +770,13 @@ async fn with_wait(
     wait.arg(min.replicas).arg(lease_ms(min.timeout));
     let mut pipe = redis::pipe();
     pipe.add_command(cmd).add_command(wait);
-    let mut loaded = false;
+    // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
+    // `ASK` sends the call to another primary) every primary.
+    let mut loads = [
+        calls::LoadOn::KeysServer(lock_key.as_bytes()),
+        calls::LoadOn::Everywhere,
+    ]
+    .into_iter();
     loop {
         let values = send_to_holder(conn, &pipe, lock_key).await;
         // An error comes back for the whole pipeline or as the command's own reply.
@@ -784,11 +790,13 @@ async fn with_wait(
         match (reply.extract_error(), script) {
             // The script cache was flushed (or the server restarted): load it and send both
             // again; the WAIT that ran alone counted nothing of ours.
-            (Err(error), Some(script)) if calls::is_no_script(&error) && !loaded => {
-                calls::load(script, conn, calls::LoadOn::Everywhere)
+            (Err(error), Some(script)) if calls::is_no_script(&error) => {
+                let Some(on) = loads.next() else {
+                    return Err(BackendError::redis(error));
+                };
+                calls::load(script, conn, on)
                     .await
                     .map_err(BackendError::redis)?;
-                loaded = true;
             }
             (Err(error), _) => return Err(BackendError::redis(error)),
             (Ok(reply), _) => {

@@ -13,6 +13,7 @@ mod owner_waits;
 mod partition;
 mod processes;
 mod review_m;
+mod review_o;
 mod safety;
 mod soak;
 mod wipe_replays;

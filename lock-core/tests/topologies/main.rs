@@ -9,6 +9,7 @@ mod cluster_migration;
 mod kinds_cluster;
 mod redlock;
 mod review_n;
+mod review_o;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
