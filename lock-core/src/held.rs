@@ -126,6 +126,9 @@ const RELEASE_SENT: u8 = 16;
 /// The release found the key still holding the token (and deleted it) after the local clock
 /// had given the lock up: nobody else held it meanwhile.
 const RELEASED_OURS: u8 = 32;
+/// An explicit extension took the hold's extension turn (made it): the hold's end waits for
+/// that turn (see [`Hold::extension_turn`]).
+const EXTENDED: u8 = 64;
 
 /// What changes in a held lock after its grant, under one lock: the validity clock, and the
 /// two things most locks never need, made or stored only when they are.
@@ -414,11 +417,25 @@ impl Hold {
     /// retry on a new connection), and the one this hold counts last would not be the one
     /// Redis applied last (a key cut back under a hold that counts a longer lease).
     pub(crate) fn extension_turn(&self) -> Arc<tokio::sync::Mutex<()>> {
-        self.state
+        let turn = self
+            .state
             .lock()
             .extending
             .get_or_insert_with(Default::default)
-            .clone()
+            .clone();
+        self.mark(EXTENDED);
+        turn
+    }
+
+    /// The extension turn, if an extension ever took it: the end of the hold (its release or
+    /// local handoff) takes it too, so that an extension still on its way (a retry on a new
+    /// connection) runs in Redis before the key is deleted or passed on under the same token.
+    /// One atomic load for a hold never extended.
+    pub(crate) fn extension_turn_if_extended(&self) -> Option<Arc<tokio::sync::Mutex<()>>> {
+        if !self.is_marked(EXTENDED) {
+            return None;
+        }
+        self.state.lock().extending.clone()
     }
 
     /// Whether an explicit extension was sent at `at` or later.

@@ -413,6 +413,14 @@ impl LocalLocks {
     /// answer leaves nothing behind.
     pub(crate) async fn finish(&self, held: &Arc<Hold>) -> Result<(), LockError> {
         let _working = self.in_flight.enter();
+        // An extension of this hold on its way (an extension sent again after a renewal, with
+        // its retries) runs before the key is released or handed over: a handoff keeps the
+        // token, and a late one would cut the next holder's lease (boxed: rare).
+        let turn = held.extension_turn_if_extended();
+        let _turn = match &turn {
+            Some(turn) => Some(in_box(|| turn.lock()).await),
+            None => None,
+        };
         if let Some(lease) = self.may_hand_over(held) {
             // Boxed: only a handoff confirms, and its state would otherwise be part of every
             // release's future.
@@ -735,12 +743,15 @@ impl LocalLocks {
     /// (see [`renewed`](Self::renewed)): the lease `held` keeps now, from now (1 ms when it
     /// has run out, which ends the key at once). It counts as an extension: renewals sent
     /// before it no longer count, so nothing this process believes outlives what Redis keeps.
-    /// It takes the hold's extension turn, as an `extend` does; an extension sent after the
-    /// renewal's answer ran after the renewal in Redis, and nothing is sent again.
+    /// It takes the hold's extension turn, as an `extend` and the hold's end do; an extension
+    /// sent after the renewal's answer ran after the renewal in Redis, and nothing is sent
+    /// again, nor once the hold has ended.
     pub(crate) async fn extend_again(&self, held: &Hold, answered_at: Instant) {
         let turn = held.extension_turn();
         let _turn = turn.lock().await;
-        if held.extended_since(answered_at) {
+        // Ended: released or handed over (the next holder's lease, under the same token, is
+        // not this hold's to set).
+        if held.is_ended() || held.extended_since(answered_at) {
             return;
         }
         let by = held

@@ -14,6 +14,7 @@ mod partition;
 mod processes;
 mod review_m;
 mod review_o;
+mod review_p;
 mod safety;
 mod soak;
 mod wipe_replays;
