@@ -73,6 +73,8 @@ fn reader_key_name(key: &str, owner: Owner) -> String {
 /// The locks this locker holds or waits for in this process.
 #[derive(Debug)]
 pub(crate) struct LocalLocks {
+    /// How long the end of a hold waits for an extension of it on its way (see `finish`).
+    turn_wait: Duration,
     /// The mutexes (and write locks), one local key per key.
     local_keys: LocalKeys<Hold>,
     /// The fair locks, one local key per key: apart from the mutexes' although they are the same
@@ -147,8 +149,10 @@ impl LocalLocks {
         releaser: Releaser,
         in_flight: InFlight,
         shutdown: CancellationToken,
+        turn_wait: Duration,
     ) -> Self {
         Self {
+            turn_wait,
             local_keys: LocalKeys::new(prefix, false),
             fairs: LocalKeys::new(prefix, false),
             readers: LocalKeys::new(prefix, true),
@@ -417,11 +421,19 @@ impl LocalLocks {
         // its retries) runs before the key is released or handed over: a handoff keeps the
         // token, and a late one would cut the next holder's lease (boxed: rare).
         let turn = held.extension_turn_if_extended();
-        let _turn = match &turn {
-            Some(turn) => Some(in_box(|| turn.lock()).await),
-            None => None,
+        let (_turn, extension_pending) = match &turn {
+            Some(turn) => {
+                match in_box(|| tokio::time::timeout(self.turn_wait, turn.lock())).await {
+                    Ok(taken) => (Some(taken), false),
+                    // An extension keeps the turn far beyond its call (its future kept and never
+                    // polled again): released in Redis, which a late extension cannot undo, and
+                    // never handed over under the same token.
+                    Err(_) => (None, true),
+                }
+            }
+            None => (None, false),
         };
-        if let Some(lease) = self.may_hand_over(held) {
+        if let Some(lease) = self.may_hand_over(held).filter(|_| !extension_pending) {
             // Boxed: only a handoff confirms, and its state would otherwise be part of every
             // release's future.
             match in_box(|| self.confirm(held, lease)).await {

@@ -599,6 +599,12 @@ impl Locker {
             releaser,
             in_flight,
             shutdown.clone(),
+            // An extension holds its turn for one call: a command and its `WAIT`, each
+            // within the command timeout.
+            settings
+                .command_timeout
+                .saturating_mul(2)
+                .saturating_add(Duration::from_secs(1)),
         ));
         watchdog::start(Arc::downgrade(&local), lease, shutdown);
         tracing::debug!(prefix = %settings.prefix, ?lease, ?startup, "locker started");

@@ -15,6 +15,7 @@ mod processes;
 mod review_m;
 mod review_o;
 mod review_p;
+mod review_q;
 mod safety;
 mod soak;
 mod wipe_replays;
