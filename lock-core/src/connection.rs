@@ -144,9 +144,7 @@ impl Connection {
     pub(crate) fn is_cluster(&self) -> bool {
         false
     }
-}
 
-impl Connection {
     /// Whether Sentinel names the server: a failover may move it.
     pub(crate) fn follows_sentinel(&self) -> bool {
         #[cfg(feature = "sentinel")]

@@ -25,6 +25,7 @@ use crate::backend_error::BackendError;
 use crate::error::{ConfigError, LockError};
 use crate::in_box::in_box;
 use crate::key::{RedisKeys, ShownKey};
+use crate::limits::lease_ms;
 use crate::metrics;
 use crate::server_version;
 use crate::token::Token;
@@ -119,6 +120,16 @@ impl NewLease {
 pub(crate) struct MinReplicas {
     pub(crate) replicas: u64,
     pub(crate) timeout: Duration,
+}
+
+impl MinReplicas {
+    /// `WAIT replicas timeout`: how many replicas acknowledged the writes sent before it on
+    /// the same connection.
+    pub(crate) fn wait(self) -> redis::Cmd {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(self.replicas).arg(lease_ms(self.timeout));
+        wait
+    }
 }
 
 /// The delayed-restart guard: a node whose data set is younger than `guard` (restarted, flushed,
@@ -290,10 +301,7 @@ impl Store {
         apply: &mut (dyn FnMut(usize, Renewal) + Send),
     ) {
         match self {
-            Self::Single(store) => {
-                let min = store.min_replicas;
-                store.node.renew_each(locks, lease, min, apply).await
-            }
+            Self::Single(store) => store.renew_each(locks, lease, apply).await,
             Self::RedLock(store) => {
                 for (i, answer) in store.renew(locks, lease).await.into_iter().enumerate() {
                     apply(i, answer);

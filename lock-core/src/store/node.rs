@@ -438,11 +438,7 @@ impl Node {
     /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
     /// so far (0 when the call fails: nothing is known to have reached them).
     pub(crate) async fn replicas_acked(&self, min: MinReplicas) -> u64 {
-        let acked = redis::cmd("WAIT")
-            .arg(min.replicas)
-            .arg(lease_ms(min.timeout))
-            .query_async::<u64>(&mut self.conn.clone())
-            .await;
+        let acked = min.wait().query_async::<u64>(&mut self.conn.clone()).await;
         acked.unwrap_or_else(|error| {
             tracing::debug!(%error, "WAIT after renewals failed; the renewals are not counted");
             0
@@ -766,10 +762,8 @@ async fn with_wait(
     lock_key: &str,
     min: MinReplicas,
 ) -> Result<(Value, u64), BackendError> {
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(min.replicas).arg(lease_ms(min.timeout));
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd).add_command(wait);
+    pipe.add_command(cmd).add_command(min.wait());
     // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
     // `ASK` sends the call to another primary) every primary.
     let mut loads = [

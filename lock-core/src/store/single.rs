@@ -121,6 +121,17 @@ impl SingleStore {
         self.node.renew(locks, lease, self.min_replicas).await
     }
 
+    pub(crate) async fn renew_each(
+        &self,
+        locks: &[(&RedisKeys, &str)],
+        lease: NewLease,
+        apply: &mut (dyn FnMut(usize, Renewal) + Send),
+    ) {
+        self.node
+            .renew_each(locks, lease, self.min_replicas, apply)
+            .await
+    }
+
     pub(crate) async fn exists(&self, lock_key: &str) -> Result<bool, BackendError> {
         self.node.exists(lock_key).await
     }
