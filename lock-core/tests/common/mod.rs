@@ -114,6 +114,14 @@ pub fn lock_key(server: &RedisServer, key: &str) -> String {
         .expect("lock key exists")
 }
 
+/// Loads the scripts of an acquire, a renewal (an extension) and a release into the server's
+/// cache through `locker`, so that a test's later calls are one round trip each.
+pub async fn load_scripts(locker: &Locker) {
+    let warm = locker.lock("warm").await.unwrap();
+    warm.extend(Duration::from_secs(5)).await.unwrap();
+    warm.release().await.unwrap();
+}
+
 /// What Sentinel does at once to the other replicas of a deployment with more than one: a
 /// replica (`extra`) follows the promoted primary on `port`. Returns once its link is up.
 pub async fn attach_replica(extra: &RedisServer, port: u16) {

@@ -58,10 +58,7 @@ async fn a_lock_lost_by_its_clock_whose_release_meets_an_outage_leaves_no_key_he
             .await
             .unwrap();
         let other = locker(&server).await;
-        // Scripts loaded first (acquire, renew, release).
-        let warm = holder.lock("warm").await.unwrap();
-        warm.extend(Duration::from_secs(5)).await.unwrap();
-        warm.release().await.unwrap();
+        common::load_scripts(&holder).await;
         let guard = if watchdog {
             holder.lock("k").await.unwrap()
         } else {
@@ -160,9 +157,7 @@ async fn with_lock_does_not_answer_lost_when_the_release_found_the_lock_still_ou
         .await
         .unwrap();
     // Scripts loaded first (acquire, renew, release): one round trip each below.
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let (entered, entered_rx) = tokio::sync::oneshot::channel::<()>();
     let section = tokio::spawn({
         let holder = holder.clone();
@@ -246,9 +241,7 @@ async fn a_lock_deleted_behind_its_holder_over_a_slow_link_is_not_reported_as_a_
         .build()
         .await
         .unwrap();
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let guard = holder.lock("k").await.unwrap();
     let granted = Instant::now();
     let name = common::lock_key(&server, "k");
@@ -296,9 +289,7 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
         .build()
         .await
         .unwrap();
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let w = holder.lock("w").await.unwrap();
     let k = holder
         .lock("k")

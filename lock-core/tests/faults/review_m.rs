@@ -79,10 +79,7 @@ async fn m2_a_shortening_extend_is_not_undone_by_a_renewal_retried_after_it() {
         .await
         .unwrap();
     let other = common::locker(&server).await;
-    // Scripts loaded first (acquire, renew, release).
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     // A race against `retry_dropped`'s 5 ms and 50 ms pauses: tried up to eight times, each
     // on a key of its own; one round that leaves the key behind is the finding.
     let mut seen = Vec::new();
@@ -149,10 +146,7 @@ async fn m2_a_lengthening_extend_sent_while_a_renewal_waits_is_not_cut_back() {
         .build()
         .await
         .unwrap();
-    // Scripts loaded first (acquire, renew, release).
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let guard = holder.lock("long").await.unwrap();
     let calls = holder.stats().renewal_calls;
     // Every chunk held 300 ms each way: the renewal's answer comes back before the answer of
@@ -203,10 +197,7 @@ async fn m3_a_shutdown_gives_back_a_lock_lost_by_its_clock_whose_key_redis_kept(
         .build()
         .await
         .unwrap();
-    // Scripts loaded first (acquire, renew, release).
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let guard = holder
         .lock("k")
         .lease(Duration::from_millis(1500))

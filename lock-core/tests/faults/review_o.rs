@@ -50,10 +50,7 @@ async fn o1_an_extension_sent_again_does_not_cut_back_a_later_extend() {
         .await
         .unwrap();
     let other = common::locker(&server).await;
-    // Scripts loaded first (acquire, renew, release).
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let mut seen = Vec::new();
     for round in 0..4 {
         let key = format!("k{round}");

@@ -43,10 +43,7 @@ async fn p1_an_extension_sent_again_does_not_cut_the_next_local_holders_key() {
         .await
         .unwrap();
     let other = common::locker(&server).await;
-    // Scripts loaded first (acquire, renew, release).
-    let warm = holder.lock("warm").await.unwrap();
-    warm.extend(Duration::from_secs(5)).await.unwrap();
-    warm.release().await.unwrap();
+    common::load_scripts(&holder).await;
     let mut seen = Vec::new();
     for round in 0..4 {
         let key = format!("k{round}");
