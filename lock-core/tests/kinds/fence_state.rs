@@ -353,10 +353,16 @@ async fn redlock_nodes_keep_a_written_back_token_until_their_clock_passed_it() {
             .unwrap();
         let token = guard.fencing_token().await.unwrap();
         guard.release().await.unwrap();
-        if token == ahead + 1 {
+        // From the node ahead: one above its counter, or a few more when it answered late
+        // in earlier tries (after the others decided) and issued a token of its own each time.
+        if token > ahead {
+            assert!(
+                token <= ahead + 1 + tries.len() as u64,
+                "a token past the counter ahead and its tries: {token} ({} tries)",
+                tries.len()
+            );
             break token;
         }
-        assert!(token < ahead, "a token past the counter ahead: {token}");
         tries.push(token);
         assert!(
             tries.len() < 20,
