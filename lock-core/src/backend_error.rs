@@ -34,9 +34,10 @@ enum Repr {
     Deadline,
     /// No answer decided the question (too few RedLock nodes answered, a renewal failed).
     Undecided(&'static str),
-    /// The server is too old for the call, which was not sent. Never public: the lock
-    /// error built from it is [`ConfigError::ServerTooOld`](crate::ConfigError::ServerTooOld).
-    TooOld(Box<TooOld>),
+    /// What the servers showed to be set up wrong: a server too old for the call, which was
+    /// not sent, or one server named twice among RedLock's nodes. Never public: the lock error
+    /// built from it is [`LockError::Config`](crate::LockError::Config).
+    Config(Box<ConfigError>),
     /// A reply of another shape than the call's own (a script's, documented in its `.lua`
     /// header): `from` names the call (`release.lua`), `error` what did not fit.
     UnexpectedReply {
@@ -94,15 +95,25 @@ impl BackendError {
     /// A call not sent because the server cannot serve it (see [`TooOld`]).
     pub(crate) fn too_old(too_old: TooOld) -> Self {
         Self {
-            repr: Repr::TooOld(Box::new(too_old)),
+            repr: Repr::Config(Box::new(too_old.into())),
             context: None,
         }
     }
 
-    /// The server's refusal by version, if this is one; the error itself otherwise.
-    pub(crate) fn into_too_old(self) -> Result<TooOld, Self> {
+    /// A RedLock node whose server answers under another node's name too (the same `run_id`,
+    /// read on its first connection): its votes do not count (see `RedLockStore`).
+    pub(crate) fn named_twice(first: String, second: String) -> Self {
+        Self {
+            repr: Repr::Config(Box::new(ConfigError::RedLockNodeTwice { first, second })),
+            context: None,
+        }
+    }
+
+    /// What the servers showed to be set up wrong, if this is such an error; the error itself
+    /// otherwise.
+    pub(crate) fn into_config(self) -> Result<ConfigError, Self> {
         match self.repr {
-            Repr::TooOld(too_old) => Ok(*too_old),
+            Repr::Config(config) => Ok(*config),
             repr => Err(Self { repr, ..self }),
         }
     }
@@ -114,12 +125,17 @@ impl BackendError {
         self
     }
 
+    /// Whether the servers showed the locker's setup to be wrong (see [`Repr::Config`]).
+    pub(crate) fn is_config(&self) -> bool {
+        matches!(self.repr, Repr::Config(_))
+    }
+
     /// `true` when a command or a connection attempt timed out.
     pub fn is_timeout(&self) -> bool {
         match &self.repr {
             Repr::Redis(e) => e.is_timeout(),
             Repr::TimedOut(_) | Repr::Deadline => true,
-            Repr::Undecided(_) | Repr::TooOld(_) | Repr::UnexpectedReply { .. } => false,
+            Repr::Undecided(_) | Repr::Config(_) | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -132,7 +148,7 @@ impl BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => false,
         }
     }
@@ -144,7 +160,7 @@ impl BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => None,
         }
     }
@@ -174,7 +190,7 @@ impl BackendError {
                     )
             }
             Repr::TimedOut(_) | Repr::Deadline | Repr::Undecided(_) => true,
-            Repr::TooOld(_) | Repr::UnexpectedReply { .. } => false,
+            Repr::Config(_) | Repr::UnexpectedReply { .. } => false,
         }
     }
 
@@ -187,7 +203,7 @@ impl BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => false,
         }
     }
@@ -217,7 +233,7 @@ impl BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => false,
         }
     }
@@ -236,7 +252,7 @@ impl BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => false,
         }
     }
@@ -260,7 +276,7 @@ impl fmt::Display for BackendError {
                 f.write_str("timed out: redis did not answer before the acquire's deadline")
             }
             Repr::Undecided(what) => f.write_str(what),
-            Repr::TooOld(too_old) => fmt::Display::fmt(&ConfigError::from((**too_old).clone()), f),
+            Repr::Config(config) => fmt::Display::fmt(config, f),
             Repr::UnexpectedReply { from, error } => {
                 write!(f, "unexpected reply from {from}: {error}")
             }
@@ -276,7 +292,7 @@ impl StdError for BackendError {
             Repr::TimedOut(_)
             | Repr::Deadline
             | Repr::Undecided(_)
-            | Repr::TooOld(_)
+            | Repr::Config(_)
             | Repr::UnexpectedReply { .. } => None,
         }
     }

@@ -378,9 +378,11 @@ pub enum ConfigError {
         /// Nodes given.
         count: usize,
     },
-    /// One server named twice among the RedLock nodes (the same address, or, read from the
-    /// servers at start-up, the same `run_id`): it would cast two votes, and its restart alone
-    /// would lose a majority's grants while their holders still hold them.
+    /// One server named twice among the RedLock nodes (the same address, or the same `run_id`,
+    /// read from the servers at start-up, or, for a node not reached then or a lazily built
+    /// locker, before its first call, when calls that need its vote fail with this error):
+    /// it would cast two votes, and its restart alone would lose a majority's grants while
+    /// their holders still hold them.
     #[error(
         "redlock nodes {first} and {second} are the same server; each node must be an \
          independent redis"
@@ -687,8 +689,8 @@ impl LockError {
     /// [`Tls`]: Self::Tls
     /// [`Backend`]: Self::Backend
     pub(crate) fn backend(key: Option<&str>, source: BackendError) -> Self {
-        let source = match source.into_too_old() {
-            Ok(too_old) => return Self::Config(too_old.into()),
+        let source = match source.into_config() {
+            Ok(config) => return Self::Config(config),
             Err(source) => source,
         };
         let key = key.map(str::to_owned);

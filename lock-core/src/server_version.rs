@@ -83,6 +83,8 @@ pub(crate) struct ServerInfo {
     reported: String,
     /// Another product's own version (`valkey 8.0.1`, `dragonfly df-v1.25.0`), when it says.
     product: Option<String>,
+    /// `run_id`: one run of one server (a new one at every start), when it says.
+    pub(crate) run_id: Option<String>,
 }
 
 impl ServerInfo {
@@ -105,10 +107,15 @@ impl ServerInfo {
                 .map(|name| name.trim().to_owned())
                 .filter(|name| !name.is_empty() && name != "redis")
         });
+        let run_id = info
+            .get::<String>("run_id")
+            .map(|id| id.trim().to_owned())
+            .filter(|id| !id.is_empty());
         Some(Self {
             version,
             reported: reported.trim().to_owned(),
             product,
+            run_id,
         })
     }
 }

@@ -484,7 +484,7 @@ pub(crate) async fn connect(
                 ));
             }
             let store = Store::RedLock(RedLockStore {
-                nodes,
+                nodes: nodes.into(),
                 timeout: timeouts.command,
                 in_flight: Default::default(),
             });
@@ -529,7 +529,7 @@ pub(crate) fn connect_lazy(
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let store = Store::RedLock(RedLockStore {
-                nodes,
+                nodes: nodes.into(),
                 timeout: timeouts.command,
                 in_flight: Default::default(),
             });

@@ -181,6 +181,26 @@ impl Node {
         info.get("run_id")
     }
 
+    /// The `run_id` its server said when its connection was last read (`INFO server`, on every
+    /// new connection before the first call): `None` before that, or from a server that did
+    /// not say (an ACL without `+info`).
+    pub(crate) fn run_id_read(&self) -> Option<String> {
+        self.with_run_id(|id| id.map(str::to_owned))
+    }
+
+    /// Whether its server said `run_id` (see [`run_id_read`](Self::run_id_read)).
+    pub(crate) fn said_run_id(&self, run_id: &str) -> bool {
+        self.with_run_id(|id| id == Some(run_id))
+    }
+
+    fn with_run_id<T>(&self, answer: impl FnOnce(Option<&str>) -> T) -> T {
+        let known = self.server.lock();
+        match known.servers.as_slice() {
+            [(_, server)] => answer(server.run_id.as_deref()),
+            _ => answer(None),
+        }
+    }
+
     /// Whether a try can start with a plain `SET NX PX`: nothing of its token can be on the
     /// server yet (otherwise only the script recognises a lock already ours), no restart
     /// guard has to be checked first, and the lock is not known to be taken (the script

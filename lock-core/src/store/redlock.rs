@@ -47,9 +47,16 @@ impl Quorum {
 }
 
 /// Locks on a RedLock quorum.
+///
+/// A node's answer counts only while no other node's server said the same `run_id` (see
+/// [`named_twice`]): one server under two names (`localhost` and `127.0.0.1`, a DNS alias, a
+/// proxy) would cast two votes. `build()` refuses such nodes among those up at start-up; this
+/// covers the rest (`build_lazy()`, a node down at start-up): each node's `run_id` is read
+/// with its server's version before its first call, so before its first answer counts.
 #[derive(Debug)]
 pub(crate) struct RedLockStore {
-    pub(crate) nodes: Vec<Node>,
+    /// Shared with the per-node tasks, which check their node's `run_id` against the others'.
+    pub(crate) nodes: Arc<[Node]>,
     /// Per-node limit of one call.
     pub(crate) timeout: Duration,
     /// Per token, how many node acquires of it are still running. A release waits for them:
@@ -98,7 +105,7 @@ impl RedLockStore {
         // Nodes that granted this try, those that answer after the verdict included.
         let granted = Arc::new(AtomicUsize::new(0));
         let tasks = self.nodes.iter().enumerate().map(|(index, node)| {
-            let node = node.clone();
+            let (node, nodes) = (node.clone(), self.nodes.clone());
             let (keys, token, waiter) = (keys.clone(), token.clone(), waiter.clone());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
@@ -111,7 +118,8 @@ impl RedLockStore {
                         Err(BackendError::timed_out(
                             "redlock node did not answer in time",
                         ))
-                    });
+                    })
+                    .and_then(|reply| counted(&nodes, index, reply));
                 if matches!(reply, Ok(AcquireReply::Acquired)) {
                     granted.fetch_add(1, Ordering::SeqCst);
                 }
@@ -203,6 +211,7 @@ impl RedLockStore {
         let mut holder: Option<String> = None;
         let mut refused = false;
         let mut first_error = None;
+        let mut set_up_wrong = None;
         for (_, reply) in replies {
             match reply {
                 Ok(AcquireReply::Acquired) => frees.push(Duration::ZERO),
@@ -218,10 +227,18 @@ impl RedLockStore {
                     longest = longest.max(Some(for_ms));
                     frees.push(for_ms);
                 }
+                Err(e) if e.is_config() => {
+                    set_up_wrong.get_or_insert(e);
+                }
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        // One server named twice fails every acquire, whatever the other nodes said: it is
+        // the locker's setup that is wrong, as `build()` would have said.
+        if let Some(error) = set_up_wrong {
+            return Err(error);
         }
         match first_error {
             Some(error) if !refused => Err(error),
@@ -252,8 +269,9 @@ impl RedLockStore {
         // Decided on the first majority, as acquires are: a frozen minority node costs nothing
         // (its late token, if any, is its own; the majority below gets the write-back).
         let (issued, _) = gather(
-            self.nodes.iter().map(|node| {
-                let (node, keys, token) = (node.clone(), keys.clone(), token.to_owned());
+            self.nodes.iter().enumerate().map(|(index, node)| {
+                let (node, nodes) = (node.clone(), self.nodes.clone());
+                let (keys, token) = (keys.clone(), token.to_owned());
                 let timeout = self.timeout;
                 tokio::spawn(async move {
                     let reply = tokio::time::timeout(timeout, node.issue_fence(&keys, &token))
@@ -262,7 +280,8 @@ impl RedLockStore {
                             Err(BackendError::timed_out(
                                 "redlock node did not answer in time",
                             ))
-                        });
+                        })
+                        .and_then(|reply| counted(&nodes, index, reply));
                     (node, reply)
                 })
             }),
@@ -338,9 +357,12 @@ impl RedLockStore {
         };
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(i, node)| {
-                let node = node.clone();
+                let (node, nodes) = (node.clone(), self.nodes.clone());
                 let (keys, token) = (keys.clone(), token.clone());
-                tokio::spawn(async move { (i, node.release(&keys, &token).await) })
+                tokio::spawn(async move {
+                    let reply = node.release(&keys, &token).await;
+                    (i, reply.and_then(|reply| counted(&nodes, i, reply)))
+                })
             }),
             |done| {
                 let (yes, no) = tally(done);
@@ -413,10 +435,13 @@ impl RedLockStore {
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
-            .map(|node| async move {
+            .enumerate()
+            .map(|(index, node)| async move {
                 tokio::time::timeout(self.timeout, ask(node))
                     .await
-                    .unwrap_or_else(|_| vec![Renewal::Unknown; count])
+                    .ok()
+                    .filter(|_| named_twice(&self.nodes, index).is_none())
+                    .unwrap_or_else(|| vec![Renewal::Unknown; count])
             })
             .collect();
         let quorum = self.quorum();
@@ -439,9 +464,13 @@ impl RedLockStore {
         let quorum = self.quorum();
         let total = self.nodes.len();
         let (replies, _) = gather(
-            self.nodes.iter().map(|node| {
-                let (node, lock_key) = (node.clone(), lock_key.to_owned());
-                tokio::spawn(async move { node.exists(&lock_key).await })
+            self.nodes.iter().enumerate().map(|(index, node)| {
+                let (node, nodes) = (node.clone(), self.nodes.clone());
+                let lock_key = lock_key.to_owned();
+                tokio::spawn(async move {
+                    let reply = node.exists(&lock_key).await;
+                    reply.and_then(|reply| counted(&nodes, index, reply))
+                })
             }),
             |done: &[Result<bool, BackendError>]| {
                 let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
@@ -469,7 +498,16 @@ impl RedLockStore {
         lock: &RedisKeys,
         semaphore: &RedisKeys,
     ) -> Result<Option<Inspected>, BackendError> {
-        let replies = join_all(self.nodes.iter().map(|node| node.inspect(lock, semaphore))).await;
+        let replies = join_all(
+            self.nodes
+                .iter()
+                .enumerate()
+                .map(|(index, node)| async move {
+                    let reply = node.inspect(lock, semaphore).await;
+                    reply.and_then(|reply| counted(&self.nodes, index, reply))
+                }),
+        )
+        .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
         if !self.quorum().carried(answered) {
             if let Some(Err(e)) = replies.into_iter().find(Result::is_err) {
@@ -516,6 +554,35 @@ impl RedLockStore {
             Some(Err(e)) if !any => Err(e),
             _ => Ok(any),
         }
+    }
+}
+
+/// The node of `nodes` at `index` whose server said the same `run_id` as another node's, as
+/// the error that names both (the earlier one in the list first); `None` while it is told
+/// apart from all of them, or said none. Each node's `run_id` is read before its first call,
+/// so of two nodes that share a server the one checked later has always seen the other's: at
+/// least one of them is refused. In practice both are (each sees the other's), so every
+/// acquire fails with this error. Not covered: the server restarted (a new `run_id`) between
+/// the first calls of its two names, which a node does not read again (a RedLock node's
+/// connection has one server).
+fn named_twice(nodes: &[Node], index: usize) -> Option<BackendError> {
+    let own = nodes[index].run_id_read()?;
+    let other = nodes
+        .iter()
+        .enumerate()
+        .position(|(i, node)| i != index && node.said_run_id(&own))?;
+    let (first, second) = (index.min(other), index.max(other));
+    Some(BackendError::named_twice(
+        nodes[first].name.clone(),
+        nodes[second].name.clone(),
+    ))
+}
+
+/// A node's `reply`, when it counts: the error of [`named_twice`] otherwise.
+fn counted<T>(nodes: &[Node], index: usize, reply: T) -> Result<T, BackendError> {
+    match named_twice(nodes, index) {
+        Some(error) => Err(error),
+        None => Ok(reply),
     }
 }
 

@@ -5,7 +5,8 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use lock_core::Locker;
+use lock_core::{ConfigError, LockError, Locker};
+use lock_testkit::ProxyMode;
 
 /// Finding O2 (N7's fix, incomplete): with `min_replicas` on a cluster, every renewal goes
 /// through `with_wait` (the script and `WAIT`, pipelined to the key's shard), and a NOSCRIPT
@@ -136,32 +137,76 @@ async fn o3_an_extension_sent_again_to_a_slow_shard_does_not_lose_the_other_shar
     );
 }
 
-/// Finding O4 (N2's fix, incomplete; low): the `run_id` comparison runs only in `build()`,
-/// for the nodes up at start-up; `build_lazy()` (and a node down at `build()`) compares
-/// addresses only. One server under two names (here a proxy; `localhost` and `127.0.0.1` in a
-/// deployment) is accepted by `build_lazy()`, where N2 says it is refused. (The double holder
-/// of N2's test, after `a` loses its keys, did not reproduce here: the two names race on one
-/// key in each try and the second locker stays `Busy`; the lost independence of votes is the
-/// finding.)
+/// Finding O4 (N2's fix, incomplete; low): the `run_id` comparison ran only in `build()`,
+/// for the nodes up at start-up; `build_lazy()` (and a node down at `build()`) compared
+/// addresses only, so one server under two names (here a proxy; `localhost` and `127.0.0.1`
+/// in a deployment) cast two votes. The third node is unreachable here, so a grant needs
+/// both names of `a`: before the fix the acquire answered `Ok` ("Ok(guard) from a and a
+/// through a proxy, b down").
 ///
-/// Expected: refused as `build()` refuses it, or checked at the first connection to each node
-/// (before any vote counts).
+/// Expected: each node's `run_id` is read before its first call, before its answer
+/// counts, and one server named twice fails the acquire as `build()` fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: O4 (RELIABILITY.md, a seventh read): build_lazy compares addresses only"]
 async fn o4_a_redlock_node_named_twice_is_refused_by_build_lazy_too() {
     let a = lock_testkit::RedisServer::start().unwrap();
     let b = lock_testkit::RedisServer::start().unwrap();
     let proxy = lock_testkit::FaultProxy::start(a.port()).await.unwrap();
-    let urls = vec![a.url(), proxy.url(), b.url()];
+    let to_b = lock_testkit::FaultProxy::start(b.port()).await.unwrap();
+    let urls = vec![a.url(), proxy.url(), to_b.url()];
     let built = Locker::builder().redlock(urls.clone()).build();
     assert!(
-        matches!(built.await, Err(lock_core::LockError::Config(_))),
+        matches!(built.await, Err(LockError::Config(_))),
         "build() refuses it (N2)"
     );
-    let lazy = Locker::builder().redlock(urls).build_lazy();
+    let lazy = Locker::builder()
+        .redlock(urls)
+        .build_lazy()
+        .expect("build_lazy() cannot read run_ids; it accepts the addresses");
+    to_b.set_mode(ProxyMode::Refuse).await;
+    for attempt in 0..3 {
+        let answer = lazy.lock("k").wait(Duration::ZERO).await;
+        assert!(
+            matches!(
+                &answer,
+                Err(LockError::Config(ConfigError::RedLockNodeTwice { first, second }))
+                    if *first == a.url() && *second == proxy.url()
+            ),
+            "attempt {attempt}, redlock([a, a through a proxy, b]) with b down: {answer:?}"
+        );
+    }
     assert!(
-        lazy.is_err(),
-        "redlock([a, a through a proxy, b]): build() refuses it, build_lazy() answered Ok \
-         and counts `a` twice"
+        common::eventually(Duration::from_secs(2), || common::lock_key_opt(&a, "k")
+            .is_none())
+        .await,
+        "the refused tries' grants on `a` are undone"
+    );
+}
+
+/// O4's other shape: a node down when `build()` reads the `run_id`s, which turns out to be
+/// another node's server once it is reachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn o4_a_redlock_node_down_at_build_and_named_twice_is_refused_once_reachable() {
+    let a = lock_testkit::RedisServer::start().unwrap();
+    let b = lock_testkit::RedisServer::start().unwrap();
+    let proxy = lock_testkit::FaultProxy::start(a.port()).await.unwrap();
+    let to_b = lock_testkit::FaultProxy::start(b.port()).await.unwrap();
+    proxy.set_mode(ProxyMode::Refuse).await;
+    let locker = Locker::builder()
+        .redlock(vec![a.url(), proxy.url(), to_b.url()])
+        .build()
+        .await
+        .expect("a majority (a, b) is up and distinct");
+    let guard = locker.lock("before").wait(Duration::ZERO).await;
+    assert!(guard.is_ok(), "a and b grant it: {guard:?}");
+    proxy.set_mode(ProxyMode::Pass).await;
+    to_b.set_mode(ProxyMode::Refuse).await;
+    let answer = locker.lock("k").wait(Duration::ZERO).await;
+    assert!(
+        matches!(
+            &answer,
+            Err(LockError::Config(ConfigError::RedLockNodeTwice { .. }))
+        ),
+        "redlock([a, a through a proxy down at build(), b]), then the proxy up and b down: \
+         {answer:?}"
     );
 }
