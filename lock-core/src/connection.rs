@@ -154,17 +154,21 @@ impl Connection {
         false
     }
 
-    /// Asks Sentinel whether the primary moved, now and then every tenth of a second for up
-    /// to `within` (Sentinel names a promoted replica a moment after the promotion), and
-    /// follows it; whether it did. `false` at once for the other deployments (their nodes do
-    /// not move under a name).
-    pub(crate) async fn primary_moved(&self, within: Duration) -> bool {
+    /// Whether the primary moved since the connection's generation `since`: if not yet, asks
+    /// Sentinel now and then every tenth of a second for up to `within` (Sentinel names a
+    /// promoted replica a moment after the promotion), and follows it. `false` at once for
+    /// the other deployments (their nodes do not move under a name).
+    pub(crate) async fn primary_moved(&self, since: u64, within: Duration) -> bool {
         #[cfg(feature = "sentinel")]
         if let Self::Sentinel(primary) = self {
-            let (before, asked) = (primary.generation(), Instant::now());
+            let asked = Instant::now();
             loop {
+                // Moved already (the primary switched while the call ran), or once asked.
+                if primary.generation() != since {
+                    return true;
+                }
                 primary.switch(None).await;
-                if primary.generation() != before {
+                if primary.generation() != since {
                     return true;
                 }
                 if asked.elapsed() >= within {
@@ -173,7 +177,7 @@ impl Connection {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        let _ = within;
+        let _ = (since, within);
         false
     }
 

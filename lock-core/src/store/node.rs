@@ -20,6 +20,7 @@ use super::calls::inspect::{self, InspectReply, Inspected};
 use super::calls::release::{self, Gone, ReleaseReply};
 use super::calls::renew::{RenewReply, RenewScript, Renewal};
 use super::calls::{self, force_unlock};
+use super::replica_waits::{self, ReplicaWaits};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
@@ -52,6 +53,8 @@ pub(crate) struct Node {
     server: Arc<Mutex<Known>>,
     /// Held while the version is read before a call.
     reading: Arc<tokio::sync::Mutex<()>>,
+    /// The `WAIT`s of its connection, shared by its calls (`min_replicas`).
+    waits: Arc<ReplicaWaits>,
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
@@ -73,6 +76,7 @@ impl Node {
             name,
             server: Arc::default(),
             reading: Arc::default(),
+            waits: Arc::default(),
             restart_guard,
             latch: timeouts.release_retry,
             fence_window,
@@ -263,11 +267,13 @@ impl Node {
         Ok(reply)
     }
 
-    /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`: WAIT
-    /// counts the writes of the connection it is sent on, so sent together it follows the
-    /// acquire's own write on the same connection, even if the connection is replaced between
-    /// two calls (a retry after a reset re-applies the lease, a write, instead of writing
-    /// nothing). Returns the reply and the number of replicas that acknowledged.
+    /// As [`acquire`](Self::acquire), followed by `WAIT`; returns the reply and the number of
+    /// replicas that acknowledged. `WAIT` counts the writes of the connection it is sent on:
+    /// - on one server (or a Sentinel primary) the acquire goes out with `CLIENT ID`, and
+    ///   takes the answer of the connection's next shared `WAIT` ([`ReplicaWaits`]) if it ran
+    ///   on the same connection (0 if not: a reconnection in between);
+    /// - on a cluster each acquire is sent in one pipeline with its own `WAIT` to its shard
+    ///   (so a retry after a reset re-applies the lease, a write, with its `WAIT`).
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -277,18 +283,50 @@ impl Node {
         min: MinReplicas,
     ) -> Result<(AcquireReply, u64), BackendError> {
         self.require(Need::of(keys.kind())).await?;
+        let (beside, order) = if self.conn.is_cluster() {
+            (min.wait(), Beside::After)
+        } else {
+            (replica_waits::client_id(), Beside::Before)
+        };
+        let generation = self.conn.generation();
         let mut conn = self.conn.clone();
+        let mut answer = None;
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
-            let (reply, acked) = with_wait(&mut conn, set, None, &keys.lock, min).await?;
+            let (reply, other) =
+                with_beside(&mut conn, set, None, &keys.lock, &beside, order).await?;
             if reply == Value::Okay {
-                return Ok((AcquireReply::Acquired, acked));
+                answer = Some((AcquireReply::Acquired, other));
             }
         }
-        let guard = self.restart_guard.as_ref();
-        let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
-        let (reply, acked) = with_wait(&mut conn, cmd, Some(lua), &keys.lock, min).await?;
-        Ok((calls::decode(lua, reply)?, acked))
+        let (reply, other) = match answer {
+            Some(answer) => answer,
+            None => {
+                let guard = self.restart_guard.as_ref();
+                let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
+                let (reply, other) =
+                    with_beside(&mut conn, cmd, Some(lua), &keys.lock, &beside, order).await?;
+                (calls::decode(lua, reply)?, other)
+            }
+        };
+        let acked = match order {
+            Beside::After => acked_of(other)?,
+            // Only a grant's write needs the replicas.
+            Beside::Before if reply != AcquireReply::Acquired => 0,
+            Beside::Before => {
+                let client = replica_waits::client_of(other);
+                if client.is_none() {
+                    return Err(BackendError::unexpected_reply(
+                        "CLIENT ID",
+                        "not an integer".into(),
+                    ));
+                }
+                self.waits
+                    .acked_after(&self.conn, client, generation, min)
+                    .await
+            }
+        };
+        Ok((reply, acked))
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
@@ -403,6 +441,8 @@ impl Node {
         lease: NewLease,
         min: Option<MinReplicas>,
     ) -> Vec<Renewal> {
+        // Before the renewals are sent: a `WAIT` on another primary counts none of them.
+        let generation = self.conn.generation();
         let groups = RenewScript::ALL.map(|script| {
             let group: Vec<(usize, &(&RedisKeys, &str))> = locks
                 .iter()
@@ -436,7 +476,8 @@ impl Node {
             answers[i] = answer;
         }
         if let Some(min) = after {
-            if answers.contains(&Renewal::Renewed) && self.replicas_acked(min).await < min.replicas
+            if answers.contains(&Renewal::Renewed)
+                && self.replicas_acked(generation, min).await < min.replicas
             {
                 answers = answers.into_iter().map(Renewal::unreplicated).collect();
             }
@@ -449,20 +490,25 @@ impl Node {
         self.conn.follows_sentinel()
     }
 
-    /// Whether the primary this node's connection goes to moved (see
+    /// Whether the primary this node's connection goes to moved since its `generation` (see
     /// `Connection::primary_moved`).
-    pub(crate) async fn primary_moved(&self, within: Duration) -> bool {
-        self.conn.primary_moved(within).await
+    pub(crate) async fn primary_moved(&self, since: u64, within: Duration) -> bool {
+        self.conn.primary_moved(since, within).await
     }
 
-    /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
-    /// so far (0 when the call fails: nothing is known to have reached them).
-    pub(crate) async fn replicas_acked(&self, min: MinReplicas) -> u64 {
-        let acked = min.wait().query_async::<u64>(&mut self.conn.clone()).await;
-        acked.unwrap_or_else(|error| {
-            tracing::debug!(%error, "WAIT after renewals failed; the renewals are not counted");
-            0
-        })
+    /// How many replicas acknowledged every write answered on this node's connection so far,
+    /// by its next shared `WAIT` ([`ReplicaWaits`]); `generation` is the connection's before
+    /// those writes were sent (0 when the primary switched since, or the `WAIT` failed:
+    /// nothing is known to have reached them).
+    pub(crate) async fn replicas_acked(&self, generation: u64, min: MinReplicas) -> u64 {
+        self.waits
+            .acked_after(&self.conn, None, generation, min)
+            .await
+    }
+
+    /// The generation of this node's connection (see `Connection::generation`).
+    pub(crate) fn generation(&self) -> u64 {
+        self.conn.generation()
     }
 
     /// [`renew`](Self::renew), each answer given to `apply` (with the lock's place in
@@ -771,10 +817,8 @@ where
     result
 }
 
-/// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
-/// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
-/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`. The pipeline is
-/// built once and sent as it is again.
+/// `cmd` and `WAIT` in one pipeline (see [`with_beside`]): `cmd`'s reply and how many
+/// replicas acknowledged it.
 async fn with_wait(
     conn: &mut Connection,
     cmd: Cmd,
@@ -782,8 +826,42 @@ async fn with_wait(
     lock_key: &str,
     min: MinReplicas,
 ) -> Result<(Value, u64), BackendError> {
+    let (reply, acked) =
+        with_beside(conn, cmd, script, lock_key, &min.wait(), Beside::After).await?;
+    Ok((reply, acked_of(acked)?))
+}
+
+/// The count of a `WAIT` reply.
+fn acked_of(reply: Value) -> Result<u64, BackendError> {
+    redis::from_redis_value(reply).map_err(|e| BackendError::unexpected_reply("WAIT", e))
+}
+
+/// Where a command sent [`with_beside`] a call goes in its pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Beside {
+    /// Before the call (`CLIENT ID`: the connection the call runs on).
+    Before,
+    /// After it (`WAIT`: it counts the call's write).
+    After,
+}
+
+/// Runs `cmd` and `beside` in one pipeline on the connection of the node that holds
+/// `lock_key`; returns `cmd`'s reply and `beside`'s. `script` is the script `cmd` calls,
+/// loaded and sent again after `NOSCRIPT`. The pipeline is built once and sent as it is
+/// again.
+async fn with_beside(
+    conn: &mut Connection,
+    cmd: Cmd,
+    script: Option<&Lua>,
+    lock_key: &str,
+    beside: &Cmd,
+    order: Beside,
+) -> Result<(Value, Value), BackendError> {
     let mut pipe = redis::pipe();
-    pipe.add_command(cmd).add_command(min.wait());
+    match order {
+        Beside::Before => pipe.add_command(beside.clone()).add_command(cmd),
+        Beside::After => pipe.add_command(cmd).add_command(beside.clone()),
+    };
     // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
     // `ASK` sends the call to another primary) every primary.
     let mut loads = [
@@ -795,15 +873,19 @@ async fn with_wait(
         let values = send_to_holder(conn, &pipe, lock_key).await;
         // An error comes back for the whole pipeline or as the command's own reply.
         let mut values = values.map_err(BackendError::redis)?.into_iter();
-        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
+        let (Some(first), Some(second)) = (values.next(), values.next()) else {
             return Err(BackendError::unexpected_reply(
-                "a command and WAIT",
+                "a command in a pipeline of two",
                 "fewer than two replies".into(),
             ));
         };
+        let (reply, other) = match order {
+            Beside::Before => (second, first),
+            Beside::After => (first, second),
+        };
         match (reply.extract_error(), script) {
             // The script cache was flushed (or the server restarted): load it and send both
-            // again; the WAIT that ran alone counted nothing of ours.
+            // again (a `WAIT` that ran beside it counted nothing of ours).
             (Err(error), Some(script)) if calls::is_no_script(&error) => {
                 let Some(on) = loads.next() else {
                     return Err(BackendError::redis(error));
@@ -814,16 +896,14 @@ async fn with_wait(
             }
             (Err(error), _) => return Err(BackendError::redis(error)),
             (Ok(reply), _) => {
-                let acked = acked.extract_error().map_err(BackendError::redis)?;
-                let acked = redis::from_redis_value(acked)
-                    .map_err(|e| BackendError::unexpected_reply("WAIT", e))?;
-                return Ok((reply, acked));
+                let other = other.extract_error().map_err(BackendError::redis)?;
+                return Ok((reply, other));
             }
         }
     }
 }
 
-/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
+/// Sends `pipe` (a command and `WAIT` or `CLIENT ID`) to the node that holds `lock_key`: in a cluster, WAIT
 /// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
 /// would go to any node).
 async fn send_to_holder(

@@ -91,15 +91,16 @@ impl SingleStore {
         token: &Token,
         min: MinReplicas,
     ) -> Result<ReleaseReply, BackendError> {
+        let generation = self.node.generation();
         let reply = self.node.release(keys, token).await?;
         // Only Sentinel moves a primary under the locker (a cluster's client follows its
         // shards itself, a single server does not move).
         if !reply.ours
             || !self.node.follows_sentinel()
-            || self.node.replicas_acked(min).await >= min.replicas
+            || self.node.replicas_acked(generation, min).await >= min.replicas
             || !self
                 .node
-                .primary_moved(SENTINEL_NAMES_THE_NEW_PRIMARY)
+                .primary_moved(generation, SENTINEL_NAMES_THE_NEW_PRIMARY)
                 .await
         {
             return Ok(reply);
