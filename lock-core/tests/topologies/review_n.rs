@@ -257,17 +257,7 @@ async fn a_min_replicas_timeout_past_the_command_timeout_still_answers_not_repli
         .await
         .unwrap();
     // A healthy replicated lock, held throughout.
-    let mut held = None;
-    for _ in 0..20 {
-        match locker.lock("h").wait(Duration::ZERO).await {
-            Ok(guard) => {
-                held = Some(guard);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-    let held = held.expect("a replicated lock while the replica is up");
+    let held = replicated_lock(&locker, "h").await;
     replica.pause();
     let started = Instant::now();
     let acquired = locker.lock("x").wait(Duration::from_secs(4)).await;
@@ -458,6 +448,20 @@ async fn a_slow_cluster_shard_does_not_lose_the_locks_of_the_other_shards() {
     );
 }
 
+/// `key` locked with `min_replicas` once the replica acknowledges (it may still be catching
+/// up after its sync): tried every 100 ms for up to 5 s.
+async fn replicated_lock(locker: &Locker, key: &str) -> lock_core::LockGuard {
+    let mut last = None;
+    for _ in 0..50 {
+        match locker.lock(key).wait(Duration::ZERO).await {
+            Ok(guard) => return guard,
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no replicated lock while the replica is up: {last:?}");
+}
+
 /// Finding N4, second shape: a `min_replicas` timeout well under the command timeout does not
 /// bound the stall either. Every `WAIT` blocks the locker's one shared command connection in
 /// Redis until its replicas acknowledge, one after the other, so a burst of acquires while
@@ -486,11 +490,7 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
         .build()
         .await
         .unwrap();
-    let held = locker
-        .lock("h")
-        .wait(Duration::from_secs(5))
-        .await
-        .expect("a replicated lock while the replica is up");
+    let held = replicated_lock(&locker, "h").await;
     link.set_mode(lock_testkit::ProxyMode::Delay(Duration::from_millis(100)))
         .await;
     let started = Instant::now();
@@ -549,18 +549,8 @@ async fn a_shared_wait_never_counts_a_write_answered_after_it_was_sent() {
         .build()
         .await
         .unwrap();
-    // The replica acknowledges once it has caught up after its sync.
-    let mut warm = None;
-    for _ in 0..50 {
-        match locker.lock("warm").wait(Duration::ZERO).await {
-            Ok(guard) => {
-                warm = Some(guard);
-                break;
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    warm.expect("a replicated lock while the replica is up")
+    replicated_lock(&locker, "warm")
+        .await
         .release()
         .await
         .unwrap();
