@@ -166,8 +166,8 @@
 //! fair locks `p{h}:line:k` and `p{h}:line-alive:k` (sorted sets), a semaphore `k` lives in
 //! `p{h}:semaphore:k` (sorted set) with its own `p{h}:semaphore-line:k`, `p{h}:semaphore-line-alive:k` and channel
 //! `p{h}:semaphore-released:k`. Commands: `SET` (an uncontended acquire), `EVALSHA`,
-//! `SCRIPT LOAD` (after `NOSCRIPT`), `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `WAIT` and `CLIENT ID`
-//! (with [`min_replicas`](LockerBuilder::min_replicas)), `INFO` (the start-up check of
+//! `SCRIPT LOAD` (after `NOSCRIPT`), `EXISTS`, `SUBSCRIBE`, `UNSUBSCRIBE`, `WAIT` (with
+//! [`min_replicas`](LockerBuilder::min_replicas)), `INFO` (the start-up check of
 //! `maxmemory_policy`, skipped with a debug message when refused, and a lost lock's reason),
 //! `ROLE` (Sentinel); inside scripts `SET`, `GET`, `DEL`, `EXISTS`, `PEXPIRE`, `PEXPIREAT`
 //! (RedLock's fence write-back), `PTTL`, `TIME`, `TYPE`, `PUBLISH`, `INFO` (restart guard),

@@ -483,11 +483,7 @@ pub(crate) async fn connect(
                     error.context(format!("unreachable: {}", down.join(", "))),
                 ));
             }
-            let store = Store::RedLock(RedLockStore {
-                nodes: nodes.into(),
-                timeout: timeouts.command,
-                in_flight: Default::default(),
-            });
+            let store = Store::RedLock(RedLockStore::new(nodes, timeouts.command));
             (store, PubSubSource::Nodes(clients))
         }
     })
@@ -528,11 +524,7 @@ pub(crate) fn connect_lazy(
                         .map_err(backend)
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            let store = Store::RedLock(RedLockStore {
-                nodes: nodes.into(),
-                timeout: timeouts.command,
-                in_flight: Default::default(),
-            });
+            let store = Store::RedLock(RedLockStore::new(nodes, timeouts.command));
             (store, PubSubSource::Nodes(clients))
         }
         Topology::Cluster(_) => {

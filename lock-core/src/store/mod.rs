@@ -6,7 +6,6 @@
 mod calls;
 mod node;
 mod redlock;
-mod replica_waits;
 mod single;
 
 use std::future::Future;

@@ -20,7 +20,6 @@ use super::calls::inspect::{self, InspectReply, Inspected};
 use super::calls::release::{self, Gone, ReleaseReply};
 use super::calls::renew::{RenewReply, RenewScript, Renewal};
 use super::calls::{self, force_unlock};
-use super::replica_waits::{self, ReplicaWaits};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
@@ -53,8 +52,9 @@ pub(crate) struct Node {
     server: Arc<Mutex<Known>>,
     /// Held while the version is read before a call.
     reading: Arc<tokio::sync::Mutex<()>>,
-    /// The `WAIT`s of its connection, shared by its calls (`min_replicas`).
-    waits: Arc<ReplicaWaits>,
+    /// Held by an acquire while its command and `WAIT` are under way on one server's
+    /// connection (`min_replicas`, see [`acquire_with_wait`](Self::acquire_with_wait)).
+    replicating: Arc<tokio::sync::Mutex<()>>,
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
@@ -76,7 +76,7 @@ impl Node {
             name,
             server: Arc::default(),
             reading: Arc::default(),
-            waits: Arc::default(),
+            replicating: Arc::default(),
             restart_guard,
             latch: timeouts.release_retry,
             fence_window,
@@ -267,13 +267,21 @@ impl Node {
         Ok(reply)
     }
 
-    /// As [`acquire`](Self::acquire), followed by `WAIT`; returns the reply and the number of
-    /// replicas that acknowledged. `WAIT` counts the writes of the connection it is sent on:
-    /// - on one server (or a Sentinel primary) the acquire goes out with `CLIENT ID`, and
-    ///   takes the answer of the connection's next shared `WAIT` ([`ReplicaWaits`]) if it ran
-    ///   on the same connection (0 if not: a reconnection in between);
-    /// - on a cluster each acquire is sent in one pipeline with its own `WAIT` to its shard
-    ///   (so a retry after a reset re-applies the lease, a write, with its `WAIT`).
+    /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`: WAIT
+    /// counts the writes of the connection it is sent on, so sent together it follows the
+    /// acquire's own write on the same connection, even if the connection is replaced between
+    /// two calls (a retry after a reset re-applies the lease, a write, instead of writing
+    /// nothing). Returns the reply and the number of replicas that acknowledged.
+    ///
+    /// `WAIT` blocks its connection in Redis until the replicas acknowledge, and everything
+    /// sent after it there waits: a burst of acquires while a replica is slow held up every
+    /// other command of the locker (its renewals too) for the sum of their `WAIT`s
+    /// (RELIABILITY N4). So on one server (or a Sentinel primary) one acquire at a time has its
+    /// pipeline under way, and the locker's other commands wait in Redis for one `WAIT` at
+    /// most. The others wait here for up to the `WAIT`'s own timeout: replicas that keep them
+    /// waiting longer are behind, and the acquire is answered `None` (not replicated) without
+    /// sending anything; granted later, the time it queued would be taken from its lease. A
+    /// cluster's acquires go to their shards' connections, each with its own `WAIT`.
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -281,52 +289,28 @@ impl Node {
         waiter: &Token,
         args: AcquireArgs,
         min: MinReplicas,
-    ) -> Result<(AcquireReply, u64), BackendError> {
+    ) -> Result<Option<(AcquireReply, u64)>, BackendError> {
         self.require(Need::of(keys.kind())).await?;
-        let (beside, order) = if self.conn.is_cluster() {
-            (min.wait(), Beside::After)
+        let _turn = if self.conn.is_cluster() {
+            None
         } else {
-            (replica_waits::client_id(), Beside::Before)
+            match tokio::time::timeout(min.timeout, self.replicating.lock()).await {
+                Ok(turn) => Some(turn),
+                Err(_) => return Ok(None),
+            }
         };
-        let generation = self.conn.generation();
         let mut conn = self.conn.clone();
-        let mut answer = None;
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
-            let (reply, other) =
-                with_beside(&mut conn, set, None, &keys.lock, &beside, order).await?;
+            let (reply, acked) = with_wait(&mut conn, set, None, &keys.lock, min).await?;
             if reply == Value::Okay {
-                answer = Some((AcquireReply::Acquired, other));
+                return Ok(Some((AcquireReply::Acquired, acked)));
             }
         }
-        let (reply, other) = match answer {
-            Some(answer) => answer,
-            None => {
-                let guard = self.restart_guard.as_ref();
-                let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
-                let (reply, other) =
-                    with_beside(&mut conn, cmd, Some(lua), &keys.lock, &beside, order).await?;
-                (calls::decode(lua, reply)?, other)
-            }
-        };
-        let acked = match order {
-            Beside::After => acked_of(other)?,
-            // Only a grant's write needs the replicas.
-            Beside::Before if reply != AcquireReply::Acquired => 0,
-            Beside::Before => {
-                let client = replica_waits::client_of(other);
-                if client.is_none() {
-                    return Err(BackendError::unexpected_reply(
-                        "CLIENT ID",
-                        "not an integer".into(),
-                    ));
-                }
-                self.waits
-                    .acked_after(&self.conn, client, generation, min)
-                    .await
-            }
-        };
-        Ok((reply, acked))
+        let guard = self.restart_guard.as_ref();
+        let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
+        let (reply, acked) = with_wait(&mut conn, cmd, Some(lua), &keys.lock, min).await?;
+        Ok(Some((calls::decode(lua, reply)?, acked)))
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
@@ -496,14 +480,21 @@ impl Node {
         self.conn.primary_moved(since, within).await
     }
 
-    /// How many replicas acknowledged every write answered on this node's connection so far,
-    /// by its next shared `WAIT` ([`ReplicaWaits`]); `generation` is the connection's before
-    /// those writes were sent (0 when the primary switched since, or the `WAIT` failed:
-    /// nothing is known to have reached them).
+    /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
+    /// so far. 0 when the call fails, or when the connection's `generation` is no longer the
+    /// one the writes were sent at (a Sentinel primary switched in between: the `WAIT` ran on
+    /// the new primary and counted none of them): nothing is known to have reached them.
     pub(crate) async fn replicas_acked(&self, generation: u64, min: MinReplicas) -> u64 {
-        self.waits
-            .acked_after(&self.conn, None, generation, min)
-            .await
+        let acked = min.wait().query_async::<u64>(&mut self.conn.clone()).await;
+        let acked = acked.unwrap_or_else(|error| {
+            tracing::debug!(%error, "WAIT after writes failed; the writes are not counted");
+            0
+        });
+        if self.conn.generation() == generation {
+            acked
+        } else {
+            0
+        }
     }
 
     /// The generation of this node's connection (see `Connection::generation`).
@@ -817,8 +808,10 @@ where
     result
 }
 
-/// `cmd` and `WAIT` in one pipeline (see [`with_beside`]): `cmd`'s reply and how many
-/// replicas acknowledged it.
+/// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
+/// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
+/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`. The pipeline is
+/// built once and sent as it is again.
 async fn with_wait(
     conn: &mut Connection,
     cmd: Cmd,
@@ -826,42 +819,8 @@ async fn with_wait(
     lock_key: &str,
     min: MinReplicas,
 ) -> Result<(Value, u64), BackendError> {
-    let (reply, acked) =
-        with_beside(conn, cmd, script, lock_key, &min.wait(), Beside::After).await?;
-    Ok((reply, acked_of(acked)?))
-}
-
-/// The count of a `WAIT` reply.
-fn acked_of(reply: Value) -> Result<u64, BackendError> {
-    redis::from_redis_value(reply).map_err(|e| BackendError::unexpected_reply("WAIT", e))
-}
-
-/// Where a command sent [`with_beside`] a call goes in its pipeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Beside {
-    /// Before the call (`CLIENT ID`: the connection the call runs on).
-    Before,
-    /// After it (`WAIT`: it counts the call's write).
-    After,
-}
-
-/// Runs `cmd` and `beside` in one pipeline on the connection of the node that holds
-/// `lock_key`; returns `cmd`'s reply and `beside`'s. `script` is the script `cmd` calls,
-/// loaded and sent again after `NOSCRIPT`. The pipeline is built once and sent as it is
-/// again.
-async fn with_beside(
-    conn: &mut Connection,
-    cmd: Cmd,
-    script: Option<&Lua>,
-    lock_key: &str,
-    beside: &Cmd,
-    order: Beside,
-) -> Result<(Value, Value), BackendError> {
     let mut pipe = redis::pipe();
-    match order {
-        Beside::Before => pipe.add_command(beside.clone()).add_command(cmd),
-        Beside::After => pipe.add_command(cmd).add_command(beside.clone()),
-    };
+    pipe.add_command(cmd).add_command(min.wait());
     // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
     // `ASK` sends the call to another primary) every primary.
     let mut loads = [
@@ -873,19 +832,15 @@ async fn with_beside(
         let values = send_to_holder(conn, &pipe, lock_key).await;
         // An error comes back for the whole pipeline or as the command's own reply.
         let mut values = values.map_err(BackendError::redis)?.into_iter();
-        let (Some(first), Some(second)) = (values.next(), values.next()) else {
+        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
             return Err(BackendError::unexpected_reply(
-                "a command in a pipeline of two",
+                "a command and WAIT",
                 "fewer than two replies".into(),
             ));
         };
-        let (reply, other) = match order {
-            Beside::Before => (second, first),
-            Beside::After => (first, second),
-        };
         match (reply.extract_error(), script) {
             // The script cache was flushed (or the server restarted): load it and send both
-            // again (a `WAIT` that ran beside it counted nothing of ours).
+            // again; the WAIT that ran alone counted nothing of ours.
             (Err(error), Some(script)) if calls::is_no_script(&error) => {
                 let Some(on) = loads.next() else {
                     return Err(BackendError::redis(error));
@@ -896,14 +851,16 @@ async fn with_beside(
             }
             (Err(error), _) => return Err(BackendError::redis(error)),
             (Ok(reply), _) => {
-                let other = other.extract_error().map_err(BackendError::redis)?;
-                return Ok((reply, other));
+                let acked = acked.extract_error().map_err(BackendError::redis)?;
+                let acked = redis::from_redis_value(acked)
+                    .map_err(|e| BackendError::unexpected_reply("WAIT", e))?;
+                return Ok((reply, acked));
             }
         }
     }
 }
 
-/// Sends `pipe` (a command and `WAIT` or `CLIENT ID`) to the node that holds `lock_key`: in a cluster, WAIT
+/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
 /// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
 /// would go to any node).
 async fn send_to_holder(

@@ -51,8 +51,12 @@ impl Quorum {
 /// A node's answer counts only while no other node's server said the same `run_id` (see
 /// [`named_twice`]): one server under two names (`localhost` and `127.0.0.1`, a DNS alias, a
 /// proxy) would cast two votes. `build()` refuses such nodes among those up at start-up; this
-/// covers the rest (`build_lazy()`, a node down at start-up): each node's `run_id` is read
-/// with its server's version before its first call, so before its first answer counts.
+/// covers the rest (`build_lazy()`, a node down at start-up): a node's answer counts once its
+/// `run_id` is read ([`Identities::counted`]). A node reads it once (a plain server's
+/// connection has one server): one server under two names, restarted between their first
+/// reads, says two `run_id`s, as two servers would, one of them restarted; that restart
+/// without persistence may grant a lock it forgot, the RedLock hazard the restart guard is
+/// for (`LockerBuilder::restart_guard`).
 #[derive(Debug)]
 pub(crate) struct RedLockStore {
     /// Shared with the per-node tasks, which check their node's `run_id` against the others'.
@@ -62,7 +66,7 @@ pub(crate) struct RedLockStore {
     /// Per token, how many node acquires of it are still running. A release waits for them:
     /// a grant that lands on a slow node after the release went there would stay until its
     /// lease.
-    pub(crate) in_flight: Arc<Mutex<HashMap<Token, watch::Receiver<usize>>>>,
+    in_flight: Arc<Mutex<HashMap<Token, watch::Receiver<usize>>>>,
 }
 
 /// What the acquiring caller decided, for the per-node tasks of an acquire.
@@ -74,6 +78,21 @@ enum Verdict {
 }
 
 impl RedLockStore {
+    pub(crate) fn new(nodes: Vec<Node>, timeout: Duration) -> Self {
+        Self {
+            nodes: nodes.into(),
+            timeout,
+            in_flight: Arc::default(),
+        }
+    }
+
+    /// What a per-node task needs to tell its node's answer from another name's.
+    fn identities(&self) -> Identities {
+        Identities {
+            nodes: self.nodes.clone(),
+        }
+    }
+
     fn quorum(&self) -> Quorum {
         Quorum::of(self.nodes.len())
     }
@@ -105,21 +124,20 @@ impl RedLockStore {
         // Nodes that granted this try, those that answer after the verdict included.
         let granted = Arc::new(AtomicUsize::new(0));
         let tasks = self.nodes.iter().enumerate().map(|(index, node)| {
-            let (node, nodes) = (node.clone(), self.nodes.clone());
+            let (node, identities) = (node.clone(), self.identities());
             let (keys, token, waiter) = (keys.clone(), token.clone(), waiter.clone());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
             let granted = granted.clone();
             tokio::spawn(async move {
-                let acquire = node.acquire(&keys, &token, &waiter, args);
+                let acquire = identities.counted(index, node.acquire(&keys, &token, &waiter, args));
                 let reply = tokio::time::timeout(per_node, acquire)
                     .await
                     .unwrap_or_else(|_| {
                         Err(BackendError::timed_out(
                             "redlock node did not answer in time",
                         ))
-                    })
-                    .and_then(|reply| counted(&nodes, index, reply));
+                    });
                 if matches!(reply, Ok(AcquireReply::Acquired)) {
                     granted.fetch_add(1, Ordering::SeqCst);
                 }
@@ -270,18 +288,18 @@ impl RedLockStore {
         // (its late token, if any, is its own; the majority below gets the write-back).
         let (issued, _) = gather(
             self.nodes.iter().enumerate().map(|(index, node)| {
-                let (node, nodes) = (node.clone(), self.nodes.clone());
+                let (node, identities) = (node.clone(), self.identities());
                 let (keys, token) = (keys.clone(), token.to_owned());
                 let timeout = self.timeout;
                 tokio::spawn(async move {
-                    let reply = tokio::time::timeout(timeout, node.issue_fence(&keys, &token))
+                    let issue = identities.counted(index, node.issue_fence(&keys, &token));
+                    let reply = tokio::time::timeout(timeout, issue)
                         .await
                         .unwrap_or_else(|_| {
                             Err(BackendError::timed_out(
                                 "redlock node did not answer in time",
                             ))
-                        })
-                        .and_then(|reply| counted(&nodes, index, reply));
+                        });
                     (node, reply)
                 })
             }),
@@ -357,11 +375,10 @@ impl RedLockStore {
         };
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(i, node)| {
-                let (node, nodes) = (node.clone(), self.nodes.clone());
+                let (node, identities) = (node.clone(), self.identities());
                 let (keys, token) = (keys.clone(), token.clone());
                 tokio::spawn(async move {
-                    let reply = node.release(&keys, &token).await;
-                    (i, reply.and_then(|reply| counted(&nodes, i, reply)))
+                    (i, identities.counted(i, node.release(&keys, &token)).await)
                 })
             }),
             |done| {
@@ -437,10 +454,11 @@ impl RedLockStore {
             .iter()
             .enumerate()
             .map(|(index, node)| async move {
-                tokio::time::timeout(self.timeout, ask(node))
+                let answers = async { Ok::<_, BackendError>(ask(node).await) };
+                tokio::time::timeout(self.timeout, self.identities().counted(index, answers))
                     .await
                     .ok()
-                    .filter(|_| named_twice(&self.nodes, index).is_none())
+                    .and_then(Result::ok)
                     .unwrap_or_else(|| vec![Renewal::Unknown; count])
             })
             .collect();
@@ -465,12 +483,9 @@ impl RedLockStore {
         let total = self.nodes.len();
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(index, node)| {
-                let (node, nodes) = (node.clone(), self.nodes.clone());
+                let (node, identities) = (node.clone(), self.identities());
                 let lock_key = lock_key.to_owned();
-                tokio::spawn(async move {
-                    let reply = node.exists(&lock_key).await;
-                    reply.and_then(|reply| counted(&nodes, index, reply))
-                })
+                tokio::spawn(async move { identities.counted(index, node.exists(&lock_key)).await })
             }),
             |done: &[Result<bool, BackendError>]| {
                 let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
@@ -498,14 +513,12 @@ impl RedLockStore {
         lock: &RedisKeys,
         semaphore: &RedisKeys,
     ) -> Result<Option<Inspected>, BackendError> {
+        let identities = self.identities();
         let replies = join_all(
             self.nodes
                 .iter()
                 .enumerate()
-                .map(|(index, node)| async move {
-                    let reply = node.inspect(lock, semaphore).await;
-                    reply.and_then(|reply| counted(&self.nodes, index, reply))
-                }),
+                .map(|(index, node)| identities.counted(index, node.inspect(lock, semaphore))),
         )
         .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
@@ -557,14 +570,42 @@ impl RedLockStore {
     }
 }
 
+/// The nodes of a RedLock store, as the per-node tasks hold them to tell their node's
+/// answer from another name's.
+#[derive(Debug, Clone)]
+struct Identities {
+    nodes: Arc<[Node]>,
+}
+
+impl Identities {
+    /// The answer of node `index` to `call`, when it counts: once the node's `run_id` is read
+    /// (the call read it, or it is read now), the error of [`named_twice`] if another node's
+    /// server said the same. A failure to read it leaves the answer counted, as `build()`
+    /// does not compare a server that does not say.
+    async fn counted<T>(
+        &self,
+        index: usize,
+        call: impl std::future::Future<Output = Result<T, BackendError>>,
+    ) -> Result<T, BackendError> {
+        let reply = call.await?;
+        let node = &self.nodes[index];
+        if node.run_id_read().is_none() {
+            // `is_locked`, `inspect` and the like read nothing before their first call.
+            let _ = node.read_server(node.generation()).await;
+        }
+        match named_twice(&self.nodes, index) {
+            Some(error) => Err(error),
+            None => Ok(reply),
+        }
+    }
+}
+
 /// The node of `nodes` at `index` whose server said the same `run_id` as another node's, as
 /// the error that names both (the earlier one in the list first); `None` while it is told
-/// apart from all of them, or said none. Each node's `run_id` is read before its first call,
-/// so of two nodes that share a server the one checked later has always seen the other's: at
-/// least one of them is refused. In practice both are (each sees the other's), so every
-/// acquire fails with this error. Not covered: the server restarted (a new `run_id`) between
-/// the first calls of its two names, which a node does not read again (a RedLock node's
-/// connection has one server).
+/// apart from all of them, or said none. Each node's answer is checked after its own
+/// `run_id` was read, so of two nodes that share a server the one checked later has seen the
+/// other's: at least one of them is refused. In practice both are (each sees the other's),
+/// so every acquire fails with this error.
 fn named_twice(nodes: &[Node], index: usize) -> Option<BackendError> {
     let own = nodes[index].run_id_read()?;
     let other = nodes
@@ -576,14 +617,6 @@ fn named_twice(nodes: &[Node], index: usize) -> Option<BackendError> {
         nodes[first].name.clone(),
         nodes[second].name.clone(),
     ))
-}
-
-/// A node's `reply`, when it counts: the error of [`named_twice`] otherwise.
-fn counted<T>(nodes: &[Node], index: usize, reply: T) -> Result<T, BackendError> {
-    match named_twice(nodes, index) {
-        Some(error) => Err(error),
-        None => Ok(reply),
-    }
 }
 
 /// What the nodes that no longer hold a lock found, if they agree on its kind: a lock lost on

@@ -10,6 +10,7 @@ mod kinds_cluster;
 mod redlock;
 mod review_n;
 mod review_o;
+mod review_r;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
