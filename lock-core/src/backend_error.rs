@@ -125,9 +125,9 @@ impl BackendError {
         self
     }
 
-    /// Whether the servers showed the locker's setup to be wrong (see [`Repr::Config`]).
-    pub(crate) fn is_config(&self) -> bool {
-        matches!(self.repr, Repr::Config(_))
+    /// Whether this is [`named_twice`](Self::named_twice)'s error.
+    pub(crate) fn is_named_twice(&self) -> bool {
+        matches!(&self.repr, Repr::Config(config) if matches!(**config, ConfigError::RedLockNodeTwice { .. }))
     }
 
     /// `true` when a command or a connection attempt timed out.

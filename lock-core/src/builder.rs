@@ -295,12 +295,7 @@ impl LockerBuilder {
     /// which a failover to a replica that never saw the key grants the lock twice. For single,
     /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
     /// connection: while a replica lags, other commands of this locker queue behind it for up
-    /// to `timeout`. On a server (or a Sentinel primary) one acquire at a time sends its
-    /// command and `WAIT`; the others wait for their turn for up to `timeout`, and fail with
-    /// [`LockError::NotReplicated`] without sending anything if it does not come (replicas
-    /// that slow are behind), so a burst of acquires holds the locker's other commands up for
-    /// one `timeout` at most. A cluster's acquires each send their own `WAIT` to their shard.
-    /// The `timeout` goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0` would
+    /// to `timeout`, which goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0` would
     /// block for ever) to 1 hour, and is cut to half the
     /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
     /// answer must come back within it, or the acquire would fail as a timeout rather than

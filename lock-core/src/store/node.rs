@@ -52,9 +52,6 @@ pub(crate) struct Node {
     server: Arc<Mutex<Known>>,
     /// Held while the version is read before a call.
     reading: Arc<tokio::sync::Mutex<()>>,
-    /// Held by an acquire while its command and `WAIT` are under way on one server's
-    /// connection (`min_replicas`, see [`acquire_with_wait`](Self::acquire_with_wait)).
-    replicating: Arc<tokio::sync::Mutex<()>>,
     pub(crate) restart_guard: Option<RestartGuard>,
     /// How long a release's latch lives.
     pub(crate) latch: Duration,
@@ -76,7 +73,6 @@ impl Node {
             name,
             server: Arc::default(),
             reading: Arc::default(),
-            replicating: Arc::default(),
             restart_guard,
             latch: timeouts.release_retry,
             fence_window,
@@ -192,6 +188,12 @@ impl Node {
         self.with_run_id(|id| id.map(str::to_owned))
     }
 
+    /// Whether its server(s) were read (`INFO server`) for the connection as it is now, even
+    /// if they did not say what they are (see [`read_server`](Self::read_server)).
+    pub(crate) fn server_read(&self) -> bool {
+        self.server.lock().at == Some(self.conn.generation())
+    }
+
     /// Whether its server said `run_id` (see [`run_id_read`](Self::run_id_read)).
     pub(crate) fn said_run_id(&self, run_id: &str) -> bool {
         self.with_run_id(|id| id == Some(run_id))
@@ -272,16 +274,6 @@ impl Node {
     /// acquire's own write on the same connection, even if the connection is replaced between
     /// two calls (a retry after a reset re-applies the lease, a write, instead of writing
     /// nothing). Returns the reply and the number of replicas that acknowledged.
-    ///
-    /// `WAIT` blocks its connection in Redis until the replicas acknowledge, and everything
-    /// sent after it there waits: a burst of acquires while a replica is slow held up every
-    /// other command of the locker (its renewals too) for the sum of their `WAIT`s
-    /// (RELIABILITY N4). So on one server (or a Sentinel primary) one acquire at a time has its
-    /// pipeline under way, and the locker's other commands wait in Redis for one `WAIT` at
-    /// most. The others wait here for up to the `WAIT`'s own timeout: replicas that keep them
-    /// waiting longer are behind, and the acquire is answered `None` (not replicated) without
-    /// sending anything; granted later, the time it queued would be taken from its lease. A
-    /// cluster's acquires go to their shards' connections, each with its own `WAIT`.
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -289,28 +281,20 @@ impl Node {
         waiter: &Token,
         args: AcquireArgs,
         min: MinReplicas,
-    ) -> Result<Option<(AcquireReply, u64)>, BackendError> {
+    ) -> Result<(AcquireReply, u64), BackendError> {
         self.require(Need::of(keys.kind())).await?;
-        let _turn = if self.conn.is_cluster() {
-            None
-        } else {
-            match tokio::time::timeout(min.timeout, self.replicating.lock()).await {
-                Ok(turn) => Some(turn),
-                Err(_) => return Ok(None),
-            }
-        };
         let mut conn = self.conn.clone();
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
             let (reply, acked) = with_wait(&mut conn, set, None, &keys.lock, min).await?;
             if reply == Value::Okay {
-                return Ok(Some((AcquireReply::Acquired, acked)));
+                return Ok((AcquireReply::Acquired, acked));
             }
         }
         let guard = self.restart_guard.as_ref();
         let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
         let (reply, acked) = with_wait(&mut conn, cmd, Some(lua), &keys.lock, min).await?;
-        Ok(Some((calls::decode(lua, reply)?, acked)))
+        Ok((calls::decode(lua, reply)?, acked))
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.

@@ -245,7 +245,7 @@ impl RedLockStore {
                     longest = longest.max(Some(for_ms));
                     frees.push(for_ms);
                 }
-                Err(e) if e.is_config() => {
+                Err(e) if e.is_named_twice() => {
                     set_up_wrong.get_or_insert(e);
                 }
                 Err(e) => {
@@ -578,10 +578,11 @@ struct Identities {
 }
 
 impl Identities {
-    /// The answer of node `index` to `call`, when it counts: once the node's `run_id` is read
-    /// (the call read it, or it is read now), the error of [`named_twice`] if another node's
-    /// server said the same. A failure to read it leaves the answer counted, as `build()`
-    /// does not compare a server that does not say.
+    /// The answer of node `index` to `call`, when it counts: once the node's server is read
+    /// (the call read it, or it is read now, once per connection), the error of
+    /// [`named_twice`] if another node's server said the same `run_id`. A server that does not
+    /// say (an ACL without `+info`), or a failed read, leaves the answer counted, as `build()`
+    /// does not compare such a server.
     async fn counted<T>(
         &self,
         index: usize,
@@ -589,7 +590,7 @@ impl Identities {
     ) -> Result<T, BackendError> {
         let reply = call.await?;
         let node = &self.nodes[index];
-        if node.run_id_read().is_none() {
+        if !node.server_read() {
             // `is_locked`, `inspect` and the like read nothing before their first call.
             let _ = node.read_server(node.generation()).await;
         }

@@ -48,11 +48,8 @@ impl SingleStore {
         // Boxed, like the give-back below: their states are several times the plain acquire's,
         // which every acquire's future would otherwise carry (and copy) to serve a setting most
         // lockers leave off.
-        let sent = in_box(|| self.node.acquire_with_wait(keys, token, waiter, args, min)).await?;
-        let Some((reply, acked)) = sent else {
-            // Not sent: the acquires before it kept their replicas' `WAIT`s waiting.
-            return Ok(Outcome::NotReplicated { acked: 0 });
-        };
+        let (reply, acked) =
+            in_box(|| self.node.acquire_with_wait(keys, token, waiter, args, min)).await?;
         match reply {
             AcquireReply::Acquired if acked < min.replicas => {
                 // Fail closed: a lock that did not reach the replicas is given back.

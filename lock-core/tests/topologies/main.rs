@@ -11,6 +11,7 @@ mod redlock;
 mod review_n;
 mod review_o;
 mod review_r;
+mod review_s;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
