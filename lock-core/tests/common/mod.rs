@@ -106,6 +106,39 @@ pub fn lock_pttl(server: &RedisServer, key: &str) -> i64 {
     lock_key_opt(server, key).map_or(-2, |name| server.cmd(&["PTTL", &name]))
 }
 
+/// The Redis name of `key`'s lock on `server` and its PTTL in ms, if the lock exists.
+pub fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
+    let name = lock_key_opt(server, key)?;
+    let pttl: i64 = server.cmd(&["PTTL", &name]);
+    Some((name, pttl))
+}
+
+/// A primary and its replica, which replicates through a proxy (`link`) that can slow or cut
+/// the replication link: `(primary, replica, link)`, the replica attached.
+pub async fn replica_behind_a_proxy() -> (RedisServer, RedisServer, lock_testkit::FaultProxy) {
+    let primary = server();
+    let replica = server();
+    let link = lock_testkit::FaultProxy::start(primary.port())
+        .await
+        .unwrap();
+    attach_replica(&replica, link.port()).await;
+    (primary, replica, link)
+}
+
+/// `key` locked with `min_replicas` once the replica acknowledges (it may still be catching
+/// up after its sync): tried every 100 ms for up to 5 s.
+pub async fn replicated_lock(locker: &Locker, key: &str) -> LockGuard {
+    let mut last = None;
+    for _ in 0..50 {
+        match locker.lock(key).wait(Duration::ZERO).await {
+            Ok(guard) => return guard,
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no replicated lock while the replica is up: {last:?}");
+}
+
 /// The Redis name of the lock of `key` (the only `:lock:` key for it).
 pub fn lock_key(server: &RedisServer, key: &str) -> String {
     keys(server, "lock:")

@@ -25,15 +25,6 @@ fn role(server: &RedisServer) -> String {
     }
 }
 
-/// The lock key of `key` on `server`, and its PTTL, if there is one.
-fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
-    let name = common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))?;
-    let pttl: i64 = server.cmd(&["PTTL", &name]);
-    Some((name, pttl))
-}
-
 /// Finding N1 (Sentinel): a release sent in the first moments after a manual
 /// `SENTINEL FAILOVER` promoted the replica still goes to the old primary (the locker learns of
 /// the new one at its next once-a-second question to Sentinel, or after an error). There it
@@ -59,7 +50,7 @@ async fn a_release_right_after_a_manual_sentinel_failover_frees_the_lock_on_the_
     let guard = holder.lock("k").await.unwrap();
     let old = sentinel.current_master_port().unwrap();
     let replica_port = sentinel.current_replica().port();
-    assert!(lock_key_pttl(sentinel.current_replica(), "k").is_some());
+    assert!(common::lock_key_pttl(sentinel.current_replica(), "k").is_some());
     let _: () = sentinel.sentinels()[0].cmd(&["SENTINEL", "FAILOVER", "locks"]);
     // The replica is promoted: from now on it is where the locks live.
     let started = Instant::now();
@@ -71,7 +62,7 @@ async fn a_release_right_after_a_manual_sentinel_failover_frees_the_lock_on_the_
     let released = guard.release().await;
     let new_primary = sentinel.current_replica();
     assert_eq!(new_primary.port(), replica_port);
-    let on_new_primary = lock_key_pttl(new_primary, "k");
+    let on_new_primary = common::lock_key_pttl(new_primary, "k");
     let new = sentinel.wait_for_failover(Duration::from_secs(15)).unwrap();
     assert_ne!(old, new);
     let other = Locker::builder()
@@ -214,7 +205,7 @@ async fn readonly_from_a_demoted_primary_is_retried_on_the_new_one() {
     assert_eq!(new, promoted_port);
     // The background releaser's retries (0, 100, 500, 2000 ms) are over by then.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let left = lock_key_pttl(sentinel.master(), "k");
+    let left = common::lock_key_pttl(sentinel.master(), "k");
     let observed = format!(
         "old primary demoted {demoted_after:?} after SENTINEL FAILOVER; release: {released:?}; \
          acquire of another key with a 5 s wait: {acquired:?}; 3 s later the released lock's \
@@ -257,13 +248,13 @@ async fn a_min_replicas_timeout_past_the_command_timeout_still_answers_not_repli
         .await
         .unwrap();
     // A healthy replicated lock, held throughout.
-    let held = replicated_lock(&locker, "h").await;
+    let held = common::replicated_lock(&locker, "h").await;
     replica.pause();
     let started = Instant::now();
     let acquired = locker.lock("x").wait(Duration::from_secs(4)).await;
     let took = started.elapsed();
     let held_is_held = held.is_held();
-    let h_in_redis = lock_key_pttl(&primary, "h");
+    let h_in_redis = common::lock_key_pttl(&primary, "h");
     replica.resume();
     let observed = format!(
         "acquire with the replica stopped (min_replicas 2 s, command timeout 1 s, wait 4 s): \
@@ -432,7 +423,7 @@ async fn a_slow_cluster_shard_does_not_lose_the_locks_of_the_other_shards() {
             let primary = cluster
                 .primary_for_slot(common::kit_slot(&keys[0]))
                 .unwrap();
-            lock_key_pttl(primary, &keys[0])
+            common::lock_key_pttl(primary, &keys[0])
         })
         .collect();
     let observed = format!(
@@ -446,20 +437,6 @@ async fn a_slow_cluster_shard_does_not_lose_the_locks_of_the_other_shards() {
         first_false[1..].iter().all(Option::is_none),
         "a lock on a healthy shard was reported lost: {observed}"
     );
-}
-
-/// `key` locked with `min_replicas` once the replica acknowledges (it may still be catching
-/// up after its sync): tried every 100 ms for up to 5 s.
-async fn replicated_lock(locker: &Locker, key: &str) -> lock_core::LockGuard {
-    let mut last = None;
-    for _ in 0..50 {
-        match locker.lock(key).wait(Duration::ZERO).await {
-            Ok(guard) => return guard,
-            Err(error) => last = Some(error),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no replicated lock while the replica is up: {last:?}");
 }
 
 /// Finding N4, second shape: a `min_replicas` timeout well under the command timeout does not
@@ -481,10 +458,7 @@ async fn replicated_lock(locker: &Locker, key: &str) -> lock_core::LockGuard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "open: N4's second shape (RELIABILITY.md, a sixth read)"]
 async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_locks() {
-    let primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
         .min_replicas(1, Duration::from_millis(400))
@@ -493,7 +467,7 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
         .build()
         .await
         .unwrap();
-    let held = replicated_lock(&locker, "h").await;
+    let held = common::replicated_lock(&locker, "h").await;
     link.set_mode(lock_testkit::ProxyMode::Delay(Duration::from_millis(100)))
         .await;
     let started = Instant::now();
@@ -522,7 +496,7 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
     // Past the held lock's lease, counted from the burst's start.
     tokio::time::sleep(Duration::from_millis(3500).saturating_sub(started.elapsed())).await;
     let held_is_held = held.is_held();
-    let h_in_redis = lock_key_pttl(&primary, "h");
+    let h_in_redis = common::lock_key_pttl(&primary, "h");
     link.set_mode(lock_testkit::ProxyMode::Pass).await;
     let observed = format!(
         "40 acquires with the replica's link 100 ms each way (min_replicas 400 ms, command \
@@ -548,17 +522,14 @@ async fn acquires_waiting_for_a_lagging_replica_do_not_lose_the_lockers_other_lo
 /// NotReplicated; Ok although started after the cut: [\"t0-464\", ..]".)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acquire_started_after_the_replica_was_cut_off_is_answered_replicated() {
-    let primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
         .min_replicas(1, Duration::from_millis(150))
         .build()
         .await
         .unwrap();
-    replicated_lock(&locker, "warm")
+    common::replicated_lock(&locker, "warm")
         .await
         .release()
         .await
@@ -802,7 +773,7 @@ async fn a_coordinated_cluster_failover_keeps_the_lock_and_its_release_reaches_t
         .unwrap();
     let refused = other.lock("k").wait(Duration::ZERO).await;
     let released = guard.release().await;
-    let left = lock_key_pttl(
+    let left = common::lock_key_pttl(
         cluster.primary_for_slot(common::kit_slot("k")).unwrap(),
         "k",
     );

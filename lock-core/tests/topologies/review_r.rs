@@ -11,15 +11,6 @@ use std::time::{Duration, Instant};
 use lock_core::{LockError, Locker};
 use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 
-/// The lock key of `key` on `server`, and its PTTL, if there is one.
-fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
-    let name = common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))?;
-    let pttl: i64 = server.cmd(&["PTTL", &name]);
-    Some((name, pttl))
-}
-
 /// Finding R1 (O4's fix): each node's `run_id` is read once, before its first call, and never
 /// again on a plain server connection (its generation stays 0). One server `a` under two
 /// names (directly and through a proxy, in a deployment `localhost` and `127.0.0.1` or a DNS
@@ -99,8 +90,8 @@ async fn restart_between_first_reads(alias: bool, guard: Option<Duration>) -> Op
          acquire of k: {:?}; first holder's is_held() = {}; k on a: {:?}, on c: {:?}",
         taken.as_ref().map(|g| g.is_held()),
         held.is_held(),
-        lock_key_pttl(&a, "k"),
-        lock_key_pttl(&c, "k"),
+        common::lock_key_pttl(&a, "k"),
+        common::lock_key_pttl(&c, "k"),
     );
     lock_testkit::figure(&format!("R1: {observed}"));
     let double_holder = taken.as_ref().is_ok_and(|g| g.is_held()) && held.is_held();
@@ -154,10 +145,7 @@ fn client_whose_last_command_was(server: &RedisServer, cmd: &str) -> Vec<i64> {
 /// primary None, on the replica None; another locker's acquire of b: Ok(true)").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r2_a_shared_wait_on_a_restarted_server_is_not_taken_for_the_old_connections() {
-    let mut primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (mut primary, replica, link) = common::replica_behind_a_proxy().await;
     // The locker's connection gets an id well above those of a fresh server's first clients.
     for _ in 0..40 {
         let _: String = primary.cmd(&["PING"]);
@@ -216,8 +204,8 @@ async fn r2_a_shared_wait_on_a_restarted_server_is_not_taken_for_the_old_connect
     tokio::time::sleep(Duration::from_millis(1200).saturating_sub(started.elapsed())).await;
     front.set_mode(ProxyMode::Hole).await;
     let waited_on = client_whose_last_command_was(&primary, "wait");
-    let b_before = lock_key_pttl(&primary, "b");
-    let b_on_replica_before = lock_key_pttl(&replica, "b");
+    let b_before = common::lock_key_pttl(&primary, "b");
+    let b_on_replica_before = common::lock_key_pttl(&replica, "b");
     assert_eq!(
         waited_on.len(),
         1,
@@ -251,8 +239,8 @@ async fn r2_a_shared_wait_on_a_restarted_server_is_not_taken_for_the_old_connect
     let b_answer = b.await.unwrap();
     let a_answer = a.await.unwrap();
     let took = started.elapsed();
-    let b_on_primary = lock_key_pttl(&primary, "b");
-    let b_on_replica = lock_key_pttl(&replica, "b");
+    let b_on_primary = common::lock_key_pttl(&primary, "b");
+    let b_on_replica = common::lock_key_pttl(&replica, "b");
     let other = Locker::builder().url(primary.url()).build().await.unwrap();
     let taken = other.lock("b").wait(Duration::ZERO).await;
     let observed = format!(
@@ -337,10 +325,7 @@ async fn r3_is_locked_on_a_lazy_locker_does_not_count_one_server_twice() {
 /// connection is reset (`R4_CONTROL=1`: no restart, the replica's link stays a black hole).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r4_a_renewal_is_not_counted_by_a_wait_on_a_restarted_server() {
-    let mut primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (mut primary, replica, link) = common::replica_behind_a_proxy().await;
     let front = FaultProxy::start(primary.port()).await.unwrap();
     let locker = Locker::builder()
         .url(front.url())
@@ -404,8 +389,8 @@ async fn r4_a_renewal_is_not_counted_by_a_wait_on_a_restarted_server() {
             front.set_mode(ProxyMode::Reset).await;
         }
     );
-    let on_primary = lock_key_pttl(&primary, "h");
-    let on_replica = lock_key_pttl(&replica, "h");
+    let on_primary = common::lock_key_pttl(&primary, "h");
+    let on_replica = common::lock_key_pttl(&replica, "h");
     let other = Locker::builder().url(primary.url()).build().await.unwrap();
     let taken = other.lock("h").wait(Duration::ZERO).await;
     let observed = format!(
@@ -455,7 +440,7 @@ async fn r5_the_previously_documented_acl_still_takes_locks_with_min_replicas() 
         .wait(Duration::ZERO)
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let left = lock_key_pttl(&primary, "k");
+    let left = common::lock_key_pttl(&primary, "k");
     let observed = format!(
         "min_replicas(1) with the ACL documented before 794bec9 (no +client|id): acquire: \
          {:?}; 3 s later the lock key {left:?}",

@@ -15,29 +15,6 @@ use std::time::{Duration, Instant};
 use lock_core::{LockError, Locker};
 use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 
-/// The lock key of `key` on `server`, and its PTTL, if there is one.
-fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
-    let name = common::keys(server, "lock:")
-        .into_iter()
-        .find(|k| k.ends_with(&format!(":lock:{key}")))?;
-    let pttl: i64 = server.cmd(&["PTTL", &name]);
-    Some((name, pttl))
-}
-
-/// A lock taken with `min_replicas`, tried until the replica acknowledges (it may still be
-/// catching up after its sync).
-async fn replicated_lock(locker: &Locker, key: &str) -> lock_core::LockGuard {
-    let mut last = None;
-    for _ in 0..50 {
-        match locker.lock(key).wait(Duration::ZERO).await {
-            Ok(guard) => return guard,
-            Err(error) => last = Some(error),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no replicated lock while the replica is up: {last:?}");
-}
-
 /// Finding S1: the turn does not outlive a cancelled acquire. An acquire's future dropped
 /// while its [command, `WAIT`] pipeline is under way (a `tokio::time::timeout` or `select!`
 /// around `lock()`, the request timeouts the security notes tell operators to put in front of
@@ -55,10 +32,7 @@ async fn replicated_lock(locker: &Locker, key: &str) -> lock_core::LockGuard {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "open: N4's second shape (RELIABILITY.md, an eleventh read)"]
 async fn s1_cancelled_acquires_do_not_pile_their_waits_up_on_the_connection() {
-    let primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
         .min_replicas(1, Duration::from_millis(400))
@@ -67,7 +41,7 @@ async fn s1_cancelled_acquires_do_not_pile_their_waits_up_on_the_connection() {
         .build()
         .await
         .unwrap();
-    let held = replicated_lock(&locker, "h").await;
+    let held = common::replicated_lock(&locker, "h").await;
     link.set_mode(ProxyMode::Delay(Duration::from_millis(100)))
         .await;
     let started = Instant::now();
@@ -119,7 +93,7 @@ async fn s1_cancelled_acquires_do_not_pile_their_waits_up_on_the_connection() {
         }
     }
     let held_is_held = held.is_held();
-    let h_in_redis = lock_key_pttl(&primary, "h");
+    let h_in_redis = common::lock_key_pttl(&primary, "h");
     link.set_mode(ProxyMode::Pass).await;
     let observed = format!(
         "40 tasks, each acquire cut after 50 ms, for {run_for:?} with the replica's link 100 ms \
@@ -151,17 +125,14 @@ async fn s1_cancelled_acquires_do_not_pile_their_waits_up_on_the_connection() {
 /// turn) the same burst was all `Ok`: "{\"Ok\": 64} in 408.692599ms".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s2_a_burst_of_acquires_with_a_healthy_replica_is_not_answered_not_replicated() {
-    let primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
         .min_replicas(1, Duration::from_millis(50))
         .build()
         .await
         .unwrap();
-    replicated_lock(&locker, "warm")
+    common::replicated_lock(&locker, "warm")
         .await
         .release()
         .await
@@ -235,10 +206,7 @@ async fn s2_a_burst_of_acquires_with_a_healthy_replica_is_not_answered_not_repli
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "open: N4's second shape (RELIABILITY.md, an eleventh read)"]
 async fn s4_a_burst_of_extensions_does_not_pile_their_waits_up_on_the_connection() {
-    let primary = common::server();
-    let replica = common::server();
-    let link = FaultProxy::start(primary.port()).await.unwrap();
-    common::attach_replica(&replica, link.port()).await;
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
         .min_replicas(1, Duration::from_millis(400))
@@ -247,10 +215,10 @@ async fn s4_a_burst_of_extensions_does_not_pile_their_waits_up_on_the_connection
         .build()
         .await
         .unwrap();
-    let held = replicated_lock(&locker, "h").await;
+    let held = common::replicated_lock(&locker, "h").await;
     let mut others = Vec::new();
     for i in 0..40 {
-        others.push(replicated_lock(&locker, &format!("e{i}")).await);
+        others.push(common::replicated_lock(&locker, &format!("e{i}")).await);
     }
     link.set_mode(ProxyMode::Delay(Duration::from_millis(100)))
         .await;
@@ -279,7 +247,7 @@ async fn s4_a_burst_of_extensions_does_not_pile_their_waits_up_on_the_connection
     // Past the held lock's lease, counted from the burst's start.
     tokio::time::sleep(Duration::from_millis(3500).saturating_sub(started.elapsed())).await;
     let held_is_held = held.is_held();
-    let h_in_redis = lock_key_pttl(&primary, "h");
+    let h_in_redis = common::lock_key_pttl(&primary, "h");
     link.set_mode(ProxyMode::Pass).await;
     let observed = format!(
         "40 extensions at once with the replica's link 100 ms each way (min_replicas 400 ms, \
