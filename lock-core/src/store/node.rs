@@ -1,6 +1,7 @@
 //! The script calls on one logical Redis (a server, a cluster, a Sentinel primary): what both
 //! strategies send, the single-server one once, RedLock once per node.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -409,8 +410,10 @@ impl Node {
         lease: NewLease,
         min: Option<MinReplicas>,
     ) -> Vec<Renewal> {
-        // Before the renewals are sent: a `WAIT` on another primary counts none of them.
-        let generation = self.conn.generation();
+        // The oldest connection generation a renewal answered below was sent at: a `WAIT` on
+        // a later primary (a Sentinel switch since) did not count it. A renewal sent again on
+        // the new primary after the switch is counted there.
+        let sent_at = &AtomicU64::new(u64::MAX);
         let groups = RenewScript::ALL.map(|script| {
             let group: Vec<(usize, &(&RedisKeys, &str))> = locks
                 .iter()
@@ -430,7 +433,7 @@ impl Node {
         let renewed = join_all(groups.iter().filter(|(_, group)| !group.is_empty()).map(
             |(script, group)| async move {
                 let pairs: Vec<_> = group.iter().map(|(_, lock)| **lock).collect();
-                let answers = self.renew_with(*script, &pairs, lease, each).await;
+                let answers = self.renew_with(*script, &pairs, lease, each, sent_at).await;
                 group
                     .iter()
                     .map(|(i, _)| *i)
@@ -444,6 +447,7 @@ impl Node {
             answers[i] = answer;
         }
         if let Some(min) = after {
+            let generation = sent_at.load(Ordering::SeqCst);
             if answers.contains(&Renewal::Renewed)
                 && self.replicas_acked(generation, min).await < min.replicas
             {
@@ -466,8 +470,8 @@ impl Node {
 
     /// `WAIT` on this node's connection: how many replicas acknowledged every write sent on it
     /// so far. 0 when the call fails, or when the connection's `generation` is no longer the
-    /// one the writes were sent at (a Sentinel primary switched in between: the `WAIT` ran on
-    /// the new primary and counted none of them): nothing is known to have reached them.
+    /// oldest one the writes were sent at (a Sentinel primary switched since: the `WAIT` ran
+    /// on the new primary and did not count them): nothing is known to have reached them.
     pub(crate) async fn replicas_acked(&self, generation: u64, min: MinReplicas) -> u64 {
         let acked = min.wait().query_async::<u64>(&mut self.conn.clone()).await;
         let acked = acked.unwrap_or_else(|error| {
@@ -510,7 +514,10 @@ impl Node {
             .enumerate()
             .map(|(i, lock)| async move {
                 let script = RenewScript::of(lock.0.kind());
-                let answer = self.renew_with(script, &[*lock], lease, min).await;
+                let sent_at = AtomicU64::new(u64::MAX);
+                let answer = self
+                    .renew_with(script, &[*lock], lease, min, &sent_at)
+                    .await;
                 (i, answer.into_iter().next().unwrap_or(Renewal::Unknown))
             })
             .collect();
@@ -627,6 +634,7 @@ impl Node {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
         min: Option<MinReplicas>,
+        sent_at: &AtomicU64,
     ) -> Vec<Renewal> {
         // In a cluster a script's keys must share a slot: every lock is its own call there (all
         // sent at once, so each node still gets them in one pipelined write).
@@ -638,15 +646,20 @@ impl Node {
             let reply = retry_dropped(|| {
                 let mut conn = self.conn.clone();
                 let call = &call;
+                // The try whose answer is used records the generation it was sent at.
+                let generation = self.conn.generation();
                 async move {
                     let Some(min) = min else {
-                        return call.invoke(&mut conn).await;
+                        let reply = call.invoke(&mut conn).await?;
+                        sent_at.fetch_min(generation, Ordering::SeqCst);
+                        return Ok(reply);
                     };
                     let (cmd, lua) = call.command();
                     let key = chunk.first().map_or("", |(keys, _)| keys.lock.as_str());
                     let (reply, acked) =
                         with_wait(&mut conn, cmd.clone(), Some(lua), key, min).await?;
                     let RenewReply(renewals) = call.decode(reply)?;
+                    sent_at.fetch_min(generation, Ordering::SeqCst);
                     Ok(RenewReply(if acked < min.replicas {
                         renewals.into_iter().map(Renewal::unreplicated).collect()
                     } else {

@@ -12,6 +12,7 @@ mod review_n;
 mod review_o;
 mod review_r;
 mod review_s;
+mod review_u;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
