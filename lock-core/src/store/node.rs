@@ -182,9 +182,9 @@ impl Node {
         info.get("run_id")
     }
 
-    /// The `run_id` its server said when its connection was last read (`INFO server`, on every
-    /// new connection before the first call): `None` before that, or from a server that did
-    /// not say (an ACL without `+info`).
+    /// The `run_id` its server said when it was last read (`INFO server`: before the node's
+    /// first call, and again after a Sentinel switch; a plain server's connection is read
+    /// once): `None` before that, or from a server that did not say (an ACL without `+info`).
     pub(crate) fn run_id_read(&self) -> Option<String> {
         self.with_run_id(|id| id.map(str::to_owned))
     }
