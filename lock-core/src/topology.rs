@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use futures_util::future::join_all;
 #[cfg(all(feature = "sentinel", feature = "tls"))]
 use redis::sentinel::SentinelClientBuilder;
 #[cfg(feature = "sentinel")]
@@ -437,45 +436,21 @@ pub(crate) async fn connect(
             let mut nodes = Vec::new();
             let mut up = 0;
             let mut down = Vec::new();
-            let mut reached = Vec::new();
             for (client, url) in clients.iter().zip(&urls) {
                 let conn = match Connection::server(client.clone(), timeouts).await {
                     Ok(conn) => {
                         up += 1;
-                        reached.push(true);
                         conn
                     }
                     Err(error) => {
-                        reached.push(false);
                         down.push(format!("{} ({error})", redact(url)));
                         Connection::lazy(client.clone(), timeouts).map_err(backend)?
                     }
                 };
                 nodes.push(node(conn, redact(url), restart_guard.clone()));
             }
-            // One server under two names (`localhost` and `127.0.0.1`, a DNS alias): told
-            // apart by the `run_id` of the nodes that are up (a server that does not say is
-            // not compared).
-            let run_ids = join_all(
-                nodes
-                    .iter()
-                    .zip(&reached)
-                    .map(|(node, &reached)| async move {
-                        if reached {
-                            node.run_id().await
-                        } else {
-                            None
-                        }
-                    }),
-            )
-            .await;
-            if let Some((first, second)) = named_twice(&run_ids) {
-                return Err(ConfigError::RedLockNodeTwice {
-                    first: redact(&urls[first]),
-                    second: redact(&urls[second]),
-                }
-                .into());
-            }
+            // One server under two names (`localhost` and `127.0.0.1`, a DNS alias) is told
+            // apart by the `run_id`s `Store::check_servers` reads next.
             if !Quorum::of(urls.len()).carried(up) {
                 let error =
                     BackendError::undecided("fewer than a majority of RedLock nodes are reachable");

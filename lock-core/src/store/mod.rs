@@ -181,7 +181,8 @@ impl Store {
     }
 
     /// Reads the version of every node's server(s) (`build`) and refuses the topology if one
-    /// is too old for the kit ([`server_version::KIT`]); warns when one cannot serve
+    /// is too old for the kit ([`server_version::KIT`]), or if two RedLock nodes are one
+    /// server (the same `run_id`, see [`RedLockStore`]); warns when one cannot serve
     /// semaphores, which their acquires then refuse. A RedLock node that does not answer now
     /// is read at its first use (it may come up later); any other failure is the build's.
     pub(crate) async fn check_servers(&self) -> Result<(), LockError> {
@@ -201,6 +202,11 @@ impl Store {
                     let context = format!("reading the server version of {}", node.name);
                     return Err(LockError::backend(None, error.context(context)));
                 }
+            }
+        }
+        if let Self::RedLock(store) = self {
+            if let Some(twice) = store.named_twice() {
+                return Err(LockError::backend(None, twice));
             }
         }
         for node in self.nodes() {

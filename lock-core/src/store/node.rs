@@ -168,20 +168,6 @@ impl Node {
         servers
     }
 
-    /// The server's `run_id` (`INFO server`), which names one run of one server: `None` in a
-    /// cluster, or when it cannot be read (down, an ACL without `+info`).
-    pub(crate) async fn run_id(&self) -> Option<String> {
-        if self.conn.is_cluster() {
-            return None;
-        }
-        let info: InfoDict = redis::cmd("INFO")
-            .arg("server")
-            .query_async(&mut self.conn.clone())
-            .await
-            .ok()?;
-        info.get("run_id")
-    }
-
     /// The `run_id` its server said when it was last read (`INFO server`: before the node's
     /// first call, and again after a Sentinel switch; a plain server's connection is read
     /// once): `None` before that, or from a server that did not say (an ACL without `+info`).

@@ -86,6 +86,11 @@ impl RedLockStore {
         }
     }
 
+    /// The error naming the first two nodes whose servers said the same `run_id`, if any.
+    pub(crate) fn named_twice(&self) -> Option<BackendError> {
+        (0..self.nodes.len()).find_map(|index| named_twice(&self.nodes, index))
+    }
+
     /// What a per-node task needs to tell its node's answer from another name's.
     fn identities(&self) -> Identities {
         Identities {
