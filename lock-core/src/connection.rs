@@ -161,12 +161,12 @@ impl Connection {
     pub(crate) async fn primary_moved(&self, since: u64, within: Duration) -> bool {
         #[cfg(feature = "sentinel")]
         if let Self::Sentinel(primary) = self {
+            // Moved already: the primary switched while the call ran.
+            if primary.generation() != since {
+                return true;
+            }
             let asked = Instant::now();
             loop {
-                // Moved already (the primary switched while the call ran), or once asked.
-                if primary.generation() != since {
-                    return true;
-                }
                 primary.switch(None).await;
                 if primary.generation() != since {
                     return true;
