@@ -113,6 +113,28 @@ pub fn lock_key_pttl(server: &RedisServer, key: &str) -> Option<(String, i64)> {
     Some((name, pttl))
 }
 
+/// A holder whose connection goes through a proxy that can hold, delay or drop its calls,
+/// with `lease` as its watchdog lease, a 2 s command timeout and its scripts loaded, and
+/// another locker straight to the server: `(server, proxy, holder, other)`.
+pub async fn holder_behind_a_proxy(
+    lease: Duration,
+) -> (RedisServer, lock_testkit::FaultProxy, Locker, Locker) {
+    let server = server();
+    let proxy = lock_testkit::FaultProxy::start(server.port())
+        .await
+        .unwrap();
+    let holder = Locker::builder()
+        .url(proxy.url())
+        .watchdog_lease(lease)
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    let other = locker(&server).await;
+    load_scripts(&holder).await;
+    (server, proxy, holder, other)
+}
+
 /// A primary and its replica, which replicates through a proxy (`link`) that can slow or cut
 /// the replication link: `(primary, replica, link)`, the replica attached.
 pub async fn replica_behind_a_proxy() -> (RedisServer, RedisServer, lock_testkit::FaultProxy) {

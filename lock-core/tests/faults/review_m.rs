@@ -68,18 +68,8 @@ async fn m1_a_watchdog_lock_cut_short_by_extend_frees_its_local_place_when_it_en
 /// the fresh connection; the renewal's last retry (+50 ms) runs after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn m2_a_shortening_extend_is_not_undone_by_a_renewal_retried_after_it() {
-    let server = common::server();
-    let proxy = FaultProxy::start(server.port()).await.unwrap();
     let lease = Duration::from_secs(3);
-    let holder = Locker::builder()
-        .url(proxy.url())
-        .watchdog_lease(lease)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
-    let other = common::locker(&server).await;
-    common::load_scripts(&holder).await;
+    let (server, proxy, holder, other) = common::holder_behind_a_proxy(lease).await;
     // A race against `retry_dropped`'s 5 ms and 50 ms pauses: tried up to eight times, each
     // on a key of its own; one round that leaves the key behind is the finding.
     let mut seen = Vec::new();

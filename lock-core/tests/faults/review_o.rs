@@ -5,8 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::Locker;
-use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
+use lock_testkit::{ProxyMode, RedisServer};
 use tokio::time::Instant;
 
 /// The lock's Redis key (`lock:{tag}:lock:<key>`), if it exists.
@@ -40,17 +39,8 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
 /// retry runs after it: PEXPIRE ~490 ms. The key is gone at about t0+1370.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn o1_an_extension_sent_again_does_not_cut_back_a_later_extend() {
-    let server = common::server();
-    let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = Locker::builder()
-        .url(proxy.url())
-        .watchdog_lease(Duration::from_secs(9))
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
-    let other = common::locker(&server).await;
-    common::load_scripts(&holder).await;
+    let (server, proxy, holder, other) =
+        common::holder_behind_a_proxy(Duration::from_secs(9)).await;
     let mut seen = Vec::new();
     for round in 0..4 {
         let key = format!("k{round}");

@@ -5,8 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use lock_core::Locker;
-use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
+use lock_testkit::{ProxyMode, RedisServer};
 use tokio::time::Instant;
 
 /// The value (token) of the lock of `key`, if the key exists.
@@ -33,17 +32,8 @@ fn lock_value(server: &RedisServer, key: &str) -> Option<String> {
 /// takes the lock over (same token, ~9 s counted); t0+880 A's last retry: PEXPIRE ~490 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn p1_an_extension_sent_again_does_not_cut_the_next_local_holders_key() {
-    let server = common::server();
-    let proxy = FaultProxy::start(server.port()).await.unwrap();
-    let holder = Locker::builder()
-        .url(proxy.url())
-        .watchdog_lease(Duration::from_secs(9))
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
-    let other = common::locker(&server).await;
-    common::load_scripts(&holder).await;
+    let (server, proxy, holder, other) =
+        common::holder_behind_a_proxy(Duration::from_secs(9)).await;
     let mut seen = Vec::new();
     for round in 0..4 {
         let key = format!("k{round}");
