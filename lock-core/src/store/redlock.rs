@@ -52,7 +52,7 @@ impl Quorum {
 /// [`named_twice`]): one server under two names (`localhost` and `127.0.0.1`, a DNS alias, a
 /// proxy) would cast two votes. `build()` refuses such nodes among those up at start-up; this
 /// covers the rest (`build_lazy()`, a node down at start-up): a node's answer counts once its
-/// `run_id` is read ([`Identities::counted`]). A node reads it once (a plain server's
+/// `run_id` is read ([`counted`]). A node reads it once (a plain server's
 /// connection has one server): one server under two names, restarted between their first
 /// reads, says two `run_id`s, as two servers would, one of them restarted; that restart
 /// without persistence may grant a lock it forgot, the RedLock hazard the restart guard is
@@ -91,13 +91,6 @@ impl RedLockStore {
         (0..self.nodes.len()).find_map(|index| named_twice(&self.nodes, index))
     }
 
-    /// What a per-node task needs to tell its node's answer from another name's.
-    fn identities(&self) -> Identities {
-        Identities {
-            nodes: self.nodes.clone(),
-        }
-    }
-
     fn quorum(&self) -> Quorum {
         Quorum::of(self.nodes.len())
     }
@@ -129,13 +122,13 @@ impl RedLockStore {
         // Nodes that granted this try, those that answer after the verdict included.
         let granted = Arc::new(AtomicUsize::new(0));
         let tasks = self.nodes.iter().enumerate().map(|(index, node)| {
-            let (node, identities) = (node.clone(), self.identities());
+            let (node, nodes) = (node.clone(), self.nodes.clone());
             let (keys, token, waiter) = (keys.clone(), token.clone(), waiter.clone());
             let mut verdict = verdict_rx.clone();
             let (running, in_flight) = (running_tx.clone(), self.in_flight.clone());
             let granted = granted.clone();
             tokio::spawn(async move {
-                let acquire = identities.counted(index, node.acquire(&keys, &token, &waiter, args));
+                let acquire = counted(&nodes, index, node.acquire(&keys, &token, &waiter, args));
                 let reply = tokio::time::timeout(per_node, acquire)
                     .await
                     .unwrap_or_else(|_| {
@@ -293,11 +286,11 @@ impl RedLockStore {
         // (its late token, if any, is its own; the majority below gets the write-back).
         let (issued, _) = gather(
             self.nodes.iter().enumerate().map(|(index, node)| {
-                let (node, identities) = (node.clone(), self.identities());
+                let (node, nodes) = (node.clone(), self.nodes.clone());
                 let (keys, token) = (keys.clone(), token.to_owned());
                 let timeout = self.timeout;
                 tokio::spawn(async move {
-                    let issue = identities.counted(index, node.issue_fence(&keys, &token));
+                    let issue = counted(&nodes, index, node.issue_fence(&keys, &token));
                     let reply = tokio::time::timeout(timeout, issue)
                         .await
                         .unwrap_or_else(|_| {
@@ -380,11 +373,11 @@ impl RedLockStore {
         };
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(i, node)| {
-                let (node, identities) = (node.clone(), self.identities());
+                let (node, nodes) = (node.clone(), self.nodes.clone());
                 let (keys, token) = (keys.clone(), token.clone());
-                tokio::spawn(async move {
-                    (i, identities.counted(i, node.release(&keys, &token)).await)
-                })
+                tokio::spawn(
+                    async move { (i, counted(&nodes, i, node.release(&keys, &token)).await) },
+                )
             }),
             |done| {
                 let (yes, no) = tally(done);
@@ -460,7 +453,7 @@ impl RedLockStore {
             .enumerate()
             .map(|(index, node)| async move {
                 let answers = async { Ok::<_, BackendError>(ask(node).await) };
-                tokio::time::timeout(self.timeout, self.identities().counted(index, answers))
+                tokio::time::timeout(self.timeout, counted(&self.nodes, index, answers))
                     .await
                     .ok()
                     .and_then(Result::ok)
@@ -488,9 +481,9 @@ impl RedLockStore {
         let total = self.nodes.len();
         let (replies, _) = gather(
             self.nodes.iter().enumerate().map(|(index, node)| {
-                let (node, identities) = (node.clone(), self.identities());
+                let (node, nodes) = (node.clone(), self.nodes.clone());
                 let lock_key = lock_key.to_owned();
-                tokio::spawn(async move { identities.counted(index, node.exists(&lock_key)).await })
+                tokio::spawn(async move { counted(&nodes, index, node.exists(&lock_key)).await })
             }),
             |done: &[Result<bool, BackendError>]| {
                 let yes = done.iter().filter(|r| matches!(r, Ok(true))).count();
@@ -518,12 +511,11 @@ impl RedLockStore {
         lock: &RedisKeys,
         semaphore: &RedisKeys,
     ) -> Result<Option<Inspected>, BackendError> {
-        let identities = self.identities();
         let replies = join_all(
             self.nodes
                 .iter()
                 .enumerate()
-                .map(|(index, node)| identities.counted(index, node.inspect(lock, semaphore))),
+                .map(|(index, node)| counted(&self.nodes, index, node.inspect(lock, semaphore))),
         )
         .await;
         let answered = replies.iter().filter(|r| r.is_ok()).count();
@@ -575,34 +567,25 @@ impl RedLockStore {
     }
 }
 
-/// The nodes of a RedLock store, as the per-node tasks hold them to tell their node's
-/// answer from another name's.
-#[derive(Debug, Clone)]
-struct Identities {
-    nodes: Arc<[Node]>,
-}
-
-impl Identities {
-    /// The answer of node `index` to `call`, when it counts: once the node's server is read
-    /// (the call read it, or it is read now, once per connection), the error of
-    /// [`named_twice`] if another node's server said the same `run_id`. A server that does not
-    /// say (an ACL without `+info`), or a failed read, leaves the answer counted, as `build()`
-    /// does not compare such a server.
-    async fn counted<T>(
-        &self,
-        index: usize,
-        call: impl std::future::Future<Output = Result<T, BackendError>>,
-    ) -> Result<T, BackendError> {
-        let reply = call.await?;
-        let node = &self.nodes[index];
-        if !node.server_read() {
-            // `is_locked`, `inspect` and the like read nothing before their first call.
-            let _ = node.read_server(node.generation()).await;
-        }
-        match named_twice(&self.nodes, index) {
-            Some(error) => Err(error),
-            None => Ok(reply),
-        }
+/// The answer of node `index` of `nodes` to `call`, when it counts: once the node's server is
+/// read (the call read it, or it is read now, once per connection), the error of
+/// [`named_twice`] if another node's server said the same `run_id`. A server that does not
+/// say (an ACL without `+info`), or a failed read, leaves the answer counted, as `build()`
+/// does not compare such a server.
+async fn counted<T>(
+    nodes: &[Node],
+    index: usize,
+    call: impl std::future::Future<Output = Result<T, BackendError>>,
+) -> Result<T, BackendError> {
+    let reply = call.await?;
+    let node = &nodes[index];
+    if !node.server_read() {
+        // `is_locked`, `inspect` and the like read nothing before their first call.
+        let _ = node.read_server(node.generation()).await;
+    }
+    match named_twice(nodes, index) {
+        Some(error) => Err(error),
+        None => Ok(reply),
     }
 }
 
