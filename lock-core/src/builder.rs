@@ -293,15 +293,19 @@ impl LockerBuilder {
     /// After each acquire, `WAIT replicas timeout`: if fewer replicas acknowledged the lock key,
     /// release it again and fail with [`LockError::NotReplicated`]. This narrows the window in
     /// which a failover to a replica that never saw the key grants the lock twice. For single,
-    /// Sentinel and Cluster topologies (not RedLock). `WAIT` runs on the shared command
-    /// connection: while a replica lags, other commands of this locker queue behind it for up
-    /// to `timeout`, which goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0` would
-    /// block for ever) to 1 hour, and is cut to half the
+    /// Sentinel and Cluster topologies (not RedLock). `WAIT` blocks the connection it is sent
+    /// on until the replicas acknowledge, so an acquire or [`extend`](crate::LockGuard::extend)
+    /// sends its write and `WAIT` on a connection of its own, up to 8 at once (more wait
+    /// for one; on a cluster each is a connection to every primary), opened on first need
+    /// and kept while idle: a lagging replica slows those calls, not the locker's other
+    /// commands. `timeout` goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0`
+    /// would block for ever) to 1 hour, and is cut to half the
     /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
     /// answer must come back within it, or the acquire would fail as a timeout rather than
     /// with [`LockError::NotReplicated`].
     ///
-    /// The watchdog's renewals are followed by `WAIT` too (one per round on a server, one per
+    /// The watchdog's renewals are followed by `WAIT` too, on the shared connection (one per
+    /// round on a server, where other commands queue behind it for up to `timeout`; one per
     /// lock on a cluster's shard), and a renewal fewer replicas acknowledged does not count:
     /// after a failover the old primary, which no replica follows any more, may accept
     /// renewals for seconds while the key runs out on the new primary and another locker

@@ -85,13 +85,14 @@ impl Connection {
             .map_err(BackendError::redis)
     }
 
-    /// `certificates`: the TLS settings (always `None` without the `tls` feature).
+    /// `certificates`: the TLS settings (always `None` without the `tls` feature). Also
+    /// gives the client, for connections of their own (see `store::wait`).
     #[cfg(feature = "cluster")]
     pub(crate) async fn cluster(
         urls: &[String],
         timeouts: Timeouts,
         certificates: Option<Certificates>,
-    ) -> Result<Self, BackendError> {
+    ) -> Result<(Self, redis::cluster::ClusterClient), BackendError> {
         #[allow(unused_mut)] // without `tls` there is nothing to add
         let mut builder =
             redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
@@ -111,7 +112,7 @@ impl Connection {
             .await
             .map_err(|_| BackendError::timed_out("connecting to the cluster"))?
             .map_err(BackendError::redis)?;
-        Ok(Self::Cluster(connection))
+        Ok((Self::Cluster(connection), client))
     }
 
     /// Counts the switches to another server behind this connection: a Sentinel primary's
@@ -271,6 +272,8 @@ pub(crate) struct SentinelPrimary {
 #[cfg(feature = "sentinel")]
 struct Primary {
     conn: ConnectionManager,
+    /// What `conn` was made from, for connections of their own (see `store::wait`).
+    client: redis::Client,
     /// Counts the switches to a new primary.
     generation: u64,
     /// Where it is, to notice a move.
@@ -304,13 +307,14 @@ impl SentinelPrimary {
             .map_err(|_| BackendError::timed_out("asking Sentinel for the primary"))?
             .map_err(BackendError::redis)?;
         let addr = address(&client);
-        let conn = ConnectionManager::new_with_config(client, timeouts.manager_config())
+        let conn = ConnectionManager::new_with_config(client.clone(), timeouts.manager_config())
             .await
             .map_err(BackendError::redis)?;
         let primary = Arc::new(Self {
             sentinel: tokio::sync::Mutex::new((sentinel, Some(Instant::now()))),
             current: RwLock::new(Primary {
                 conn,
+                client,
                 generation: 0,
                 addr,
             }),
@@ -330,6 +334,19 @@ impl SentinelPrimary {
     /// Counts the switches to a new primary.
     pub(crate) fn generation(&self) -> u64 {
         self.current.read().generation
+    }
+
+    /// A client for the primary connected now, and its generation (for connections of
+    /// their own, see `store::wait`).
+    pub(crate) fn current_client(&self) -> (redis::Client, u64) {
+        let current = self.current.read();
+        (current.client.clone(), current.generation)
+    }
+
+    /// A call on a connection of its own to the primary failed: asks Sentinel whether the
+    /// primary moved, unless it was asked within [`SENTINEL_RECHECK`].
+    pub(crate) async fn after_error(&self) {
+        self.switch(Some(SENTINEL_RECHECK)).await;
     }
 
     /// After an error that suggests a failover, asks Sentinel whether the primary moved
@@ -385,10 +402,12 @@ impl SentinelPrimary {
         if self.current.read().addr == addr {
             return;
         }
-        match ConnectionManager::new_with_config(client, self.timeouts.manager_config()).await {
+        let config = self.timeouts.manager_config();
+        match ConnectionManager::new_with_config(client.clone(), config).await {
             Ok(conn) => {
                 *self.current.write() = Primary {
                     conn,
+                    client,
                     generation: seen + 1,
                     addr: addr.clone(),
                 };

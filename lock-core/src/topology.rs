@@ -16,7 +16,9 @@ use crate::connection::SentinelPrimary;
 use crate::connection::{Connection, Timeouts};
 use crate::error::{ConfigError, LockError};
 use crate::release_messages::PubSubSource;
-use crate::store::{MinReplicas, Node, Quorum, RedLockStore, RestartGuard, SingleStore, Store};
+use crate::store::{
+    MinReplicas, Node, Opener, Quorum, RedLockStore, RestartGuard, SingleStore, Store,
+};
 #[cfg(feature = "tls")]
 use crate::tls;
 #[cfg(feature = "tls")]
@@ -369,15 +371,17 @@ pub(crate) async fn connect(
     let backend = |e| LockError::backend(None, e);
     let node =
         |conn, name, restart_guard| Node::new(conn, name, restart_guard, timeouts, fence_window);
-    let single = |node| Store::Single(SingleStore { node, min_replicas });
+    let single =
+        |node, opener| Store::Single(SingleStore::new(node, min_replicas, opener, timeouts));
     Ok(match topology {
         Topology::Server(url) => {
             let client = open(&url, tls)?;
             let conn = Connection::server(client.clone(), timeouts)
                 .await
                 .map_err(|e| backend(e.context(format!("connecting to {}", redact(&url)))))?;
+            let node = node(conn, redact(&url), restart_guard);
             (
-                single(node(conn, redact(&url), restart_guard)),
+                single(node, Opener::Server(Box::new(client.clone()))),
                 PubSubSource::Nodes(vec![client]),
             )
         }
@@ -391,14 +395,15 @@ pub(crate) async fn connect(
             let certificates = tls.map(TlsConfig::certificates);
             #[cfg(not(feature = "tls"))]
             let certificates = None;
-            let conn = Connection::cluster(&seeds, timeouts, certificates)
+            let (conn, client) = Connection::cluster(&seeds, timeouts, certificates)
                 .await
                 .map_err(|e| {
                     let seeds = redact_all(&seeds);
                     backend(e.context(format!("connecting to cluster seeds {seeds}")))
                 })?;
             // The builder refuses a restart guard for a cluster.
-            (single(node(conn, "cluster".to_owned(), None)), pubsub)
+            let node = node(conn, "cluster".to_owned(), None);
+            (single(node, Opener::Cluster(Box::new(client))), pubsub)
         }
         #[cfg(feature = "sentinel")]
         Topology::Sentinel {
@@ -419,8 +424,9 @@ pub(crate) async fn connect(
                     )))
                 })?;
             let conn = Connection::Sentinel(primary.clone());
+            let node = node(conn, format!("primary `{master}`"), restart_guard);
             (
-                single(node(conn, format!("primary `{master}`"), restart_guard)),
+                single(node, Opener::Sentinel(primary.clone())),
                 PubSubSource::Sentinel(primary),
             )
         }
@@ -482,10 +488,9 @@ pub(crate) fn connect_lazy(
         Topology::Server(url) => {
             let client = open(&url, tls)?;
             let conn = Connection::lazy(client.clone(), timeouts).map_err(backend)?;
-            let store = Store::Single(SingleStore {
-                node: node(conn, redact(&url), restart_guard),
-                min_replicas,
-            });
+            let node = node(conn, redact(&url), restart_guard);
+            let opener = Opener::Server(Box::new(client.clone()));
+            let store = Store::Single(SingleStore::new(node, min_replicas, opener, timeouts));
             (store, PubSubSource::Nodes(vec![client]))
         }
         Topology::RedLock(urls) => {

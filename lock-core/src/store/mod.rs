@@ -7,6 +7,7 @@ mod calls;
 mod node;
 mod redlock;
 mod single;
+mod wait;
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,6 +21,7 @@ pub(crate) use calls::renew::Renewal;
 pub(crate) use node::Node;
 pub(crate) use redlock::{Quorum, RedLockStore};
 pub(crate) use single::SingleStore;
+pub(crate) use wait::Opener;
 
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, LockError};
@@ -160,7 +162,7 @@ impl Store {
     /// The `min_replicas` requirement, if any.
     pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
         match self {
-            Self::Single(store) => store.min_replicas,
+            Self::Single(store) => store.min_replicas(),
             Self::RedLock(_) => None,
         }
     }

@@ -10,9 +10,6 @@ use tokio::time::Instant;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::aio::ConnectionLike;
-#[cfg(feature = "cluster")]
-use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, InfoDict, RedisResult, Value};
 
 use super::calls::acquire::{self, AcquireReply};
@@ -21,6 +18,7 @@ use super::calls::inspect::{self, InspectReply, Inspected};
 use super::calls::release::{self, Gone, ReleaseReply};
 use super::calls::renew::{RenewReply, RenewScript, Renewal};
 use super::calls::{self, force_unlock};
+use super::wait::{with_wait, WaitPool, Waited};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
 use crate::backend_error::BackendError;
 use crate::connection::{Connection, Timeouts};
@@ -28,7 +26,6 @@ use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::limits::lease_ms;
-use crate::scripts::Lua;
 use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
 use crate::token::Token;
 
@@ -256,11 +253,11 @@ impl Node {
         Ok(reply)
     }
 
-    /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`: WAIT
-    /// counts the writes of the connection it is sent on, so sent together it follows the
-    /// acquire's own write on the same connection, even if the connection is replaced between
-    /// two calls (a retry after a reset re-applies the lease, a write, instead of writing
-    /// nothing). Returns the reply and the number of replicas that acknowledged.
+    /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`, on a
+    /// connection of its own from `pool` (see `store::wait`): WAIT counts the writes of the
+    /// connection it is sent on, so sent together it follows the acquire's own write there,
+    /// and it blocks no other call of the locker while it waits. Returns the reply and the
+    /// number of replicas that acknowledged.
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -268,20 +265,20 @@ impl Node {
         waiter: &Token,
         args: AcquireArgs,
         min: MinReplicas,
+        pool: &WaitPool,
     ) -> Result<(AcquireReply, u64), BackendError> {
         self.require(Need::of(keys.kind())).await?;
-        let mut conn = self.conn.clone();
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
-            let (reply, acked) = with_wait(&mut conn, set, None, &keys.lock, min).await?;
-            if reply == Value::Okay {
-                return Ok((AcquireReply::Acquired, acked));
+            let waited = pool.send(&set, None, &keys.lock, min).await?;
+            if waited.reply == Value::Okay {
+                return Ok((AcquireReply::Acquired, waited.acked));
             }
         }
         let guard = self.restart_guard.as_ref();
         let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
-        let (reply, acked) = with_wait(&mut conn, cmd, Some(lua), &keys.lock, min).await?;
-        Ok((calls::decode(lua, reply)?, acked))
+        let waited = pool.send(&cmd, Some(lua), &keys.lock, min).await?;
+        Ok((calls::decode(lua, waited.reply)?, waited.acked))
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
@@ -307,18 +304,53 @@ impl Node {
         token: &Token,
     ) -> Result<ReleaseReply, BackendError> {
         let call = release::of_kind(keys, token, self.latch);
+        let sent = self.release_sent(|| {
+            let mut conn = self.conn.clone();
+            let call = &call;
+            async move { call.invoke(&mut conn).await.map(|reply| (reply, ())) }
+        });
+        Ok(sent.await?.0)
+    }
+
+    /// As [`release`](Self::release), the release sent in one pipeline with `WAIT` on a
+    /// connection of its own from `pool` (see `store::wait`). Returns the reply, with how
+    /// many replicas acknowledged the try answered and the connection generation it ran at.
+    pub(crate) async fn release_with_wait(
+        &self,
+        keys: &RedisKeys,
+        token: &Token,
+        min: MinReplicas,
+        pool: &WaitPool,
+    ) -> Result<(ReleaseReply, Waited), BackendError> {
+        let call = release::of_kind(keys, token, self.latch);
+        self.release_sent(|| {
+            let call = &call;
+            async move {
+                let (cmd, lua) = call.command();
+                let waited = pool.send(cmd, Some(lua), &keys.lock, min).await?;
+                let reply = call.decode(waited.reply.clone())?;
+                Ok((reply, waited))
+            }
+        })
+        .await
+    }
+
+    /// A release, each try sent by `send` (which gives the reply and what else its way of
+    /// sending learnt), retried after a dropped connection (see [`release`](Self::release)).
+    async fn release_sent<T, Fut>(
+        &self,
+        send: impl FnMut() -> Fut,
+    ) -> Result<(ReleaseReply, T), BackendError>
+    where
+        Fut: std::future::Future<Output = Result<(ReleaseReply, T), BackendError>>,
+    {
         let first_sent = Instant::now();
         // Whether an earlier try may have run: its connection dropped after it was sent (a
         // refusal, a cluster's or a replica's, comes before the script runs).
         let mut earlier_may_have_run = false;
-        let reply: Result<ReleaseReply, BackendError> = retry_dropped_noting(
-            || {
-                let mut conn = self.conn.clone();
-                let call = &call;
-                async move { call.invoke(&mut conn).await }
-            },
-            |error| earlier_may_have_run |= error.is_dropped_connection(),
-        )
+        let reply = retry_dropped_noting(send, |error| {
+            earlier_may_have_run |= error.is_dropped_connection()
+        })
         .await;
         match reply {
             // A retry that found the key gone (or taken) and no latch proves that no earlier
@@ -326,16 +358,17 @@ impl Node {
             // at all, after `first_sent`, and its latch lives `self.latch` from then. Answered
             // later than that (less a tenth, for the two clocks' rates), it cannot tell; with a
             // zero window (no latch) it never can.
-            Ok(found)
+            Ok((found, learnt))
                 if earlier_may_have_run
                     && !found.ours
                     && first_sent.elapsed() >= self.latch - self.latch / 10 =>
             {
-                Ok(ReleaseReply {
+                let unknown = ReleaseReply {
                     ours: false,
                     gone: Some(Gone::Unknown),
                     others_waiting: false,
-                })
+                };
+                Ok((unknown, learnt))
             }
             reply => reply,
         }
@@ -390,11 +423,16 @@ impl Node {
 
     /// Renews `locks` (their keys, token); `Unknown` where the call failed. Each kind of hold
     /// has its renewal script; all calls go out at once.
+    ///
+    /// With `min` and a `pool` (an extension, a handoff's renewal: calls a burst can bring),
+    /// each call and its `WAIT` go on a connection of their own; without a pool (the
+    /// watchdog's round) on the shared connection, one `WAIT` after them all.
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
         min: Option<MinReplicas>,
+        pool: Option<&WaitPool>,
     ) -> Vec<Renewal> {
         // The oldest connection generation a renewal answered below was sent at: a `WAIT` on
         // a later primary (a Sentinel switch since) did not count it. A renewal sent again on
@@ -411,7 +449,7 @@ impl Node {
         // A cluster's calls each go to their own shard, and each waits there; one server's
         // calls share one `WAIT` after them all (it covers every write before it on the
         // connection), so a lagging replica holds the connection up once a round.
-        let (each, after) = if self.conn.is_cluster() {
+        let (each, after) = if self.conn.is_cluster() || pool.is_some() {
             (min, None)
         } else {
             (None, min)
@@ -419,7 +457,9 @@ impl Node {
         let renewed = join_all(groups.iter().filter(|(_, group)| !group.is_empty()).map(
             |(script, group)| async move {
                 let pairs: Vec<_> = group.iter().map(|(_, lock)| **lock).collect();
-                let answers = self.renew_with(*script, &pairs, lease, each, sent_at).await;
+                let answers = self
+                    .renew_with(*script, &pairs, lease, each, pool, sent_at)
+                    .await;
                 group
                     .iter()
                     .map(|(i, _)| *i)
@@ -490,7 +530,8 @@ impl Node {
         apply: &mut (dyn FnMut(usize, Renewal) + Send),
     ) {
         if !self.conn.is_cluster() {
-            for (i, answer) in self.renew(locks, lease, min).await.into_iter().enumerate() {
+            let answers = self.renew(locks, lease, min, None).await;
+            for (i, answer) in answers.into_iter().enumerate() {
                 apply(i, answer);
             }
             return;
@@ -502,7 +543,7 @@ impl Node {
                 let script = RenewScript::of(lock.0.kind());
                 let sent_at = AtomicU64::new(u64::MAX);
                 let answer = self
-                    .renew_with(script, &[*lock], lease, min, &sent_at)
+                    .renew_with(script, &[*lock], lease, min, None, &sent_at)
                     .await;
                 (i, answer.into_iter().next().unwrap_or(Renewal::Unknown))
             })
@@ -620,6 +661,7 @@ impl Node {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
         min: Option<MinReplicas>,
+        pool: Option<&WaitPool>,
         sent_at: &AtomicU64,
     ) -> Vec<Renewal> {
         // In a cluster a script's keys must share a slot: every lock is its own call there (all
@@ -642,8 +684,17 @@ impl Node {
                     };
                     let (cmd, lua) = call.command();
                     let key = chunk.first().map_or("", |(keys, _)| keys.lock.as_str());
-                    let (reply, acked) =
-                        with_wait(&mut conn, cmd.clone(), Some(lua), key, min).await?;
+                    let (reply, acked, generation) = match pool {
+                        Some(pool) => {
+                            let waited = pool.send(cmd, Some(lua), key, min).await?;
+                            (waited.reply, waited.acked, waited.generation)
+                        }
+                        None => {
+                            let (reply, acked) =
+                                with_wait(&mut conn, cmd.clone(), Some(lua), key, min).await?;
+                            (reply, acked, generation)
+                        }
+                    };
                     let RenewReply(renewals) = call.decode(reply)?;
                     sent_at.fetch_min(generation, Ordering::SeqCst);
                     Ok(RenewReply(if acked < min.replicas {
@@ -789,76 +840,6 @@ where
         }
     }
     result
-}
-
-/// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
-/// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
-/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`. The pipeline is
-/// built once and sent as it is again.
-async fn with_wait(
-    conn: &mut Connection,
-    cmd: Cmd,
-    script: Option<&Lua>,
-    lock_key: &str,
-    min: MinReplicas,
-) -> Result<(Value, u64), BackendError> {
-    let mut pipe = redis::pipe();
-    pipe.add_command(cmd).add_command(min.wait());
-    // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
-    // `ASK` sends the call to another primary) every primary.
-    let mut loads = [
-        calls::LoadOn::KeysServer(lock_key.as_bytes()),
-        calls::LoadOn::Everywhere,
-    ]
-    .into_iter();
-    loop {
-        let values = send_to_holder(conn, &pipe, lock_key).await;
-        // An error comes back for the whole pipeline or as the command's own reply.
-        let mut values = values.map_err(BackendError::redis)?.into_iter();
-        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
-            return Err(BackendError::unexpected_reply(
-                "a command and WAIT",
-                "fewer than two replies".into(),
-            ));
-        };
-        match (reply.extract_error(), script) {
-            // The script cache was flushed (or the server restarted): load it and send both
-            // again; the WAIT that ran alone counted nothing of ours.
-            (Err(error), Some(script)) if calls::is_no_script(&error) => {
-                let Some(on) = loads.next() else {
-                    return Err(BackendError::redis(error));
-                };
-                calls::load(script, conn, on)
-                    .await
-                    .map_err(BackendError::redis)?;
-            }
-            (Err(error), _) => return Err(BackendError::redis(error)),
-            (Ok(reply), _) => {
-                let acked = acked.extract_error().map_err(BackendError::redis)?;
-                let acked = redis::from_redis_value(acked)
-                    .map_err(|e| BackendError::unexpected_reply("WAIT", e))?;
-                return Ok((reply, acked));
-            }
-        }
-    }
-}
-
-/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
-/// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
-/// would go to any node).
-async fn send_to_holder(
-    conn: &mut Connection,
-    pipe: &redis::Pipeline,
-    lock_key: &str,
-) -> RedisResult<Vec<Value>> {
-    #[cfg(feature = "cluster")]
-    if let Connection::Cluster(cluster) = conn {
-        let route = Route::with_key(lock_key, SlotAddr::Master);
-        let route = SingleNodeRoutingInfo::SpecificNode(route);
-        return cluster.route_pipeline(pipe.clone(), 0, 2, route).await;
-    }
-    let _ = lock_key; // one node: nothing to route
-    conn.req_packed_commands(pipe, 0, 2).await
 }
 
 #[cfg(test)]

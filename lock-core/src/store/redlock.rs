@@ -429,7 +429,7 @@ impl RedLockStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        self.decided(locks.len(), |node| node.renew(locks, lease, None))
+        self.decided(locks.len(), |node| node.renew(locks, lease, None, None))
             .await
     }
 

@@ -3,14 +3,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_util::future::Either;
 
 use super::node::Node;
+use super::wait::{Opener, WaitPool};
 use super::{
     AcquireArgs, AcquireReply, Inspected, MinReplicas, NewLease, Outcome, ReleaseReply, Renewal,
 };
 use crate::backend_error::BackendError;
+use crate::connection::Timeouts;
 use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::token::Token;
@@ -27,10 +30,38 @@ type ReleaseFuture<'a> =
 #[derive(Debug)]
 pub(crate) struct SingleStore {
     pub(crate) node: Node,
-    pub(crate) min_replicas: Option<MinReplicas>,
+    /// `min_replicas`, and the connections its writes and `WAIT`s go on.
+    replicated: Option<Replicated>,
+}
+
+/// The `min_replicas` requirement of a [`SingleStore`].
+#[derive(Debug)]
+struct Replicated {
+    min: MinReplicas,
+    pool: Arc<WaitPool>,
 }
 
 impl SingleStore {
+    /// A store on `node`; with `min_replicas`, its acquires, extensions and releases (on
+    /// Sentinel) wait for replicas on connections `opener` opens (see `store::wait`).
+    pub(crate) fn new(
+        node: Node,
+        min_replicas: Option<MinReplicas>,
+        opener: Opener,
+        timeouts: Timeouts,
+    ) -> Self {
+        let replicated = min_replicas.map(|min| Replicated {
+            min,
+            pool: WaitPool::new(opener, timeouts),
+        });
+        Self { node, replicated }
+    }
+
+    /// The `min_replicas` requirement, if any.
+    pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
+        self.replicated.as_ref().map(|r| r.min)
+    }
+
     pub(crate) async fn acquire(
         &self,
         keys: &RedisKeys,
@@ -38,7 +69,7 @@ impl SingleStore {
         waiter: &Token,
         args: AcquireArgs,
     ) -> Result<Outcome, BackendError> {
-        let Some(min) = self.min_replicas else {
+        let Some(Replicated { min, pool }) = &self.replicated else {
             return self
                 .node
                 .acquire(keys, token, waiter, args)
@@ -48,8 +79,11 @@ impl SingleStore {
         // Boxed, like the give-back below: their states are several times the plain acquire's,
         // which every acquire's future would otherwise carry (and copy) to serve a setting most
         // lockers leave off.
-        let (reply, acked) =
-            in_box(|| self.node.acquire_with_wait(keys, token, waiter, args, min)).await?;
+        let (reply, acked) = in_box(|| {
+            self.node
+                .acquire_with_wait(keys, token, waiter, args, *min, pool)
+        })
+        .await?;
         match reply {
             AcquireReply::Acquired if acked < min.replicas => {
                 // Fail closed: a lock that did not reach the replicas is given back.
@@ -65,16 +99,19 @@ impl SingleStore {
         keys: &'a RedisKeys,
         token: &'a Token,
     ) -> impl Future<Output = Result<ReleaseReply, BackendError>> + 'a {
-        match self.min_replicas {
-            None => Either::Left(self.node.release(keys, token)),
-            // Boxed: most lockers leave the setting off, and every release's future would
-            // carry this one's state (behind a vtable: its type is deep enough that the
-            // compiler's proof that it is `Send` would overflow).
-            Some(min) => {
+        match &self.replicated {
+            // Only Sentinel moves a primary under the locker (a cluster's client follows its
+            // shards itself, a single server does not move): elsewhere a release waits for
+            // no replica.
+            Some(Replicated { min, pool }) if self.node.follows_sentinel() => {
+                // Boxed: most lockers leave the setting off, and every release's future would
+                // carry this one's state (behind a vtable: its type is deep enough that the
+                // compiler's proof that it is `Send` would overflow).
                 let replicated: ReleaseFuture<'a> =
-                    Box::pin(self.release_replicated(keys, token, min));
+                    Box::pin(self.release_replicated(keys, token, *min, pool));
                 Either::Right(replicated)
             }
+            _ => Either::Left(self.node.release(keys, token)),
         }
     }
 
@@ -90,17 +127,14 @@ impl SingleStore {
         keys: &RedisKeys,
         token: &Token,
         min: MinReplicas,
+        pool: &WaitPool,
     ) -> Result<ReleaseReply, BackendError> {
-        let generation = self.node.generation();
-        let reply = self.node.release(keys, token).await?;
-        // Only Sentinel moves a primary under the locker (a cluster's client follows its
-        // shards itself, a single server does not move).
+        let (reply, waited) = self.node.release_with_wait(keys, token, min, pool).await?;
         if !reply.ours
-            || !self.node.follows_sentinel()
-            || self.node.replicas_acked(generation, min).await >= min.replicas
+            || waited.acked >= min.replicas
             || !self
                 .node
-                .primary_moved(generation, SENTINEL_NAMES_THE_NEW_PRIMARY)
+                .primary_moved(waited.generation, SENTINEL_NAMES_THE_NEW_PRIMARY)
                 .await
         {
             return Ok(reply);
@@ -119,7 +153,11 @@ impl SingleStore {
         locks: &[(&RedisKeys, &str)],
         lease: NewLease,
     ) -> Vec<Renewal> {
-        self.node.renew(locks, lease, self.min_replicas).await
+        let (min, pool) = match &self.replicated {
+            Some(Replicated { min, pool }) => (Some(*min), Some(&**pool)),
+            None => (None, None),
+        };
+        self.node.renew(locks, lease, min, pool).await
     }
 
     pub(crate) async fn renew_each(
@@ -129,7 +167,7 @@ impl SingleStore {
         apply: &mut (dyn FnMut(usize, Renewal) + Send),
     ) {
         self.node
-            .renew_each(locks, lease, self.min_replicas, apply)
+            .renew_each(locks, lease, self.min_replicas(), apply)
             .await
     }
 

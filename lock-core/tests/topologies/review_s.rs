@@ -3,9 +3,9 @@
 //! for their turn up to the `WAIT`'s timeout, then `NotReplicated` without sending), the
 //! generation check of the `WAIT` after renewals and releases, and O4's `run_id` check.
 //! Each test shows one finding and fails on 058dc7e; its doc comment says what it shows.
-//! The turn was withdrawn after this read (S2 passes again; S1 and S4 fail without it too
-//! and stay ignored with N4's second shape, open); S3 is fixed (RELIABILITY, "An eleventh
-//! read").
+//! The turn was withdrawn after this read (S2 passes again); S1 and S4 were fixed with N4's
+//! second shape, by the connections of their own of `store/wait.rs`; S3 is fixed
+//! (RELIABILITY, "An eleventh read").
 
 use crate::common;
 
@@ -30,7 +30,6 @@ use lock_testkit::{FaultProxy, ProxyMode, RedisServer};
 /// Expected (the docs of `min_replicas`): "a burst of acquires holds the locker's other
 /// commands up for one `timeout` at most"; the held lock is kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N4's second shape (RELIABILITY.md, an eleventh read)"]
 async fn s1_cancelled_acquires_do_not_pile_their_waits_up_on_the_connection() {
     let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
@@ -204,7 +203,6 @@ async fn s2_a_burst_of_acquires_with_a_healthy_replica_is_not_answered_not_repli
 /// builder: other commands "queue behind it for up to `timeout`"): the held lock is kept.
 /// (Not new in 058dc7e: it fails on 21b6527 too; the fix's turn does not reach it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: N4's second shape (RELIABILITY.md, an eleventh read)"]
 async fn s4_a_burst_of_extensions_does_not_pile_their_waits_up_on_the_connection() {
     let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()

@@ -1,0 +1,303 @@
+//! Writes followed by `WAIT` (`min_replicas`): the pipeline that sends them, and the
+//! connections of their own that acquires, extensions and releases send it on.
+//!
+//! `WAIT` blocks the connection it is sent on, in Redis, until enough replicas acknowledge or
+//! its timeout passes. On the locker's one shared connection, a burst of acquires (or
+//! extensions) while a replica lags queued their `WAIT`s one after another, and every other
+//! command of the locker, the watchdog's renewals among them, waited behind their sum: locks
+//! held all along were lost (RELIABILITY.md, N4). So each such call borrows a connection of
+//! its own from a [`WaitPool`], at most [`WAIT_CONNECTIONS`] at once, and the shared
+//! connection carries one `WAIT` a watchdog round, as before.
+//!
+//! A `WAIT` counts the writes sent before it on its own connection, so the write and its
+//! `WAIT` go in one pipeline on one connection, pinned to one server: both run on the same
+//! primary, whatever Sentinel does meanwhile. A connection whose call did not end with an
+//! answer (an error, a timeout, a caller that went away mid-call) is closed, never lent
+//! again: its `WAIT` may still block it in Redis, and its next reply could be the old call's.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use redis::aio::{ConnectionLike, ConnectionManager};
+#[cfg(feature = "cluster")]
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, RedisResult, Value};
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+use super::calls::{self, LoadOn};
+use super::MinReplicas;
+use crate::backend_error::BackendError;
+#[cfg(feature = "sentinel")]
+use crate::connection::SentinelPrimary;
+use crate::connection::{Connection, Timeouts};
+use crate::scripts::Lua;
+
+/// How many writes with their `WAIT` one locker has in flight at once; more wait for a
+/// connection. Each is a connection to Redis (on a cluster, one to each primary), opened
+/// on first need and kept while idle.
+pub(crate) const WAIT_CONNECTIONS: usize = 8;
+
+/// [`WaitPool::send`]'s future, boxed behind a vtable: with the making of connections and
+/// Sentinel's questions inside, the compiler's proof that a caller's future (a release's,
+/// a renewal's) is `Send` would overflow. Its cost is one allocation beside a `WAIT`.
+type Sending<'a> = Pin<Box<dyn Future<Output = Result<Waited, BackendError>> + Send + 'a>>;
+
+/// The answer to a write and its `WAIT`.
+#[derive(Debug)]
+pub(crate) struct Waited {
+    /// The write's reply.
+    pub(crate) reply: Value,
+    /// How many replicas acknowledged it.
+    pub(crate) acked: u64,
+    /// The generation of the connection it ran on (see `Connection::generation`): the
+    /// Sentinel primary it reached.
+    pub(crate) generation: u64,
+}
+
+/// Connections of their own for writes followed by `WAIT`, to the deployment a locker's
+/// shared connection goes to (for Sentinel: the primary it names now).
+pub(crate) struct WaitPool {
+    opener: Opener,
+    timeouts: Timeouts,
+    /// Connections that answered their last call, with the generation they were opened at.
+    idle: Mutex<Vec<(Connection, u64)>>,
+    /// One permit for each connection lent.
+    lending: Semaphore,
+}
+
+/// How a [`WaitPool`] opens a connection.
+pub(crate) enum Opener {
+    /// One server, with the client (its TLS and credentials) the shared connection was
+    /// made from.
+    Server(Box<redis::Client>),
+    /// The primary a Sentinel names now.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<SentinelPrimary>),
+    /// A cluster: each connection follows the slot map itself.
+    #[cfg(feature = "cluster")]
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+impl std::fmt::Debug for WaitPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitPool")
+            .field("idle", &self.idle.lock().len())
+            .field("free", &self.lending.available_permits())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection lent by a [`WaitPool`]; closed when dropped, unless given back.
+struct Lent<'a> {
+    pool: &'a WaitPool,
+    conn: Option<(Connection, u64)>,
+    _permit: SemaphorePermit<'a>,
+}
+
+impl Lent<'_> {
+    /// The call ended with an answer: the connection may be lent again.
+    fn give_back(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.pool.idle.lock().push(conn);
+        }
+    }
+}
+
+impl WaitPool {
+    pub(crate) fn new(opener: Opener, timeouts: Timeouts) -> Arc<Self> {
+        Arc::new(Self {
+            opener,
+            timeouts,
+            idle: Mutex::default(),
+            lending: Semaphore::new(WAIT_CONNECTIONS),
+        })
+    }
+
+    /// Sends `cmd` and `WAIT` (see [`with_wait`]) on a connection of their own, waiting for
+    /// one while [`WAIT_CONNECTIONS`] are lent.
+    pub(crate) fn send<'a>(
+        &'a self,
+        cmd: &'a Cmd,
+        script: Option<&'a Lua>,
+        lock_key: &'a str,
+        min: MinReplicas,
+    ) -> Sending<'a> {
+        Box::pin(self.send_now(cmd, script, lock_key, min))
+    }
+
+    async fn send_now(
+        &self,
+        cmd: &Cmd,
+        script: Option<&Lua>,
+        lock_key: &str,
+        min: MinReplicas,
+    ) -> Result<Waited, BackendError> {
+        let mut lent = match self.lend().await {
+            Ok(lent) => lent,
+            Err(error) => {
+                self.failed().await;
+                return Err(error);
+            }
+        };
+        let Some((conn, generation)) = lent.conn.as_mut() else {
+            return Err(BackendError::undecided("a WAIT connection was lent twice"));
+        };
+        let generation = *generation;
+        match with_wait(conn, cmd.clone(), script, lock_key, min).await {
+            Ok((reply, acked)) => {
+                lent.give_back();
+                Ok(Waited {
+                    reply,
+                    acked,
+                    generation,
+                })
+            }
+            Err(error) => {
+                drop(lent);
+                self.failed().await;
+                Err(error)
+            }
+        }
+    }
+
+    /// A connection: an idle one to where the locker's connection goes now, or a new one.
+    async fn lend(&self) -> Result<Lent<'_>, BackendError> {
+        let permit = self
+            .lending
+            .acquire()
+            .await
+            .map_err(|_| BackendError::undecided("the WAIT connections were closed"))?;
+        let now = self.generation();
+        let idle = {
+            let mut idle = self.idle.lock();
+            // Connections to a primary Sentinel no longer names are closed.
+            idle.retain(|(_, at)| *at == now);
+            idle.pop()
+        };
+        let conn = match idle {
+            Some(conn) => conn,
+            None => self.open().await?,
+        };
+        Ok(Lent {
+            pool: self,
+            conn: Some(conn),
+            _permit: permit,
+        })
+    }
+
+    /// The generation of the locker's connection (a Sentinel primary's switches).
+    fn generation(&self) -> u64 {
+        match &self.opener {
+            #[cfg(feature = "sentinel")]
+            Opener::Sentinel(primary) => primary.generation(),
+            _ => 0,
+        }
+    }
+
+    /// Opens a connection, with the generation it goes to.
+    async fn open(&self) -> Result<(Connection, u64), BackendError> {
+        let config = self.timeouts.manager_config();
+        match &self.opener {
+            Opener::Server(client) => {
+                let conn = ConnectionManager::new_with_config((**client).clone(), config)
+                    .await
+                    .map_err(BackendError::redis)?;
+                Ok((Connection::Server(conn), 0))
+            }
+            #[cfg(feature = "sentinel")]
+            Opener::Sentinel(primary) => {
+                let (client, generation) = primary.current_client();
+                let conn = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(BackendError::redis)?;
+                Ok((Connection::Server(conn), generation))
+            }
+            #[cfg(feature = "cluster")]
+            Opener::Cluster(client) => {
+                let connecting = client.get_async_connection();
+                let conn = tokio::time::timeout(self.timeouts.connect, connecting)
+                    .await
+                    .map_err(|_| BackendError::timed_out("connecting to the cluster"))?
+                    .map_err(BackendError::redis)?;
+                Ok((Connection::Cluster(conn), 0))
+            }
+        }
+    }
+
+    /// A call failed: a Sentinel primary that stopped answering, or answers as a replica,
+    /// may have moved (Sentinel is asked, unless it was just asked).
+    async fn failed(&self) {
+        #[cfg(feature = "sentinel")]
+        if let Opener::Sentinel(primary) = &self.opener {
+            primary.after_error().await;
+        }
+    }
+}
+
+/// Runs `cmd` and `WAIT replicas timeout` in one pipeline on the connection of the node that
+/// holds `lock_key`; returns the command's reply and the number of replicas that acknowledged.
+/// `script` is the script `cmd` calls, loaded and sent again after `NOSCRIPT`. The pipeline is
+/// built once and sent as it is again.
+pub(crate) async fn with_wait(
+    conn: &mut Connection,
+    cmd: Cmd,
+    script: Option<&Lua>,
+    lock_key: &str,
+    min: MinReplicas,
+) -> Result<(Value, u64), BackendError> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd).add_command(min.wait());
+    // Where a missing script is loaded, in turn: the key's server, then (a migrating slot's
+    // `ASK` sends the call to another primary) every primary.
+    let mut loads = [LoadOn::KeysServer(lock_key.as_bytes()), LoadOn::Everywhere].into_iter();
+    loop {
+        let values = send_to_holder(conn, &pipe, lock_key).await;
+        // An error comes back for the whole pipeline or as the command's own reply.
+        let mut values = values.map_err(BackendError::redis)?.into_iter();
+        let (Some(reply), Some(acked)) = (values.next(), values.next()) else {
+            return Err(BackendError::unexpected_reply(
+                "a command and WAIT",
+                "fewer than two replies".into(),
+            ));
+        };
+        match (reply.extract_error(), script) {
+            // The script cache was flushed (or the server restarted): load it and send both
+            // again; the WAIT that ran alone counted nothing of ours.
+            (Err(error), Some(script)) if calls::is_no_script(&error) => {
+                let Some(on) = loads.next() else {
+                    return Err(BackendError::redis(error));
+                };
+                calls::load(script, conn, on)
+                    .await
+                    .map_err(BackendError::redis)?;
+            }
+            (Err(error), _) => return Err(BackendError::redis(error)),
+            (Ok(reply), _) => {
+                let acked = acked.extract_error().map_err(BackendError::redis)?;
+                let acked = redis::from_redis_value(acked)
+                    .map_err(|e| BackendError::unexpected_reply("WAIT", e))?;
+                return Ok((reply, acked));
+            }
+        }
+    }
+}
+
+/// Sends `pipe` (a command and `WAIT`) to the node that holds `lock_key`: in a cluster, WAIT
+/// must reach that node, so the pipeline is routed by the key (on its own, WAIT has no key and
+/// would go to any node).
+async fn send_to_holder(
+    conn: &mut Connection,
+    pipe: &redis::Pipeline,
+    lock_key: &str,
+) -> RedisResult<Vec<Value>> {
+    #[cfg(feature = "cluster")]
+    if let Connection::Cluster(cluster) = conn {
+        let route = Route::with_key(lock_key, SlotAddr::Master);
+        let route = SingleNodeRoutingInfo::SpecificNode(route);
+        return cluster.route_pipeline(pipe.clone(), 0, 2, route).await;
+    }
+    let _ = lock_key; // one node: nothing to route
+    conn.req_packed_commands(pipe, 0, 2).await
+}
