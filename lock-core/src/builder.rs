@@ -294,12 +294,15 @@ impl LockerBuilder {
     /// release it again and fail with [`LockError::NotReplicated`]. This narrows the window in
     /// which a failover to a replica that never saw the key grants the lock twice. For single,
     /// Sentinel and Cluster topologies (not RedLock). `WAIT` blocks the connection it is sent
-    /// on until the replicas acknowledge, so an acquire or [`extend`](crate::LockGuard::extend)
-    /// sends its write and `WAIT` on a connection of its own, up to 8 at once (more wait
-    /// for one; on a cluster each is a connection to every primary), opened on first need
-    /// and kept while idle: a lagging replica slows those calls, not the locker's other
-    /// commands. `timeout` goes from 1 ms (`WAIT` counts in milliseconds, and `WAIT .. 0`
-    /// would block for ever) to 1 hour, and is cut to half the
+    /// on until the replicas acknowledge, so on a single server and Sentinel an acquire or
+    /// [`extend`](crate::LockGuard::extend) sends its write and `WAIT` on a connection of
+    /// its own, up to 8 at once (more wait for one), opened on first need (one try, within
+    /// the [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging
+    /// replica slows those calls, not the locker's other commands. On a cluster they go on
+    /// the shared connection, one connection to each primary: a lagging replica holds up the
+    /// calls to its own shard, where a burst's `WAIT`s queue. `timeout` goes from 1 ms
+    /// (`WAIT` counts in milliseconds, and `WAIT .. 0` would block for ever) to 1 hour, and
+    /// is cut to half the
     /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
     /// answer must come back within it, or the acquire would fail as a timeout rather than
     /// with [`LockError::NotReplicated`].

@@ -85,14 +85,13 @@ impl Connection {
             .map_err(BackendError::redis)
     }
 
-    /// `certificates`: the TLS settings (always `None` without the `tls` feature). Also
-    /// gives the client, for connections of their own (see `store::wait`).
+    /// `certificates`: the TLS settings (always `None` without the `tls` feature).
     #[cfg(feature = "cluster")]
     pub(crate) async fn cluster(
         urls: &[String],
         timeouts: Timeouts,
         certificates: Option<Certificates>,
-    ) -> Result<(Self, redis::cluster::ClusterClient), BackendError> {
+    ) -> Result<Self, BackendError> {
         #[allow(unused_mut)] // without `tls` there is nothing to add
         let mut builder =
             redis::cluster::ClusterClientBuilder::new(urls.iter().map(String::as_str))
@@ -112,7 +111,7 @@ impl Connection {
             .await
             .map_err(|_| BackendError::timed_out("connecting to the cluster"))?
             .map_err(BackendError::redis)?;
-        Ok((Self::Cluster(connection), client))
+        Ok(Self::Cluster(connection))
     }
 
     /// Counts the switches to another server behind this connection: a Sentinel primary's

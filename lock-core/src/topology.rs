@@ -381,7 +381,7 @@ pub(crate) async fn connect(
                 .map_err(|e| backend(e.context(format!("connecting to {}", redact(&url)))))?;
             let node = node(conn, redact(&url), restart_guard);
             (
-                single(node, Opener::Server(Box::new(client.clone()))),
+                single(node, Some(Opener::Server(Box::new(client.clone())))),
                 PubSubSource::Nodes(vec![client]),
             )
         }
@@ -395,7 +395,7 @@ pub(crate) async fn connect(
             let certificates = tls.map(TlsConfig::certificates);
             #[cfg(not(feature = "tls"))]
             let certificates = None;
-            let (conn, client) = Connection::cluster(&seeds, timeouts, certificates)
+            let conn = Connection::cluster(&seeds, timeouts, certificates)
                 .await
                 .map_err(|e| {
                     let seeds = redact_all(&seeds);
@@ -403,7 +403,8 @@ pub(crate) async fn connect(
                 })?;
             // The builder refuses a restart guard for a cluster.
             let node = node(conn, "cluster".to_owned(), None);
-            (single(node, Opener::Cluster(Box::new(client))), pubsub)
+            // No connections of their own for `WAIT`s: see `store::wait`.
+            (single(node, None), pubsub)
         }
         #[cfg(feature = "sentinel")]
         Topology::Sentinel {
@@ -426,7 +427,7 @@ pub(crate) async fn connect(
             let conn = Connection::Sentinel(primary.clone());
             let node = node(conn, format!("primary `{master}`"), restart_guard);
             (
-                single(node, Opener::Sentinel(primary.clone())),
+                single(node, Some(Opener::Sentinel(primary.clone()))),
                 PubSubSource::Sentinel(primary),
             )
         }
@@ -489,7 +490,7 @@ pub(crate) fn connect_lazy(
             let client = open(&url, tls)?;
             let conn = Connection::lazy(client.clone(), timeouts).map_err(backend)?;
             let node = node(conn, redact(&url), restart_guard);
-            let opener = Opener::Server(Box::new(client.clone()));
+            let opener = Some(Opener::Server(Box::new(client.clone())));
             let store = Store::Single(SingleStore::new(node, min_replicas, opener, timeouts));
             (store, PubSubSource::Nodes(vec![client]))
         }

@@ -26,6 +26,7 @@ use crate::in_box::in_box;
 use crate::key::RedisKeys;
 use crate::kind::Kind;
 use crate::limits::lease_ms;
+use crate::scripts::Lua;
 use crate::server_version::{self, first_too_old, Need, ServerInfo, TooOld};
 use crate::token::Token;
 
@@ -254,10 +255,11 @@ impl Node {
     }
 
     /// As [`acquire`](Self::acquire), each command sent in one pipeline with `WAIT`, on a
-    /// connection of its own from `pool` (see `store::wait`): WAIT counts the writes of the
-    /// connection it is sent on, so sent together it follows the acquire's own write there,
-    /// and it blocks no other call of the locker while it waits. Returns the reply and the
-    /// number of replicas that acknowledged.
+    /// connection of its own from `pool` (see `store::wait`), on the shared one without a
+    /// pool (a cluster's): WAIT counts the writes of the connection it is sent on, so sent
+    /// together it follows the acquire's own write there, and from a pool it blocks no other
+    /// call of the locker while it waits. Returns the reply and the number of replicas that
+    /// acknowledged.
     pub(crate) async fn acquire_with_wait(
         &self,
         keys: &RedisKeys,
@@ -265,20 +267,47 @@ impl Node {
         waiter: &Token,
         args: AcquireArgs,
         min: MinReplicas,
-        pool: &WaitPool,
+        pool: Option<&WaitPool>,
     ) -> Result<(AcquireReply, u64), BackendError> {
         self.require(Need::of(keys.kind())).await?;
         if self.plain_set(keys, args) {
             let set = Self::set_nx(keys, token, args.lease);
-            let waited = pool.send(&set, None, &keys.lock, min).await?;
+            let waited = self
+                .send_with_wait(pool, &set, None, &keys.lock, min)
+                .await?;
             if waited.reply == Value::Okay {
                 return Ok((AcquireReply::Acquired, waited.acked));
             }
         }
         let guard = self.restart_guard.as_ref();
         let (cmd, lua) = acquire::of_kind(keys, token, waiter, args, guard).into_command();
-        let waited = pool.send(&cmd, Some(lua), &keys.lock, min).await?;
+        let waited = self
+            .send_with_wait(pool, &cmd, Some(lua), &keys.lock, min)
+            .await?;
         Ok((calls::decode(lua, waited.reply)?, waited.acked))
+    }
+
+    /// `cmd` and `WAIT` in one pipeline (see `store::wait::with_wait`): on a connection of
+    /// its own from `pool`, else on the shared connection.
+    async fn send_with_wait(
+        &self,
+        pool: Option<&WaitPool>,
+        cmd: &Cmd,
+        script: Option<&'static Lua>,
+        lock_key: &str,
+        min: MinReplicas,
+    ) -> Result<Waited, BackendError> {
+        if let Some(pool) = pool {
+            return pool.send(cmd, script, lock_key, min).await;
+        }
+        let generation = self.conn.generation();
+        let mut conn = self.conn.clone();
+        let (reply, acked) = with_wait(&mut conn, cmd.clone(), script, lock_key, min).await?;
+        Ok(Waited {
+            reply,
+            acked,
+            generation,
+        })
     }
 
     /// Issues the next fencing token if the lock holds `token`; `None` when it does not.
@@ -684,19 +713,10 @@ impl Node {
                     };
                     let (cmd, lua) = call.command();
                     let key = chunk.first().map_or("", |(keys, _)| keys.lock.as_str());
-                    let (reply, acked, generation) = match pool {
-                        Some(pool) => {
-                            let waited = pool.send(cmd, Some(lua), key, min).await?;
-                            (waited.reply, waited.acked, waited.generation)
-                        }
-                        None => {
-                            let (reply, acked) =
-                                with_wait(&mut conn, cmd.clone(), Some(lua), key, min).await?;
-                            (reply, acked, generation)
-                        }
-                    };
-                    let RenewReply(renewals) = call.decode(reply)?;
-                    sent_at.fetch_min(generation, Ordering::SeqCst);
+                    let waited = self.send_with_wait(pool, cmd, Some(lua), key, min).await?;
+                    let RenewReply(renewals) = call.decode(waited.reply)?;
+                    let acked = waited.acked;
+                    sent_at.fetch_min(waited.generation, Ordering::SeqCst);
                     Ok(RenewReply(if acked < min.replicas {
                         renewals.into_iter().map(Renewal::unreplicated).collect()
                     } else {

@@ -38,21 +38,24 @@ pub(crate) struct SingleStore {
 #[derive(Debug)]
 struct Replicated {
     min: MinReplicas,
-    pool: Arc<WaitPool>,
+    /// The connections of their own for writes and their `WAIT`s; none on a cluster (see
+    /// `store::wait`).
+    pool: Option<Arc<WaitPool>>,
 }
 
 impl SingleStore {
     /// A store on `node`; with `min_replicas`, its acquires, extensions and releases (on
-    /// Sentinel) wait for replicas on connections `opener` opens (see `store::wait`).
+    /// Sentinel) wait for replicas on connections `opener` opens (see `store::wait`), or on
+    /// the shared connection without one.
     pub(crate) fn new(
         node: Node,
         min_replicas: Option<MinReplicas>,
-        opener: Opener,
+        opener: Option<Opener>,
         timeouts: Timeouts,
     ) -> Self {
         let replicated = min_replicas.map(|min| Replicated {
             min,
-            pool: WaitPool::new(opener, timeouts),
+            pool: opener.map(|opener| WaitPool::new(opener, timeouts)),
         });
         Self { node, replicated }
     }
@@ -81,7 +84,7 @@ impl SingleStore {
         // lockers leave off.
         let (reply, acked) = in_box(|| {
             self.node
-                .acquire_with_wait(keys, token, waiter, args, *min, pool)
+                .acquire_with_wait(keys, token, waiter, args, *min, pool.as_deref())
         })
         .await?;
         match reply {
@@ -103,7 +106,10 @@ impl SingleStore {
             // Only Sentinel moves a primary under the locker (a cluster's client follows its
             // shards itself, a single server does not move): elsewhere a release waits for
             // no replica.
-            Some(Replicated { min, pool }) if self.node.follows_sentinel() => {
+            Some(Replicated {
+                min,
+                pool: Some(pool),
+            }) if self.node.follows_sentinel() => {
                 // Boxed: most lockers leave the setting off, and every release's future would
                 // carry this one's state (behind a vtable: its type is deep enough that the
                 // compiler's proof that it is `Send` would overflow).
@@ -154,7 +160,7 @@ impl SingleStore {
         lease: NewLease,
     ) -> Vec<Renewal> {
         let (min, pool) = match &self.replicated {
-            Some(Replicated { min, pool }) => (Some(*min), Some(&**pool)),
+            Some(Replicated { min, pool }) => (Some(*min), pool.as_deref()),
             None => (None, None),
         };
         self.node.renew(locks, lease, min, pool).await

@@ -14,6 +14,14 @@
 //! primary, whatever Sentinel does meanwhile. A connection whose call did not end with an
 //! answer (an error, a timeout, a caller that went away mid-call) is closed, never lent
 //! again: its `WAIT` may still block it in Redis, and its next reply could be the old call's.
+//! A connection found dropped closes the idle ones with it: what closed one (a restart, the
+//! server's idle `timeout`, a network cut) most likely closed them all, and each would cost a
+//! call a failed try.
+//!
+//! A cluster has no pool: there the shared connection is one connection to each primary, so
+//! a shard's `WAIT`s hold up that shard's calls only, while a pool's connections (each one to
+//! every primary, lent whole) would let one frozen shard hold all of them and the healthy
+//! shards' calls wait (RELIABILITY.md, X3).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,8 +43,7 @@ use crate::connection::{Connection, Timeouts};
 use crate::scripts::Lua;
 
 /// How many writes with their `WAIT` one locker has in flight at once; more wait for a
-/// connection. Each is a connection to Redis (on a cluster, one to each primary), opened
-/// on first need and kept while idle.
+/// connection. Each is a connection to Redis, opened on first need and kept while idle.
 pub(crate) const WAIT_CONNECTIONS: usize = 8;
 
 /// [`WaitPool::send`]'s future, boxed behind a vtable: with the making of connections and
@@ -75,9 +82,6 @@ pub(crate) enum Opener {
     /// The primary a Sentinel names now.
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<SentinelPrimary>),
-    /// A cluster: each connection follows the slot map itself.
-    #[cfg(feature = "cluster")]
-    Cluster(Box<redis::cluster::ClusterClient>),
 }
 
 impl std::fmt::Debug for WaitPool {
@@ -156,6 +160,9 @@ impl WaitPool {
             }
             Err(error) => {
                 drop(lent);
+                if error.is_dropped_connection() {
+                    self.idle.lock().clear();
+                }
                 self.failed().await;
                 Err(error)
             }
@@ -196,34 +203,23 @@ impl WaitPool {
         }
     }
 
-    /// Opens a connection, with the generation it goes to.
+    /// Opens a connection, with the generation it goes to: one try, within the connect
+    /// timeout. (The shared connection's manager tries three times, in the background; here
+    /// a caller waits, and while the server is unreachable every call would wait for all
+    /// three.)
     async fn open(&self) -> Result<(Connection, u64), BackendError> {
-        let config = self.timeouts.manager_config();
-        match &self.opener {
-            Opener::Server(client) => {
-                let conn = ConnectionManager::new_with_config((**client).clone(), config)
-                    .await
-                    .map_err(BackendError::redis)?;
-                Ok((Connection::Server(conn), 0))
-            }
+        let config = self.timeouts.manager_config().set_number_of_retries(0);
+        let (client, generation) = match &self.opener {
+            Opener::Server(client) => ((**client).clone(), 0),
             #[cfg(feature = "sentinel")]
-            Opener::Sentinel(primary) => {
-                let (client, generation) = primary.current_client();
-                let conn = ConnectionManager::new_with_config(client, config)
-                    .await
-                    .map_err(BackendError::redis)?;
-                Ok((Connection::Server(conn), generation))
-            }
-            #[cfg(feature = "cluster")]
-            Opener::Cluster(client) => {
-                let connecting = client.get_async_connection();
-                let conn = tokio::time::timeout(self.timeouts.connect, connecting)
-                    .await
-                    .map_err(|_| BackendError::timed_out("connecting to the cluster"))?
-                    .map_err(BackendError::redis)?;
-                Ok((Connection::Cluster(conn), 0))
-            }
-        }
+            Opener::Sentinel(primary) => primary.current_client(),
+        };
+        let connecting = ConnectionManager::new_with_config(client, config);
+        let conn = tokio::time::timeout(self.timeouts.connect, connecting)
+            .await
+            .map_err(|_| BackendError::timed_out("connecting for a write and its WAIT"))?
+            .map_err(BackendError::redis)?;
+        Ok((Connection::Server(conn), generation))
     }
 
     /// A call failed: a Sentinel primary that stopped answering, or answers as a replica,

@@ -13,6 +13,7 @@ mod review_o;
 mod review_r;
 mod review_s;
 mod review_u;
+mod review_x;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
