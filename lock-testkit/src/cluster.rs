@@ -433,6 +433,28 @@ impl RedisCluster {
                     return Err(format!("replica {}: master_link_status:{link}", node.port));
                 }
             }
+            // Each primary's replicas online and acknowledging all it has written: a replica
+            // just through its first sync can take a moment more to answer a `WAIT`, and
+            // tests with `min_replicas` would meet `NotReplicated` on a loaded machine.
+            for master in &masters {
+                let info: String = query(master.port, &["INFO", "replication"], POLL_TIMEOUT)
+                    .map_err(|e| format!("port {}: {e}", master.port))?;
+                let own = info_field(&info, "master_repl_offset").unwrap_or("?");
+                let caught_up = info
+                    .lines()
+                    .filter(|line| line.starts_with("slave"))
+                    .filter(|line| {
+                        line.contains("state=online")
+                            && line.split(',').any(|f| f == format!("offset={own}"))
+                    })
+                    .count();
+                if caught_up != replicas {
+                    return Err(format!(
+                        "primary {}: {caught_up} of {replicas} replicas acknowledged offset {own}",
+                        master.port
+                    ));
+                }
+            }
             primary_ports = masters.iter().map(|n| n.port).collect();
             Ok(())
         })?;

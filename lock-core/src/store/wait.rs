@@ -16,7 +16,9 @@
 //! again: its `WAIT` may still block it in Redis, and its next reply could be the old call's.
 //! A connection found dropped closes the idle ones with it: what closed one (a restart, the
 //! server's idle `timeout`, a network cut) most likely closed them all, and each would cost a
-//! call a failed try.
+//! call a failed try. A connection idle for more than [`IDLE_CHECK`] answers a `PING` before
+//! it is lent: a gateway or firewall on the way may have forgotten it silently, and a call
+//! on it would wait out the command timeout instead.
 //!
 //! A cluster has no pool: there the shared connection is one connection to each primary, so
 //! a shard's `WAIT`s hold up that shard's calls only, while a pool's connections (each one to
@@ -26,6 +28,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -33,6 +36,7 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::time::Instant;
 
 use super::calls::{self, LoadOn};
 use super::MinReplicas;
@@ -45,6 +49,18 @@ use crate::scripts::Lua;
 /// How many writes with their `WAIT` one locker has in flight at once; more wait for a
 /// connection. Each is a connection to Redis, opened on first need and kept while idle.
 pub(crate) const WAIT_CONNECTIONS: usize = 8;
+
+/// An idle connection used less recently than this is checked (`PING`) before it is lent.
+/// Busy connections (a burst) skip the check; after a quiet spell the first call pays one
+/// round trip for it.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
+/// The first pause between connect tries (doubled after each, up to [`LONGEST_CONNECT_PAUSE`]):
+/// a server restarting, or a proxy in front of it, refuses connections for a moment.
+const FIRST_CONNECT_PAUSE: Duration = Duration::from_millis(10);
+
+/// The longest pause between connect tries.
+const LONGEST_CONNECT_PAUSE: Duration = Duration::from_millis(200);
 
 /// [`WaitPool::send`]'s future, boxed behind a vtable: with the making of connections and
 /// Sentinel's questions inside, the compiler's proof that a caller's future (a release's,
@@ -68,8 +84,8 @@ pub(crate) struct Waited {
 pub(crate) struct WaitPool {
     opener: Opener,
     timeouts: Timeouts,
-    /// Connections that answered their last call, with the generation they were opened at.
-    idle: Mutex<Vec<(Connection, u64)>>,
+    /// Connections that answered their last call.
+    idle: Mutex<Vec<Idle>>,
     /// One permit for each connection lent.
     lending: Semaphore,
 }
@@ -93,7 +109,17 @@ impl std::fmt::Debug for WaitPool {
     }
 }
 
-/// A connection lent by a [`WaitPool`]; closed when dropped, unless given back.
+/// A connection of a [`WaitPool`] waiting to be lent.
+struct Idle {
+    conn: Connection,
+    /// The generation it was opened at (the Sentinel primary it goes to).
+    generation: u64,
+    /// When it was given back.
+    since: Instant,
+}
+
+/// A connection lent by a [`WaitPool`], with the generation it was opened at; closed when
+/// dropped, unless given back.
 struct Lent<'a> {
     pool: &'a WaitPool,
     conn: Option<(Connection, u64)>,
@@ -103,8 +129,12 @@ struct Lent<'a> {
 impl Lent<'_> {
     /// The call ended with an answer: the connection may be lent again.
     fn give_back(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.pool.idle.lock().push(conn);
+        if let Some((conn, generation)) = self.conn.take() {
+            self.pool.idle.lock().push(Idle {
+                conn,
+                generation,
+                since: Instant::now(),
+            });
         }
     }
 }
@@ -180,11 +210,27 @@ impl WaitPool {
         let idle = {
             let mut idle = self.idle.lock();
             // Connections to a primary Sentinel no longer names are closed.
-            idle.retain(|(_, at)| *at == now);
+            idle.retain(|idle| idle.generation == now);
             idle.pop()
         };
         let conn = match idle {
-            Some(conn) => conn,
+            Some(idle) if idle.since.elapsed() < IDLE_CHECK => (idle.conn, idle.generation),
+            Some(Idle {
+                mut conn,
+                generation,
+                ..
+            }) => {
+                let ping = redis::cmd("PING").query_async::<Value>(&mut conn).await;
+                if ping.is_ok() {
+                    (conn, generation)
+                } else {
+                    // The others idle as long or longer went the same way, most likely.
+                    self.idle
+                        .lock()
+                        .retain(|idle| idle.since.elapsed() < IDLE_CHECK);
+                    self.open().await?
+                }
+            }
             None => self.open().await?,
         };
         Ok(Lent {
@@ -203,23 +249,43 @@ impl WaitPool {
         }
     }
 
-    /// Opens a connection, with the generation it goes to: one try, within the connect
-    /// timeout. (The shared connection's manager tries three times, in the background; here
-    /// a caller waits, and while the server is unreachable every call would wait for all
-    /// three.)
+    /// Opens a connection, with the generation it goes to, within the connect timeout in
+    /// all: a refused or dropped try is tried again after a short pause (a restart, a proxy
+    /// restarting) while time is left. (The shared connection's manager tries three times,
+    /// each within the connect timeout, in the background; here a caller waits, and through
+    /// a partition every call would wait for all three.)
     async fn open(&self) -> Result<(Connection, u64), BackendError> {
-        let config = self.timeouts.manager_config().set_number_of_retries(0);
-        let (client, generation) = match &self.opener {
-            Opener::Server(client) => ((**client).clone(), 0),
-            #[cfg(feature = "sentinel")]
-            Opener::Sentinel(primary) => primary.current_client(),
-        };
-        let connecting = ConnectionManager::new_with_config(client, config);
-        let conn = tokio::time::timeout(self.timeouts.connect, connecting)
-            .await
-            .map_err(|_| BackendError::timed_out("connecting for a write and its WAIT"))?
-            .map_err(BackendError::redis)?;
-        Ok((Connection::Server(conn), generation))
+        let started = Instant::now();
+        let mut pause = FIRST_CONNECT_PAUSE;
+        loop {
+            let (client, generation) = match &self.opener {
+                Opener::Server(client) => ((**client).clone(), 0),
+                #[cfg(feature = "sentinel")]
+                Opener::Sentinel(primary) => primary.current_client(),
+            };
+            let left = self.timeouts.connect.saturating_sub(started.elapsed());
+            let config = self.timeouts.manager_config().set_number_of_retries(0);
+            let connecting = ConnectionManager::new_with_config(client, config);
+            let error = match tokio::time::timeout(left, connecting).await {
+                Ok(Ok(conn)) => return Ok((Connection::Server(conn), generation)),
+                Ok(Err(error)) => error,
+                Err(_) => {
+                    return Err(BackendError::timed_out(
+                        "connecting for a write and its WAIT",
+                    ))
+                }
+            };
+            let passing = error.is_connection_refusal()
+                || error.is_connection_dropped()
+                || error.is_io_error() && !error.is_timeout()
+                || error.code() == Some("LOADING");
+            let left = self.timeouts.connect.saturating_sub(started.elapsed());
+            if !passing || left <= pause {
+                return Err(BackendError::redis(error));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LONGEST_CONNECT_PAUSE);
+        }
     }
 
     /// A call failed: a Sentinel primary that stopped answering, or answers as a replica,

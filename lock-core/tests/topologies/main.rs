@@ -14,6 +14,7 @@ mod review_r;
 mod review_s;
 mod review_u;
 mod review_x;
+mod review_y;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
