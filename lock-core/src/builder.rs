@@ -296,8 +296,8 @@ impl LockerBuilder {
     /// Sentinel and Cluster topologies (not RedLock). `WAIT` blocks the connection it is sent
     /// on until the replicas acknowledge, so on a single server and Sentinel an acquire or
     /// [`extend`](crate::LockGuard::extend) sends its write and `WAIT` on a connection of
-    /// its own, up to 8 at once (more wait for one), opened on first need (one try, within
-    /// the [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging
+    /// its own, up to 8 at once (more wait for one), opened on first need (within the
+    /// [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging
     /// replica slows those calls, not the locker's other commands. On a cluster they go on
     /// the shared connection, one connection to each primary: a lagging replica holds up the
     /// calls to its own shard, where a burst's `WAIT`s queue. `timeout` goes from 1 ms

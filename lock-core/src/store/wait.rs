@@ -206,6 +206,9 @@ impl WaitPool {
             .acquire()
             .await
             .map_err(|_| BackendError::undecided("the WAIT connections were closed"))?;
+        // Checking an idle connection and opening one take the connect timeout in all: a
+        // partition costs a call that, as it cost the call that opened the connection.
+        let until = Instant::now() + self.timeouts.connect;
         let now = self.generation();
         let idle = {
             let mut idle = self.idle.lock();
@@ -220,18 +223,21 @@ impl WaitPool {
                 generation,
                 ..
             }) => {
-                let ping = redis::cmd("PING").query_async::<Value>(&mut conn).await;
-                if ping.is_ok() {
+                // At most half the budget, so that a new connection has the other half.
+                let within = self.timeouts.command.min(self.timeouts.connect / 2);
+                let ping = redis::cmd("PING");
+                let pinged = tokio::time::timeout(within, ping.query_async::<Value>(&mut conn));
+                if let Ok(Ok(_)) = pinged.await {
                     (conn, generation)
                 } else {
                     // The others idle as long or longer went the same way, most likely.
                     self.idle
                         .lock()
                         .retain(|idle| idle.since.elapsed() < IDLE_CHECK);
-                    self.open().await?
+                    self.open(until).await?
                 }
             }
-            None => self.open().await?,
+            None => self.open(until).await?,
         };
         Ok(Lent {
             pool: self,
@@ -249,13 +255,15 @@ impl WaitPool {
         }
     }
 
-    /// Opens a connection, with the generation it goes to, within the connect timeout in
-    /// all: a refused or dropped try is tried again after a short pause (a restart, a proxy
-    /// restarting) while time is left. (The shared connection's manager tries three times,
-    /// each within the connect timeout, in the background; here a caller waits, and through
-    /// a partition every call would wait for all three.)
-    async fn open(&self) -> Result<(Connection, u64), BackendError> {
-        let started = Instant::now();
+    /// Opens a connection, with the generation it goes to, by `until`: a refused or dropped
+    /// try is tried again after a short pause (a restart, a proxy restarting) while time is
+    /// left. (The shared connection's manager tries three times, each within the connect
+    /// timeout, in the background; here a caller waits, and through a partition every call
+    /// would wait for all three.) Refused until the end, it answers a timeout, not a dropped
+    /// connection: a caller's retry would wait as long again.
+    async fn open(&self, until: Instant) -> Result<(Connection, u64), BackendError> {
+        const GAVE_UP: &str = "connecting for a write and its WAIT (refused or dropped until \
+                               the connect timeout)";
         let mut pause = FIRST_CONNECT_PAUSE;
         loop {
             let (client, generation) = match &self.opener {
@@ -263,7 +271,7 @@ impl WaitPool {
                 #[cfg(feature = "sentinel")]
                 Opener::Sentinel(primary) => primary.current_client(),
             };
-            let left = self.timeouts.connect.saturating_sub(started.elapsed());
+            let left = until.saturating_duration_since(Instant::now());
             let config = self.timeouts.manager_config().set_number_of_retries(0);
             let connecting = ConnectionManager::new_with_config(client, config);
             let error = match tokio::time::timeout(left, connecting).await {
@@ -279,9 +287,11 @@ impl WaitPool {
                 || error.is_connection_dropped()
                 || error.is_io_error() && !error.is_timeout()
                 || error.code() == Some("LOADING");
-            let left = self.timeouts.connect.saturating_sub(started.elapsed());
-            if !passing || left <= pause {
+            if !passing {
                 return Err(BackendError::redis(error));
+            }
+            if until.saturating_duration_since(Instant::now()) <= pause {
+                return Err(BackendError::timed_out(GAVE_UP));
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(LONGEST_CONNECT_PAUSE);

@@ -15,6 +15,7 @@ mod review_s;
 mod review_u;
 mod review_x;
 mod review_y;
+mod review_z;
 mod sentinel_auth;
 mod soak_sentinel;
 mod tls;
