@@ -293,19 +293,22 @@ impl LockerBuilder {
     /// After each acquire, `WAIT replicas timeout`: if fewer replicas acknowledged the lock key,
     /// release it again and fail with [`LockError::NotReplicated`]. This narrows the window in
     /// which a failover to a replica that never saw the key grants the lock twice. For single,
-    /// Sentinel and Cluster topologies (not RedLock). `WAIT` blocks the connection it is sent
-    /// on until the replicas acknowledge, so on a single server and Sentinel an acquire or
-    /// [`extend`](crate::LockGuard::extend) sends its write and `WAIT` on a connection of
+    /// Sentinel and Cluster topologies (not RedLock). `timeout` goes from 1 ms (`WAIT` counts
+    /// in milliseconds, and `WAIT .. 0` would block for ever) to 1 hour, and is cut to half
+    /// the [`command_timeout`](Self::command_timeout) (with a warning when built): the
+    /// `WAIT`'s answer must come back within it, or the acquire would fail as a timeout
+    /// rather than with [`LockError::NotReplicated`].
+    ///
+    /// `WAIT` blocks the connection it is sent on until the replicas acknowledge. So on a
+    /// single server and Sentinel an acquire sends its write and `WAIT` on a connection of
     /// its own, up to 8 at once (more wait for one), opened on first need (within the
-    /// [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging
-    /// replica slows those calls, not the locker's other commands. On a cluster they go on
-    /// the shared connection, one connection to each primary: a lagging replica holds up the
-    /// calls to its own shard, where a burst's `WAIT`s queue. `timeout` goes from 1 ms
-    /// (`WAIT` counts in milliseconds, and `WAIT .. 0` would block for ever) to 1 hour, and
-    /// is cut to half the
-    /// [`command_timeout`](Self::command_timeout) (with a warning when built): the `WAIT`'s
-    /// answer must come back within it, or the acquire would fail as a timeout rather than
-    /// with [`LockError::NotReplicated`].
+    /// [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging replica
+    /// slows those calls, not the locker's other commands. On a cluster they go on the
+    /// shared connection, one connection to each primary: a lagging replica holds up the calls
+    /// to its own shard, where a burst's `WAIT`s queue. [`extend`](crate::LockGuard::extend)
+    /// sends its renewal and `WAIT` on the shared connection everywhere (it sets the lease
+    /// exactly, and must run in Redis in the order it and the watchdog's renewals were
+    /// sent): a burst of extensions while a replica lags queues there.
     ///
     /// The watchdog's renewals are followed by `WAIT` too, on the shared connection (one per
     /// round on a server, where other commands queue behind it for up to `timeout`; one per

@@ -8,6 +8,7 @@ mod common;
 mod cluster_migration;
 mod kinds_cluster;
 mod redlock;
+mod review_e;
 mod review_n;
 mod review_o;
 mod review_r;

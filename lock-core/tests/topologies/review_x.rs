@@ -12,6 +12,10 @@
 //! closes the idle ones with it (X1); a cluster sends its writes and `WAIT`s on its shared
 //! connection again, one connection to each primary, and has no pool (X3); a pool connection
 //! is opened with one try within the connect timeout (X4).
+//!
+//! Since E1 and E2 (`review_e.rs`) explicit extensions go on the shared connection again:
+//! the tests here that extend now meet it, not the pool (`y2_acquires_..` keeps Y2's check
+//! on the pool through acquires; X1's restart and Sentinel release tests keep X1's).
 
 use crate::common;
 

@@ -10,6 +10,10 @@
 //! not is closed with the others idle as long (Y2: three extensions `Ok`, the first after
 //! 1.045 s, the others after 44 ms: the first waits out the `PING`'s command timeout on the
 //! forgotten flow).
+//!
+//! Since E1 and E2 (`review_e.rs`) explicit extensions go on the shared connection again:
+//! the tests here that extend now meet it, not the pool (`y2_acquires_..` keeps Y2's check
+//! on the pool through acquires; X1's restart and Sentinel release tests keep X1's).
 
 use crate::common;
 
@@ -292,5 +296,68 @@ async fn y2_extensions_after_a_gateway_forgot_idle_connections_succeed() {
         held.is_held()
     );
     lock_testkit::figure(&format!("Y2: {observed}"));
+    assert!(all_ok, "{observed}");
+}
+
+/// Y2 through acquires: since E1 and E2 an extension goes on the shared connection, so the
+/// test above no longer meets the pool; zero-wait acquires do (their write and `WAIT` on a
+/// pooled connection). Without the `PING` before lending (checked by removing it): each
+/// acquire waits out its command timeout on a forgotten flow and fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn y2_acquires_after_a_gateway_forgot_idle_connections_succeed() {
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
+    let front = IdleCut::start(primary.port()).await;
+    let locker = Locker::builder()
+        .url(front.url())
+        .min_replicas(1, Duration::from_millis(400))
+        .command_timeout(Duration::from_secs(1))
+        .watchdog_lease(Duration::from_millis(1500))
+        .build()
+        .await
+        .unwrap();
+    let held = common::replicated_lock(&locker, "h").await;
+    link.set_mode(ProxyMode::Delay(Duration::from_millis(50)))
+        .await;
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                match locker
+                    .lock(format!("b{i}"))
+                    .wait(Duration::from_secs(5))
+                    .await
+                {
+                    Ok(guard) => shown(&guard.release().await),
+                    Err(e) => e.to_string(),
+                }
+            })
+        })
+        .collect();
+    let mut burst = std::collections::BTreeMap::<String, usize>::new();
+    for task in tasks {
+        *burst.entry(task.await.unwrap()).or_default() += 1;
+    }
+    link.set_mode(ProxyMode::Pass).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (cut, busy) = front.cut_idle(Duration::from_secs(1));
+    let mut answers = Vec::new();
+    let mut all_ok = true;
+    for i in 0..3 {
+        let asked = Instant::now();
+        let answer = locker
+            .lock(format!("k{i}"))
+            .wait(Duration::ZERO)
+            .await
+            .map(drop);
+        let took = asked.elapsed();
+        all_ok &= answer.is_ok();
+        answers.push(format!("{:?} after {took:?}", shown(&answer)));
+    }
+    let observed = format!(
+        "8 acquires at once: {burst:?}; the gateway forgot {cut} flows idle 1 s, {busy} \
+         busy ones pass; three zero-wait acquires in a row: {answers:?}; h held: {}",
+        held.is_held()
+    );
+    lock_testkit::figure(&format!("Y2 (acquires): {observed}"));
     assert!(all_ok, "{observed}");
 }

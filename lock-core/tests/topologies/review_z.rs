@@ -7,6 +7,10 @@
 //! opening one take the connect timeout in all, the `PING` at most half of it (Z1: "after
 //! 2.001592456s"); a connect loop refused until its end answers a timeout, which callers do
 //! not retry (Z2: "after 1.932767411s").
+//!
+//! Since E1 and E2 (`review_e.rs`) explicit extensions go on the shared connection again:
+//! the tests here that extend now meet it, not the pool (`y2_acquires_..` keeps Y2's check
+//! on the pool through acquires; X1's restart and Sentinel release tests keep X1's).
 
 use crate::common;
 
