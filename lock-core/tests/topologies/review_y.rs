@@ -246,57 +246,7 @@ impl Drop for IdleCut {
 /// 1.00172485s, .. after 1.001923572s]; h held: true".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn y2_extensions_after_a_gateway_forgot_idle_connections_succeed() {
-    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
-    let front = IdleCut::start(primary.port()).await;
-    let locker = Locker::builder()
-        .url(front.url())
-        .min_replicas(1, Duration::from_millis(400))
-        .command_timeout(Duration::from_secs(1))
-        .watchdog_lease(Duration::from_millis(1500))
-        .build()
-        .await
-        .unwrap();
-    let held = common::replicated_lock(&locker, "h").await;
-    link.set_mode(ProxyMode::Delay(Duration::from_millis(50)))
-        .await;
-    let tasks: Vec<_> = (0..8)
-        .map(|i| {
-            let locker = locker.clone();
-            tokio::spawn(async move {
-                match locker
-                    .lock(format!("b{i}"))
-                    .wait(Duration::from_secs(5))
-                    .await
-                {
-                    Ok(guard) => shown(&guard.release().await),
-                    Err(e) => e.to_string(),
-                }
-            })
-        })
-        .collect();
-    let mut burst = std::collections::BTreeMap::<String, usize>::new();
-    for task in tasks {
-        *burst.entry(task.await.unwrap()).or_default() += 1;
-    }
-    link.set_mode(ProxyMode::Pass).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (cut, busy) = front.cut_idle(Duration::from_secs(1));
-    let mut answers = Vec::new();
-    let mut all_ok = true;
-    for _ in 0..3 {
-        let asked = Instant::now();
-        let answer = held.extend(Duration::from_secs(10)).await;
-        let took = asked.elapsed();
-        all_ok &= answer.is_ok();
-        answers.push(format!("{:?} after {took:?}", shown(&answer)));
-    }
-    let observed = format!(
-        "8 acquires at once: {burst:?}; the gateway forgot {cut} flows idle 1 s, {busy} \
-         busy ones pass; three extend(10 s) of h in a row: {answers:?}; h held: {}",
-        held.is_held()
-    );
-    lock_testkit::figure(&format!("Y2: {observed}"));
-    assert!(all_ok, "{observed}");
+    after_a_gateway_forgot_idle_connections(Probe::Extend).await;
 }
 
 /// Y2 through acquires: since E1 and E2 an extension goes on the shared connection, so the
@@ -305,6 +255,21 @@ async fn y2_extensions_after_a_gateway_forgot_idle_connections_succeed() {
 /// acquire waits out its command timeout on a forgotten flow and fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn y2_acquires_after_a_gateway_forgot_idle_connections_succeed() {
+    after_a_gateway_forgot_idle_connections(Probe::Acquire).await;
+}
+
+/// What Y2 tries after the gateway forgot the idle flows, three times.
+#[derive(Debug, Clone, Copy)]
+enum Probe {
+    /// `extend(10 s)` of the held lock.
+    Extend,
+    /// A zero-wait acquire of a new key.
+    Acquire,
+}
+
+/// Y2's scenario (see `y2_extensions_..`), with `probe` tried three times at the end; asserts
+/// each is `Ok`.
+async fn after_a_gateway_forgot_idle_connections(probe: Probe) {
     let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let front = IdleCut::start(primary.port()).await;
     let locker = Locker::builder()
@@ -344,20 +309,23 @@ async fn y2_acquires_after_a_gateway_forgot_idle_connections_succeed() {
     let mut all_ok = true;
     for i in 0..3 {
         let asked = Instant::now();
-        let answer = locker
-            .lock(format!("k{i}"))
-            .wait(Duration::ZERO)
-            .await
-            .map(drop);
+        let answer = match probe {
+            Probe::Extend => held.extend(Duration::from_secs(10)).await,
+            Probe::Acquire => locker
+                .lock(format!("k{i}"))
+                .wait(Duration::ZERO)
+                .await
+                .map(drop),
+        };
         let took = asked.elapsed();
         all_ok &= answer.is_ok();
         answers.push(format!("{:?} after {took:?}", shown(&answer)));
     }
     let observed = format!(
         "8 acquires at once: {burst:?}; the gateway forgot {cut} flows idle 1 s, {busy} \
-         busy ones pass; three zero-wait acquires in a row: {answers:?}; h held: {}",
+         busy ones pass; three {probe:?} in a row: {answers:?}; h held: {}",
         held.is_held()
     );
-    lock_testkit::figure(&format!("Y2 (acquires): {observed}"));
+    lock_testkit::figure(&format!("Y2 ({probe:?}): {observed}"));
     assert!(all_ok, "{observed}");
 }
