@@ -453,9 +453,10 @@ impl Node {
     /// Renews `locks` (their keys, token); `Unknown` where the call failed. Each kind of hold
     /// has its renewal script; all calls go out at once.
     ///
-    /// With `min` and a `pool` (an extension, a handoff's renewal: calls a burst can bring),
-    /// each call and its `WAIT` go on a connection of their own; without a pool (the
-    /// watchdog's round) on the shared connection, one `WAIT` after them all.
+    /// With `min` and a `pool` (a handoff's renewal: calls a burst can bring), each call
+    /// and its `WAIT` go on a connection of their own, unless the lease is set exactly (an
+    /// extension, see below); otherwise (the watchdog's round) on the shared connection, one
+    /// `WAIT` after them all.
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],

@@ -125,20 +125,25 @@ struct Idle {
 /// dropped, unless given back.
 struct Lent<'a> {
     pool: &'a WaitPool,
-    conn: Option<(Connection, u64)>,
+    conn: Connection,
+    generation: u64,
     _permit: SemaphorePermit<'a>,
 }
 
 impl Lent<'_> {
     /// The call ended with an answer: the connection may be lent again.
-    fn give_back(mut self) {
-        if let Some((conn, generation)) = self.conn.take() {
-            self.pool.idle.lock().push(Idle {
-                conn,
-                generation,
-                since: Instant::now(),
-            });
-        }
+    fn give_back(self) {
+        let Lent {
+            pool,
+            conn,
+            generation,
+            _permit,
+        } = self;
+        pool.idle.lock().push(Idle {
+            conn,
+            generation,
+            since: Instant::now(),
+        });
     }
 }
 
@@ -178,11 +183,8 @@ impl WaitPool {
                 return Err(error);
             }
         };
-        let Some((conn, generation)) = lent.conn.as_mut() else {
-            return Err(BackendError::undecided("a WAIT connection was lent twice"));
-        };
-        let generation = *generation;
-        match with_wait(conn, cmd.clone(), script, lock_key, min).await {
+        let generation = lent.generation;
+        match with_wait(&mut lent.conn, cmd.clone(), script, lock_key, min).await {
             Ok((reply, acked)) => {
                 lent.give_back();
                 Ok(Waited {
@@ -209,8 +211,8 @@ impl WaitPool {
             .acquire()
             .await
             .map_err(|_| BackendError::undecided("the WAIT connections were closed"))?;
-        // Checking an idle connection and opening one take the connect timeout in all: a
-        // partition costs a call that, as it cost the call that opened the connection.
+        // Checking an idle connection and opening one take the connect timeout in all: through
+        // a partition a call waits no longer than the one that first opened a connection.
         let until = Instant::now() + self.timeouts.connect;
         let now = self.generation();
         let idle = {
@@ -219,7 +221,7 @@ impl WaitPool {
             idle.retain(|idle| idle.generation == now);
             idle.pop()
         };
-        let conn = match idle {
+        let (conn, generation) = match idle {
             Some(idle) if idle.since.elapsed() < IDLE_CHECK => (idle.conn, idle.generation),
             Some(Idle {
                 mut conn,
@@ -244,7 +246,8 @@ impl WaitPool {
         };
         Ok(Lent {
             pool: self,
-            conn: Some(conn),
+            conn,
+            generation,
             _permit: permit,
         })
     }
