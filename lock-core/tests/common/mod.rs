@@ -150,9 +150,23 @@ pub async fn replica_behind_a_proxy() -> (RedisServer, RedisServer, lock_testkit
 /// `key` locked with `min_replicas` once the replica acknowledges (it may still be catching
 /// up after its sync): tried every 100 ms for up to 5 s.
 pub async fn replicated_lock(locker: &Locker, key: &str) -> LockGuard {
+    replicated_lock_leased(locker, key, None).await
+}
+
+/// [`replicated_lock`], with a fixed `lease` when given (no watchdog).
+pub async fn replicated_lock_leased(
+    locker: &Locker,
+    key: &str,
+    lease: Option<Duration>,
+) -> LockGuard {
     let mut last = None;
     for _ in 0..50 {
-        match locker.lock(key).wait(Duration::ZERO).await {
+        let acquire = locker.lock(key).wait(Duration::ZERO);
+        let acquire = match lease {
+            Some(lease) => acquire.lease(lease),
+            None => acquire,
+        };
+        match acquire.await {
             Ok(guard) => return guard,
             Err(error) => last = Some(error),
         }

@@ -54,21 +54,7 @@ async fn u1_a_renewal_retried_on_the_new_sentinel_primary_and_replicated_counts(
         .build()
         .await
         .unwrap();
-    let guard = {
-        let mut last = None;
-        let mut got = None;
-        for _ in 0..50 {
-            match holder.lock("k").wait(Duration::ZERO).await {
-                Ok(guard) => {
-                    got = Some(guard);
-                    break;
-                }
-                Err(error) => last = Some(error),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        got.unwrap_or_else(|| panic!("no replicated lock: {last:?}"))
-    };
+    let guard = common::replicated_lock(&holder, "k").await;
     // Up to three failovers: the round crosses the switch only when the locker's own question
     // to Sentinel (after an error, at most every 200 ms, or once a second) comes on a first or
     // second try of the renewal, not its last.

@@ -359,26 +359,7 @@ async fn x4_an_extension_through_a_partition_fails_within_the_command_timeout() 
         .build()
         .await
         .unwrap();
-    let held = {
-        let mut last = None;
-        let mut got = None;
-        for _ in 0..50 {
-            match locker
-                .lock("h")
-                .lease(Duration::from_secs(30))
-                .wait(Duration::ZERO)
-                .await
-            {
-                Ok(guard) => {
-                    got = Some(guard);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        got.unwrap_or_else(|| panic!("no replicated lock: {last:?}"))
-    };
+    let held = common::replicated_lock_leased(&locker, "h", Some(Duration::from_secs(30))).await;
     front.set_mode(ProxyMode::Hole).await;
     let mut answers = Vec::new();
     let mut slowest = Duration::ZERO;

@@ -64,26 +64,7 @@ async fn y1_an_extension_rides_through_a_brief_refusal_as_before() {
         .build()
         .await
         .unwrap();
-    let held = {
-        let mut last = None;
-        let mut got = None;
-        for _ in 0..50 {
-            match locker
-                .lock("h")
-                .lease(Duration::from_secs(30))
-                .wait(Duration::ZERO)
-                .await
-            {
-                Ok(guard) => {
-                    got = Some(guard);
-                    break;
-                }
-                Err(e) => last = Some(e),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        got.unwrap_or_else(|| panic!("no replicated lock: {last:?}"))
-    };
+    let held = common::replicated_lock_leased(&locker, "h", Some(Duration::from_secs(30))).await;
     // Warm: one extension that works, so both ways have their scripts and connections.
     held.extend(Duration::from_secs(30)).await.unwrap();
     front.set_mode(ProxyMode::Refuse).await;

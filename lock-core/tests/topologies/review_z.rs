@@ -29,20 +29,7 @@ fn shown<T>(answer: &Result<T, LockError>) -> String {
 
 /// `h` taken with a 30 s lease once the replica acknowledges (tried every 100 ms for 5 s).
 async fn held_30s(locker: &Locker) -> LockGuard {
-    let mut last = None;
-    for _ in 0..50 {
-        match locker
-            .lock("h")
-            .lease(Duration::from_secs(30))
-            .wait(Duration::ZERO)
-            .await
-        {
-            Ok(guard) => return guard,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no replicated lock: {last:?}");
+    common::replicated_lock_leased(locker, "h", Some(Duration::from_secs(30))).await
 }
 
 /// A locker on `front` with `min_replicas(1, 400 ms)`, command timeout 1 s, connect
