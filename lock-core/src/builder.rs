@@ -300,15 +300,17 @@ impl LockerBuilder {
     /// rather than with [`LockError::NotReplicated`].
     ///
     /// `WAIT` blocks the connection it is sent on until the replicas acknowledge. So on a
-    /// single server and Sentinel an acquire sends its write and `WAIT` on a connection of
-    /// its own, up to 8 at once (more wait for one), opened on first need (within the
-    /// [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging replica
-    /// slows those calls, not the locker's other commands. On a cluster they go on the
-    /// shared connection, one connection to each primary: a lagging replica holds up the calls
-    /// to its own shard, where a burst's `WAIT`s queue. [`extend`](crate::LockGuard::extend)
-    /// sends its renewal and `WAIT` on the shared connection everywhere (it sets the lease
-    /// exactly, and must run in Redis in the order it and the watchdog's renewals were
-    /// sent): a burst of extensions while a replica lags queues there.
+    /// single server and Sentinel an acquire (and an [`extend`](crate::LockGuard::extend), a
+    /// local handoff's renewal, a Sentinel release) sends its write and `WAIT` on a
+    /// connection of its own, up to 8 at once (more wait for one), opened on first need
+    /// (within the [`connect_timeout`](Self::connect_timeout)) and kept while idle: a lagging
+    /// replica slows those calls, not the locker's other commands. On a cluster they go on
+    /// the shared connection, one connection to each primary: a lagging replica holds up the
+    /// calls to its own shard, where a burst's `WAIT`s queue. An extension on a connection of
+    /// its own is not ordered with the watchdog's renewals sent meanwhile, so the guard counts
+    /// those only from the extension's answer; one that never answers (cancelled, failed)
+    /// may still run in Redis later, so the guard's validity never again exceeds what it
+    /// leaves the key, and the lock is released rather than handed to a local waiter.
     ///
     /// The watchdog's renewals are followed by `WAIT` too, on the shared connection (one per
     /// round on a server, where other commands queue behind it for up to `timeout`; one per

@@ -126,8 +126,9 @@ const RELEASE_SENT: u8 = 16;
 /// The release found the key still holding the token (and deleted it) after the local clock
 /// had given the lock up: nobody else held it meanwhile.
 const RELEASED_OURS: u8 = 32;
-/// An explicit extension took the hold's extension turn (made it): the hold's end waits for
-/// that turn (see [`Hold::extension_turn`]).
+/// An explicit extension took the hold's extension turn (made it), or was recorded: the hold's
+/// end waits for that turn (see [`Hold::extension_turn`]) and asks whether one is unanswered
+/// (see [`Hold::extension_unanswered`]).
 const EXTENDED: u8 = 64;
 
 /// What changes in a held lock after its grant, under one lock: the validity clock, and the
@@ -137,14 +138,9 @@ struct HoldState {
     /// Until when the lock is certainly ours, on the monotonic clock, with a safety margin: as
     /// nanoseconds after the grant's `sent_at` (8 bytes, not an `Instant`'s 16).
     until: u64,
-    /// When the last explicit extension was sent: renewals sent before it may land after it
-    /// and must not undo a shortening. As [`Hold::since_grant`] (8 bytes, not an `Instant`'s
-    /// 16).
-    extended_at: Option<NonZeroU64>,
-    /// Where the last explicit extension ends in Redis (its `sent_at` plus its lease, without
-    /// the safety margin), as [`Hold::after_grant`]: what a renewal sent before it would undo
-    /// if it ran after it. 0 until an extension.
-    extended_to: u64,
+    /// What the hold's explicit extensions left to order against its renewals; made by the
+    /// first extension (most locks are never extended, and keep 8 bytes for it).
+    extended: Option<Box<Extended>>,
     /// Lets one explicit extension of this hold at a time reach Redis (see
     /// [`Hold::extension_turn`]); made by the first extension.
     extending: Option<Arc<tokio::sync::Mutex<()>>>,
@@ -153,6 +149,52 @@ struct HoldState {
     /// The `lock.hold` span, from the grant until the release takes it; `None` when no
     /// subscriber wants it (nothing is stored then).
     hold_span: Option<Box<tracing::Span>>,
+}
+
+/// The last explicit extension of a hold, and what the hold still does not know of its
+/// extensions' order in Redis.
+///
+/// On the shared connection, a renewal sent after an extension runs after it in Redis. An
+/// extension sent on a connection of its own (a pooled one, with `min_replicas`) has no such
+/// order: a renewal sent meanwhile on the shared connection may run before it and be cut back
+/// by it. Such an extension orders only the renewals sent after its answer; one that never
+/// answers (cancelled, failed) may still run at any time, so the validity never again exceeds
+/// the least it leaves the key.
+#[derive(Debug)]
+struct Extended {
+    /// When the last extension was sent, as [`Hold::since_grant`]: the extensions' own order
+    /// (they take turns, see [`Hold::extension_turn`]).
+    sent: NonZeroU64,
+    /// Where the last extension ends in Redis (its `sent_at` plus its lease, without the safety
+    /// margin), as [`Hold::after_grant`]: what a renewal that ran after it would undo.
+    to: u64,
+    /// Renewals sent at or after this, as [`Hold::since_grant`], ran after the last extension
+    /// in Redis: its sending on the shared connection, its answer on a connection of its own.
+    ordered_from: NonZeroU64,
+    /// A pooled extension sent and not answered yet: where it leaves the key at least (its
+    /// `sent_at` plus its lease, with the safety margin), as [`Hold::after_grant`]. Until its
+    /// answer no renewal is ordered after it.
+    unanswered: Option<u64>,
+    /// The least of where the pooled extensions that never answered leave the key (as
+    /// `unanswered`): each may still run in Redis after any later command, so the validity
+    /// stays at or below it. `u64::MAX` while none.
+    cap: u64,
+}
+
+impl Extended {
+    /// The cap once a later extension is sent: this one, if it never answered, joins it.
+    fn lasting_cap(&self) -> u64 {
+        self.cap.min(self.unanswered.unwrap_or(u64::MAX))
+    }
+}
+
+/// How an explicit extension is sent, which decides what orders it against renewals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtensionPath {
+    /// On the connection the watchdog's rounds use: a round sent after it runs after it.
+    Shared,
+    /// On a connection of its own: a round runs after it only if sent after its answer.
+    OwnConnection,
 }
 
 /// Part of a lease treated as unsafe: clock drift between client and server, plus scheduling.
@@ -205,8 +247,7 @@ impl Hold {
             state: Mutex::new(HoldState {
                 // Never before `sent_at`; one that were would count as `sent_at`, the safe side.
                 until: nanos_between(grant.sent_at, until),
-                extended_at: None,
-                extended_to: 0,
+                extended: None,
                 extending: None,
                 lost_signal: None,
                 hold_span: None,
@@ -385,13 +426,25 @@ impl Hold {
         nanos_between(self.sent_at, at)
     }
 
-    /// Whether a command sent at `sent_at` went out before the last explicit extension. One
-    /// sent before the grant (a renewal of the previous local holder, answered after a
-    /// handoff) went out before any extension of this hold.
+    /// Whether an extension sent at `sent_at` went out before the last explicit extension
+    /// (its answer is older news). One sent before the grant (a renewal of the previous local
+    /// holder, answered after a handoff) went out before any extension of this hold.
     fn before_extension(&self, state: &HoldState, sent_at: Instant) -> bool {
         state
-            .extended_at
-            .is_some_and(|at| sent_at < self.sent_at || self.since_grant(sent_at) < at)
+            .extended
+            .as_ref()
+            .is_some_and(|last| sent_at < self.sent_at || self.since_grant(sent_at) < last.sent)
+    }
+
+    /// Whether a renewal sent at `sent_at` may have run before the last explicit extension in
+    /// Redis (and been overwritten by it): sent before the extension, or, for one sent on a
+    /// connection of its own, before its answer.
+    fn renewal_unordered(&self, state: &HoldState, sent_at: Instant) -> bool {
+        state.extended.as_ref().is_some_and(|last| {
+            last.unanswered.is_some()
+                || sent_at < self.sent_at
+                || self.since_grant(sent_at) < last.ordered_from
+        })
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -399,17 +452,17 @@ impl Hold {
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
-    /// grows here (an older renewal answering late must not shorten it), and a renewal sent
-    /// before the last extension is ignored: it may have run before that extension in Redis
-    /// and been overwritten by it.
+    /// grows here (an older renewal answering late must not shorten it), never past what an
+    /// extension that never answered leaves the key, and a renewal that may have run before
+    /// the last extension is ignored: that extension overwrote it.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut state = self.state.lock();
-        if self.before_extension(&state, sent_at) {
+        if self.renewal_unordered(&state, sent_at) {
             return;
         }
-        state.until = state
-            .until
-            .max(self.after_grant(confirmed_until(sent_at, lease)));
+        let cap = state.extended.as_ref().map_or(u64::MAX, |last| last.cap);
+        let renewed = self.after_grant(confirmed_until(sent_at, lease)).min(cap);
+        state.until = state.until.max(renewed);
     }
 
     /// The turn an explicit extension of this hold takes before it is sent, and keeps until
@@ -438,52 +491,105 @@ impl Hold {
         self.state.lock().extending.clone()
     }
 
+    /// Whether an extension sent on a connection of its own never answered (or has not yet):
+    /// it may still run in Redis at any time, so the hold is not handed over under its token
+    /// (it would cut the next holder's lease), but released.
+    pub(crate) fn extension_unanswered(&self) -> bool {
+        if !self.is_marked(EXTENDED) {
+            return false;
+        }
+        let state = self.state.lock();
+        state
+            .extended
+            .as_ref()
+            .is_some_and(|last| last.unanswered.is_some() || last.cap != u64::MAX)
+    }
+
     /// Whether an explicit extension was sent at `at` or later.
     pub(crate) fn extended_since(&self, at: Instant) -> bool {
         let state = self.state.lock();
         state
-            .extended_at
-            .is_some_and(|sent| sent >= self.since_grant(at))
+            .extended
+            .as_ref()
+            .is_some_and(|last| last.sent >= self.since_grant(at))
     }
 
-    /// Whether a renewal of `lease` sent at `sent_at` went out before an explicit extension
-    /// that ends the lock earlier than this renewal would: run in Redis after that extension
-    /// (a retry on a new connection), it gave the key more than the extension left, and the
-    /// key may outlive the lease this hold keeps. (An extension that lengthened the lock is
-    /// not undone: a renewal never shortens a key.)
+    /// Whether a renewal of `lease` sent at `sent_at` may have run before an explicit
+    /// extension that ends the lock earlier than this renewal would: run in Redis after that
+    /// extension instead (a retry on a new connection, or the extension on a connection of its
+    /// own), it gave the key more than the extension left, and the key may outlive the lease
+    /// this hold keeps. (An extension that lengthened the lock is not undone: a renewal never
+    /// shortens a key.)
     pub(crate) fn renewal_undoes_extension(&self, sent_at: Instant, lease: Duration) -> bool {
         let state = self.state.lock();
-        self.before_extension(&state, sent_at)
-            && state.extended_to < self.after_grant(sent_at + lease)
+        self.renewal_unordered(&state, sent_at)
+            && state
+                .extended
+                .as_ref()
+                .is_some_and(|last| last.to < self.after_grant(sent_at + lease))
     }
 
-    /// Before an explicit extension is sent: Redis may apply it without this process hearing
-    /// back (the call is cancelled, the reply is lost), so a validity it would shorten is
-    /// shortened now, and renewals sent before it no longer count (they may run before it in
-    /// Redis and be overwritten). A longer extension changes nothing until it is confirmed.
-    pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration) {
+    /// Before an explicit extension is sent on `path`: Redis may apply it without this process
+    /// hearing back (the call is cancelled, the reply is lost), so a validity it would shorten
+    /// is shortened now, and renewals sent before it no longer count (they may run before it
+    /// in Redis and be overwritten). A longer extension changes nothing until it is confirmed.
+    /// On a connection of its own, no renewal counts until its answer; an earlier one there
+    /// that never answered caps the validity for good.
+    pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration, path: ExtensionPath) {
         let mut state = self.state.lock();
         if self.before_extension(&state, sent_at) {
             return;
         }
-        let until = state
-            .until
-            .min(self.after_grant(confirmed_until(sent_at, by)));
-        state.extended_at = Some(self.since_grant(sent_at));
-        state.extended_to = self.after_grant(sent_at + by);
+        self.mark(EXTENDED);
+        let sent = self.since_grant(sent_at);
+        let least = self.after_grant(confirmed_until(sent_at, by));
+        let cap = state
+            .extended
+            .as_deref()
+            .map_or(u64::MAX, Extended::lasting_cap);
+        state.extended = Some(Box::new(Extended {
+            sent,
+            to: self.after_grant(sent_at + by),
+            ordered_from: sent,
+            unanswered: (path == ExtensionPath::OwnConnection).then_some(least),
+            cap,
+        }));
+        let until = state.until.min(least).min(cap);
         self.set_until(state, until);
     }
 
-    /// Records an explicit extension: the validity becomes `sent_at + by`, shorter or longer,
-    /// unless a later extension was recorded already.
-    pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration) {
+    /// Records an explicit extension sent at `sent_at` and answered at `answered_at`: the
+    /// validity becomes `sent_at + by`, shorter or longer (never past what an extension that
+    /// never answered leaves the key), unless a later extension was recorded already.
+    pub(crate) fn confirm_extension(&self, sent_at: Instant, by: Duration, answered_at: Instant) {
         let mut state = self.state.lock();
         if self.before_extension(&state, sent_at) {
             return;
         }
-        state.extended_at = Some(self.since_grant(sent_at));
-        state.extended_to = self.after_grant(sent_at + by);
-        let until = self.after_grant(confirmed_until(sent_at, by));
+        let sent = self.since_grant(sent_at);
+        let cap = match state.extended.as_mut() {
+            // The extension `expect_extension` recorded: answered now.
+            Some(last) if last.sent == sent => {
+                if last.unanswered.take().is_some() {
+                    last.ordered_from = self.since_grant(answered_at);
+                }
+                last.to = self.after_grant(sent_at + by);
+                last.cap
+            }
+            // Not expected (no caller does that): recorded as sent on the shared connection.
+            last => {
+                let cap = last.map_or(u64::MAX, |last| last.lasting_cap());
+                state.extended = Some(Box::new(Extended {
+                    sent,
+                    to: self.after_grant(sent_at + by),
+                    ordered_from: sent,
+                    unanswered: None,
+                    cap,
+                }));
+                cap
+            }
+        };
+        let until = self.after_grant(confirmed_until(sent_at, by)).min(cap);
         self.set_until(state, until);
     }
 
@@ -699,7 +805,8 @@ impl Hold {
             LeaseMode::Watchdog(_) if self.max_hold.is_none() => {
                 let state = self.state.lock();
                 state
-                    .extended_at
+                    .extended
+                    .as_ref()
                     .map(|_| self.sent_at + Duration::from_nanos(state.until))
             }
             _ => self.planned_end_of_grant(),
@@ -785,7 +892,7 @@ mod tests {
         // t0 + 2 s; the extension's answer arrives first, the renewal's answer after it.
         let renewal_sent = t0 + Duration::from_secs(1);
         let extension_sent = t0 + Duration::from_secs(2);
-        held.confirm_extension(extension_sent, Duration::from_secs(2));
+        held.confirm_extension(extension_sent, Duration::from_secs(2), extension_sent);
         held.confirm(renewal_sent, lease);
         let until = held.valid_until();
         assert!(
@@ -796,8 +903,72 @@ mod tests {
         held.confirm(extension_sent + Duration::from_millis(1), lease);
         assert!(held.valid_until() > extension_sent + Duration::from_secs(20));
         // An older extension answering late does not undo a newer one.
-        held.confirm_extension(renewal_sent, Duration::from_millis(10));
+        held.confirm_extension(renewal_sent, Duration::from_millis(10), extension_sent);
         assert!(held.valid_until() > extension_sent + Duration::from_secs(20));
+    }
+
+    /// An extension on a connection of its own orders only the renewals sent after its
+    /// answer: one sent while it waited (for a connection, for replicas) may have run first
+    /// in Redis and been cut back by it (RELIABILITY.md, E1, E2).
+    #[tokio::test(start_paused = true)]
+    async fn a_pooled_extension_orders_only_renewals_sent_after_its_answer() {
+        let local_keys = LocalKeys::new("p:", false);
+        let lease = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let held = held(&local_keys, lease, t0);
+        let sent = t0 + Duration::from_secs(1);
+        let by = Duration::from_secs(2);
+        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        // A round sent after the extension, answered before it: not counted, and it may have
+        // undone the shortening if it ran after it.
+        let round = sent + Duration::from_millis(100);
+        held.confirm(round, lease);
+        assert!(held.valid_until() <= sent + by, "{:?}", held.valid_until());
+        assert!(held.renewal_undoes_extension(round, lease));
+        let answered = sent + Duration::from_millis(500);
+        held.confirm_extension(sent, by, answered);
+        // Sent before the answer, answered after it: still not counted.
+        held.confirm(answered - Duration::from_millis(1), lease);
+        assert!(held.valid_until() <= sent + by);
+        assert!(!held.extension_unanswered());
+        // Sent after the answer: counted.
+        held.confirm(answered, lease);
+        assert!(held.valid_until() > answered + Duration::from_secs(20));
+        assert!(!held.renewal_undoes_extension(answered, lease));
+    }
+
+    /// A pooled extension that never answered may still run in Redis after any later command:
+    /// renewals and later extensions never take the validity past what it leaves the key, and
+    /// the hold is not handed over under its token.
+    #[tokio::test(start_paused = true)]
+    async fn a_pooled_extension_without_an_answer_caps_the_validity_for_good() {
+        let local_keys = LocalKeys::new("p:", false);
+        let lease = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let held = held(&local_keys, lease, t0);
+        let sent = t0 + Duration::from_secs(1);
+        let by = Duration::from_secs(2);
+        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        assert!(held.extension_unanswered());
+        // No answer (cancelled, failed): no renewal counts, even one sent long after.
+        held.confirm(sent + Duration::from_secs(1), lease);
+        assert!(held.valid_until() <= sent + by);
+        // A later extension, answered, then renewals after it: never past the first one's end.
+        let again = sent + Duration::from_millis(1500);
+        held.expect_extension(again, lease, ExtensionPath::OwnConnection);
+        held.confirm_extension(again, lease, again + Duration::from_millis(5));
+        held.confirm(again + Duration::from_millis(10), lease);
+        let until = held.valid_until();
+        assert!(until <= sent + by, "{until:?}");
+        assert!(held.extension_unanswered());
+        // On the shared connection, an extension without an answer is ordered with the rounds
+        // sent after it (one connection), and caps nothing.
+        let other_keys = LocalKeys::new("p:", false);
+        let other = self::held(&other_keys, lease, t0);
+        other.expect_extension(sent, by, ExtensionPath::Shared);
+        assert!(!other.extension_unanswered());
+        other.confirm(sent + Duration::from_secs(1), lease);
+        assert!(other.valid_until() > sent + Duration::from_secs(20));
     }
 
     fn reason(error: LockError) -> LostReason {

@@ -433,6 +433,9 @@ impl LocalLocks {
             }
             None => (None, false),
         };
+        // An extension on a connection of its own that never answered may run in Redis after
+        // a handoff's confirmation and cut the next holder's lease: released instead.
+        let extension_pending = extension_pending || held.extension_unanswered();
         if let Some(lease) = self.may_hand_over(held).filter(|_| !extension_pending) {
             // Boxed: only a handoff confirms, and its state would otherwise be part of every
             // release's future.
@@ -729,13 +732,13 @@ impl LocalLocks {
         let sent_at = Instant::now();
         // Assumed applied where it shortens the lock, until Redis answers: dropped mid-call
         // or left without an answer, the extension may have run all the same.
-        held.expect_extension(sent_at, by);
+        held.expect_extension(sent_at, by, self.store.extension_path());
         self.watch_end(held);
         let (keys, token) = (held.redis_keys(), held.token().stored());
         let pair = [(&keys, token.as_str())];
         match self.store.renew(&pair, NewLease::Exactly(by)).await.first() {
             Some(Renewal::Renewed) => {
-                held.confirm_extension(sent_at, by);
+                held.confirm_extension(sent_at, by, Instant::now());
                 Ok(())
             }
             Some(Renewal::NotOurs(gone)) => {

@@ -25,6 +25,7 @@ pub(crate) use wait::Opener;
 
 use crate::backend_error::BackendError;
 use crate::error::{ConfigError, LockError};
+use crate::held::ExtensionPath;
 use crate::in_box::in_box;
 use crate::key::{RedisKeys, ShownKey};
 use crate::limits::lease_ms;
@@ -164,6 +165,16 @@ impl Store {
         match self {
             Self::Single(store) => store.min_replicas(),
             Self::RedLock(_) => None,
+        }
+    }
+
+    /// How an explicit extension goes to Redis: on a connection of its own where `WAIT`s do
+    /// (a single server's or Sentinel's pool, with `min_replicas`), else on the shared
+    /// connection the watchdog's rounds use.
+    pub(crate) fn extension_path(&self) -> ExtensionPath {
+        match self {
+            Self::Single(store) if store.has_pool() => ExtensionPath::OwnConnection,
+            _ => ExtensionPath::Shared,
         }
     }
 

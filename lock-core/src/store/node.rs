@@ -453,10 +453,11 @@ impl Node {
     /// Renews `locks` (their keys, token); `Unknown` where the call failed. Each kind of hold
     /// has its renewal script; all calls go out at once.
     ///
-    /// With `min` and a `pool` (a handoff's renewal: calls a burst can bring), each call
-    /// and its `WAIT` go on a connection of their own, unless the lease is set exactly (an
-    /// extension, see below); otherwise (the watchdog's round) on the shared connection, one
-    /// `WAIT` after them all.
+    /// With `min` and a `pool` (an extension, a handoff's renewal: calls a burst can bring),
+    /// each call and its `WAIT` go on a connection of their own; otherwise (the watchdog's
+    /// round) on the shared connection, one `WAIT` after them all. A pooled extension is not
+    /// ordered with the rounds sent after it: the hold counts those only from its answer
+    /// (`Hold::expect_extension`, `ExtensionPath`).
     pub(crate) async fn renew(
         &self,
         locks: &[(&RedisKeys, &str)],
@@ -476,13 +477,6 @@ impl Node {
                 .collect();
             (script, group)
         });
-        // An explicit extension sets the lease exactly (it may shorten it), so the order in
-        // which it and the watchdog's rounds run in Redis matters: the hold counts a round
-        // sent after the extension as run after it, which one connection guarantees. On a
-        // pooled one the extension can wait for a connection while a later round runs first
-        // on the shared one and is then cut back by it (RELIABILITY.md, E1, E2). Extensions
-        // stay on the shared connection; renewals that only lengthen may take the pool.
-        let pool = pool.filter(|_| matches!(lease, NewLease::AtLeast(_)));
         // A cluster's calls each go to their own shard, and each waits there; one server's
         // calls share one `WAIT` after them all (it covers every write before it on the
         // connection), so a lagging replica holds the connection up once a round.

@@ -44,7 +44,7 @@ struct Replicated {
 }
 
 impl SingleStore {
-    /// A store on `node`; with `min_replicas`, its acquires, handoff renewals and releases
+    /// A store on `node`; with `min_replicas`, its acquires, extensions, handoff renewals and releases
     /// (on Sentinel) wait for replicas on connections `opener` opens (see `store::wait`), or
     /// on the shared connection without one.
     pub(crate) fn new(
@@ -61,6 +61,11 @@ impl SingleStore {
     }
 
     /// The `min_replicas` requirement, if any.
+    /// Whether writes with a `WAIT` go on pooled connections of their own (see `store::wait`).
+    pub(crate) fn has_pool(&self) -> bool {
+        matches!(&self.replicated, Some(Replicated { pool: Some(_), .. }))
+    }
+
     pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
         self.replicated.as_ref().map(|r| r.min)
     }

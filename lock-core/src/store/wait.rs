@@ -1,6 +1,6 @@
 //! Writes followed by `WAIT` (`min_replicas`): the pipeline that sends them, and the
-//! connections of their own that acquires, handoff renewals and Sentinel releases send it
-//! on.
+//! connections of their own that acquires, extensions, handoff renewals and Sentinel
+//! releases send it on.
 //!
 //! `WAIT` blocks the connection it is sent on, in Redis, until enough replicas acknowledge or
 //! its timeout passes. On the locker's one shared connection, a burst of acquires while a
@@ -8,9 +8,10 @@
 //! command of the locker, the watchdog's renewals among them, waited behind their sum: locks
 //! held all along were lost (RELIABILITY.md, N4). So each such call borrows a connection of
 //! its own from a [`WaitPool`], at most [`WAIT_CONNECTIONS`] at once, and the shared
-//! connection carries one `WAIT` a watchdog round, as before. Explicit extensions stay on
-//! the shared connection: they set a lease exactly, and the hold counts on them running in
-//! Redis in the order they and the watchdog's rounds were sent (RELIABILITY.md, E1, E2).
+//! connection carries one `WAIT` a watchdog round, as before. An explicit extension sets a
+//! lease exactly, and a round sent while it waits here may run before it in Redis: the hold
+//! orders it by its answer, not its sending (`held.rs`, `Extended`; RELIABILITY.md, E1, E2,
+//! S4).
 //!
 //! A `WAIT` counts the writes sent before it on its own connection, so the write and its
 //! `WAIT` go in one pipeline on one connection, pinned to one server: both run on the same

@@ -2,10 +2,13 @@
 //! `store/wait.rs`): wrong answers, not availability. Each test shows one finding and fails
 //! on 02be023; its doc comment says what 4effc48 does.
 //!
-//! Fixed after this read (RELIABILITY, "A sixteenth read"): explicit extensions go on the
-//! shared connection again, as on 4effc48, so a round sent after one runs after it; here the
-//! burst's extensions queue there and the hold is lost locally while its key stays (the
-//! conservative side, S4's open shape), and the other locker is refused.
+//! Fixed after this read (RELIABILITY, "A sixteenth read"): explicit extensions went on the
+//! shared connection again, as on 4effc48, so a round sent after one ran after it; S4 was open
+//! again. Then fixed for good: extensions use the pool again, and a hold orders a pooled
+//! extension by its answer, not by its sending (`held.rs`, `Extended`): a round sent before
+//! the answer does not count, and an extension that never answers caps the validity for good
+//! and keeps the lock from being handed over locally. The last two tests here check those
+//! two consequences.
 
 use crate::common;
 
@@ -60,7 +63,7 @@ async fn until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// locker refused (the lock lost locally but still in Redis: conservative).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn e1_a_renewal_run_before_a_queued_shortening_extension_does_not_keep_h_held() {
-    renewal_before_queued_extension("E1", true).await;
+    renewal_before_queued_extension("E1", Ending::Cancelled).await;
 }
 
 /// Finding E2: E1 without cancellation. The extension is left to answer; the link
@@ -81,12 +84,37 @@ async fn e1_a_renewal_run_before_a_queued_shortening_extension_does_not_keep_h_h
 /// (extend answered Ok, the key stays, `is_held()` false, the other locker refused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn e2_a_renewal_run_before_a_failed_shortening_extension_does_not_keep_h_held() {
-    renewal_before_queued_extension("E2", false).await;
+    renewal_before_queued_extension("E2", Ending::Failed).await;
 }
 
-/// E1's scenario; `cancel`: the extension is cancelled once it ran in Redis, else the
-/// replication link is cut then so that its `WAIT` counts no replica.
-async fn renewal_before_queued_extension(label: &str, cancel: bool) {
+/// E1 with the extension answered `Ok`: the round sent while it waited for a connection ran
+/// first in Redis, and the extension's answer came after the round's.
+///
+/// Expected: the extension answers `Ok`, the key ends, `h.is_held()` is false then, and
+/// another locker taking `h` finds no second holder. This order of answers does not tell
+/// the two orderings apart (the extension's answer sets the validity after the round's, and
+/// the test passes with the hold ordering a pooled extension by its sending, run on purpose);
+/// a round answered after the extension although it ran before it is
+/// `held::tests::a_pooled_extension_orders_only_renewals_sent_after_its_answer`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_run_before_a_queued_extension_answered_ok_does_not_keep_h_held() {
+    renewal_before_queued_extension("E1, answered", Ending::Answered).await;
+}
+
+/// How the extension of [`renewal_before_queued_extension`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Cancelled once it ran in Redis.
+    Cancelled,
+    /// Left to answer, with the replication link cut once it ran so that its `WAIT` counts no
+    /// replica.
+    Failed,
+    /// Left to answer, replicated.
+    Answered,
+}
+
+/// E1's scenario, the extension ending as `ending` says.
+async fn renewal_before_queued_extension(label: &str, ending: Ending) {
     let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
         .url(primary.url())
@@ -149,12 +177,14 @@ async fn renewal_before_queued_extension(label: &str, cancel: bool) {
         (0..=600).contains(&t)
     })
     .await;
-    let answer = if cancel {
+    let answer = if ending == Ending::Cancelled {
         extension.abort();
         let _ = extension.await;
         "cancelled".to_owned()
     } else {
-        link.set_mode(ProxyMode::Hole).await;
+        if ending == Ending::Failed {
+            link.set_mode(ProxyMode::Hole).await;
+        }
         match extension.await.unwrap() {
             Ok(()) => "Ok".to_owned(),
             Err(e) => format!("{e}"),
@@ -179,4 +209,79 @@ async fn renewal_before_queued_extension(label: &str, cancel: bool) {
     }
     assert!(!(gone && is_held), "{observed}");
     assert!(!(second.is_ok() && still_held), "{observed}");
+    if ending == Ending::Answered {
+        // The scenario ran as meant: the round first, the extension after it, answered, and
+        // the key ended by it.
+        assert!(round_ran_first && extension_ran && gone, "{observed}");
+        assert_eq!(answer, "Ok", "{observed}");
+    }
+}
+
+/// An extension on a connection of its own that never answered may run in Redis at any time
+/// after, under the lock's token: a local handoff keeps that token, and the late extension
+/// would cut the next holder's lease under it. Such a lock is released in Redis instead, and
+/// the next local acquirer takes it there under a token of its own.
+///
+/// Setup: a replica behind a proxy, `min_replicas(1, 2 s)`; `h` held, and a second task of
+/// the same locker waiting for it. The link becomes a blackhole, `extend(h, 20 s)` runs in
+/// Redis (its `PTTL` shows it) and waits for the replica; it is cancelled there. The link
+/// passes again, and the holder releases.
+///
+/// Expected: the waiter gets `h` with a value of its own in Redis (a new token), not the
+/// holder's. With the handoff allowed (the check removed on purpose), the waiter's value is
+/// the holder's: handed over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lock_with_an_unanswered_pooled_extension_is_released_not_handed_over() {
+    let (primary, _replica, link) = common::replica_behind_a_proxy().await;
+    let locker = Locker::builder()
+        .url(primary.url())
+        .min_replicas(1, Duration::from_secs(2))
+        .command_timeout(Duration::from_secs(3))
+        .watchdog_lease(Duration::from_secs(6))
+        .build()
+        .await
+        .unwrap();
+    let held = common::replicated_lock(&locker, "h").await;
+    let name = common::lock_key(&primary, "h");
+    let value = |p: &lock_testkit::RedisServer| -> Option<String> { p.cmd(&["GET", &name]) };
+    let holders_value = value(&primary);
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.lock("h").wait(Duration::from_secs(20)).await })
+    };
+    // The waiter queued locally (it asks Redis once, finds `h` taken, then waits).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+
+    link.set_mode(ProxyMode::Hole).await;
+    let held = Arc::new(held);
+    let h = held.clone();
+    let extension = tokio::spawn(async move { h.extend(Duration::from_secs(20)).await });
+    let ran = until(Duration::from_secs(2), || {
+        let t: i64 = primary.cmd(&["PTTL", &name]);
+        t > 15_000
+    })
+    .await;
+    extension.abort();
+    let cancelled = extension.await.is_err();
+    link.set_mode(ProxyMode::Pass).await;
+    let held = Arc::try_unwrap(held).unwrap_or_else(|_| panic!("the extension's task ended"));
+    let released = held.release().await;
+    let taken = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter got an answer")
+        .unwrap();
+    let waiters_value = value(&primary);
+    let observed = format!(
+        "the extension ran: {ran}, cancelled: {cancelled}; release: {released:?}; the waiter:          {}; the holder's value {holders_value:?}, the waiter's {waiters_value:?}",
+        match &taken {
+            Ok(_) => "granted".to_owned(),
+            Err(e) => format!("{e}"),
+        }
+    );
+    lock_testkit::figure(&format!("unanswered pooled extension: {observed}"));
+    assert!(ran && cancelled, "{observed}");
+    assert!(taken.is_ok(), "{observed}");
+    assert!(waiters_value.is_some(), "{observed}");
+    assert_ne!(waiters_value, holders_value, "handed over: {observed}");
 }

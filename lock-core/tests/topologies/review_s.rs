@@ -5,8 +5,9 @@
 //! Each test shows one finding and fails on 058dc7e; its doc comment says what it shows.
 //! The turn was withdrawn after this read (S2 passes again); S1 was fixed with N4's second
 //! shape, by the connections of their own of `store/wait.rs`; S4 was too, until E1 and E2
-//! sent extensions back to the shared connection, and is open and ignored again; S3 is
-//! fixed (RELIABILITY, "An eleventh read").
+//! sent extensions back to the shared connection, and again since a hold orders a pooled
+//! extension by its answer (`held.rs`, `Extended`); S3 is fixed (RELIABILITY, "An eleventh
+//! read").
 
 use crate::common;
 
@@ -204,7 +205,6 @@ async fn s2_a_burst_of_acquires_with_a_healthy_replica_is_not_answered_not_repli
 /// builder: other commands "queue behind it for up to `timeout`"): the held lock is kept.
 /// (Not new in 058dc7e: it fails on 21b6527 too; the fix's turn does not reach it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: extensions stay on the shared connection (RELIABILITY.md, S4, E1, E2)"]
 async fn s4_a_burst_of_extensions_does_not_pile_their_waits_up_on_the_connection() {
     let (primary, _replica, link) = common::replica_behind_a_proxy().await;
     let locker = Locker::builder()
