@@ -44,9 +44,9 @@ struct Replicated {
 }
 
 impl SingleStore {
-    /// A store on `node`; with `min_replicas`, its acquires, extensions, handoff renewals and releases
-    /// (on Sentinel) wait for replicas on connections `opener` opens (see `store::wait`), or
-    /// on the shared connection without one.
+    /// A store on `node`; with `min_replicas`, its acquires, extensions, handoff renewals and
+    /// releases (on Sentinel) wait for replicas on connections `opener` opens (see
+    /// `store::wait`), or on the shared connection without one.
     pub(crate) fn new(
         node: Node,
         min_replicas: Option<MinReplicas>,
