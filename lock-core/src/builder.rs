@@ -308,8 +308,8 @@ impl LockerBuilder {
     /// the shared connection, one connection to each primary: a lagging replica holds up the
     /// calls to its own shard, where a burst's `WAIT`s queue. An extension on a connection of
     /// its own is not ordered with the watchdog's renewals sent meanwhile, so the guard counts
-    /// those only from the extension's answer; one that never answers (cancelled, failed)
-    /// may still run in Redis later, so the guard's validity never again exceeds what it
+    /// those only from the extension's answer; one that never answers (cancelled, timed
+    /// out) may still run in Redis later, so the guard's validity never again exceeds what it
     /// leaves the key, and the lock is released rather than handed to a local waiter.
     ///
     /// The watchdog's renewals are followed by `WAIT` too, on the shared connection (one per

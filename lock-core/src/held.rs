@@ -157,9 +157,10 @@ struct HoldState {
 /// On the shared connection, a renewal sent after an extension runs after it in Redis. An
 /// extension sent on a connection of its own (a pooled one, with `min_replicas`) has no such
 /// order: a renewal sent meanwhile on the shared connection may run before it and be cut back
-/// by it. Such an extension orders only the renewals sent after its answer; one that never
-/// answers (cancelled, failed) may still run at any time, so the validity never again exceeds
-/// the least it leaves the key.
+/// by it. Such an extension orders only the renewals sent after its answer (any answer that
+/// shows it ran); until then renewals count up to the least it leaves the key, whichever ran
+/// first. One that never answers (cancelled, timed out) may still run at any time, so that
+/// bound stays for good.
 #[derive(Debug)]
 struct Extended {
     /// When the last extension was sent, as [`Hold::since_grant`]: the extensions' own order
@@ -168,12 +169,13 @@ struct Extended {
     /// Where the last extension ends in Redis (its `sent_at` plus its lease, without the safety
     /// margin), as [`Hold::after_grant`]: what a renewal that ran after it would undo.
     to: u64,
-    /// Renewals sent at or after this, as [`Hold::since_grant`], ran after the last extension
-    /// in Redis: its sending on the shared connection, its answer on a connection of its own.
+    /// Renewals sent before this, as [`Hold::since_grant`], may have run before the last
+    /// extension in Redis and been overwritten by it: its sending on the shared connection,
+    /// its answer on a connection of its own.
     ordered_from: NonZeroU64,
     /// A pooled extension sent and not answered yet: where it leaves the key at least (its
-    /// `sent_at` plus its lease, with the safety margin), as [`Hold::after_grant`]. Until its
-    /// answer no renewal is ordered after it.
+    /// `sent_at` plus its lease, with the safety margin), as [`Hold::after_grant`]. Renewals
+    /// count up to it meanwhile.
     unanswered: Option<u64>,
     /// The least of where the pooled extensions that never answered leave the key (as
     /// `unanswered`): each may still run in Redis after any later command, so the validity
@@ -437,13 +439,11 @@ impl Hold {
     }
 
     /// Whether a renewal sent at `sent_at` may have run before the last explicit extension in
-    /// Redis (and been overwritten by it): sent before the extension, or, for one sent on a
+    /// Redis and been overwritten by it: sent before the extension, or, for one sent on a
     /// connection of its own, before its answer.
-    fn renewal_unordered(&self, state: &HoldState, sent_at: Instant) -> bool {
+    fn renewal_before_extension(&self, state: &HoldState, sent_at: Instant) -> bool {
         state.extended.as_ref().is_some_and(|last| {
-            last.unanswered.is_some()
-                || sent_at < self.sent_at
-                || self.since_grant(sent_at) < last.ordered_from
+            sent_at < self.sent_at || self.since_grant(sent_at) < last.ordered_from
         })
     }
 
@@ -452,15 +452,19 @@ impl Hold {
     }
 
     /// Records a renewal: Redis accepted `lease` for a command sent at `sent_at`. Validity only
-    /// grows here (an older renewal answering late must not shorten it), never past what an
-    /// extension that never answered leaves the key, and a renewal that may have run before
-    /// the last extension is ignored: that extension overwrote it.
+    /// grows here (an older renewal answering late must not shorten it), never past what a
+    /// pooled extension without an answer leaves the key (it may run after this renewal), and
+    /// a renewal that may have run before the last extension is ignored: that extension
+    /// overwrote it.
     pub(crate) fn confirm(&self, sent_at: Instant, lease: Duration) {
         let mut state = self.state.lock();
-        if self.renewal_unordered(&state, sent_at) {
+        if self.renewal_before_extension(&state, sent_at) {
             return;
         }
-        let cap = state.extended.as_ref().map_or(u64::MAX, |last| last.cap);
+        let cap = state
+            .extended
+            .as_deref()
+            .map_or(u64::MAX, Extended::lasting_cap);
         let renewed = self.after_grant(confirmed_until(sent_at, lease)).min(cap);
         state.until = state.until.max(renewed);
     }
@@ -522,7 +526,12 @@ impl Hold {
     /// shortens a key.)
     pub(crate) fn renewal_undoes_extension(&self, sent_at: Instant, lease: Duration) -> bool {
         let state = self.state.lock();
-        self.renewal_unordered(&state, sent_at)
+        let unordered = self.renewal_before_extension(&state, sent_at)
+            || state
+                .extended
+                .as_ref()
+                .is_some_and(|last| last.unanswered.is_some());
+        unordered
             && state
                 .extended
                 .as_ref()
@@ -556,6 +565,20 @@ impl Hold {
         }));
         let until = state.until.min(least).min(cap);
         self.set_until(state, until);
+    }
+
+    /// Records that the pooled extension sent at `sent_at` ran in Redis before `answered_at`,
+    /// with an answer that decides nothing (fewer replicas acknowledged it than required): the
+    /// validity stays, and renewals sent from then on ran after it.
+    pub(crate) fn extension_ran(&self, sent_at: Instant, answered_at: Instant) {
+        let mut state = self.state.lock();
+        let sent = self.since_grant(sent_at);
+        let ordered_from = self.since_grant(answered_at);
+        if let Some(last) = state.extended.as_mut().filter(|last| last.sent == sent) {
+            if last.unanswered.take().is_some() {
+                last.ordered_from = ordered_from;
+            }
+        }
     }
 
     /// Records an explicit extension sent at `sent_at` and answered at `answered_at`: the
@@ -919,8 +942,8 @@ mod tests {
         let sent = t0 + Duration::from_secs(1);
         let by = Duration::from_secs(2);
         held.expect_extension(sent, by, ExtensionPath::OwnConnection);
-        // A round sent after the extension, answered before it: not counted, and it may have
-        // undone the shortening if it ran after it.
+        // A round sent after the extension, answered before it: counted only up to where the
+        // extension leaves the key, and it may have undone the shortening if it ran after it.
         let round = sent + Duration::from_millis(100);
         held.confirm(round, lease);
         assert!(held.valid_until() <= sent + by, "{:?}", held.valid_until());
@@ -950,9 +973,10 @@ mod tests {
         let by = Duration::from_secs(2);
         held.expect_extension(sent, by, ExtensionPath::OwnConnection);
         assert!(held.extension_unanswered());
-        // No answer (cancelled, failed): no renewal counts, even one sent long after.
-        held.confirm(sent + Duration::from_secs(1), lease);
-        assert!(held.valid_until() <= sent + by);
+        // No answer (cancelled, timed out): renewals count up to where it leaves the key.
+        held.confirm(sent + Duration::from_millis(100), lease);
+        let until = held.valid_until();
+        assert!(until <= sent + by && until > sent + by / 2, "{until:?}");
         // A later extension, answered, then renewals after it: never past the first one's end.
         let again = sent + Duration::from_millis(1500);
         held.expect_extension(again, lease, ExtensionPath::OwnConnection);
@@ -969,6 +993,35 @@ mod tests {
         assert!(!other.extension_unanswered());
         other.confirm(sent + Duration::from_secs(1), lease);
         assert!(other.valid_until() > sent + Duration::from_secs(20));
+    }
+
+    /// A pooled extension answered without enough replicas ran in Redis before its answer:
+    /// nothing of it is still on its way, so it caps nothing later (RELIABILITY.md, G1, G2).
+    #[tokio::test(start_paused = true)]
+    async fn a_pooled_extension_that_ran_unreplicated_caps_nothing() {
+        let local_keys = LocalKeys::new("p:", false);
+        let lease = Duration::from_secs(3);
+        let t0 = Instant::now();
+        let held = held(&local_keys, lease, t0);
+        let sent = t0 + Duration::from_secs(1);
+        let by = Duration::from_secs(20);
+        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        let answered = sent + Duration::from_millis(500);
+        held.extension_ran(sent, answered);
+        assert!(!held.extension_unanswered());
+        // The watchdog's rounds after the answer keep the lock past the extension's end.
+        let late = sent + Duration::from_secs(30);
+        held.confirm(late, lease);
+        assert!(held.valid_until() > late + Duration::from_secs(2));
+        // A later extension, answered, is not capped by the first.
+        let again = late + Duration::from_millis(10);
+        held.expect_extension(again, Duration::from_secs(60), ExtensionPath::OwnConnection);
+        held.confirm_extension(
+            again,
+            Duration::from_secs(60),
+            again + Duration::from_millis(5),
+        );
+        assert!(held.valid_until() > again + Duration::from_secs(50));
     }
 
     fn reason(error: LockError) -> LostReason {

@@ -560,7 +560,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 Confirmation::Lost
             }
-            Renewal::Unknown => Confirmation::Undecided,
+            Renewal::Unknown | Renewal::Unreplicated => Confirmation::Undecided,
         }
     }
 
@@ -701,7 +701,7 @@ impl LocalLocks {
             // Sent before an extension that shortened the lock, it may have run after it in
             // Redis (retried on a new connection) and given the key its whole lease back: the
             // caller sends the extension again.
-            Renewal::Renewed | Renewal::Unknown
+            Renewal::Renewed | Renewal::Unknown | Renewal::Unreplicated
                 if held.renewal_undoes_extension(sent_at, lease) =>
             {
                 return Some(held)
@@ -711,7 +711,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 self.unregister(&held);
             }
-            Renewal::Unknown => {}
+            Renewal::Unknown | Renewal::Unreplicated => {}
         }
         None
     }
@@ -736,16 +736,21 @@ impl LocalLocks {
         self.watch_end(held);
         let (keys, token) = (held.redis_keys(), held.token().stored());
         let pair = [(&keys, token.as_str())];
-        match self.store.renew(&pair, NewLease::Exactly(by)).await.first() {
-            Some(Renewal::Renewed) => {
+        let answer = self.store.renew(&pair, NewLease::Exactly(by)).await;
+        match answer.first().copied().unwrap_or(Renewal::Unknown) {
+            Renewal::Renewed => {
                 held.confirm_extension(sent_at, by, Instant::now());
                 Ok(())
             }
-            Some(Renewal::NotOurs(gone)) => {
-                held.mark_lost(held.reason_for(*gone));
+            Renewal::NotOurs(gone) => {
+                held.mark_lost(held.reason_for(gone));
                 Err(held.lost_error())
             }
-            Some(Renewal::Unknown) | None => {
+            undecided => {
+                if undecided == Renewal::Unreplicated {
+                    // It ran in Redis before its answer: nothing of it is still on its way.
+                    held.extension_ran(sent_at, Instant::now());
+                }
                 let error =
                     BackendError::undecided("the extension got no decisive answer from redis");
                 metrics::backend_error(Operation::Extend, &error);

@@ -258,7 +258,7 @@ impl Acquire {
             Err(answer) => {
                 self.give_back(&grant.keys, token, when).await;
                 return Err(match answer {
-                    Some(Renewal::Unknown) => LockError::backend(
+                    Some(Renewal::Unknown | Renewal::Unreplicated) => LockError::backend(
                         Some(&self.key),
                         BackendError::undecided(
                             "the renewal of a fair grant got no decisive answer",

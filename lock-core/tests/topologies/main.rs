@@ -9,6 +9,7 @@ mod cluster_migration;
 mod kinds_cluster;
 mod redlock;
 mod review_e;
+mod review_g;
 mod review_n;
 mod review_o;
 mod review_r;

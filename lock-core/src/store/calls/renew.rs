@@ -114,15 +114,19 @@ pub(crate) enum Renewal {
     NotOurs(Gone),
     /// No answer that decides it (Redis unreachable, no quorum either way).
     Unknown,
+    /// Renewed on a server that fewer replicas than required acknowledged: it decides nothing
+    /// (as `Unknown`), but the call ran there before its answer, so no copy of it is still on
+    /// its way to Redis.
+    Unreplicated,
 }
 
 impl Renewal {
     /// This answer from a server fewer replicas than required acknowledged: a renewal there
     /// proves nothing (the server may be a primary a failover left behind), so `Renewed`
-    /// becomes `Unknown`; a loss stays a loss.
+    /// becomes `Unreplicated`; a loss stays a loss.
     pub(crate) fn unreplicated(self) -> Self {
         match self {
-            Self::Renewed => Self::Unknown,
+            Self::Renewed => Self::Unreplicated,
             other => other,
         }
     }
@@ -132,7 +136,7 @@ impl Renewal {
         match self {
             Self::Renewed => "renewed",
             Self::NotOurs(_) => "lost",
-            Self::Unknown => "failed",
+            Self::Unknown | Self::Unreplicated => "failed",
         }
     }
 
