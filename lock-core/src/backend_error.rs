@@ -22,6 +22,9 @@ pub struct BackendError {
     /// What the kit was doing, naming the server(s) with credentials redacted (`connecting to
     /// redis://db:6379`): an error at start-up is useless without the host.
     context: Option<String>,
+    /// The call it ended never left this process (no connection could be had for it): it
+    /// cannot run in Redis later.
+    unsent: bool,
 }
 
 #[derive(Debug)]
@@ -51,6 +54,7 @@ impl BackendError {
         Self {
             repr: Repr::Redis(error),
             context: None,
+            unsent: false,
         }
     }
 
@@ -59,6 +63,7 @@ impl BackendError {
         Self {
             repr: Repr::TimedOut(what),
             context: None,
+            unsent: false,
         }
     }
 
@@ -67,6 +72,7 @@ impl BackendError {
         Self {
             repr: Repr::Deadline,
             context: None,
+            unsent: false,
         }
     }
 
@@ -81,6 +87,7 @@ impl BackendError {
         Self {
             repr: Repr::UnexpectedReply { from, error },
             context: None,
+            unsent: false,
         }
     }
 
@@ -89,6 +96,7 @@ impl BackendError {
         Self {
             repr: Repr::Undecided(what),
             context: None,
+            unsent: false,
         }
     }
 
@@ -97,6 +105,7 @@ impl BackendError {
         Self {
             repr: Repr::Config(Box::new(too_old.into())),
             context: None,
+            unsent: false,
         }
     }
 
@@ -106,6 +115,7 @@ impl BackendError {
         Self {
             repr: Repr::Config(Box::new(ConfigError::RedLockNodeTwice { first, second })),
             context: None,
+            unsent: false,
         }
     }
 
@@ -120,6 +130,18 @@ impl BackendError {
 
     /// The same error, saying what the kit was doing: `"connecting to redis://db:6379"`. The
     /// text must not hold credentials (see `topology::redact`).
+    /// Marks the error as one of a call that was never sent (see [`was_unsent`](Self::was_unsent)).
+    pub(crate) fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether the call this error ended never left this process: nothing of it can still
+    /// run in Redis.
+    pub(crate) fn was_unsent(&self) -> bool {
+        self.unsent
+    }
+
     pub(crate) fn context(mut self, context: String) -> Self {
         self.context = Some(context);
         self

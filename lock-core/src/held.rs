@@ -567,9 +567,10 @@ impl Hold {
         self.set_until(state, until);
     }
 
-    /// Records that the pooled extension sent at `sent_at` ran in Redis before `answered_at`,
-    /// with an answer that decides nothing (fewer replicas acknowledged it than required): the
-    /// validity stays, and renewals sent from then on ran after it.
+    /// Records that nothing of the pooled extension sent at `sent_at` is still on its way to
+    /// Redis at `answered_at`, though its answer decides nothing: it ran (fewer replicas
+    /// acknowledged it than required), or it never left this process (no connection could be
+    /// had). The validity stays, and renewals sent from then on ran after it, if it ran.
     pub(crate) fn extension_ran(&self, sent_at: Instant, answered_at: Instant) {
         let mut state = self.state.lock();
         let sent = self.since_grant(sent_at);

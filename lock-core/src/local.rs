@@ -560,7 +560,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 Confirmation::Lost
             }
-            Renewal::Unknown | Renewal::Unreplicated => Confirmation::Undecided,
+            Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent => Confirmation::Undecided,
         }
     }
 
@@ -701,7 +701,7 @@ impl LocalLocks {
             // Sent before an extension that shortened the lock, it may have run after it in
             // Redis (retried on a new connection) and given the key its whole lease back: the
             // caller sends the extension again.
-            Renewal::Renewed | Renewal::Unknown | Renewal::Unreplicated
+            Renewal::Renewed | Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent
                 if held.renewal_undoes_extension(sent_at, lease) =>
             {
                 return Some(held)
@@ -711,7 +711,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 self.unregister(&held);
             }
-            Renewal::Unknown | Renewal::Unreplicated => {}
+            Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent => {}
         }
         None
     }
@@ -747,8 +747,9 @@ impl LocalLocks {
                 Err(held.lost_error())
             }
             undecided => {
-                if undecided == Renewal::Unreplicated {
-                    // It ran in Redis before its answer: nothing of it is still on its way.
+                if matches!(undecided, Renewal::Unreplicated | Renewal::Unsent) {
+                    // It ran in Redis before its answer, or never left: nothing of it is
+                    // still on its way.
                     held.extension_ran(sent_at, Instant::now());
                 }
                 let error =

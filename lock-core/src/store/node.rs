@@ -730,6 +730,10 @@ impl Node {
             match reply {
                 Ok(RenewReply(renewals)) if renewals.len() == chunk.len() => renewals,
                 Ok(_) => vec![Renewal::Unknown; chunk.len()],
+                Err(error) if error.was_unsent() => {
+                    tracing::warn!(%error, locks = chunk.len(), "lease renewal not sent");
+                    vec![Renewal::Unsent; chunk.len()]
+                }
                 Err(error) => {
                     tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
                     vec![Renewal::Unknown; chunk.len()]

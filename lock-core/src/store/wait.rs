@@ -181,7 +181,8 @@ impl WaitPool {
             Ok(lent) => lent,
             Err(error) => {
                 self.failed().await;
-                return Err(error);
+                // No connection: nothing was written.
+                return Err(error.unsent());
             }
         };
         let generation = lent.generation;

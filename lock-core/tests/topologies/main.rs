@@ -10,6 +10,7 @@ mod kinds_cluster;
 mod redlock;
 mod review_e;
 mod review_g;
+mod review_h;
 mod review_n;
 mod review_o;
 mod review_r;

@@ -118,6 +118,9 @@ pub(crate) enum Renewal {
     /// (as `Unknown`), but the call ran there before its answer, so no copy of it is still on
     /// its way to Redis.
     Unreplicated,
+    /// Never sent: no connection could be had for it. It decides nothing (as `Unknown`), and
+    /// cannot run in Redis later.
+    Unsent,
 }
 
 impl Renewal {
@@ -136,7 +139,7 @@ impl Renewal {
         match self {
             Self::Renewed => "renewed",
             Self::NotOurs(_) => "lost",
-            Self::Unknown | Self::Unreplicated => "failed",
+            Self::Unknown | Self::Unreplicated | Self::Unsent => "failed",
         }
     }
 
