@@ -235,8 +235,10 @@ impl Node {
             None => in_box(|| self.require(need)).await?,
         }
         if self.plain_set(keys, args) {
-            let set: Value = Self::set_nx(keys, token, args.lease)
-                .query_async(&mut self.conn.clone())
+            let set = self
+                .conn
+                .clone()
+                .send(&Self::set_nx(keys, token, args.lease))
                 .await
                 .map_err(BackendError::redis)?;
             if set == Value::Okay {
