@@ -128,9 +128,8 @@ impl BackendError {
         }
     }
 
-    /// The same error, saying what the kit was doing: `"connecting to redis://db:6379"`. The
-    /// text must not hold credentials (see `topology::redact`).
-    /// Marks the error as one of a call that was never sent (see [`was_unsent`](Self::was_unsent)).
+    /// Marks the error as one of a call that was never sent (see
+    /// [`was_unsent`](Self::was_unsent)).
     pub(crate) fn unsent(mut self) -> Self {
         self.unsent = true;
         self
@@ -142,6 +141,8 @@ impl BackendError {
         self.unsent
     }
 
+    /// The same error, saying what the kit was doing: `"connecting to redis://db:6379"`. The
+    /// text must not hold credentials (see `topology::redact`).
     pub(crate) fn context(mut self, context: String) -> Self {
         self.context = Some(context);
         self

@@ -128,7 +128,7 @@ const RELEASE_SENT: u8 = 16;
 const RELEASED_OURS: u8 = 32;
 /// An explicit extension took the hold's extension turn (made it), or was recorded: the hold's
 /// end waits for that turn (see [`Hold::extension_turn`]) and asks whether one is unanswered
-/// (see [`Hold::extension_unanswered`]).
+/// (see [`Hold::extension_may_still_run`]).
 const EXTENDED: u8 = 64;
 
 /// What changes in a held lock after its grant, under one lock: the validity clock, and the
@@ -498,7 +498,7 @@ impl Hold {
     /// Whether an extension sent on a connection of its own never answered (or has not yet):
     /// it may still run in Redis at any time, so the hold is not handed over under its token
     /// (it would cut the next holder's lease), but released.
-    pub(crate) fn extension_unanswered(&self) -> bool {
+    pub(crate) fn extension_may_still_run(&self) -> bool {
         if !self.is_marked(EXTENDED) {
             return false;
         }
@@ -526,24 +526,18 @@ impl Hold {
     /// shortens a key.)
     pub(crate) fn renewal_undoes_extension(&self, sent_at: Instant, lease: Duration) -> bool {
         let state = self.state.lock();
-        let unordered = self.renewal_before_extension(&state, sent_at)
-            || state
-                .extended
-                .as_ref()
-                .is_some_and(|last| last.unanswered.is_some());
-        unordered
-            && state
-                .extended
-                .as_ref()
-                .is_some_and(|last| last.to < self.after_grant(sent_at + lease))
+        let before = self.renewal_before_extension(&state, sent_at);
+        state.extended.as_ref().is_some_and(|last| {
+            (before || last.unanswered.is_some()) && last.to < self.after_grant(sent_at + lease)
+        })
     }
 
     /// Before an explicit extension is sent on `path`: Redis may apply it without this process
     /// hearing back (the call is cancelled, the reply is lost), so a validity it would shorten
     /// is shortened now, and renewals sent before it no longer count (they may run before it
     /// in Redis and be overwritten). A longer extension changes nothing until it is confirmed.
-    /// On a connection of its own, no renewal counts until its answer; an earlier one there
-    /// that never answered caps the validity for good.
+    /// On a connection of its own, renewals count only up to where it leaves the key until its
+    /// answer; an earlier one there that never answered caps the validity for good.
     pub(crate) fn expect_extension(&self, sent_at: Instant, by: Duration, path: ExtensionPath) {
         let mut state = self.state.lock();
         if self.before_extension(&state, sent_at) {
@@ -954,7 +948,7 @@ mod tests {
         // Sent before the answer, answered after it: still not counted.
         held.confirm(answered - Duration::from_millis(1), lease);
         assert!(held.valid_until() <= sent + by);
-        assert!(!held.extension_unanswered());
+        assert!(!held.extension_may_still_run());
         // Sent after the answer: counted.
         held.confirm(answered, lease);
         assert!(held.valid_until() > answered + Duration::from_secs(20));
@@ -973,7 +967,7 @@ mod tests {
         let sent = t0 + Duration::from_secs(1);
         let by = Duration::from_secs(2);
         held.expect_extension(sent, by, ExtensionPath::OwnConnection);
-        assert!(held.extension_unanswered());
+        assert!(held.extension_may_still_run());
         // No answer (cancelled, timed out): renewals count up to where it leaves the key.
         held.confirm(sent + Duration::from_millis(100), lease);
         let until = held.valid_until();
@@ -985,13 +979,13 @@ mod tests {
         held.confirm(again + Duration::from_millis(10), lease);
         let until = held.valid_until();
         assert!(until <= sent + by, "{until:?}");
-        assert!(held.extension_unanswered());
+        assert!(held.extension_may_still_run());
         // On the shared connection, an extension without an answer is ordered with the rounds
         // sent after it (one connection), and caps nothing.
         let other_keys = LocalKeys::new("p:", false);
         let other = self::held(&other_keys, lease, t0);
         other.expect_extension(sent, by, ExtensionPath::Shared);
-        assert!(!other.extension_unanswered());
+        assert!(!other.extension_may_still_run());
         other.confirm(sent + Duration::from_secs(1), lease);
         assert!(other.valid_until() > sent + Duration::from_secs(20));
     }
@@ -1009,7 +1003,7 @@ mod tests {
         held.expect_extension(sent, by, ExtensionPath::OwnConnection);
         let answered = sent + Duration::from_millis(500);
         held.extension_ran(sent, answered);
-        assert!(!held.extension_unanswered());
+        assert!(!held.extension_may_still_run());
         // The watchdog's rounds after the answer keep the lock past the extension's end.
         let late = sent + Duration::from_secs(30);
         held.confirm(late, lease);

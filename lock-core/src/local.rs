@@ -435,7 +435,7 @@ impl LocalLocks {
         };
         // An extension on a connection of its own that never answered may run in Redis after
         // a handoff's confirmation and cut the next holder's lease: released instead.
-        let extension_pending = extension_pending || held.extension_unanswered();
+        let extension_pending = extension_pending || held.extension_may_still_run();
         if let Some(lease) = self.may_hand_over(held).filter(|_| !extension_pending) {
             // Boxed: only a handoff confirms, and its state would otherwise be part of every
             // release's future.

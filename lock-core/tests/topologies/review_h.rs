@@ -45,7 +45,7 @@ fn normal_clients(admin: &mut redis::Connection) -> Vec<(u64, String)> {
 /// every later round counts only up to `sent + by - margin` ("may still run in Redis at any
 /// time"; it cannot: it was never sent). The lock is lost locally at the extension's end
 /// while the watchdog's rounds keep its key under the holder's token, and it is never handed
-/// to a local waiter again (`extension_unanswered`).
+/// to a local waiter again (`extension_may_still_run`).
 ///
 /// Interleaving: a watchdog lock (lease 3 s); the pool's idle connection killed, a filler
 /// connection takes its slot and `maxclients` is set to the clients connected; `extend(4 s)`
