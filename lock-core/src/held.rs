@@ -184,7 +184,8 @@ struct Extended {
 }
 
 impl Extended {
-    /// The cap once a later extension is sent: this one, if it never answered, joins it.
+    /// What the validity may not exceed now: the cap, and this extension's least while it has
+    /// no answer (which joins the cap when a later extension is sent).
     fn lasting_cap(&self) -> u64 {
         self.cap.min(self.unanswered.unwrap_or(u64::MAX))
     }
@@ -505,8 +506,8 @@ impl Hold {
         let state = self.state.lock();
         state
             .extended
-            .as_ref()
-            .is_some_and(|last| last.unanswered.is_some() || last.cap != u64::MAX)
+            .as_deref()
+            .is_some_and(|last| last.lasting_cap() != u64::MAX)
     }
 
     /// Whether an explicit extension was sent at `at` or later.
@@ -594,7 +595,8 @@ impl Hold {
                 last.to = self.after_grant(sent_at + by);
                 last.cap
             }
-            // Not expected (no caller does that): recorded as sent on the shared connection.
+            // Not expected (only unit tests confirm without expecting): recorded as sent on the
+            // shared connection.
             last => {
                 let cap = last.map_or(u64::MAX, |last| last.lasting_cap());
                 state.extended = Some(Box::new(Extended {

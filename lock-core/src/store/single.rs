@@ -60,12 +60,12 @@ impl SingleStore {
         Self { node, replicated }
     }
 
-    /// The `min_replicas` requirement, if any.
     /// Whether writes with a `WAIT` go on pooled connections of their own (see `store::wait`).
     pub(crate) fn has_pool(&self) -> bool {
         matches!(&self.replicated, Some(Replicated { pool: Some(_), .. }))
     }
 
+    /// The `min_replicas` requirement, if any.
     pub(crate) fn min_replicas(&self) -> Option<MinReplicas> {
         self.replicated.as_ref().map(|r| r.min)
     }

@@ -147,6 +147,19 @@ pub async fn replica_behind_a_proxy() -> (RedisServer, RedisServer, lock_testkit
     (primary, replica, link)
 }
 
+/// A locker on `front` (a proxy before a primary with a replica) with `min_replicas(1, 400
+/// ms)`, a 1 s command timeout and `connect` as its connect timeout.
+pub async fn replicated_locker_via(front: &lock_testkit::FaultProxy, connect: Duration) -> Locker {
+    Locker::builder()
+        .url(front.url())
+        .min_replicas(1, Duration::from_millis(400))
+        .command_timeout(Duration::from_secs(1))
+        .connect_timeout(connect)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// `key` locked with `min_replicas` once the replica acknowledges (it may still be catching
 /// up after its sync): tried every 100 ms for up to 5 s.
 pub async fn replicated_lock(locker: &Locker, key: &str) -> LockGuard {

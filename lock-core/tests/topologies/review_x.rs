@@ -351,14 +351,7 @@ async fn x4_an_extension_through_a_partition_fails_within_the_command_timeout() 
     let front = lock_testkit::FaultProxy::start(primary.port())
         .await
         .unwrap();
-    let locker = Locker::builder()
-        .url(front.url())
-        .min_replicas(1, Duration::from_millis(400))
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let locker = common::replicated_locker_via(&front, Duration::from_secs(2)).await;
     let held = common::replicated_lock_leased(&locker, "h", Some(Duration::from_secs(30))).await;
     front.set_mode(ProxyMode::Hole).await;
     let mut answers = Vec::new();

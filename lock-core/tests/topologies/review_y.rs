@@ -56,14 +56,7 @@ async fn y1_an_extension_rides_through_a_brief_refusal_as_before() {
     let front = lock_testkit::FaultProxy::start(primary.port())
         .await
         .unwrap();
-    let locker = Locker::builder()
-        .url(front.url())
-        .min_replicas(1, Duration::from_millis(400))
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(1))
-        .build()
-        .await
-        .unwrap();
+    let locker = common::replicated_locker_via(&front, Duration::from_secs(1)).await;
     let held = common::replicated_lock_leased(&locker, "h", Some(Duration::from_secs(30))).await;
     // Warm: one extension that works, so both ways have their scripts and connections.
     held.extend(Duration::from_secs(30)).await.unwrap();

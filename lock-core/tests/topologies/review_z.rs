@@ -32,17 +32,9 @@ async fn held_30s(locker: &Locker) -> LockGuard {
     common::replicated_lock_leased(locker, "h", Some(Duration::from_secs(30))).await
 }
 
-/// A locker on `front` with `min_replicas(1, 400 ms)`, command timeout 1 s, connect
-/// timeout 2 s (X4's settings).
+/// A locker on `front` with X4's settings (connect timeout 2 s).
 async fn x4_locker(front: &FaultProxy) -> Locker {
-    Locker::builder()
-        .url(front.url())
-        .min_replicas(1, Duration::from_millis(400))
-        .command_timeout(Duration::from_secs(1))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap()
+    common::replicated_locker_via(front, Duration::from_secs(2)).await
 }
 
 /// Finding Z1: Y2's `PING` before lending undoes X4's bound. A pool connection idle for
