@@ -181,21 +181,6 @@ impl Connection {
         false
     }
 
-    /// Sends `cmd` and reads its reply, an error reply (also one inside an array) as `Err`, as
-    /// `Cmd::query_async` does. On a single server the connection manager's own future is
-    /// awaited in place: through [`ConnectionLike`] it is boxed, an allocation (of over a
-    /// kilobyte, past the allocator's per-thread cache) and a copy per command, on the path of
-    /// every uncontended acquire and release.
-    pub(crate) async fn send(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        // Without `cluster` and `sentinel` a server is all there is.
-        #[allow(unreachable_patterns)]
-        let reply = match self {
-            Self::Server(manager) => manager.send_packed_command(cmd).await,
-            _ => self.req_packed_command(cmd).await,
-        };
-        reply.and_then(Value::extract_error)
-    }
-
     /// Sends `cmd` to the server that holds `key`: on a cluster, the primary of the key's
     /// slot whatever the command (one without a key would go to a random node, or to every
     /// primary); elsewhere the one server.

@@ -235,10 +235,8 @@ impl Node {
             None => in_box(|| self.require(need)).await?,
         }
         if self.plain_set(keys, args) {
-            let set = self
-                .conn
-                .clone()
-                .send(&Self::set_nx(keys, token, args.lease))
+            let set: Value = Self::set_nx(keys, token, args.lease)
+                .query_async(&mut self.conn.clone())
                 .await
                 .map_err(BackendError::redis)?;
             if set == Value::Okay {
@@ -732,13 +730,14 @@ impl Node {
             match reply {
                 Ok(RenewReply(renewals)) if renewals.len() == chunk.len() => renewals,
                 Ok(_) => vec![Renewal::Unknown; chunk.len()],
-                Err(error) if error.was_unsent() => {
-                    tracing::warn!(%error, locks = chunk.len(), "lease renewal not sent");
-                    vec![Renewal::Unsent; chunk.len()]
-                }
                 Err(error) => {
                     tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
-                    vec![Renewal::Unknown; chunk.len()]
+                    let answer = if error.was_unsent() {
+                        Renewal::Unsent
+                    } else {
+                        Renewal::Unknown
+                    };
+                    vec![answer; chunk.len()]
                 }
             }
         });

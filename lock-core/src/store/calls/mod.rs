@@ -155,7 +155,7 @@ impl<R: FromRedisValue> ScriptCall<R> {
     /// where the call's key is, then, if the call is refused again (a cluster's slot that
     /// migrates, whose `ASK` sends it to another primary), on every primary.
     pub(crate) async fn invoke(&self, conn: &mut Connection) -> Result<R, BackendError> {
-        let mut sent = conn.send(&self.cmd).await;
+        let mut sent: RedisResult<Value> = self.cmd.query_async(conn).await;
         for everywhere in [false, true] {
             match sent {
                 Err(e) if is_no_script(&e) => {
@@ -165,7 +165,7 @@ impl<R: FromRedisValue> ScriptCall<R> {
                         LoadOn::KeysServer(self.first_key())
                     };
                     sent = match load(self.lua, conn, on).await {
-                        Ok(()) => conn.send(&self.cmd).await,
+                        Ok(()) => self.cmd.query_async(conn).await,
                         Err(e) => Err(e),
                     };
                 }
