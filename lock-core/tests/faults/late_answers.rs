@@ -271,12 +271,17 @@ async fn a_lock_deleted_behind_its_holder_over_a_slow_link_is_not_reported_as_a_
 /// wakes) keeps waiting, a whole renewal round trip (up to the command timeout, and the next
 /// round may come first again) after its lock ended in Redis.
 ///
-/// Driven: watchdog lease 3 s (rounds at 1 s, 2 s, ...), another lock `w` held by the same
-/// locker so that the round at 1 s has something to renew; the owner holds `k` with a fixed
-/// lease of 1.5 s, its nested guard kept by a helper task, and asks for `k` again at 0.95 s.
-/// At 0.9 s the proxy starts delaying 1 s each way: the round at 1 s waits for its renewal's
-/// reply until 3 s. `k` ends at about 1.55 s; with the wake-up T17 promises, the owner
-/// acquires `k` anew in one round trip (2 s): by about 3.6 s. It answers at 5 s or later.
+/// Driven: watchdog lease 6 s (rounds at 2 s, 4 s, ... after the build), another lock `w`
+/// held by the same locker so that the round at 2 s has something to renew; the owner holds
+/// `k` with a fixed lease of 2.5 s, its nested guard kept by a helper task, and asks for `k`
+/// again at 1.95 s. At 1.9 s the proxy starts delaying 1.5 s each way: the round at 2 s
+/// waits for its renewal's reply until 5 s. `k` ends 2.5 s after its grant (about 2.55 s);
+/// with the wake-up T17 promises, the owner acquires `k` anew one round trip (3 s) later,
+/// 5.5 s after the grant. Without it, only after the round came back and one round trip more:
+/// 8 s after the build. The bound, 6.6 s, is counted from `k`'s grant, so a slow set-up (a
+/// busy machine) moves both it and the answer: it stays 1.1 s above the answer with the
+/// wake-up, and 0.6 s or more below the answer without it while the set-up takes less than
+/// 0.8 s (which is checked).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_waits_for_redis() {
     let server = server();
@@ -284,7 +289,7 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
     let built = Instant::now();
     let holder = Locker::builder()
         .url(proxy.url())
-        .watchdog_lease(Duration::from_secs(3))
+        .watchdog_lease(Duration::from_secs(6))
         .command_timeout(Duration::from_secs(10))
         .build()
         .await
@@ -293,21 +298,32 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
     let w = holder.lock("w").await.unwrap();
     let k = holder
         .lock("k")
-        .lease(Duration::from_millis(1500))
+        .lease(Duration::from_millis(2500))
         .await
         .unwrap();
+    let granted = built.elapsed();
     let nested = holder.lock("k").wait(Duration::ZERO).await.unwrap();
     let helper = common::lend(nested, None).await;
-    tokio::time::sleep_until(built + Duration::from_millis(900)).await;
+    let set_up = built.elapsed();
+    assert!(
+        set_up < Duration::from_millis(800),
+        "the set-up took {set_up:?} (k granted {granted:?} after the build): the scenario \
+         needs k to end while the watchdog's round at 2 s waits for Redis"
+    );
+    tokio::time::sleep_until(built + Duration::from_millis(1900)).await;
     proxy
-        .set_mode(ProxyMode::Delay(Duration::from_secs(1)))
+        .set_mode(ProxyMode::Delay(Duration::from_millis(1500)))
         .await;
-    tokio::time::sleep_until(built + Duration::from_millis(950)).await;
+    tokio::time::sleep_until(built + Duration::from_millis(1950)).await;
     let again = holder.lock("k").wait(Duration::from_secs(20)).await;
     let answered = built.elapsed();
     proxy.set_mode(ProxyMode::Pass).await;
     let desc = format!("{:?}", again.as_ref().map(|g| g.is_held()));
-    eprintln!("FIGURE owner's lock() answered {desc} {answered:?} after the build");
+    eprintln!(
+        "FIGURE owner's lock() answered {desc} {answered:?} after the build, {:?} after k's \
+         grant ({granted:?} after the build)",
+        answered - granted
+    );
     if let Ok(g) = again {
         g.release().await.unwrap();
     }
@@ -315,10 +331,12 @@ async fn a_lock_that_ends_by_design_is_marked_lost_also_while_a_renewal_round_wa
     drop(k);
     w.release().await.unwrap();
     assert!(
-        answered < Duration::from_millis(4200),
+        answered - granted < Duration::from_millis(6600),
         "the owner waiting for its escaped guard got {desc} {answered:?} after the build, \
-         though its lock's fixed lease (1.5 s) ended at about 1.55 s and one round trip takes \
-         2 s: the watchdog marked it lost only after the renewal round sent at 1 s came back"
+         {:?} after k's grant, though k's fixed lease (2.5 s) ended 2.5 s after the grant and \
+         one round trip takes 3 s: the watchdog marked it lost only after the renewal round \
+         sent at 2 s came back",
+        answered - granted
     );
     common::assert_nothing_left(&server, &[&holder]).await;
 }
