@@ -863,3 +863,69 @@ async fn a_coordinated_cluster_failover_keeps_the_lock_and_its_release_reaches_t
     assert!(matches!(refused, Err(LockError::Busy { .. })), "{observed}");
     assert!(released.is_ok() && left.is_none(), "{observed}");
 }
+
+/// F5 on a pooled connection. An acquire with `min_replicas` goes on a connection of its own
+/// (the wait pool, N4); when it times out while the server is frozen (`DEBUG SLEEP`), its
+/// ghost release goes on another connection, and once the server wakes it reads the two
+/// sockets in an order their sending does not fix: the release may run before the stalled
+/// acquire, which then leaves the key held by nobody for its whole lease.
+///
+/// Expected: the key is gone soon after the server wakes, as F5's is, and the lock can be
+/// taken with a zero wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_pooled_acquire_leaves_no_ghost_lock() {
+    let primary = RedisServer::start().unwrap();
+    let replica = RedisServer::start().unwrap();
+    common::attach_replica(&replica, primary.port()).await;
+    let locker = Locker::builder()
+        .url(primary.url())
+        .min_replicas(1, Duration::from_millis(100))
+        .command_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    // Warms the script cache and opens the pooled connection, so that the stalled command is
+    // the acquire itself.
+    common::replicated_lock(&locker, "k")
+        .await
+        .release()
+        .await
+        .unwrap();
+    let sleeper = primary.url();
+    let stall = tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(sleeper)
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("1")
+            .query(&mut conn)
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let err = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();
+    assert!(err.is_backend() && err.is_timeout(), "{err:?}");
+    stall.await.unwrap();
+    let woke = Instant::now();
+    let gone = common::eventually(Duration::from_secs(4), || {
+        common::lock_key_pttl(&primary, "k").is_none()
+    })
+    .await;
+    let left = common::lock_key_pttl(&primary, "k");
+    let other = Locker::builder().url(primary.url()).build().await.unwrap();
+    let taken = other.lock("k").wait(Duration::ZERO).await;
+    let observed = format!(
+        "{:?} after the server woke: the lock key's TTL {left:?}; another locker's lock(\"k\"): \
+         {:?}",
+        woke.elapsed(),
+        taken.as_ref().map(|g| g.is_held())
+    );
+    eprintln!("FIGURE {observed}");
+    assert!(
+        gone && taken.is_ok(),
+        "a timed-out pooled acquire left its key held by nobody: {observed}"
+    );
+    taken.unwrap().release().await.unwrap();
+    common::assert_nothing_left(&primary, &[&locker, &other]).await;
+}
