@@ -277,10 +277,11 @@ async fn extend_and_remaining() {
 #[tokio::test]
 async fn no_renewal_traffic_after_every_guard_is_gone() {
     let server = server();
-    let holder = locker_with_lease(&server, Duration::from_millis(90)).await;
+    // Renewed every 100 ms: a busy machine's stall of a few hundred ms does not lose `a`.
+    let holder = locker_with_lease(&server, Duration::from_millis(300)).await;
     let a = holder.lock("a").await.unwrap();
     let b = holder.lock("b").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(holder.stats().renewal_calls > 0);
     a.release().await.unwrap();
     drop(b);
@@ -289,9 +290,11 @@ async fn no_renewal_traffic_after_every_guard_is_gone() {
             == 0)
         .await
     );
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A round sent before the records went is answered by then.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let calls = holder.stats().renewal_calls;
     server.reset_stats();
+    // Four renewal periods.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(holder.stats().renewal_calls, calls);
     assert_eq!(server.command_calls("evalsha"), 0);
@@ -347,16 +350,18 @@ async fn fencing_tokens_keep_increasing_after_expiry_and_idle_periods() {
         .unwrap();
     let mut last = 0;
     for _ in 0..5 {
+        // Long enough that the token's two round trips stay inside it on a busy machine (a
+        // token asked after the lease answers `Lost`).
         let guard = holder
             .lock("k")
-            .lease(Duration::from_millis(20))
+            .lease(Duration::from_millis(100))
             .await
             .unwrap();
         assert!(guard.fencing_token().await.unwrap() > last);
         last = guard.fencing_token().await.unwrap();
         drop(guard);
         // Let both the lock and the fence counter expire (retention is at least twice the lease).
-        tokio::time::sleep(Duration::from_millis(120)).await;
+        tokio::time::sleep(Duration::from_millis(350)).await;
         let fence_keys: Vec<String> = server.cmd(&["KEYS", "lock:*:fence:*"]);
         assert!(
             fence_keys.is_empty(),
