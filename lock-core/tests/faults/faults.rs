@@ -41,7 +41,8 @@ async fn a_timed_out_acquire_leaves_no_ghost_lock() {
             .query(&mut conn)
             .unwrap();
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // By then the server sleeps, with 850 ms of its second left.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let started = Instant::now();
     let err = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();
     assert!(err.is_backend() && err.is_timeout(), "{err:?}");

@@ -729,9 +729,11 @@ async fn an_owner_waiting_while_its_nested_guard_is_elsewhere_nests_once_that_gu
             };
             let outer = take(&locker).await.unwrap();
             let nested = take(&locker).wait(Duration::ZERO).await.unwrap();
+            // Taken before the helper's 200 ms start: a nest that waits for the helper's drop
+            // waits at least that long from here, however late this task runs.
+            let started = Instant::now();
             let helper = common::lend(nested, Some(Duration::from_millis(200))).await;
             // Called while the helper still has its guard: waits for it, then nests.
-            let started = Instant::now();
             let again = if read {
                 locker.read(key.clone())
             } else {
