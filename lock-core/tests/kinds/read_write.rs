@@ -812,10 +812,11 @@ async fn a_sigkilled_reader_keeps_its_hold_until_its_lease_ends_then_a_writer_ge
     lock_testkit::figure(&format!(
         "writer after a SIGKILLed reader with a 2 s fixed lease: in {took:?} after the kill"
     ));
-    // The dead reader was still inside until its lease ended (taken well under 2 s before
-    // the kill), and not much longer.
+    // The dead reader was still inside until its lease ended (taken under 2 s before the
+    // kill: by the set-up's time, under a second even on a busy machine), and not much
+    // longer.
     assert!(
-        took >= Duration::from_millis(1500),
+        took >= Duration::from_millis(1000),
         "the writer got in beside the dead reader after {took:?}"
     );
     assert!(
