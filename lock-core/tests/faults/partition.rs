@@ -83,34 +83,36 @@ async fn f12_partition_longer_than_the_lease() {
     proxy.set_mode(ProxyMode::Hole).await;
     let cut = Instant::now();
     // The direct client starts waiting at once; it gets the lock when the holder's TTL runs
-    // out on the server.
-    let contender = {
-        let other = other.clone();
-        let oracle_o = oracle_o.clone();
-        tokio::spawn(async move {
-            let taken = other.lock("p").wait(LEASE * 3).await.unwrap();
-            let takeover = cut.elapsed();
-            let entry = oracle_o
-                .enter("p", taken.fencing_token().await.unwrap(), || {
-                    taken.is_held()
-                })
-                .await
-                .unwrap();
-            (taken, entry, takeover)
-        })
+    // out on the server. Both in this task, the loss polled first: a late wake-up of the task
+    // (a busy machine) stamps both late, in the order they happened, and the holder's
+    // entry is marked lost before the other's is made.
+    let contender = async {
+        let taken = other.lock("p").wait(LEASE * 3).await.unwrap();
+        let takeover = cut.elapsed();
+        let entry = oracle_o
+            .enter("p", taken.fencing_token().await.unwrap(), || {
+                taken.is_held()
+            })
+            .await
+            .unwrap();
+        (taken, entry, takeover)
     };
-    tokio::time::timeout(LEASE * 2, guard.lost())
-        .await
-        .expect("the holder reports the loss without any reply from redis");
-    entry_h.mark_lost();
-    let detected = cut.elapsed();
+    let loss = async {
+        tokio::time::timeout(LEASE * 2, guard.lost())
+            .await
+            .expect("the holder reports the loss without any reply from redis");
+        entry_h.mark_lost();
+        cut.elapsed()
+    };
+    // `future::join` polls its first future first every time (`tokio::join!` rotates).
+    let (detected, (taken, mut entry_o, takeover)) =
+        futures_util::future::join(loss, contender).await;
     assert!(!guard.is_held());
     assert!(
         detected <= LEASE + TIMER_SLACK,
         "lost() resolved {detected:?} after the partition began; the local lease is {LEASE:?}"
     );
 
-    let (taken, mut entry_o, takeover) = contender.await.unwrap();
     let new_fence = taken.fencing_token().await.unwrap();
     assert!(new_fence > old_fence, "fence {new_fence} after {old_fence}");
     assert!(
