@@ -360,8 +360,9 @@ async fn a_release_whose_reply_is_lost_after_a_takeover_is_not_a_false_loss() {
 }
 
 /// A holder behind `proxy` releases `r` (fixed 5 s lease: no renewal traffic on the
-/// connection) while the proxy delays everything by 200 ms each way; returns once the release
-/// has run on the server and its reply is still in the proxy. Returns the holder and the
+/// connection) while the proxy delays everything by 500 ms each way (a busy machine's stall
+/// of 200 ms stays inside each step); returns once the release has run on the server and its
+/// reply is still in the proxy. Returns the holder and the
 /// release in flight.
 async fn release_with_reply_in_flight(
     server: &lock_testkit::RedisServer,
@@ -371,7 +372,7 @@ async fn release_with_reply_in_flight(
     tokio::task::JoinHandle<Result<(), lock_core::LockError>>,
 ) {
     let holder = proxied_locker(proxy, Duration::from_secs(5)).await;
-    let release = release_in_flight(&holder, server, proxy, Duration::from_millis(200)).await;
+    let release = release_in_flight(&holder, server, proxy, Duration::from_millis(500)).await;
     (holder, release)
 }
 
@@ -448,7 +449,7 @@ async fn without_a_latch_a_release_whose_reply_is_lost_reports_an_unknown_loss()
     let server = server();
     let proxy = FaultProxy::start(server.port()).await.unwrap();
     let holder = unlatched(proxy.url()).await;
-    let release = release_in_flight(&holder, &server, &proxy, Duration::from_millis(200)).await;
+    let release = release_in_flight(&holder, &server, &proxy, Duration::from_millis(500)).await;
     proxy.set_mode(ProxyMode::Reset).await;
     match release.await.unwrap() {
         Err(lock_core::LockError::Lost { reason, .. }) => {
