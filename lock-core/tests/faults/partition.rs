@@ -514,10 +514,11 @@ async fn a_read_release_whose_reply_is_lost_is_recognised_by_its_latch() {
         .await
         .unwrap();
     proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .set_mode(ProxyMode::Delay(Duration::from_millis(500)))
         .await;
     let release = tokio::spawn(async move { reader.release().await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Run on the server 500 ms in; its reply arrives 1 s in.
+    tokio::time::sleep(Duration::from_millis(750)).await;
     assert!(
         lock_key(&server, "r").is_none(),
         "the release ran on the server"
@@ -577,7 +578,7 @@ async fn a_read_acquire_whose_reply_is_lost_is_recognised_by_its_retry() {
     // Load the scripts first, so that the acquire is one EVALSHA.
     holder.read("warm").await.unwrap().release().await.unwrap();
     proxy
-        .set_mode(ProxyMode::Delay(Duration::from_millis(200)))
+        .set_mode(ProxyMode::Delay(Duration::from_millis(500)))
         .await;
     let acquire = tokio::spawn({
         let holder = holder.clone();
@@ -589,7 +590,8 @@ async fn a_read_acquire_whose_reply_is_lost_is_recognised_by_its_retry() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Run on the server 500 ms in; its reply arrives 1 s in.
+    tokio::time::sleep(Duration::from_millis(750)).await;
     let readers = keys(&server, "lock:")
         .into_iter()
         .find(|k| k.contains(":readers:r"))
