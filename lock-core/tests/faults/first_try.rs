@@ -191,7 +191,7 @@ async fn a_release_cancelled_after_it_ran_is_not_reported_as_a_deletion_behind_t
             .await
             .unwrap();
         let watch = guard.watch();
-        let delay = Duration::from_millis(200);
+        let delay = Duration::from_millis(500);
         proxy.set_mode(ProxyMode::Delay(delay)).await;
         let release = tokio::spawn(async move { guard.release().await });
         // The release ran on the server after one delay; its reply is half a delay away.
