@@ -219,6 +219,20 @@ pub async fn attach_replica(extra: &RedisServer, port: u16) {
     );
 }
 
+/// Freezes the server at `url` for `seconds` (`DEBUG SLEEP`, sent on a connection of its own
+/// from a blocking thread); the handle ends when the server answers it.
+pub fn freeze(url: String, seconds: &str) -> tokio::task::JoinHandle<()> {
+    let seconds = seconds.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(seconds)
+            .query(&mut conn)
+            .unwrap();
+    })
+}
+
 /// Polls `cond` every 5 ms until it holds or `limit` passes; returns whether it held.
 pub async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let start = std::time::Instant::now();

@@ -29,18 +29,7 @@ async fn a_timed_out_acquire_leaves_no_ghost_lock() {
         .unwrap();
     // Warm up the script cache so the stalled command is the acquire itself.
     locker.lock("k").await.unwrap().release().await.unwrap();
-    let sleeper = server.url();
-    let stall = tokio::task::spawn_blocking(move || {
-        let mut conn = redis::Client::open(sleeper)
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: () = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("1")
-            .query(&mut conn)
-            .unwrap();
-    });
+    let stall = common::freeze(server.url(), "1");
     // By then the server sleeps, with 850 ms of its second left.
     tokio::time::sleep(Duration::from_millis(150)).await;
     let started = Instant::now();

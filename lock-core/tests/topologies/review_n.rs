@@ -891,18 +891,7 @@ async fn a_timed_out_pooled_acquire_leaves_no_ghost_lock() {
         .release()
         .await
         .unwrap();
-    let sleeper = primary.url();
-    let stall = tokio::task::spawn_blocking(move || {
-        let mut conn = redis::Client::open(sleeper)
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        let _: () = redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("1")
-            .query(&mut conn)
-            .unwrap();
-    });
+    let stall = common::freeze(primary.url(), "1");
     // By then the server sleeps, with 850 ms of its second left.
     tokio::time::sleep(Duration::from_millis(150)).await;
     let err = locker.lock("k").wait(Duration::ZERO).await.unwrap_err();

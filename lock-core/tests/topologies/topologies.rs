@@ -709,16 +709,7 @@ async fn sentinel_timeouts_on_an_unmoved_primary_do_not_rebuild_the_connection()
     );
     let mut timeouts = 0;
     for _ in 0..5 {
-        let url = sentinel.master().url();
-        let stall = std::thread::spawn(move || {
-            let client = redis::Client::open(url).unwrap();
-            let mut conn = client.get_connection().unwrap();
-            let _: () = redis::cmd("DEBUG")
-                .arg("SLEEP")
-                .arg("0.4")
-                .query(&mut conn)
-                .unwrap();
-        });
+        let stall = common::freeze(sentinel.master().url(), "0.4");
         tokio::time::sleep(Duration::from_millis(50)).await;
         let tries = (0..20).map(|i| {
             let locker = locker.clone();
@@ -727,7 +718,7 @@ async fn sentinel_timeouts_on_an_unmoved_primary_do_not_rebuild_the_connection()
         for result in futures_util::future::join_all(tries).await {
             timeouts += usize::from(result.is_err());
         }
-        stall.join().unwrap();
+        stall.await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let after = lockers_connections();
