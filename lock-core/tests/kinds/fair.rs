@@ -34,8 +34,17 @@ async fn waiters_of_every_locker_get_the_lock_in_arrival_order() {
             tokio::time::sleep(Duration::from_millis(2)).await;
             turn.release().await.unwrap();
         }));
-        // Arrivals 30 ms apart: each joined the line before the next arrives.
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Each waiter has joined the line before the next arrives (a late task on a busy
+        // machine would otherwise be overtaken by the next).
+        let in_line = common::eventually(Duration::from_secs(5), || {
+            server
+                .keys("lock:*:line:printer")
+                .first()
+                .map_or(0, |line| server.cmd::<usize>(&["ZCARD", line]))
+                == i + 1
+        })
+        .await;
+        assert!(in_line, "waiter {i} did not join the line");
     }
     // A zero wait does not jump the line.
     let err = lockers[1]
