@@ -538,7 +538,7 @@ impl LocalLocks {
         } else {
             self.store.confirm(&pair).await
         };
-        let answer = answers.first().copied().unwrap_or(Renewal::Unknown);
+        let answer = answers.first().copied().unwrap_or(Renewal::UNKNOWN);
         metrics::renewed(held.kind(), answer.label());
         match answer {
             Renewal::Renewed => {
@@ -560,7 +560,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 Confirmation::Lost
             }
-            Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent => Confirmation::Undecided,
+            Renewal::Undecided(_) => Confirmation::Undecided,
         }
     }
 
@@ -701,7 +701,7 @@ impl LocalLocks {
             // Sent before an extension that shortened the lock, it may have run after it in
             // Redis (retried on a new connection) and given the key its whole lease back: the
             // caller sends the extension again.
-            Renewal::Renewed | Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent
+            Renewal::Renewed | Renewal::Undecided(_)
                 if held.renewal_undoes_extension(sent_at, lease) =>
             {
                 return Some(held)
@@ -711,7 +711,7 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 self.unregister(&held);
             }
-            Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent => {}
+            Renewal::Undecided(_) => {}
         }
         None
     }
@@ -737,7 +737,7 @@ impl LocalLocks {
         let (keys, token) = (held.redis_keys(), held.token().stored());
         let pair = [(&keys, token.as_str())];
         let answer = self.store.renew(&pair, NewLease::Exactly(by)).await;
-        match answer.first().copied().unwrap_or(Renewal::Unknown) {
+        match answer.first().copied().unwrap_or(Renewal::UNKNOWN) {
             Renewal::Renewed => {
                 held.confirm_extension(sent_at, by, Instant::now());
                 Ok(())
@@ -746,8 +746,8 @@ impl LocalLocks {
                 held.mark_lost(held.reason_for(gone));
                 Err(held.lost_error())
             }
-            undecided => {
-                if matches!(undecided, Renewal::Unreplicated | Renewal::Unsent) {
+            Renewal::Undecided(why) => {
+                if why.settled() {
                     // It ran in Redis before its answer, or never left: nothing of it is
                     // still on its way.
                     held.extension_ran(sent_at, Instant::now());

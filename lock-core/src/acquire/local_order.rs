@@ -258,14 +258,12 @@ impl Acquire {
             Err(answer) => {
                 self.give_back(&grant.keys, token, when).await;
                 return Err(match answer {
-                    Some(Renewal::Unknown | Renewal::Unreplicated | Renewal::Unsent) => {
-                        LockError::backend(
-                            Some(&self.key),
-                            BackendError::undecided(
-                                "the renewal of a fair grant got no decisive answer",
-                            ),
-                        )
-                    }
+                    Some(Renewal::Undecided(_)) => LockError::backend(
+                        Some(&self.key),
+                        BackendError::undecided(
+                            "the renewal of a fair grant got no decisive answer",
+                        ),
+                    ),
                     // The wait ran out, or the grant was lost while waiting for the local place.
                     _ => self.busy(when.started, Seen::default()),
                 });

@@ -16,7 +16,7 @@ use super::calls::acquire::{self, AcquireReply};
 use super::calls::fence::{self, FenceReply};
 use super::calls::inspect::{self, InspectReply, Inspected};
 use super::calls::release::{self, Gone, ReleaseReply};
-use super::calls::renew::{RenewReply, RenewScript, Renewal};
+use super::calls::renew::{RenewReply, RenewScript, Renewal, Undecided};
 use super::calls::{self, force_unlock};
 use super::wait::{with_wait, WaitPool, Waited};
 use super::{AcquireArgs, MinReplicas, NewLease, RestartGuard, BATCH};
@@ -499,7 +499,7 @@ impl Node {
             },
         ))
         .await;
-        let mut answers = vec![Renewal::Unknown; locks.len()];
+        let mut answers = vec![Renewal::UNKNOWN; locks.len()];
         for (i, answer) in renewed.into_iter().flatten() {
             answers[i] = answer;
         }
@@ -576,7 +576,7 @@ impl Node {
                 let answer = self
                     .renew_with(script, &[*lock], lease, min, None, &sent_at)
                     .await;
-                (i, answer.into_iter().next().unwrap_or(Renewal::Unknown))
+                (i, answer.into_iter().next().unwrap_or(Renewal::UNKNOWN))
             })
             .collect();
         // A cluster reads no uptime (`dated` would change nothing).
@@ -627,7 +627,7 @@ impl Node {
                 Err(error) if error.code() == Some("WRONGTYPE") => Renewal::NotOurs(Gone::Replaced),
                 Err(error) => {
                     tracing::warn!(%error, "confirming a lock before its handoff failed");
-                    Renewal::Unknown
+                    Renewal::UNKNOWN
                 }
             }
         }))
@@ -729,13 +729,13 @@ impl Node {
             .await;
             match reply {
                 Ok(RenewReply(renewals)) if renewals.len() == chunk.len() => renewals,
-                Ok(_) => vec![Renewal::Unknown; chunk.len()],
+                Ok(_) => vec![Renewal::UNKNOWN; chunk.len()],
                 Err(error) => {
                     tracing::warn!(%error, locks = chunk.len(), "lease renewal failed; retrying next tick");
                     let answer = if error.was_unsent() {
-                        Renewal::Unsent
+                        Renewal::Undecided(Undecided::Unsent)
                     } else {
-                        Renewal::Unknown
+                        Renewal::UNKNOWN
                     };
                     vec![answer; chunk.len()]
                 }

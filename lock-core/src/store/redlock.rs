@@ -457,18 +457,18 @@ impl RedLockStore {
                     .await
                     .ok()
                     .and_then(Result::ok)
-                    .unwrap_or_else(|| vec![Renewal::Unknown; count])
+                    .unwrap_or_else(|| vec![Renewal::UNKNOWN; count])
             })
             .collect();
         let quorum = self.quorum();
         let mut per_node = Vec::with_capacity(self.nodes.len());
-        let mut decided = vec![Renewal::Unknown; count];
+        let mut decided = vec![Renewal::UNKNOWN; count];
         while let Some(answers) = pending.next().await {
             per_node.push(answers);
             decided = (0..count)
                 .map(|i| decide(quorum, per_node.iter().map(|n| n[i])))
                 .collect();
-            if decided.iter().all(|d| *d != Renewal::Unknown) {
+            if !decided.iter().any(|d| matches!(d, Renewal::Undecided(_))) {
                 break;
             }
         }
@@ -669,7 +669,7 @@ fn decide(quorum: Quorum, answers: impl Iterator<Item = Renewal> + Clone) -> Ren
         });
         Renewal::NotOurs(agreed(gone).unwrap_or(Gone::Unknown))
     } else {
-        Renewal::Unknown
+        Renewal::UNKNOWN
     }
 }
 

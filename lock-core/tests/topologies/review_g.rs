@@ -5,7 +5,7 @@
 //! in each the lock is given up locally while Redis keeps its key under the holder's token,
 //! the conservative side. Both fixed (RELIABILITY, "A seventeenth read"): an extension
 //! answered without enough replicas ran before its answer and caps nothing
-//! (`Renewal::Unreplicated`, `Hold::extension_ran`), and rounds sent while one is unanswered
+//! (`Undecided::Unreplicated`, `Hold::extension_ran`), and rounds sent while one is unanswered
 //! count up to the least it leaves the key.
 
 use crate::common;

@@ -1,9 +1,9 @@
-//! A read of ead2de5: pooled extensions ordered by their answer, `Renewal::Unreplicated`
+//! A read of ead2de5: pooled extensions ordered by their answer, `Undecided::Unreplicated`
 //! (G1), rounds counted up to an unanswered extension's least (G2). Each test shows one
 //! finding and fails on ead2de5; its doc comment says what 52f9ecd (extensions on the shared
 //! connection) does. H1 is fixed (RELIABILITY, "A seventeenth read"): an extension for which
 //! no connection could be had was never sent (`BackendError::was_unsent`,
-//! `Renewal::Unsent`) and caps nothing.
+//! `Undecided::Unsent`) and caps nothing.
 
 use crate::common;
 

@@ -112,24 +112,41 @@ pub(crate) enum Renewal {
     Renewed,
     /// The lock is lost; what was found instead.
     NotOurs(Gone),
-    /// No answer that decides it (Redis unreachable, no quorum either way).
+    /// No answer that decides it, and why.
+    Undecided(Undecided),
+}
+
+/// Why a renewal decides nothing; what matters is whether the call may still run in Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undecided {
+    /// No answer (Redis unreachable, a timeout, no quorum either way): the call may still
+    /// run in Redis later.
     Unknown,
-    /// Renewed on a server that fewer replicas than required acknowledged: it decides nothing
-    /// (as `Unknown`), but the call ran there before its answer, so no copy of it is still on
-    /// its way to Redis.
+    /// Renewed on a server that fewer replicas than required acknowledged: the call ran there
+    /// before its answer, so no copy of it is still on its way to Redis.
     Unreplicated,
-    /// Never sent: no connection could be had for it. It decides nothing (as `Unknown`), and
-    /// cannot run in Redis later.
+    /// Never sent: no connection could be had for it. It cannot run in Redis later.
     Unsent,
 }
 
+impl Undecided {
+    /// Whether nothing of the call can still run in Redis: it ran before its answer, or it
+    /// never left this process.
+    pub(crate) fn settled(self) -> bool {
+        !matches!(self, Self::Unknown)
+    }
+}
+
 impl Renewal {
+    /// No answer that decides it, and the call may still run in Redis.
+    pub(crate) const UNKNOWN: Self = Self::Undecided(Undecided::Unknown);
+
     /// This answer from a server fewer replicas than required acknowledged: a renewal there
     /// proves nothing (the server may be a primary a failover left behind), so `Renewed`
-    /// becomes `Unreplicated`; a loss stays a loss.
+    /// becomes undecided ([`Undecided::Unreplicated`]); a loss stays a loss.
     pub(crate) fn unreplicated(self) -> Self {
         match self {
-            Self::Renewed => Self::Unreplicated,
+            Self::Renewed => Self::Undecided(Undecided::Unreplicated),
             other => other,
         }
     }
@@ -139,7 +156,7 @@ impl Renewal {
         match self {
             Self::Renewed => "renewed",
             Self::NotOurs(_) => "lost",
-            Self::Unknown | Self::Unreplicated | Self::Unsent => "failed",
+            Self::Undecided(_) => "failed",
         }
     }
 
