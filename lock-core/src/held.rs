@@ -927,18 +927,27 @@ mod tests {
         assert!(held.valid_until() > extension_sent + Duration::from_secs(20));
     }
 
+    /// A hold of `lease` granted at `t0`, and an extension by `by` sent on a connection of its
+    /// own one second later: `(the local keys the hold needs, the hold, t0, that sending)`.
+    fn with_pooled_extension(
+        lease: Duration,
+        by: Duration,
+    ) -> (LocalKeys<Hold>, Hold, Instant, Instant) {
+        let local_keys = LocalKeys::new("p:", false);
+        let t0 = Instant::now();
+        let held = held(&local_keys, lease, t0);
+        let sent = t0 + Duration::from_secs(1);
+        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        (local_keys, held, t0, sent)
+    }
+
     /// An extension on a connection of its own orders only the renewals sent after its
     /// answer: one sent while it waited (for a connection, for replicas) may have run first
     /// in Redis and been cut back by it (RELIABILITY.md, E1, E2).
     #[tokio::test(start_paused = true)]
     async fn a_pooled_extension_orders_only_renewals_sent_after_its_answer() {
-        let local_keys = LocalKeys::new("p:", false);
-        let lease = Duration::from_secs(30);
-        let t0 = Instant::now();
-        let held = held(&local_keys, lease, t0);
-        let sent = t0 + Duration::from_secs(1);
-        let by = Duration::from_secs(2);
-        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        let (lease, by) = (Duration::from_secs(30), Duration::from_secs(2));
+        let (_keys, held, _, sent) = with_pooled_extension(lease, by);
         // A round sent after the extension, answered before it: counted only up to where the
         // extension leaves the key, and it may have undone the shortening if it ran after it.
         let round = sent + Duration::from_millis(100);
@@ -962,13 +971,8 @@ mod tests {
     /// the hold is not handed over under its token.
     #[tokio::test(start_paused = true)]
     async fn a_pooled_extension_without_an_answer_caps_the_validity_for_good() {
-        let local_keys = LocalKeys::new("p:", false);
-        let lease = Duration::from_secs(30);
-        let t0 = Instant::now();
-        let held = held(&local_keys, lease, t0);
-        let sent = t0 + Duration::from_secs(1);
-        let by = Duration::from_secs(2);
-        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        let (lease, by) = (Duration::from_secs(30), Duration::from_secs(2));
+        let (_keys, held, t0, sent) = with_pooled_extension(lease, by);
         assert!(held.extension_may_still_run());
         // No answer (cancelled, timed out): renewals count up to where it leaves the key.
         held.confirm(sent + Duration::from_millis(100), lease);
@@ -996,13 +1000,8 @@ mod tests {
     /// nothing of it is still on its way, so it caps nothing later (RELIABILITY.md, G1, G2).
     #[tokio::test(start_paused = true)]
     async fn a_pooled_extension_that_ran_unreplicated_caps_nothing() {
-        let local_keys = LocalKeys::new("p:", false);
         let lease = Duration::from_secs(3);
-        let t0 = Instant::now();
-        let held = held(&local_keys, lease, t0);
-        let sent = t0 + Duration::from_secs(1);
-        let by = Duration::from_secs(20);
-        held.expect_extension(sent, by, ExtensionPath::OwnConnection);
+        let (_keys, held, _, sent) = with_pooled_extension(lease, Duration::from_secs(20));
         let answered = sent + Duration::from_millis(500);
         held.extension_ran(sent, answered);
         assert!(!held.extension_may_still_run());
